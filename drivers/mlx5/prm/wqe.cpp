@@ -1,0 +1,183 @@
+#include <algorithm>
+
+#include <rdmx/mlx5/prm/wqe.hpp>
+
+namespace rdmx::mlx5::prm {
+
+namespace {
+
+// Writes KLM entries [from, to) of the page list at `out`. Middle entries all cover a whole
+// page, so their byte_count and mkey words are constants computed once; only the address is
+// swapped per entry.
+inline void klm_run(mlx5_wqe_umr_klm_seg* out, const UmrMap& m, uint32_t from, uint32_t to,
+                    uint32_t n) noexcept {
+  const uint32_t lkey_be = detail::bswap(m.parent_lkey);
+  const uint32_t page_be = detail::bswap(m.page_size);
+  for (uint32_t i = from; i < to; ++i, ++out) {
+    uint64_t addr = m.pages[i];
+    uint32_t bytes = m.page_size;
+    if (i == 0 || i == n - 1) [[unlikely]] {
+      // First and last entries: partial pages.
+      const uint64_t start = (i == 0) ? m.first_offset : 0;
+      const uint64_t before = (i == 0) ? 0 : (m.page_size - m.first_offset) + uint64_t(i - 1) * m.page_size;
+      const uint64_t left = m.length - before;
+      bytes = static_cast<uint32_t>(std::min<uint64_t>(m.page_size - start, left));
+      addr += start;
+      store_be(&out->byte_count, bytes);
+    } else {
+      out->byte_count = page_be;
+    }
+    out->mkey = lkey_be;
+    store_be(&out->address, addr);
+  }
+}
+
+inline void zero_pad(mlx5_wqe_umr_klm_seg* out, uint32_t count) noexcept {
+  std::memset(out, 0, size_t{count} * sizeof(*out));
+}
+
+}  // namespace
+
+uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  const uint32_t total = align4(n);
+  uint32_t i = 0;
+  while (i < total) {
+    const uint32_t room = cur.contiguous() / kKlmBytes;
+    const uint32_t run_end = std::min(total, i + room);
+    auto* out = reinterpret_cast<mlx5_wqe_umr_klm_seg*>(cur.here());
+    const uint32_t real_end = std::min(run_end, n);
+    if (real_end > i) klm_run(out, m, i, real_end, n);
+    if (run_end > std::max(i, n)) zero_pad(out + (std::max(i, n) - i), run_end - std::max(i, n));
+    cur.advance((run_end - i) * kKlmBytes);
+    i = run_end;
+  }
+  return n;
+}
+
+uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  klm_run(out, m, 0, n, n);
+  zero_pad(out + n, align4(n) - n);
+  return n;
+}
+
+namespace {
+void umr_map_header(RingCursor& cur, const UmrMap& m, uint32_t ds, uint8_t flags,
+                    uint16_t octowords) noexcept {
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), m.wqe_index, MLX5_OPCODE_UMR, 0, m.qpn, ds, m.fm_ce_se,
+           Be32::from_host(m.mkey));
+  // mlx5_wqe_ctrl_seg is 16 bytes; take<> needs a 16-multiple, which it is.
+  uint64_t mask = kMapMask;
+  if (m.set_start_addr) mask |= MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR;
+  // mlx5_wqe_umr_ctrl_seg is 48 bytes: take it as three 16-byte steps to keep take<>'s rule.
+  auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(cur.here());
+  cur.advance(kUmrCtrlSegBytes);
+  set_umr_ctrl(u, static_cast<uint8_t>(flags | m.check), octowords, mask);
+  MkeyCtx c;
+  c.free = false;
+  c.access = m.access;
+  c.key = static_cast<uint8_t>(m.mkey & 0xff);
+  c.start_addr = m.start_addr;
+  c.len = m.length;
+  set_mkey_ctx(cur.take<mlx5_wqe_mkey_context_seg>(), c);
+}
+}  // namespace
+
+uint32_t build_umr_map_inline(RingCursor& cur, const UmrMap& m) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  RDMX_DEBUG_ASSERT(n <= kMaxInlineKlm);
+  const uint32_t ds = umr_inline_ds(n);
+  umr_map_header(cur, m, ds, MLX5_WQE_UMR_CTRL_FLAG_INLINE, static_cast<uint16_t>(align4(n)));
+  write_page_klms(cur, m);
+  return ds;
+}
+
+uint32_t build_umr_map_pointer(RingCursor& cur, const UmrMap& m, uint64_t klm_addr,
+                               uint32_t klm_lkey) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  umr_map_header(cur, m, kUmrPointerDs, 0, static_cast<uint16_t>(align4(n)));
+  // Pointer to the KLM array: byte_count = array bytes rounded to 64 (kernel convention).
+  const uint32_t bytes = (align4(n) * kKlmBytes + 63u) & ~63u;
+  set_data(cur.take<mlx5_wqe_data_seg>(), bytes, klm_lkey, klm_addr);
+  return kUmrPointerDs;
+}
+
+uint32_t build_umr_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index,
+                              uint8_t fm_ce_se, uint32_t mkey, uint8_t check) noexcept {
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, MLX5_OPCODE_UMR, 0, qpn, kUmrHeaderDs,
+           fm_ce_se, Be32::from_host(mkey));
+  auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(cur.here());
+  cur.advance(kUmrCtrlSegBytes);
+  set_umr_ctrl(u, static_cast<uint8_t>(MLX5_WQE_UMR_CTRL_FLAG_INLINE | check), 0,
+               MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE);
+  MkeyCtx c;
+  c.free = true;
+  c.key = static_cast<uint8_t>(mkey & 0xff);
+  set_mkey_ctx(cur.take<mlx5_wqe_mkey_context_seg>(), c);
+  return kUmrHeaderDs;
+}
+
+uint32_t build_rdma(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wqe_index,
+                    uint8_t fm_ce_se, uint64_t raddr, uint32_t rkey, std::span<const Sge> sges,
+                    Be32 imm) noexcept {
+  const uint32_t ds = 2 + static_cast<uint32_t>(sges.size());
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, opcode, 0, qpn, ds, fm_ce_se, imm);
+  set_raddr(cur.take<mlx5_wqe_raddr_seg>(), raddr, rkey);
+  for (const Sge& s : sges) set_data(cur.take<mlx5_wqe_data_seg>(), s.length, s.lkey, s.addr);
+  return ds;
+}
+
+uint32_t build_send(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wqe_index,
+                    uint8_t fm_ce_se, std::span<const Sge> sges, Be32 imm) noexcept {
+  const uint32_t ds = 1 + static_cast<uint32_t>(sges.size());
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, opcode, 0, qpn, ds, fm_ce_se, imm);
+  for (const Sge& s : sges) set_data(cur.take<mlx5_wqe_data_seg>(), s.length, s.lkey, s.addr);
+  return ds;
+}
+
+uint32_t build_inline(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wqe_index,
+                      uint8_t fm_ce_se, uint64_t raddr, uint32_t rkey, const void* data,
+                      uint32_t len, Be32 imm) noexcept {
+  const bool has_raddr = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_WRITE_IMM;
+  const uint32_t inl_ds = (4 + len + 15) / 16;
+  const uint32_t ds = 1 + (has_raddr ? 1 : 0) + inl_ds;
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, opcode, 0, qpn, ds, fm_ce_se, imm);
+  if (has_raddr) set_raddr(cur.take<mlx5_wqe_raddr_seg>(), raddr, rkey);
+  // Inline bytes may cross WQEBB and ring boundaries: copy in pieces.
+  auto* hdr = reinterpret_cast<mlx5_wqe_inl_data_seg*>(cur.here());
+  set_inline_hdr(hdr, len);
+  const uint8_t* src = static_cast<const uint8_t*>(data);
+  uint32_t total = inl_ds * 16;  // header + data + pad
+  uint32_t pos = 0;              // position within the inline segment
+  while (pos < total) {
+    const uint32_t chunk = std::min(total - pos, cur.contiguous());
+    uint8_t* dst = cur.here();
+    for (uint32_t k = 0; k < chunk; ++k) {
+      const uint32_t p = pos + k;
+      if (p < 4) continue;  // header already written (only in the first chunk)
+      dst[k] = (p - 4 < len) ? src[p - 4] : 0;
+    }
+    cur.advance(chunk);
+    pos += chunk;
+  }
+  return ds;
+}
+
+uint32_t build_nop(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                   uint32_t ds) noexcept {
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, MLX5_OPCODE_NOP, 0, qpn, ds, fm_ce_se,
+           Be32{});
+  for (uint32_t i = 1; i < ds; ++i) std::memset(cur.take<mlx5_wqe_data_seg>(), 0, 16);
+  return ds;
+}
+
+void build_recv(void* slot, uint32_t stride, std::span<const Sge> sges) noexcept {
+  auto* d = static_cast<mlx5_wqe_data_seg*>(slot);
+  const uint32_t max = stride / 16;
+  uint32_t i = 0;
+  for (; i < sges.size() && i < max; ++i) set_data(&d[i], sges[i].length, sges[i].lkey, sges[i].addr);
+  if (i < max) set_data(&d[i], 0, MLX5_INVALID_LKEY, 0);
+}
+
+}  // namespace rdmx::mlx5::prm

@@ -1,0 +1,104 @@
+// The control-path interface of a device (DPDK eth_dev_ops style): opening, registering memory,
+// creating windows (indirect mkeys) and queue pairs, moving QPs between states. It may allocate
+// and returns Result/Status. The data path never goes through it: a poll core drives the
+// queues of its QpDesc directly with QueuePair (the same code for dv and emu).
+//
+// Backends: rdmx::dv::DvDevice (real mlx5 through mlx5dv) and rdmx::emu::EmuDevice (software
+// mlx5). Both are linked into every binary; open_device() picks one by name at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/mlx5/queue_desc.hpp>
+
+namespace rdmx::mlx5 {
+
+// Access rights (values of ibv_access_flags, so a verbs user reads them at once).
+enum Access : uint32_t {
+  kAccessLocalWrite = 1u << 0,   // IBV_ACCESS_LOCAL_WRITE
+  kAccessRemoteWrite = 1u << 1,  // IBV_ACCESS_REMOTE_WRITE
+  kAccessRemoteRead = 1u << 2,   // IBV_ACCESS_REMOTE_READ
+  kAccessRemoteAtomic = 1u << 3, // IBV_ACCESS_REMOTE_ATOMIC
+  kAccessAll = 0xf,
+};
+
+// The mkc access byte for a set of Access bits (local read always on).
+uint8_t mkc_access_bits(uint32_t access) noexcept;
+
+enum class QpState { kReset, kInit, kRtr, kRts, kError };
+const char* qp_state_name(QpState s) noexcept;
+
+struct DeviceCaps {
+  uint32_t max_klm_list = 0;      // most translation entries one window may hold
+  uint32_t max_inline_klm = 0;    // most KLMs an inline UMR carries on this device's QPs
+  uint32_t max_sq_wqebbs = 0;
+  uint32_t max_cq_cqes = 0;
+  uint8_t umr_fence = 0;          // fence the UMR itself needs (HCA cap umr_fence)
+  bool mkey_update_tag = false;   // a UMR may change the 8-bit key
+  bool remote_invalidate = false; // SEND_WITH_INV can free a window
+  int numa_node = 0;
+};
+
+struct MrInfo {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  uint32_t access = 0;
+};
+
+struct QpConfig {
+  uint32_t sq_wqebbs = 1024;     // power of two
+  uint32_t rq_wqes = 256;        // power of two; 0 = no receive queue
+  uint32_t rq_sges = 1;          // scatter entries per receive
+  uint32_t cq_cqes = 4096;       // power of two; >= every signaled WQE + receive in flight
+  uint32_t max_inline_data = 0;  // bytes; also bounds inline UMR translation lists
+  int numa_node = -1;            // -1: the device's node
+};
+
+// Opaque per-backend QP handle.
+using QpHandle = uint32_t;  // the QPN
+
+// What a peer needs to connect to a QP (exchanged out of band, or by rdma_cm).
+struct ConnectInfo {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+  uint16_t lid = 0;
+  uint8_t gid[16] = {};
+  uint64_t port_token = 0;  // emu: identifies the emulated port on the wire
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual const std::string& name() const noexcept = 0;
+  virtual const DeviceCaps& caps() const noexcept = 0;
+
+  // Registers [addr, addr+len) as a direct mkey (the parent MR).
+  virtual Result<MrInfo> reg_mr(void* addr, size_t len, uint32_t access) = 0;
+  virtual Status dereg_mr(const MrInfo& mr) = 0;
+
+  // Creates a window: an indirect (KLM) mkey, free, with room for max_entries translations,
+  // key byte 0, start address 0. Returns its mkey (index << 8).
+  virtual Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate) = 0;
+  virtual Status destroy_mkey(uint32_t mkey) = 0;
+
+  // Creates an RC QP and its CQ in the reset state; the descriptor is what QueuePair::init takes.
+  virtual Result<QpDesc> create_qp(const QpConfig& cfg) = 0;
+  virtual Status destroy_qp(QpHandle qp) = 0;
+  virtual ConnectInfo local_info(QpHandle qp) = 0;
+  // Brings the QP to RTS connected to `remote` (reset -> init -> rtr -> rts).
+  virtual Status connect(QpHandle qp, const ConnectInfo& remote) = 0;
+  virtual Status modify_qp(QpHandle qp, QpState to) = 0;
+  virtual Result<QpState> query_qp(QpHandle qp) = 0;
+};
+
+}  // namespace rdmx::mlx5

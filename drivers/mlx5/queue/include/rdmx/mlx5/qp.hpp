@@ -1,0 +1,190 @@
+// A poll core's queue pair as the CPU sees it: send-queue writer, receive-queue writer and the
+// CQ poller that maps every CQE back to the WQE(s) it completes. Concrete, shared by dv and
+// emu; owned by one core.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <rdmx/core/assert.hpp>
+#include <rdmx/mlx5/prm/cqe.hpp>
+#include <rdmx/mlx5/queue_desc.hpp>
+#include <rdmx/mlx5/sq.hpp>
+
+namespace rdmx::mlx5 {
+
+// One completed work request.
+struct Completion {
+  uint64_t cookie = 0;      // what the caller passed at post time
+  uint32_t byte_len = 0;    // receive: bytes received; RDMA READ: bytes read
+  uint32_t imm = 0;         // immediate data or the invalidated rkey (host order)
+  uint8_t status = 0;       // 0 = success, else the CQE syndrome (MLX5_CQE_SYNDROME_*)
+  uint8_t vendor_syndrome = 0;
+  uint8_t wqe_opcode = 0;   // send side: MLX5_OPCODE_* of the WQE
+  uint8_t cqe_opcode = 0;   // MLX5_CQE_* (REQ for a covered unsignaled WQE)
+  bool recv = false;        // completion of a receive WQE
+  bool signaled = false;    // false: an unsignaled WQE covered by a later CQE
+  bool ok() const noexcept { return status == 0; }
+};
+
+class RqWriter {
+ public:
+  void init(const RqDesc& d);
+  void reset() noexcept;
+  uint32_t free_slots() const noexcept { return n_ - (pi_ - ci_); }
+  // Posts one receive WQE; false when the RQ is full.
+  bool post(std::span<const prm::Sge> sges, uint64_t cookie) noexcept {
+    if (free_slots() == 0) return false;
+    const uint32_t slot = pi_ & (n_ - 1);
+    prm::build_recv(static_cast<uint8_t*>(buf_) + size_t{slot} * stride_, stride_, sges);
+    cookies_[slot] = cookie;
+    ++pi_;
+    return true;
+  }
+  // Publishes posted receives (doorbell record only; receive queues have no register write).
+  void ring_doorbell() noexcept {
+    wmb_to_device();
+    *dbrec_ = detail::bswap(pi_ & 0xffffu);
+    hook_();
+  }
+  uint64_t take(uint16_t wqe_counter) noexcept {
+    (void)wqe_counter;
+    return cookies_[ci_++ & (n_ - 1)];
+  }
+  uint32_t posted_not_completed() const noexcept { return pi_ - ci_; }
+
+ private:
+  void* buf_ = nullptr;
+  uint32_t n_ = 0;
+  uint32_t stride_ = 0;
+  uint32_t pi_ = 0;
+  uint32_t ci_ = 0;
+  volatile uint32_t* dbrec_ = nullptr;
+  DoorbellHook hook_;
+  std::unique_ptr<uint64_t[]> cookies_;
+};
+
+class CqPoller {
+ public:
+  void init(const CqDesc& d);
+  void reset() noexcept;
+  // The next software-owned CQE, or nullptr.
+  const mlx5_cqe64* peek() const noexcept {
+    const auto* c = reinterpret_cast<const mlx5_cqe64*>(buf_) + (ci_ & (n_ - 1));
+    return prm::cqe_is_sw_owned(c, ci_, n_) ? c : nullptr;
+  }
+  void pop() noexcept { ++ci_; }
+  // Tells the device how far software has consumed (once per poll call).
+  void update_doorbell() noexcept {
+    wmb_to_device();
+    *dbrec_ = detail::bswap(ci_ & prm::kCqDbrCiMask);
+  }
+  uint32_t ci() const noexcept { return ci_; }
+  uint32_t cqe_cnt() const noexcept { return n_; }
+
+ private:
+  void* buf_ = nullptr;
+  uint32_t n_ = 0;
+  uint32_t ci_ = 0;
+  volatile uint32_t* dbrec_ = nullptr;
+};
+
+struct QpStats {
+  uint64_t cqes = 0;
+  uint64_t completions = 0;
+  uint64_t errors = 0;
+  uint64_t bad_cqes = 0;     // CQE naming a WQE that is not in flight (device bug / corruption)
+};
+
+class QueuePair {
+ public:
+  // Setup path.
+  void init(const QpDesc& d, uint32_t signal_every);
+  // After the device reset the QP (error recovery): rings back to index 0.
+  void reset() noexcept;
+
+  SqWriter& sq() noexcept { return sq_; }
+  RqWriter& rq() noexcept { return rq_; }
+  CqPoller& cq() noexcept { return cq_; }
+  uint32_t qpn() const noexcept { return qpn_; }
+  const QpStats& stats() const noexcept { return stats_; }
+  // True once an error CQE was seen (the QP is in the error state until recovered).
+  bool in_error() const noexcept { return in_error_; }
+
+  // Reads up to max_cqes CQEs and calls on(const Completion&) once per completed WQE: for a
+  // send CQE, every unsignaled WQE it covers first (in order), then the WQE it names. Returns
+  // the number of CQEs consumed. Hot path: no allocation, one doorbell-record write.
+  template <class F>
+  uint32_t poll(uint32_t max_cqes, F&& on) noexcept {
+    uint32_t n = 0;
+    for (; n < max_cqes; ++n) {
+      const mlx5_cqe64* c = cq_.peek();
+      if (!c) break;
+      const uint8_t op = prm::cqe_opcode(c);
+      Completion comp;
+      comp.cqe_opcode = op;
+      comp.signaled = true;
+      if (op == MLX5_CQE_REQ_ERR || op == MLX5_CQE_RESP_ERR) [[unlikely]] {
+        comp.status = prm::cqe_syndrome(c);
+        comp.vendor_syndrome = prm::cqe_vendor_syndrome(c);
+        in_error_ = true;
+        ++stats_.errors;
+      }
+      const uint16_t wc = prm::cqe_wqe_counter(c);
+      if (op == MLX5_CQE_REQ || op == MLX5_CQE_REQ_ERR) {
+        comp.byte_len = prm::cqe_byte_cnt(c);
+        send_side(wc, comp, on);
+      } else {
+        comp.recv = true;
+        comp.byte_len = op == MLX5_CQE_RESP_ERR ? 0 : prm::cqe_byte_cnt(c);
+        comp.imm = op == MLX5_CQE_RESP_ERR ? 0 : prm::cqe_imm_inval(c);
+        comp.cookie = rq_.take(wc);
+        ++stats_.completions;
+        on(static_cast<const Completion&>(comp));
+      }
+      cq_.pop();
+    }
+    if (n) {
+      cq_.update_doorbell();
+      stats_.cqes += n;
+    }
+    return n;
+  }
+
+ private:
+  template <class F>
+  void send_side(uint16_t wc, Completion& comp, F& on) noexcept {
+    // Walk from the SQ consumer to the WQE the CQE names; everything before it is an
+    // unsignaled WQE that completed successfully (same-SQ completion order).
+    const uint32_t limit = sq_.in_flight();
+    uint32_t walked = 0;
+    while (walked < limit) {
+      const uint32_t at = sq_.ci();
+      const SqShadow& s = sq_.shadow_at(at);
+      const bool named = static_cast<uint16_t>(at) == wc;
+      Completion c = named ? comp : Completion{};
+      c.cookie = s.cookie;
+      c.wqe_opcode = s.opcode;
+      if (!named) {
+        c.cqe_opcode = MLX5_CQE_REQ;
+        c.signaled = false;
+      }
+      walked += s.n_wqebb;
+      sq_.retire(s.n_wqebb);
+      ++stats_.completions;
+      on(static_cast<const Completion&>(c));
+      if (named) return;
+    }
+    ++stats_.bad_cqes;  // the CQE named no WQE in flight
+  }
+
+  SqWriter sq_;
+  RqWriter rq_;
+  CqPoller cq_;
+  uint32_t qpn_ = 0;
+  bool in_error_ = false;
+  QpStats stats_;
+};
+
+}  // namespace rdmx::mlx5

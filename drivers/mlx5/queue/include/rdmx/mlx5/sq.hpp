@@ -1,0 +1,142 @@
+// Send-queue writer: producer index in WQEBBs, room check, shadow table of caller cookies,
+// unsignaled batching, fences, and one doorbell per burst. Shared by dv and emu; owned by one
+// poll core (no atomics, no locks).
+//
+// Usage per WQE (hot path):
+//   if (!sq.has_room(ds)) -> poll first
+//   auto cur = sq.cursor();
+//   uint32_t ds = prm::build_xxx(cur, ..., sq.wqe_index(), sq.next_fm_ce_se(sig, fence), ...);
+//   sq.commit(ds, opcode, cookie, sig);
+// and once per burst: sq.ring_doorbell().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <rdmx/core/assert.hpp>
+#include <rdmx/core/be.hpp>
+#include <rdmx/core/config.hpp>
+#include <rdmx/mlx5/barrier.hpp>
+#include <rdmx/mlx5/prm/defs.hpp>
+#include <rdmx/mlx5/prm/wqe.hpp>
+#include <rdmx/mlx5/queue_desc.hpp>
+
+namespace rdmx::mlx5 {
+
+// One shadow entry per WQEBB slot; only the slot where a WQE starts is meaningful.
+struct SqShadow {
+  uint64_t cookie;
+  uint16_t n_wqebb;
+  uint8_t opcode;
+  uint8_t signaled;
+  uint32_t pad;
+};
+static_assert(sizeof(SqShadow) == 16);
+
+class SqWriter {
+ public:
+  SqWriter() = default;
+  SqWriter(const SqWriter&) = delete;
+  SqWriter& operator=(const SqWriter&) = delete;
+
+  // Setup path: attach to a ring. signal_every >= 1: at most signal_every-1 unsignaled WQEs in
+  // a row. Allocates the shadow table (the only allocation).
+  void init(const SqDesc& d, uint32_t qpn, uint32_t signal_every);
+  // After a QP reset (device counters return to 0): forget everything posted.
+  void reset() noexcept;
+
+  uint32_t qpn() const noexcept { return qpn_; }
+  uint32_t wqe_cnt() const noexcept { return n_; }
+  uint32_t pi() const noexcept { return pi_; }        // free-running, WQEBBs
+  uint32_t ci() const noexcept { return ci_; }        // first WQEBB not yet completed
+  uint32_t in_flight() const noexcept { return pi_ - ci_; }
+  uint32_t free_wqebbs() const noexcept { return n_ - (pi_ - ci_); }
+  bool has_room(uint32_t ds) const noexcept { return prm::ds_to_wqebbs(ds) <= free_wqebbs(); }
+  uint16_t wqe_index() const noexcept { return static_cast<uint16_t>(pi_); }
+  prm::RingCursor cursor() const noexcept { return prm::RingCursor(buf_, n_, pi_); }
+
+  // fm_ce_se for the next WQE: the fence inherited from a preceding UMR (INITIATOR_SMALL, as
+  // rdma-core's fm_cache and the kernel do), or a stronger one when asked; CQ_UPDATE when
+  // signaled is asked or when the unsignaled budget is used up; solicited when asked.
+  uint8_t next_fm_ce_se(bool signal, uint8_t fence = 0, bool solicited = false) const noexcept {
+    uint8_t f = fence ? fence : fm_cache_;
+    if (signal || unsignaled_ + 1 >= signal_every_) f |= MLX5_WQE_CTRL_CQ_UPDATE;
+    if (solicited) f |= MLX5_WQE_CTRL_SOLICITED;
+    return f;
+  }
+
+  // Records the WQE just written at the cursor (ds DS long) and advances the producer.
+  void commit(uint32_t ds, uint8_t opcode, uint64_t cookie) noexcept {
+    const uint32_t slot = pi_ & (n_ - 1);
+    auto* ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(static_cast<uint8_t*>(buf_) +
+                                                      size_t{slot} * MLX5_SEND_WQE_BB);
+    const bool sig = (ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) != 0;
+    const uint16_t nbb = static_cast<uint16_t>(prm::ds_to_wqebbs(ds));
+    RDMX_DEBUG_ASSERT(nbb <= free_wqebbs());
+    shadow_[slot] = SqShadow{cookie, nbb, opcode, static_cast<uint8_t>(sig), 0};
+    unsignaled_ = sig ? 0 : unsignaled_ + 1;
+    fm_cache_ = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
+    last_ctrl_ = ctrl;
+    pi_ += nbb;
+    ++posted_;
+  }
+
+  // Ends a burst: makes the last WQE signaled if any WQE since the last signaled one is not
+  // (so every WQE is eventually covered by a CQE), then rings the doorbell. No-op when nothing
+  // was posted since the last ring.
+  void ring_doorbell() noexcept {
+    if (pi_ == db_pi_) return;
+    if (unsignaled_ != 0) {
+      last_ctrl_->fm_ce_se |= MLX5_WQE_CTRL_CQ_UPDATE;
+      shadow_[(pi_ - last_nbb()) & (n_ - 1)].signaled = 1;
+      unsignaled_ = 0;
+    }
+    // PRM doorbell sequence: WQE stores visible before the doorbell record (release), the
+    // record before the register write; the register gets the first 8 bytes of the last WQE's
+    // control segment (rdma-core post_send_db, DPDK mlx5_doorbell_ring).
+    wmb_to_device();
+    *dbrec_ = detail::bswap(pi_ & 0xffffu);
+    wc_flush();
+    uint64_t first8;
+    __builtin_memcpy(&first8, last_ctrl_, sizeof(first8));
+    *reg_ = first8;
+    wc_flush();
+    db_pi_ = pi_;
+    ++doorbells_;
+    hook_();
+  }
+
+  // Completion side: the WQE starting at `ci` slot. Used by the CQ poller.
+  const SqShadow& shadow_at(uint32_t counter) const noexcept { return shadow_[counter & (n_ - 1)]; }
+  void retire(uint32_t n_wqebb) noexcept { ci_ += n_wqebb; }
+
+  uint64_t posted() const noexcept { return posted_; }
+  uint64_t doorbells() const noexcept { return doorbells_; }
+
+ private:
+  uint16_t last_nbb() const noexcept {
+    // The slot of the last WQE: its ctrl pointer gives it.
+    const uint32_t slot = static_cast<uint32_t>(
+        (reinterpret_cast<uint8_t*>(last_ctrl_) - static_cast<uint8_t*>(buf_)) / MLX5_SEND_WQE_BB);
+    return shadow_[slot].n_wqebb;
+  }
+
+  void* buf_ = nullptr;
+  uint32_t n_ = 0;
+  uint32_t qpn_ = 0;
+  uint32_t pi_ = 0;
+  uint32_t ci_ = 0;
+  uint32_t db_pi_ = 0;
+  uint32_t unsignaled_ = 0;
+  uint32_t signal_every_ = kDefaultSignalEvery;
+  uint8_t fm_cache_ = 0;
+  mlx5_wqe_ctrl_seg* last_ctrl_ = nullptr;
+  volatile uint32_t* dbrec_ = nullptr;
+  volatile uint64_t* reg_ = nullptr;
+  DoorbellHook hook_;
+  std::unique_ptr<SqShadow[]> shadow_;
+  uint64_t posted_ = 0;
+  uint64_t doorbells_ = 0;
+};
+
+}  // namespace rdmx::mlx5

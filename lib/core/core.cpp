@@ -1,0 +1,60 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include <rdmx/core/assert.hpp>
+#include <rdmx/core/log.hpp>
+#include <rdmx/core/result.hpp>
+
+namespace rdmx {
+
+namespace detail {
+void assert_fail(const char* expr, const char* file, int line) noexcept {
+  std::fprintf(stderr, "rdmx: assertion failed: %s (%s:%d)\n", expr, file, line);
+  std::abort();
+}
+}  // namespace detail
+
+std::string_view errc_name(Errc e) noexcept {
+  switch (e) {
+    case Errc::kOk: return "ok";
+    case Errc::kInvalidArgument: return "invalid-argument";
+    case Errc::kOutOfRange: return "out-of-range";
+    case Errc::kTooManyPages: return "too-many-pages";
+    case Errc::kNotInArena: return "not-in-arena";
+    case Errc::kNoWindow: return "no-window";
+    case Errc::kNotMapped: return "not-mapped";
+    case Errc::kWrongCore: return "wrong-core";
+    case Errc::kNoRoom: return "no-room";
+    case Errc::kQpError: return "qp-error";
+    case Errc::kNoDevice: return "no-device";
+    case Errc::kDeviceError: return "device-error";
+    case Errc::kNoMemory: return "no-memory";
+    case Errc::kUnsupported: return "unsupported";
+    case Errc::kBusy: return "busy";
+    case Errc::kTimeout: return "timeout";
+    case Errc::kState: return "bad-state";
+  }
+  return "unknown";
+}
+
+Error make_error(Errc code, std::string message) { return Error{code, std::move(message)}; }
+
+namespace {
+LogLevel g_level = LogLevel::kInfo;
+}
+
+void set_log_level(LogLevel l) noexcept { g_level = l; }
+LogLevel log_level() noexcept { return g_level; }
+
+void log(LogLevel l, const char* fmt, ...) noexcept {
+  if (static_cast<int>(l) > static_cast<int>(g_level)) return;
+  static const char* const kNames[] = {"ERR", "WARN", "INFO", "DEBUG"};
+  std::fprintf(stderr, "rdmx %s: ", kNames[static_cast<int>(l)]);
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fputc('\n', stderr);
+}
+
+}  // namespace rdmx

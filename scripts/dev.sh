@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# rdmx developer entry point: installs what is missing, builds, and runs the main job or the
+# test suite. Works as root on a fresh Debian 12 machine with no hugepages and no RDMA device.
+#
+#   scripts/dev.sh run     build, then run rdmafwd on the emulated device for a bounded time
+#   scripts/dev.sh test    build, then run the whole test suite (exit non-zero on any failure)
+#
+# Environment: BUILD_DIR (default build), SANITIZE (none | address,undefined | thread),
+#              RDMX_NO_INSTALL=1 to skip apt-get, MESON_TEST_ARGS extra args for meson test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS="build-essential pkg-config meson ninja-build libdpdk-dev libibverbs-dev librdmacm-dev
+      libhwloc-dev libgtest-dev libgmock-dev clang libclang-rt-14-dev python3"
+
+install_deps() {
+  [ "${RDMX_NO_INSTALL:-0}" = 1 ] && return 0
+  local missing=""
+  for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  done
+  [ -z "$missing" ] && return 0
+  echo "rdmx: installing:$missing"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing
+}
+
+build() {
+  local dir="${BUILD_DIR:-build}" san="${SANITIZE:-none}"
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" -Dsanitize="$san"
+  else
+    meson configure "$dir" -Dsanitize="$san" >/dev/null
+  fi
+  ninja -C "$dir"
+}
+
+cmd="${1:-}"
+case "$cmd" in
+  run)
+    install_deps
+    build
+    dir="${BUILD_DIR:-build}"
+    if [ -x "$dir/apps/rdmafwd/rdmafwd" ]; then
+      exec "$dir/apps/rdmafwd/rdmafwd" -l 0-1 --no-huge -m 256 -- --device emu --fwd rpc \
+        --nb-cores 1 --pages-per-io 16 --duration 5
+    else
+      echo "rdmx: rdmafwd is not built yet; running the test suite's emulated-device tests instead"
+      meson test -C "$dir" --print-errorlogs
+    fi
+    ;;
+  test)
+    install_deps
+    build
+    dir="${BUILD_DIR:-build}"
+    rc=0
+    meson test -C "$dir" --print-errorlogs --num-processes 2 ${MESON_TEST_ARGS:-} || rc=$?
+    python3 scripts/test-summary.py "$dir/meson-logs/testlog.json"
+    exit $rc
+    ;;
+  *)
+    echo "usage: scripts/dev.sh run|test" >&2
+    exit 2
+    ;;
+esac
