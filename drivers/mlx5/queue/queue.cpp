@@ -78,7 +78,9 @@ void QueuePair::reset() noexcept {
 namespace rdmx::mlx5 {
 
 uint8_t mkc_access_bits(uint32_t access) noexcept {
-  uint8_t a = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;
+  // Local read is granted at mkey creation (lr=1) and is not in the map mask, so it is not
+  // written here: the same access byte rdma-core's mlx5dv_wr_mr_list writes.
+  uint8_t a = 0;
   if (access & kAccessLocalWrite) a |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE;
   if (access & kAccessRemoteWrite) a |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
   if (access & kAccessRemoteRead) a |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ;

@@ -26,7 +26,7 @@ enum Access : uint32_t {
   kAccessAll = 0xf,
 };
 
-// The mkc access byte for a set of Access bits (local read always on).
+// The mkc access byte (MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_*) for a set of Access bits.
 uint8_t mkc_access_bits(uint32_t access) noexcept;
 
 enum class QpState { kReset, kInit, kRtr, kRts, kError };
