@@ -1,0 +1,192 @@
+// The per-core hot-path object: one per poll core. Owns a QueuePair (its SQ, RQ and CQ), the
+// core's window cache and its stats. Nothing in it is touched by another core; windows reach
+// other cores only through the pool's depot, and only after all their UMRs completed.
+//
+// Hot path (map, unmap, post_*, flush, poll): noexcept, no allocation, no lock, no system call.
+// Nothing is sent to the device until flush() rings the doorbell (one per burst).
+//
+//   auto m = core.map(pages, kAccessLocalWrite | kAccessRemoteWrite, off, len);
+//   core.post_send(msg_with(m.rkey, m.iova, m.length), cookie);  // same SQ: ordered after the UMR
+//   core.flush();
+//   ... core.poll(32, [](const mlx5::Completion& c) { ... });
+//   core.unmap(m.window); core.flush();
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/mlx5/device.hpp>
+#include <rdmx/mlx5/qp.hpp>
+#include <rdmx/win/stats.hpp>
+#include <rdmx/win/window.hpp>
+#include <rdmx/win/window_cache.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+namespace rdmx::win {
+
+struct CoreConfig {
+  uint32_t cache_size = 64;      // nominal cache size; refill/flush bursts of half of it
+  uint32_t initial_windows = 0;  // taken from the depot at create (0 = cache_size / 2)
+  mlx5::QpConfig qp;             // the core's QP (and CQ) as created by the device
+  uint32_t signal_every = kDefaultSignalEvery;
+};
+
+// Cookies with this bit set are the window layer's own (map/unmap UMRs). Application cookies
+// must leave it clear (kInvalidArgument otherwise).
+inline constexpr uint64_t kInternalCookie = 1ull << 63;
+
+class PollCore {
+ public:
+  // Setup path: registers with the pool, creates the QP through the pool's device (reset state;
+  // connect it with Device::connect / emu::connect_qps using qp_handle()) and fills the cache.
+  static Result<std::unique_ptr<PollCore>> create(WindowPool& pool, const CoreConfig& cfg);
+  // Quiesces (invalidates windows still mapped, waits for this core's UMRs to complete), returns
+  // every window to the depot and destroys the QP.
+  ~PollCore();
+  PollCore(const PollCore&) = delete;
+  PollCore& operator=(const PollCore&) = delete;
+
+  uint16_t id() const noexcept { return id_; }
+  mlx5::QpHandle qp_handle() const noexcept { return qp_.qpn(); }
+  mlx5::QueuePair& qp() noexcept { return qp_; }
+  const WindowCache& cache() const noexcept { return cache_; }
+  const CoreStats& stats() const noexcept { return stats_; }
+  uint32_t umrs_in_flight() const noexcept { return umrs_in_flight_; }
+  WindowPool& pool() noexcept { return pool_; }
+  // The Errc of the last rejected call (map_burst/unmap_burst stop at it).
+  Errc last_error() const noexcept { return last_errc_; }
+
+  // ---- Windows (hot path) ----------------------------------------------------------------
+  // Maps `pages` (chunk pages of the pool's arena) into a free window of this core: writes one
+  // UMR WQE (inline list up to the inline limit, else pointer mode) with key = previous + 1.
+  // The mapping is usable by WQEs posted after it on this SQ at once (the SQ writer puts
+  // INITIATOR_SMALL_FENCE on the next WQE) and by the peer once the UMR executed — send the rkey
+  // on this QP after the map, or wait for a completion. Bytes 0..length-1 of the window are
+  // `length` bytes starting `first_byte_offset` into pages[0].
+  // Errors (nothing posted): kInvalidArgument (no pages, length 0, unknown access bits, remote
+  // write/atomic without local write), kTooManyPages (> max_pages), kOutOfRange (offset not in
+  // the first page, or length not ending in the last page), kNotInArena (a page outside the
+  // arena's data part or not page aligned), kQpError (QP in error: recover() first), kNoRoom
+  // (SQ full: poll, then retry), kNoWindow (no free window in cache or depot), kBusy (pointer
+  // mode: every free window's KLM array is still being read by the device: poll, then retry).
+  MapResult map(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
+                uint64_t length) noexcept;
+  // Best effort: maps requests in order until one fails (its Errc in last_error()); returns how
+  // many were mapped (out[i] for i < count).
+  size_t map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept;
+
+  // Unmaps a window mapped by this core: writes one invalidate UMR (fenced after READs/WRITEs
+  // that used the window as their local key) and puts the window back on this core's cache at
+  // once. Errors (nothing posted): kInvalidArgument (not a window of the pool), kWrongCore
+  // (mapped by another core), kNotMapped (not mapped: never mapped, already unmapped, or freed
+  // by the peer's SEND_WITH_INV), kQpError, kNoRoom.
+  Errc unmap(Window* w) noexcept;
+  // Best effort: unmaps in order until one fails; returns how many were unmapped.
+  size_t unmap_burst(std::span<Window* const> ws) noexcept;
+
+  // ---- Data WQEs (hot path). Local SGEs use the arena's lkey or a window's lkey. -----------
+  // Errors: kInvalidArgument (cookie with kInternalCookie set, too many SGEs), kQpError, kNoRoom.
+  Errc post_write(std::span<const mlx5::prm::Sge> local, uint64_t raddr, uint32_t rkey,
+                  uint64_t cookie, bool signal = false) noexcept;
+  Errc post_read(std::span<const mlx5::prm::Sge> local, uint64_t raddr, uint32_t rkey,
+                 uint64_t cookie, bool signal = false) noexcept;
+  Errc post_send(std::span<const mlx5::prm::Sge> local, uint64_t cookie,
+                 bool signal = false) noexcept;
+  // SEND_WITH_INV: the peer's NIC frees the peer window `invalidate_rkey` on receipt.
+  Errc post_send_inv(std::span<const mlx5::prm::Sge> local, uint32_t invalidate_rkey,
+                     uint64_t cookie, bool signal = false) noexcept;
+  Errc post_recv(std::span<const mlx5::prm::Sge> local, uint64_t cookie) noexcept;
+  // Rings the send (and receive) doorbell once for everything posted since the last flush.
+  void flush() noexcept;
+
+  // Reads up to max_cqes CQEs. Window-internal completions (map/unmap UMRs) are consumed here:
+  // an unmap that completed lets the window leave the core; a receive that carried a
+  // SEND_WITH_INV of one of this core's mapped windows frees it (a later unmap() of it is
+  // refused). Every application completion is handed to on(const mlx5::Completion&), receives
+  // with an invalidation included. Returns the number of CQEs read.
+  template <class F>
+  uint32_t poll(uint32_t max_cqes, F&& on) noexcept {
+    const uint32_t n = qp_.poll(max_cqes, [&](const mlx5::Completion& c) {
+      if (!c.recv && (c.cookie & kInternalCookie)) {
+        on_internal(c);
+        return;
+      }
+      if (!c.ok()) [[unlikely]]
+        on_app_error(c);
+      else if (c.recv && c.cqe_opcode == MLX5_CQE_RESP_SEND_INV)
+        on_remote_invalidate(c.imm);
+      on(c);
+    });
+    if (cache_.over()) flush_to_depot();
+    return n;
+  }
+
+  // Tells this core that the peer invalidated `rkey` (a SEND_WITH_INV that arrived on another
+  // core's QP). Returns kOk when the window was mapped here under that key and is now free,
+  // kNotMapped when the key is stale, kWrongCore when the window is another core's.
+  Errc remote_invalidated(uint32_t rkey) noexcept;
+
+  // ---- Recovery (setup path) -----------------------------------------------------------------
+  // After the QP reported an error: the application polls until it has what it wants, moves the
+  // device QP back to RTS (Device::connect or modify_qp), then calls recover(). Any CQE still in
+  // the CQ is consumed (application completions in it are dropped), the QueuePair is reset, and
+  // every window of this core — mapped ones included; their mappings are gone — is invalidated
+  // with a fresh UMR and returned to the cache. On return all of them are free (kCache).
+  Status recover();
+
+  // Polls only window-internal work until this core has no UMR in flight or `max_spins` polls
+  // passed (setup path: tests, shutdown, moving windows). Application completions read meanwhile
+  // are dropped: drain them with poll() first. Returns true when quiescent.
+  bool quiesce(uint64_t max_spins = 10'000'000);
+
+ private:
+  PollCore(WindowPool& pool, const CoreConfig& cfg);
+
+  static uint64_t cookie_of(uint8_t op, const Window* w) noexcept {
+    return kInternalCookie | (uint64_t{op} << 56) | w->id_;
+  }
+  static constexpr uint8_t kOpMap = 1;
+  static constexpr uint8_t kOpUnmap = 2;
+
+  Errc validate(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
+                uint64_t length) const noexcept;
+  Window* get_window(bool pointer, Errc& why) noexcept;
+  Errc post_umr_invalidate(Window* w, uint8_t fence) noexcept;
+  Errc post_data(uint8_t opcode, std::span<const mlx5::prm::Sge> local, uint64_t raddr,
+                 uint32_t rkey, Be32 imm, uint64_t cookie, bool signal) noexcept;
+  void note_local_use(std::span<const mlx5::prm::Sge> local, uint8_t use) noexcept;
+  void on_internal(const mlx5::Completion& c) noexcept;
+  [[gnu::cold]] void on_app_error(const mlx5::Completion& c) noexcept;
+  void on_remote_invalidate(uint32_t rkey) noexcept;
+  void umr_done(Window* w) noexcept;
+  void flush_to_depot() noexcept;
+  uint32_t refill_from_depot() noexcept;
+  [[gnu::cold]] Errc reject(Errc e) noexcept {
+    ++stats_.errors[static_cast<uint32_t>(e)];
+    last_errc_ = e;
+    return e;
+  }
+
+  WindowPool& pool_;
+  mem::Arena& arena_;
+  CoreConfig cfg_;
+  uint16_t id_ = kNoCore;
+  bool attached_ = false;
+  bool qp_created_ = false;
+  uint32_t parent_lkey_ = 0;
+  uint32_t max_pages_ = 0;
+  uint32_t inline_limit_ = 0;
+  uint8_t umr_fence_ = 0;
+  bool rq_posted_ = false;
+  uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
+  Errc last_errc_ = Errc::kOk;
+  mlx5::QueuePair qp_;
+  WindowCache cache_;
+  std::unique_ptr<Window*[]> scratch_;  // depot bursts
+  CoreStats stats_;
+};
+
+}  // namespace rdmx::win

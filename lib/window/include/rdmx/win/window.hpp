@@ -1,0 +1,93 @@
+// A window: one indirect (KLM) mkey created at setup, pointed at a list of chunk pages by a map
+// (one UMR WQE) and freed by an unmap (one invalidate UMR WQE). See doc/guides/windows.md.
+//
+// rkey = lkey = (mkey index << 8) | key. Every map writes key + 1 (8 bits), so a peer holding the
+// rkey of an earlier mapping is refused by the NIC. IOVA: zero-based — the mkey's start address
+// is 0 from creation and no UMR writes it, so a peer addresses bytes 0 .. length-1 of a mapping
+// (the first byte is `first_byte_offset` into the first page).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include <rdmx/core/config.hpp>
+#include <rdmx/core/result.hpp>
+
+namespace rdmx::win {
+
+class PollCore;
+class WindowPool;
+class WindowCache;
+
+// Where a window is. Exactly one at any time (WindowPool::check_windows proves it):
+//   kCache     free, in its owner core's cache; every UMR on it has completed
+//   kUnmapping in its owner core's cache, reusable by that core (same-SQ ordering), but its
+//              invalidate UMR has not completed yet: it may not leave the core
+//   kDepot     in the shared depot, owned by no core; device state free
+//   kMapped    handed to the application by map(); owned by the core that mapped it
+enum class WindowState : uint8_t { kCache, kUnmapping, kDepot, kMapped };
+const char* window_state_name(WindowState s) noexcept;
+
+inline constexpr uint16_t kNoCore = 0xffff;
+
+class alignas(kCacheLine) Window {
+ public:
+  // Valid while the window is mapped (the values of the current mapping).
+  uint32_t rkey() const noexcept { return mkey_base_ | key_; }
+  uint32_t lkey() const noexcept { return mkey_base_ | key_; }
+  uint64_t iova() const noexcept { return 0; }  // zero-based
+  uint64_t length() const noexcept { return length_; }
+  uint32_t n_pages() const noexcept { return n_pages_; }
+  uint8_t key() const noexcept { return key_; }
+  uint32_t mkey_index() const noexcept { return mkey_base_ >> 8; }
+
+  WindowState state() const noexcept { return state_; }
+  uint16_t owner() const noexcept { return owner_; }
+  uint32_t id() const noexcept { return id_; }
+  uint16_t outstanding_umrs() const noexcept { return outstanding_; }
+  bool dirty() const noexcept { return dirty_; }
+
+ private:
+  friend class PollCore;
+  friend class WindowPool;
+  friend class WindowCache;
+
+  // Local uses since the map that decide the unmap's fence (doc/guides/windows.md, "Fences").
+  static constexpr uint8_t kUsedByRead = 1;    // lkey of an RDMA READ / atomic scatter list
+  static constexpr uint8_t kUsedByGather = 2;  // lkey of a WRITE / SEND gather list
+
+  uint32_t mkey_base_ = 0;  // index << 8
+  uint8_t key_ = 0;         // current 8-bit key (the one written by the last map)
+  WindowState state_ = WindowState::kDepot;
+  uint8_t local_use_ = 0;
+  bool klm_busy_ = false;  // a pointer-mode map of this window has not completed: its KLM
+                           // array may still be read by the device
+  bool dirty_ = false;     // a UMR on it was flushed/failed: device state unknown until recover()
+  uint16_t owner_ = kNoCore;
+  uint16_t outstanding_ = 0;  // UMR WQEs posted on it that have not completed
+  uint32_t id_ = 0;           // index in the pool
+  uint32_t n_pages_ = 0;
+  uint64_t length_ = 0;
+  uint64_t klm_addr_ = 0;  // pointer-mode KLM array in the arena (0 when the pool needs none)
+};
+
+// One map request (map_burst).
+struct MapRequest {
+  std::span<const uint64_t> pages;  // chunk page addresses, page aligned, in the arena
+  uint32_t access = 0;              // mlx5::Access bits
+  uint32_t first_byte_offset = 0;   // offset of the first mapped byte in pages[0]
+  uint64_t length = 0;              // bytes mapped; must end inside the last page
+};
+
+// What map() returns: the window and what to hand the peer (rkey, iova, length), or an Errc.
+struct MapResult {
+  Window* window = nullptr;
+  uint32_t rkey = 0;
+  uint32_t lkey = 0;
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  Errc errc = Errc::kOk;
+  bool ok() const noexcept { return errc == Errc::kOk; }
+};
+
+}  // namespace rdmx::win

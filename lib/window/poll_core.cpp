@@ -1,0 +1,164 @@
+// PollCore setup, shutdown and QP-error recovery (cold paths). The hot path is in
+// poll_core_datapath.cpp.
+#include <algorithm>
+#include <string>
+
+#include <rdmx/core/log.hpp>
+#include <rdmx/mlx5/prm/defs.hpp>
+#include <rdmx/win/poll_core.hpp>
+
+namespace rdmx::win {
+
+PollCore::PollCore(WindowPool& pool, const CoreConfig& cfg)
+    : pool_(pool), arena_(pool.arena()), cfg_(cfg) {}
+
+Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreConfig& cfg) {
+  if (cfg.cache_size < 2)
+    return make_error(Errc::kInvalidArgument, "poll core: cache_size must be >= 2");
+  if (cfg.signal_every == 0)
+    return make_error(Errc::kInvalidArgument, "poll core: signal_every must be >= 1");
+  std::unique_ptr<PollCore> c(new PollCore(pool, cfg));
+  auto id = pool.attach_core(c.get());
+  if (!id) return std::move(id).error();
+  c->id_ = id.value();
+  c->attached_ = true;
+
+  mlx5::Device& dev = pool.device();
+  auto desc = dev.create_qp(cfg.qp);
+  if (!desc) return make_error(desc.error().code, "poll core: create_qp: " + desc.error().message);
+  c->qp_created_ = true;
+  const mlx5::QpDesc& d = desc.value();
+  // Every WQE takes >= 1 WQEBB, so at most sq.wqe_cnt send CQEs plus one per receive can be
+  // outstanding: the CQ must hold them all (never overflows).
+  if (d.cq.cqe_cnt < d.sq.wqe_cnt + d.rq.wqe_cnt) {
+    c->qp_.init(d, cfg.signal_every);  // so the destructor can destroy it
+    return make_error(Errc::kInvalidArgument, "poll core: CQ of " + std::to_string(d.cq.cqe_cnt) +
+                                                  " CQEs cannot hold the completions of SQ " +
+                                                  std::to_string(d.sq.wqe_cnt) + " + RQ " +
+                                                  std::to_string(d.rq.wqe_cnt));
+  }
+  const uint32_t largest = pool.max_pages() > pool.inline_klm_limit()
+                               ? mlx5::prm::kUmrPointerDs
+                               : mlx5::prm::umr_inline_ds(pool.max_pages());
+  if (mlx5::prm::ds_to_wqebbs(largest) > d.sq.wqe_cnt)
+    return make_error(Errc::kInvalidArgument, "poll core: SQ too small for one map WQE");
+  c->qp_.init(d, cfg.signal_every);
+  c->parent_lkey_ = pool.arena().lkey();
+  c->max_pages_ = pool.max_pages();
+  c->inline_limit_ = pool.inline_klm_limit();
+  c->umr_fence_ = dev.caps().umr_fence & mlx5::prm::kFenceMask;
+  c->cache_.init(cfg.cache_size, pool.n_windows());
+  c->scratch_ = std::make_unique<Window*[]>(std::max(cfg.cache_size, 1u));
+
+  const uint32_t want = cfg.initial_windows ? cfg.initial_windows : cfg.cache_size / 2;
+  while (c->cache_.len() < want) {
+    const uint32_t n =
+        pool.depot_get(c->scratch_.get(), std::min(c->cache_.batch(), want - c->cache_.len()));
+    if (!n) break;
+    for (uint32_t i = 0; i < n; ++i) {
+      Window* w = c->scratch_[i];
+      w->owner_ = c->id_;
+      w->state_ = WindowState::kCache;
+      c->cache_.push(w);
+    }
+  }
+  return c;
+}
+
+void WindowCache::init(uint32_t nominal_size, uint32_t capacity) {
+  size_ = nominal_size;
+  batch_ = std::max(nominal_size / 2, 1u);
+  cap_ = std::max(capacity, nominal_size) + 1;
+  slots_ = std::make_unique<Window*[]>(cap_);
+  len_ = 0;
+}
+
+bool PollCore::quiesce(uint64_t max_spins) {
+  flush();
+  for (uint64_t spin = 0; umrs_in_flight_ != 0 && spin < max_spins; ++spin) {
+    if (qp_.in_error()) {
+      // Flushed CQEs still arrive; keep reading them.
+    }
+    poll(64, [](const mlx5::Completion&) {});
+  }
+  return umrs_in_flight_ == 0;
+}
+
+Status PollCore::recover() {
+  // 1. Drain what is left in the CQ (flush errors). UMR completions settle windows; anything
+  //    else is dropped.
+  while (poll(qp_.cq().cqe_cnt(), [](const mlx5::Completion&) {}) != 0) {
+  }
+  // 2. The device QP is back in RTS with its counters at 0: start the rings over.
+  qp_.reset();
+  umrs_in_flight_ = 0;
+  rq_posted_ = false;
+  // 3. Every window of this core whose device state is not known to be free gets a fresh
+  //    invalidate; mapped windows come back to the cache (their mappings are gone).
+  const uint32_t n = pool_.n_windows();
+  uint32_t posted = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    Window* w = &pool_.window(i);
+    if (w->owner_ != id_) continue;
+    const bool was_mapped = w->state_ == WindowState::kMapped;
+    const bool unknown = was_mapped || w->dirty_ || w->outstanding_ != 0 ||
+                         w->state_ == WindowState::kUnmapping || w->klm_busy_;
+    w->outstanding_ = 0;
+    w->klm_busy_ = false;
+    w->dirty_ = false;
+    w->local_use_ = 0;
+    w->state_ = WindowState::kCache;
+    if (was_mapped) cache_.push(w);
+    if (!unknown) continue;
+    while (post_umr_invalidate(w, 0) == Errc::kNoRoom) {
+      flush();
+      poll(64, [](const mlx5::Completion&) {});
+      if (qp_.in_error()) return make_error(Errc::kQpError, "recover: QP failed again");
+    }
+    w->state_ = WindowState::kUnmapping;
+    ++posted;
+  }
+  if (!quiesce()) return make_error(Errc::kTimeout, "recover: invalidates did not complete");
+  if (qp_.in_error()) return make_error(Errc::kQpError, "recover: QP failed again");
+  ++stats_.recoveries;
+  RDMX_LOG_DEBUG("poll core %u: recovered, %u windows re-invalidated", id_, posted);
+  return Status{};
+}
+
+PollCore::~PollCore() {
+  if (qp_created_ && attached_) {
+    // Unmap what the application left mapped, then wait for every UMR of this core.
+    if (!qp_.in_error()) {
+      for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
+        Window* w = &pool_.window(i);
+        if (w->owner_ == id_ && w->state_ == WindowState::kMapped) {
+          while (unmap(w) == Errc::kNoRoom) {
+            flush();
+            poll(64, [](const mlx5::Completion&) {});
+          }
+        }
+      }
+      if (!quiesce()) RDMX_LOG_WARN("poll core %u: UMRs still in flight at shutdown", id_);
+    }
+    // Everything of this core goes to the depot.
+    for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
+      Window* w = &pool_.window(i);
+      if (w->owner_ != id_) continue;
+      if (w->outstanding_ || w->dirty_)
+        RDMX_LOG_WARN("poll core %u: window %u returned with unknown device state", id_, i);
+      w->outstanding_ = 0;
+      w->klm_busy_ = false;
+      w->dirty_ = false;
+      w->state_ = WindowState::kDepot;
+      w->owner_ = kNoCore;
+      pool_.depot_put(&w, 1);
+    }
+  }
+  if (qp_created_) {
+    Status s = pool_.device().destroy_qp(qp_.qpn());
+    if (!s) RDMX_LOG_WARN("poll core: destroy_qp: %s", s.error().message.c_str());
+  }
+  if (attached_) pool_.detach_core(id_);
+}
+
+}  // namespace rdmx::win

@@ -1,0 +1,350 @@
+// PollCore hot path: map/unmap UMRs, data WQEs, completions of the window layer's own WQEs.
+// Setup and recovery are in poll_core.cpp.
+#include <rdmx/mlx5/prm/wqe.hpp>
+#include <rdmx/win/poll_core.hpp>
+
+namespace rdmx::win {
+
+namespace prm = mlx5::prm;
+
+namespace {
+constexpr uint32_t kMaxSges = 16;  // data WQE gather/scatter entries
+constexpr uint32_t kKnownAccess = mlx5::kAccessAll;
+constexpr uint32_t kNeedsLocalWrite = mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic;
+}  // namespace
+
+Errc PollCore::validate(std::span<const uint64_t> pages, uint32_t access,
+                        uint32_t first_byte_offset, uint64_t length) const noexcept {
+  const uint64_t n = pages.size();
+  if (n == 0) return Errc::kInvalidArgument;
+  if (n > max_pages_) return Errc::kTooManyPages;
+  if (access & ~kKnownAccess) return Errc::kInvalidArgument;
+  // Verbs rule (ibv_reg_mr): remote write and atomic need local write.
+  if ((access & kNeedsLocalWrite) && !(access & mlx5::kAccessLocalWrite))
+    return Errc::kInvalidArgument;
+  if (length == 0) return Errc::kInvalidArgument;
+  const uint64_t ps = arena_.page_size();
+  if (first_byte_offset >= ps) return Errc::kOutOfRange;
+  // The mapped bytes must lie in the pages and reach into the last one (every page is used).
+  if (length > n * ps - first_byte_offset) return Errc::kOutOfRange;
+  if (first_byte_offset + length <= (n - 1) * ps) return Errc::kOutOfRange;
+  for (uint64_t p : pages)
+    if (!arena_.is_page(p)) return Errc::kNotInArena;
+  return Errc::kOk;
+}
+
+uint32_t PollCore::refill_from_depot() noexcept {
+  const uint32_t n = pool_.depot_get(scratch_.get(), cache_.batch());
+  for (uint32_t i = 0; i < n; ++i) {
+    Window* w = scratch_[i];
+    RDMX_DEBUG_ASSERT(w->state_ == WindowState::kDepot && w->outstanding_ == 0);
+    w->owner_ = id_;
+    w->state_ = WindowState::kCache;
+    cache_.push(w);
+  }
+  if (n) {
+    ++stats_.depot_refills;
+    stats_.windows_from_depot += n;
+  }
+  return n;
+}
+
+void PollCore::flush_to_depot() noexcept {
+  // Down to the nominal size, in bursts of half of it. Only windows with every UMR completed
+  // may leave the core (another core's QP is not ordered after this SQ); the oldest are the
+  // likeliest to be done.
+  while (cache_.over()) {
+    const uint32_t n = cache_.take_oldest(scratch_.get(), cache_.batch(), [](const Window* w) {
+      return w->state_ == WindowState::kCache && w->outstanding_ == 0 && !w->klm_busy_ &&
+             !w->dirty_;
+    });
+    if (!n) return;
+    for (uint32_t i = 0; i < n; ++i) {
+      scratch_[i]->state_ = WindowState::kDepot;
+      scratch_[i]->owner_ = kNoCore;
+    }
+    pool_.depot_put(scratch_.get(), n);  // release: the fields above are visible to the taker
+    ++stats_.depot_flushes;
+    stats_.windows_to_depot += n;
+  }
+}
+
+Window* PollCore::get_window(bool pointer, Errc& why) noexcept {
+  if (cache_.len() == 0) {
+    ++stats_.cache_misses;
+    if (refill_from_depot() == 0) {
+      why = Errc::kNoWindow;
+      ++stats_.exhausted;
+      return nullptr;
+    }
+  } else {
+    ++stats_.cache_hits;
+  }
+  if (pointer && cache_.at(cache_.len() - 1)->klm_busy_) {
+    // The KLM array of the top window may still be read by the device (its pointer-mode map
+    // has not completed): take another one.
+    if (!cache_.raise_first([](const Window* w) { return !w->klm_busy_; }) &&
+        refill_from_depot() == 0) {
+      why = Errc::kBusy;
+      ++stats_.klm_waits;
+      return nullptr;
+    }
+  }
+  return cache_.pop();
+}
+
+MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
+                        uint32_t first_byte_offset, uint64_t length) noexcept {
+  MapResult r;
+  if (qp_.in_error()) [[unlikely]] {
+    r.errc = reject(Errc::kQpError);
+    return r;
+  }
+  if (Errc e = validate(pages, access, first_byte_offset, length); e != Errc::kOk) [[unlikely]] {
+    r.errc = reject(e);
+    return r;
+  }
+  const uint32_t n = static_cast<uint32_t>(pages.size());
+  const bool pointer = n > inline_limit_;
+  const uint32_t ds = pointer ? prm::kUmrPointerDs : prm::umr_inline_ds(n);
+  mlx5::SqWriter& sq = qp_.sq();
+  if (!sq.has_room(ds)) [[unlikely]] {
+    r.errc = reject(Errc::kNoRoom);
+    return r;
+  }
+  Errc why = Errc::kOk;
+  Window* w = get_window(pointer, why);
+  if (!w) [[unlikely]] {
+    r.errc = reject(why);
+    return r;
+  }
+
+  const uint8_t key = static_cast<uint8_t>(w->key_ + 1);  // never the key just retired
+  prm::UmrMap m;
+  m.qpn = sq.qpn();
+  m.wqe_index = sq.wqe_index();
+  m.fm_ce_se = sq.next_fm_ce_se(false, umr_fence_);
+  m.mkey = w->mkey_base_ | key;
+  m.access = mlx5::mkc_access_bits(access);
+  m.start_addr = 0;  // zero-based IOVA: START_ADDR is not in the mask
+  m.parent_lkey = parent_lkey_;
+  m.page_size = arena_.page_size();
+  m.first_offset = first_byte_offset;
+  m.length = length;
+  m.pages = pages;
+  // The window must be free on the device (it is, by the state machine): the NIC checks it.
+  m.check = prm::kUmrFlagFailIfNotFree;
+  prm::RingCursor cur = sq.cursor();
+  if (pointer) {
+    prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(w->klm_addr_), m);
+    prm::build_umr_map_pointer(cur, m, w->klm_addr_, parent_lkey_);
+    w->klm_busy_ = true;
+    ++stats_.pointer_maps;
+  } else {
+    prm::build_umr_map_inline(cur, m);
+    ++stats_.inline_maps;
+  }
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  ++umrs_in_flight_;
+
+  w->key_ = key;
+  w->state_ = WindowState::kMapped;
+  w->local_use_ = 0;
+  w->n_pages_ = n;
+  w->length_ = length;
+  ++w->outstanding_;
+  ++stats_.maps;
+  stats_.pages_mapped += n;
+
+  r.window = w;
+  r.rkey = r.lkey = w->rkey();
+  r.iova = 0;
+  r.length = length;
+  return r;
+}
+
+size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept {
+  const size_t n = reqs.size() < out.size() ? reqs.size() : out.size();
+  size_t i = 0;
+  for (; i < n; ++i) {
+    const MapRequest& q = reqs[i];
+    MapResult r = map(q.pages, q.access, q.first_byte_offset, q.length);
+    if (!r.ok()) break;
+    out[i] = r.window;
+  }
+  return i;
+}
+
+Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {
+  mlx5::SqWriter& sq = qp_.sq();
+  if (!sq.has_room(prm::kUmrHeaderDs)) return Errc::kNoRoom;
+  prm::RingCursor cur = sq.cursor();
+  // No free-state check: a peer's SEND_WITH_INV may have freed it already (that race is legal).
+  prm::build_umr_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
+                            w->rkey(), 0);
+  sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
+  ++umrs_in_flight_;
+  ++w->outstanding_;
+  return Errc::kOk;
+}
+
+Errc PollCore::unmap(Window* w) noexcept {
+  if (!pool_.owns(w)) [[unlikely]]
+    return reject(Errc::kInvalidArgument);
+  if (w->state_ != WindowState::kMapped) [[unlikely]]
+    return reject(Errc::kNotMapped);
+  if (w->owner_ != id_) [[unlikely]]
+    return reject(Errc::kWrongCore);
+  if (qp_.in_error()) [[unlikely]]
+    return reject(Errc::kQpError);
+  // Fence (doc/guides/windows.md): the invalidate must not run while a READ (or atomic) that
+  // scatters into the window is still waiting for its response data — SMALL_AND_FENCE (0x80,
+  // IBV_SEND_FENCE) waits for prior READ/atomic WQEs; a WRITE/SEND that gathers from the
+  // window may re-read it on retransmission, so it gets STRONG_ORDERING (all prior WQEs done).
+  uint8_t fence = umr_fence_;
+  if (w->local_use_ & Window::kUsedByGather)
+    fence = prm::kFenceStrongOrdering;
+  else if (w->local_use_ & Window::kUsedByRead)
+    fence = prm::kFenceSmallAndFence;
+  if (Errc e = post_umr_invalidate(w, fence); e != Errc::kOk) [[unlikely]]
+    return reject(e);
+  w->state_ = WindowState::kUnmapping;
+  w->local_use_ = 0;
+  ++stats_.unmaps;
+  // Same-SQ ordering: a later map of this window on this core runs after the invalidate.
+  cache_.push(w);
+  if (cache_.over()) flush_to_depot();
+  return Errc::kOk;
+}
+
+size_t PollCore::unmap_burst(std::span<Window* const> ws) noexcept {
+  size_t i = 0;
+  for (; i < ws.size(); ++i)
+    if (unmap(ws[i]) != Errc::kOk) break;
+  return i;
+}
+
+void PollCore::note_local_use(std::span<const prm::Sge> local, uint8_t use) noexcept {
+  for (const prm::Sge& s : local) {
+    if (s.lkey == parent_lkey_) continue;
+    Window* w = pool_.find(s.lkey);
+    if (w && w->owner_ == id_ && w->state_ == WindowState::kMapped && w->lkey() == s.lkey)
+      w->local_use_ |= use;
+  }
+}
+
+Errc PollCore::post_data(uint8_t opcode, std::span<const prm::Sge> local, uint64_t raddr,
+                         uint32_t rkey, Be32 imm, uint64_t cookie, bool signal) noexcept {
+  if ((cookie & kInternalCookie) || local.size() > kMaxSges) [[unlikely]]
+    return reject(Errc::kInvalidArgument);
+  if (qp_.in_error()) [[unlikely]]
+    return reject(Errc::kQpError);
+  const bool rdma = opcode == MLX5_OPCODE_RDMA_WRITE || opcode == MLX5_OPCODE_RDMA_READ;
+  const uint32_t ds = (rdma ? 2u : 1u) + static_cast<uint32_t>(local.size());
+  mlx5::SqWriter& sq = qp_.sq();
+  if (!sq.has_room(ds)) [[unlikely]]
+    return reject(Errc::kNoRoom);
+  prm::RingCursor cur = sq.cursor();
+  const uint8_t f = sq.next_fm_ce_se(signal);
+  if (rdma)
+    prm::build_rdma(cur, opcode, sq.qpn(), sq.wqe_index(), f, raddr, rkey, local, imm);
+  else
+    prm::build_send(cur, opcode, sq.qpn(), sq.wqe_index(), f, local, imm);
+  sq.commit(ds, opcode, cookie);
+  note_local_use(local,
+                 opcode == MLX5_OPCODE_RDMA_READ ? Window::kUsedByRead : Window::kUsedByGather);
+  return Errc::kOk;
+}
+
+Errc PollCore::post_write(std::span<const prm::Sge> local, uint64_t raddr, uint32_t rkey,
+                          uint64_t cookie, bool signal) noexcept {
+  return post_data(MLX5_OPCODE_RDMA_WRITE, local, raddr, rkey, Be32{}, cookie, signal);
+}
+
+Errc PollCore::post_read(std::span<const prm::Sge> local, uint64_t raddr, uint32_t rkey,
+                         uint64_t cookie, bool signal) noexcept {
+  return post_data(MLX5_OPCODE_RDMA_READ, local, raddr, rkey, Be32{}, cookie, signal);
+}
+
+Errc PollCore::post_send(std::span<const prm::Sge> local, uint64_t cookie, bool signal) noexcept {
+  return post_data(MLX5_OPCODE_SEND, local, 0, 0, Be32{}, cookie, signal);
+}
+
+Errc PollCore::post_send_inv(std::span<const prm::Sge> local, uint32_t invalidate_rkey,
+                             uint64_t cookie, bool signal) noexcept {
+  return post_data(MLX5_OPCODE_SEND_INVAL, local, 0, 0, Be32::from_host(invalidate_rkey), cookie,
+                   signal);
+}
+
+Errc PollCore::post_recv(std::span<const prm::Sge> local, uint64_t cookie) noexcept {
+  if (local.size() > kMaxSges) [[unlikely]]
+    return reject(Errc::kInvalidArgument);
+  if (qp_.in_error()) [[unlikely]]
+    return reject(Errc::kQpError);
+  if (!qp_.rq().post(local, cookie)) [[unlikely]]
+    return reject(Errc::kNoRoom);
+  rq_posted_ = true;
+  return Errc::kOk;
+}
+
+void PollCore::flush() noexcept {
+  if (rq_posted_) {
+    qp_.rq().ring_doorbell();
+    rq_posted_ = false;
+  }
+  qp_.sq().ring_doorbell();
+}
+
+void PollCore::on_internal(const mlx5::Completion& c) noexcept {
+  const uint32_t wid = static_cast<uint32_t>(c.cookie);
+  const uint8_t op = static_cast<uint8_t>((c.cookie >> 56) & 0x7f);
+  RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
+  Window* w = &pool_.window(wid);
+  RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_ > 0);
+  ++stats_.umr_completions;
+  if (!c.ok()) [[unlikely]] {
+    // A failed or flushed UMR: whether it took effect is unknown until recover().
+    ++stats_.umr_errors;
+    ++stats_.wqe_errors;
+    ++stats_.syndromes[c.status];
+    w->dirty_ = true;
+  }
+  if (op == kOpMap) w->klm_busy_ = false;
+  --umrs_in_flight_;
+  if (--w->outstanding_ == 0 && w->state_ == WindowState::kUnmapping && !w->dirty_)
+    w->state_ = WindowState::kCache;
+}
+
+void PollCore::on_app_error(const mlx5::Completion& c) noexcept {
+  ++stats_.wqe_errors;
+  ++stats_.syndromes[c.status];
+}
+
+Errc PollCore::remote_invalidated(uint32_t rkey) noexcept {
+  Window* w = pool_.find(rkey);
+  if (!w) {
+    ++stats_.stale_invalidations;
+    return Errc::kNotMapped;
+  }
+  if (w->owner_ != id_) {
+    ++stats_.foreign_invalidations;
+    return w->state_ == WindowState::kMapped ? Errc::kWrongCore : Errc::kNotMapped;
+  }
+  if (w->state_ != WindowState::kMapped || w->rkey() != rkey) {
+    // Already unmapped here (our invalidate and the peer's crossed), or an older key.
+    ++stats_.stale_invalidations;
+    return Errc::kNotMapped;
+  }
+  // The peer's NIC freed the mkey: no UMR is needed and none may be counted as pending for it.
+  w->state_ = w->outstanding_ ? WindowState::kUnmapping : WindowState::kCache;
+  w->local_use_ = 0;
+  ++stats_.remote_invalidations;
+  cache_.push(w);
+  return Errc::kOk;
+}
+
+void PollCore::on_remote_invalidate(uint32_t rkey) noexcept {
+  (void)remote_invalidated(rkey);
+}
+
+}  // namespace rdmx::win

@@ -1,0 +1,267 @@
+#include <cstdlib>
+#include <string>
+
+#include <rdmx/core/log.hpp>
+#include <rdmx/mlx5/prm/defs.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+#include "dpdk_ring.hpp"
+
+namespace rdmx::win {
+
+const char* window_state_name(WindowState s) noexcept {
+  switch (s) {
+    case WindowState::kCache:
+      return "cache";
+    case WindowState::kUnmapping:
+      return "unmapping";
+    case WindowState::kDepot:
+      return "depot";
+    case WindowState::kMapped:
+      return "mapped";
+  }
+  return "unknown";
+}
+
+namespace {
+uint32_t pow2_at_least(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+uint32_t hash_index(uint32_t idx) {
+  return idx * 0x9e3779b1u;
+}
+rte_ring* ring(void* p) {
+  return static_cast<rte_ring*>(p);
+}
+}  // namespace
+
+Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::Arena& arena,
+                                                       const PoolConfig& cfg) {
+  const mlx5::DeviceCaps& caps = dev.caps();
+  if (cfg.n_windows == 0 || cfg.n_windows > (1u << 24))
+    return make_error(Errc::kInvalidArgument, "window pool: n_windows must be 1..2^24");
+  if (cfg.max_pages == 0) return make_error(Errc::kInvalidArgument, "window pool: max_pages 0");
+  if (caps.max_klm_list && cfg.max_pages > caps.max_klm_list)
+    return make_error(Errc::kUnsupported, "window pool: max_pages " +
+                                              std::to_string(cfg.max_pages) +
+                                              " exceeds the device's max_klm_list " +
+                                              std::to_string(caps.max_klm_list));
+  if (cfg.max_cores == 0 || cfg.max_cores >= kNoCore)
+    return make_error(Errc::kInvalidArgument, "window pool: max_cores");
+
+  std::unique_ptr<WindowPool> p(new WindowPool());
+  p->dev_ = &dev;
+  p->arena_ = &arena;
+  p->cfg_ = cfg;
+  uint32_t lim = cfg.max_inline_klm ? cfg.max_inline_klm : caps.max_inline_klm;
+  if (lim > mlx5::prm::kMaxInlineKlm) lim = mlx5::prm::kMaxInlineKlm;
+  p->inline_limit_ = lim;
+
+  // Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM, mlx5-umr.md 2.6), in the
+  // registered arena's reserved tail (never a mappable chunk page).
+  uint64_t klm_base = 0;
+  const uint32_t klm_stride =
+      (mlx5::prm::align4(cfg.max_pages) * mlx5::prm::kKlmBytes + mlx5::prm::kKlmPtrAlign - 1) &
+      ~(mlx5::prm::kKlmPtrAlign - 1);
+  if (cfg.max_pages > lim) {
+    auto r = arena.reserve_tail(size_t{klm_stride} * cfg.n_windows, mlx5::prm::kKlmPtrAlign);
+    if (!r) return make_error(r.error().code, "window pool: KLM arrays: " + r.error().message);
+    klm_base = r.value();
+  }
+
+  p->windows_ = std::make_unique<Window[]>(cfg.n_windows);
+  const uint32_t hcap = pow2_at_least(cfg.n_windows * 2);
+  p->hash_mask_ = hcap - 1;
+  p->hash_keys_ = std::make_unique<uint32_t[]>(hcap);
+  p->hash_ids_ = std::make_unique<uint32_t[]>(hcap);
+
+  // Depot: an rte_ring over our own memory (rte_ring_init needs no EAL, so EAL-less tests and
+  // tools use the same code as DPDK apps). MP/MC: any core may refill or flush. Exact size n
+  // (>= every window) so a put never fails.
+  const uint32_t ring_cap = pow2_at_least(cfg.n_windows + 1);
+  const ssize_t ring_bytes = rte_ring_get_memsize(ring_cap);
+  if (ring_bytes < 0) return make_error(Errc::kInvalidArgument, "window pool: depot size");
+  void* mem =
+      std::aligned_alloc(kCacheLine, (size_t(ring_bytes) + kCacheLine - 1) & ~(kCacheLine - 1));
+  if (!mem) return make_error(Errc::kNoMemory, "window pool: depot allocation");
+  if (rte_ring_init(ring(mem), "rdmx_win_depot", ring_cap, 0) != 0) {
+    std::free(mem);
+    return make_error(Errc::kDeviceError, "window pool: rte_ring_init failed");
+  }
+  p->depot_ = mem;
+
+  for (uint32_t i = 0; i < cfg.n_windows; ++i) {
+    auto mk = dev.create_window_mkey(cfg.max_pages, cfg.remote_invalidate);
+    if (!mk) {
+      // Windows made so far are destroyed by ~WindowPool (n_windows is shrunk to i).
+      p->cfg_.n_windows = i;
+      return make_error(mk.error().code, "window pool: create_window_mkey #" + std::to_string(i) +
+                                             ": " + mk.error().message);
+    }
+    Window& w = p->windows_[i];
+    w.mkey_base_ = mk.value() & ~0xffu;
+    w.key_ = static_cast<uint8_t>(mk.value() & 0xff);
+    w.id_ = i;
+    w.state_ = WindowState::kDepot;
+    w.owner_ = kNoCore;
+    w.klm_addr_ = klm_base ? klm_base + uint64_t{klm_stride} * i : 0;
+    // Hash insert (index -> id).
+    const uint32_t idx = w.mkey_base_ >> 8;
+    uint32_t h = hash_index(idx) & p->hash_mask_;
+    while (p->hash_keys_[h] != 0) {
+      if (p->hash_keys_[h] == idx + 1)
+        return make_error(Errc::kDeviceError, "window pool: device returned mkey index twice");
+      h = (h + 1) & p->hash_mask_;
+    }
+    p->hash_keys_[h] = idx + 1;
+    p->hash_ids_[h] = i;
+    Window* wp = &w;
+    p->depot_put(&wp, 1);
+  }
+  RDMX_LOG_DEBUG("window pool: %u windows x %u pages, inline up to %u KLMs%s", cfg.n_windows,
+                 cfg.max_pages, lim, klm_base ? ", pointer mode above" : "");
+  return p;
+}
+
+WindowPool::~WindowPool() {
+  RDMX_ASSERT(cores_.empty() || [&] {
+    for (auto* c : cores_)
+      if (c) return false;
+    return true;
+  }());
+  for (uint32_t i = 0; i < cfg_.n_windows; ++i) {
+    if (!windows_) break;
+    Status s = dev_->destroy_mkey(windows_[i].mkey_base_ | windows_[i].key_);
+    if (!s) RDMX_LOG_WARN("window pool: destroy_mkey: %s", s.error().message.c_str());
+  }
+  std::free(depot_);
+}
+
+Window* WindowPool::find(uint32_t mkey) noexcept {
+  const uint32_t idx = mkey >> 8;
+  uint32_t h = hash_index(idx) & hash_mask_;
+  for (;;) {
+    const uint32_t k = hash_keys_[h];
+    if (k == 0) return nullptr;
+    if (k == idx + 1) return &windows_[hash_ids_[h]];
+    h = (h + 1) & hash_mask_;
+  }
+}
+
+uint32_t WindowPool::depot_get(Window** out, uint32_t n) noexcept {
+  return rte_ring_mc_dequeue_burst(ring(depot_), reinterpret_cast<void**>(out), n, nullptr);
+}
+
+void WindowPool::depot_put(Window* const* ws, uint32_t n) noexcept {
+  const uint32_t put =
+      rte_ring_mp_enqueue_bulk(ring(depot_), reinterpret_cast<void* const*>(ws), n, nullptr);
+  RDMX_ASSERT(put == n);  // the depot holds every window: it cannot be full
+}
+
+uint32_t WindowPool::depot_count() const noexcept {
+  return rte_ring_count(ring(depot_));
+}
+
+Result<uint16_t> WindowPool::attach_core(PollCore* core) {
+  for (size_t i = 0; i < cores_.size(); ++i) {
+    if (!cores_[i]) {
+      cores_[i] = core;
+      return static_cast<uint16_t>(i);
+    }
+  }
+  if (cores_.size() >= cfg_.max_cores)
+    return make_error(Errc::kNoMemory, "window pool: more than max_cores poll cores");
+  cores_.push_back(core);
+  return static_cast<uint16_t>(cores_.size() - 1);
+}
+
+void WindowPool::detach_core(uint16_t id) noexcept {
+  if (id < cores_.size()) cores_[id] = nullptr;
+}
+
+Result<Census> WindowPool::check_windows() {
+  const uint32_t n = cfg_.n_windows;
+  std::vector<uint8_t> seen(n, 0);
+  Census c;
+  c.total = n;
+  std::string err;
+  auto fail = [&](const Window* w, const std::string& what) {
+    if (err.empty())
+      err = "window " + std::to_string(w->id_) + " (mkey 0x" +
+            [&] {
+              char b[16];
+              std::snprintf(b, sizeof b, "%x", w->mkey_base_ | w->key_);
+              return std::string(b);
+            }() +
+            ", state " + window_state_name(w->state_) + ", owner " + std::to_string(w->owner_) +
+            "): " + what;
+  };
+  auto visit = [&](const Window* w, const char* where) -> bool {
+    if (!owns(w)) {
+      if (err.empty()) err = std::string("a foreign pointer in ") + where;
+      return false;
+    }
+    if (seen[w->id_]) {
+      fail(w, std::string("found twice (again in ") + where + ")");
+      return false;
+    }
+    seen[w->id_] = 1;
+    return true;
+  };
+
+  // Core caches.
+  for (size_t ci = 0; ci < cores_.size(); ++ci) {
+    const PollCore* core = cores_[ci];
+    if (!core) continue;
+    const WindowCache& cache = core->cache();
+    for (uint32_t i = 0; i < cache.len(); ++i) {
+      const Window* w = cache.at(i);
+      if (!visit(w, "a core cache")) continue;
+      if (w->owner_ != ci) fail(w, "in core " + std::to_string(ci) + "'s cache");
+      if (w->state_ == WindowState::kCache) {
+        ++c.cache;
+        if (w->outstanding_ != 0) fail(w, "kCache with UMRs in flight");
+      } else if (w->state_ == WindowState::kUnmapping) {
+        ++c.unmapping;
+        if (w->outstanding_ == 0 && !w->dirty_) fail(w, "kUnmapping with no UMR in flight");
+      } else {
+        fail(w, "in a cache but not kCache/kUnmapping");
+      }
+      if (w->dirty_) ++c.dirty;
+    }
+  }
+  // Depot: drain, inspect, put back in the same order.
+  std::vector<Window*> dep(n + 1);
+  const uint32_t nd = depot_get(dep.data(), n + 1);
+  for (uint32_t i = 0; i < nd; ++i) {
+    const Window* w = dep[i];
+    if (!visit(w, "the depot")) continue;
+    ++c.depot;
+    if (w->state_ != WindowState::kDepot) fail(w, "in the depot but not kDepot");
+    if (w->owner_ != kNoCore) fail(w, "in the depot with an owner");
+    if (w->outstanding_ != 0 || w->klm_busy_) fail(w, "in the depot with UMRs in flight");
+    if (w->dirty_) fail(w, "in the depot with unknown device state");
+  }
+  if (nd) depot_put(dep.data(), nd);
+  // Everything else must be mapped by a live core.
+  for (uint32_t i = 0; i < n; ++i) {
+    const Window* w = &windows_[i];
+    if (seen[i]) continue;
+    if (w->state_ != WindowState::kMapped) {
+      fail(w, "in no cache and not in the depot, but not mapped (lost)");
+      continue;
+    }
+    ++c.mapped;
+    if (w->dirty_) ++c.dirty;
+    if (w->owner_ >= cores_.size() || !cores_[w->owner_]) fail(w, "mapped by no live core");
+  }
+  if (c.cache + c.unmapping + c.depot + c.mapped != n && err.empty())
+    err = "counts do not add up to the pool size";
+  if (!err.empty()) return make_error(Errc::kState, "check_windows: " + err);
+  return c;
+}
+
+}  // namespace rdmx::win

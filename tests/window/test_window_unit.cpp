@@ -1,0 +1,531 @@
+// lib/window without a device: validation (posts nothing), the UMR bytes a map and an unmap
+// write (read back with the prm decoder), fences, key rotation, cache/depot and the state
+// checker, with the test playing the device's part on the CQ (suite 'unit').
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/mem/page_allocator.hpp>
+#include <rdmx/mlx5/prm/decode.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+#include "plain_device.hpp"
+
+namespace {
+
+using rdmx::Errc;
+using rdmx::mlx5::kAccessLocalWrite;
+using rdmx::mlx5::kAccessRemoteAtomic;
+using rdmx::mlx5::kAccessRemoteRead;
+using rdmx::mlx5::kAccessRemoteWrite;
+using namespace rdmx::win;
+namespace prm = rdmx::mlx5::prm;
+
+constexpr uint32_t kRw = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+
+struct Rig {
+  explicit Rig(uint32_t n_windows = 8, uint32_t max_pages = 16, uint32_t cache_size = 8,
+               uint32_t sq = 1024, uint32_t page = 4096, uint32_t n_cores = 1) {
+    rdmx::mem::ArenaConfig ac;
+    ac.bytes = size_t{512} * page;
+    ac.page_size = page;
+    arena = std::move(rdmx::mem::Arena::create(dev, ac)).value();
+    PoolConfig pc;
+    pc.n_windows = n_windows;
+    pc.max_pages = max_pages;
+    auto p = WindowPool::create(dev, *arena, pc);
+    EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
+    pool = std::move(p).value();
+    pages = std::make_unique<rdmx::mem::PageAllocator>(*arena);
+    CoreConfig cc;
+    cc.cache_size = cache_size;
+    cc.qp.sq_wqebbs = sq;
+    cc.qp.cq_cqes = 4096;
+    for (uint32_t i = 0; i < n_cores; ++i) {
+      auto c = PollCore::create(*pool, cc);
+      EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
+      cores.push_back(std::move(c).value());
+    }
+  }
+  ~Rig() {
+    // The plain device executes nothing: unmap what is mapped and complete what is in flight
+    // before the cores go (their destructors would wait for it).
+    for (size_t i = 0; i < cores.size(); ++i) {
+      for (uint32_t k = 0; k < pool->n_windows(); ++k) {
+        Window& w = pool->window(k);
+        if (w.state() == WindowState::kMapped && w.owner() == core(i).id()) {
+          if (core(i).unmap(&w) == Errc::kNoRoom) {
+            complete_all(i);
+            EXPECT_EQ(core(i).unmap(&w), Errc::kOk);
+          }
+        }
+      }
+      complete_all(i);
+    }
+    cores.clear();
+  }
+  PollCore& core(size_t i = 0) { return *cores[i]; }
+  rdmx::test::PlainDevice::Qp& qp(size_t i = 0) { return dev.qp(i); }
+  std::vector<uint64_t> alloc(uint32_t n) {
+    std::vector<uint64_t> v(n);
+    EXPECT_EQ(pages->alloc_bulk(v), Errc::kOk);
+    return v;
+  }
+  // Plays the device: one CQE for the last WQE posted covers every WQE in flight.
+  void complete_all(size_t i = 0) {
+    auto& sq = core(i).qp().sq();
+    core(i).flush();
+    if (sq.in_flight() == 0) return;
+    // The last WQE starts at pi - its size; find it by walking from ci.
+    uint32_t at = sq.ci(), last = at;
+    while (at != sq.pi()) {
+      last = at;
+      at += sq.shadow_at(at).n_wqebb;
+    }
+    rdmx::test::PlainDevice::write_send_cqe(qp(i), static_cast<uint16_t>(last));
+    core(i).poll(64, [&](const rdmx::mlx5::Completion& c) { app.push_back(c); });
+  }
+  prm::DecodedWqe decode(uint32_t slot, size_t i = 0) {
+    prm::DecodedWqe d;
+    auto& sq = core(i).qp().sq();
+    EXPECT_EQ(prm::decode_wqe(qp(i).sq.get(), sq.wqe_cnt(), slot, d), prm::DecodeError::kOk);
+    return d;
+  }
+  Census census() {
+    auto c = pool->check_windows();
+    EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
+    return c.ok() ? c.value() : Census{};
+  }
+
+  rdmx::test::PlainDevice dev;
+  std::unique_ptr<rdmx::mem::Arena> arena;
+  std::unique_ptr<WindowPool> pool;
+  std::unique_ptr<rdmx::mem::PageAllocator> pages;
+  std::vector<std::unique_ptr<PollCore>> cores;
+  std::vector<rdmx::mlx5::Completion> app;
+};
+
+TEST(WindowPool, CreatesWindowsAndChecks) {
+  Rig r(8, 16, 4);
+  EXPECT_EQ(r.dev.n_mkeys, 8);
+  EXPECT_EQ(r.dev.last_max_entries, 16u);
+  auto c = r.census();
+  EXPECT_EQ(c.total, 8u);
+  EXPECT_EQ(c.cache, 2u);  // initial fill: half the cache
+  EXPECT_EQ(c.depot, 6u);
+  EXPECT_EQ(r.pool->inline_klm_limit(), 52u);
+  // find() by mkey index, any key byte.
+  for (uint32_t i = 0; i < 8; ++i) {
+    Window& w = r.pool->window(i);
+    EXPECT_EQ(r.pool->find(w.rkey()), &w);
+    EXPECT_EQ(r.pool->find(w.rkey() ^ 0x5a), &w);
+  }
+  EXPECT_EQ(r.pool->find(0x12345600), nullptr);
+}
+
+TEST(WindowPool, MkeyCreationFailureRollsBack) {
+  rdmx::test::PlainDevice dev;
+  rdmx::mem::ArenaConfig ac;
+  ac.bytes = 1 << 20;
+  auto arena = std::move(rdmx::mem::Arena::create(dev, ac)).value();
+  PoolConfig pc;
+  pc.n_windows = 4;
+  dev.fail_mkeys = 1;
+  auto p = WindowPool::create(dev, *arena, pc);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().code, Errc::kDeviceError);
+  EXPECT_EQ(dev.n_mkeys, 0);
+  pc.max_pages = 2000;  // over the device's max_klm_list
+  EXPECT_EQ(WindowPool::create(dev, *arena, pc).error().code, Errc::kUnsupported);
+}
+
+// Every bad input gets its own code and posts nothing.
+TEST(Map, BadInputPostsNothing) {
+  Rig r;
+  PollCore& c = r.core();
+  const auto pg = r.alloc(20);
+  const uint64_t base = r.arena->base();
+  const uint32_t pi0 = c.qp().sq().pi();
+  auto expect = [&](Errc e, std::span<const uint64_t> pages, uint32_t access, uint32_t off,
+                    uint64_t len) {
+    MapResult m = c.map(pages, access, off, len);
+    EXPECT_EQ(m.errc, e) << rdmx::errc_name(m.errc);
+    EXPECT_EQ(m.window, nullptr);
+    EXPECT_EQ(c.qp().sq().pi(), pi0);
+    EXPECT_EQ(c.last_error(), e);
+  };
+  std::span<const uint64_t> one(pg.data(), 1), three(pg.data(), 3);
+  expect(Errc::kInvalidArgument, {}, kRw, 0, 1);                             // zero pages
+  expect(Errc::kTooManyPages, std::span(pg.data(), 17), kRw, 0, 17 * 4096);  // > max_pages
+  const uint64_t outside[] = {base - 4096};
+  expect(Errc::kNotInArena, outside, kRw, 0, 10);
+  const uint64_t misaligned[] = {pg[0] + 512};
+  expect(Errc::kNotInArena, misaligned, kRw, 0, 10);
+  const uint64_t past_end[] = {r.arena->base() + r.arena->size()};
+  expect(Errc::kNotInArena, past_end, kRw, 0, 10);
+  const uint64_t mixed[] = {pg[0], pg[1] + 1};
+  expect(Errc::kNotInArena, mixed, kRw, 0, 4097);
+  expect(Errc::kOutOfRange, one, kRw, 4096, 1);        // offset beyond the first page
+  expect(Errc::kOutOfRange, one, kRw, 100, 4000);      // runs past the last page
+  expect(Errc::kOutOfRange, three, kRw, 0, 2 * 4096);  // never reaches the last page
+  expect(Errc::kInvalidArgument, one, kRw, 0, 0);      // zero length
+  expect(Errc::kInvalidArgument, one, 0x10, 0, 1);     // unknown access bit
+  expect(Errc::kInvalidArgument, one, 0x80000000u | kRw, 0, 1);
+  expect(Errc::kInvalidArgument, one, kAccessRemoteWrite, 0, 1);   // RW without LW
+  expect(Errc::kInvalidArgument, one, kAccessRemoteAtomic, 0, 1);  // A without LW
+  EXPECT_EQ(c.stats().maps, 0u);
+  EXPECT_EQ(c.stats().error_count(Errc::kInvalidArgument), 6u);
+  EXPECT_EQ(c.stats().error_count(Errc::kNotInArena), 4u);
+  // Boundary cases that are fine.
+  EXPECT_TRUE(c.map(one, kRw, 4095, 1).ok());
+  EXPECT_TRUE(c.map(three, kRw, 0, 2 * 4096 + 1).ok());
+  EXPECT_TRUE(c.map(three, kAccessRemoteRead, 4095, 2 * 4096 + 1).ok());
+  EXPECT_TRUE(c.map(one, 0, 0, 4096).ok());  // local read only
+  r.census();
+}
+
+TEST(Unmap, BadInputPostsNothing) {
+  Rig r(8, 16, 8, 1024, 4096, 2);
+  PollCore& a = r.core(0);
+  PollCore& b = r.core(1);
+  const auto pg = r.alloc(1);
+  MapResult m = a.map(pg, kRw, 0, 4096);
+  ASSERT_TRUE(m.ok());
+  const uint32_t pa = a.qp().sq().pi(), pb = b.qp().sq().pi();
+  EXPECT_EQ(b.unmap(m.window), Errc::kWrongCore);
+  EXPECT_EQ(a.unmap(nullptr), Errc::kInvalidArgument);
+  Window fake;
+  EXPECT_EQ(a.unmap(&fake), Errc::kInvalidArgument);
+  EXPECT_EQ(a.unmap(reinterpret_cast<Window*>(reinterpret_cast<char*>(m.window) + 8)),
+            Errc::kInvalidArgument);
+  // A window sitting in a cache is not mapped.
+  Window* cached = b.cache().at(0);
+  EXPECT_EQ(a.unmap(cached), Errc::kNotMapped);
+  EXPECT_EQ(a.qp().sq().pi(), pa);
+  EXPECT_EQ(b.qp().sq().pi(), pb);
+  EXPECT_EQ(a.unmap(m.window), Errc::kOk);
+  const uint32_t pa2 = a.qp().sq().pi();
+  EXPECT_EQ(a.unmap(m.window), Errc::kNotMapped);  // twice
+  EXPECT_EQ(a.qp().sq().pi(), pa2);
+  EXPECT_EQ(b.stats().error_count(Errc::kWrongCore), 1u);
+  r.census();
+}
+
+// The bytes of an inline map: ctrl, UMR ctrl, mkey context, KLMs.
+TEST(Map, InlineUmrBytes) {
+  Rig r;
+  PollCore& c = r.core();
+  const auto pg = r.alloc(5);
+  const uint32_t slot = c.qp().sq().pi();
+  // 5 pages, first byte 100 into the first, ending 50 bytes into the fifth.
+  const uint64_t len = 4 * 4096 - 100 + 50;
+  MapResult m = c.map(pg, kRw, 100, len);
+  ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
+  Window* w = m.window;
+  EXPECT_EQ(m.iova, 0u);
+  EXPECT_EQ(m.length, len);
+  EXPECT_EQ(m.rkey, m.lkey);
+  EXPECT_EQ(m.rkey & 0xff, 1u);  // created with key 0: the first map writes key 1
+  EXPECT_EQ(w->state(), WindowState::kMapped);
+  EXPECT_EQ(c.qp().sq().pi() - slot, 2u + 2u);  // 8 + align4(5) = 16 DS = 4 WQEBBs
+  prm::DecodedWqe d = r.decode(slot);
+  EXPECT_EQ(d.ctrl.opcode, MLX5_OPCODE_UMR);
+  EXPECT_EQ(d.ctrl.qpn, c.qp_handle());
+  EXPECT_EQ(d.ctrl.wqe_index, static_cast<uint16_t>(slot));
+  EXPECT_EQ(d.ctrl.imm, m.rkey);
+  EXPECT_EQ(d.ctrl.ds, prm::umr_inline_ds(5));
+  EXPECT_EQ(d.n_wqebb, 4u);
+  ASSERT_TRUE(d.has_umr);
+  EXPECT_EQ(d.umr.flags, MLX5_WQE_UMR_CTRL_FLAG_INLINE | prm::kUmrFlagFailIfNotFree);
+  EXPECT_EQ(d.umr.klm_octowords, 8u);
+  EXPECT_EQ(d.umr.mkey_mask, prm::kMapMask);
+  EXPECT_EQ(d.umr.mkey_mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR, 0u);  // zero-based IOVA
+  EXPECT_FALSE(d.mkc.free);
+  EXPECT_EQ(d.mkc.key, m.rkey & 0xff);
+  EXPECT_EQ(d.mkc.access, rdmx::mlx5::mkc_access_bits(kRw));
+  EXPECT_EQ(d.mkc.start_addr, 0u);
+  EXPECT_EQ(d.mkc.len, len);
+  ASSERT_EQ(d.n_klm, 8u);
+  EXPECT_EQ(d.klm[0].address, pg[0] + 100);
+  EXPECT_EQ(d.klm[0].byte_count, 4096u - 100);
+  for (uint32_t i = 1; i < 4; ++i) {
+    EXPECT_EQ(d.klm[i].address, pg[i]);
+    EXPECT_EQ(d.klm[i].byte_count, 4096u);
+  }
+  EXPECT_EQ(d.klm[4].address, pg[4]);
+  EXPECT_EQ(d.klm[4].byte_count, 50u);
+  for (uint32_t i = 0; i < 5; ++i) EXPECT_EQ(d.klm[i].mkey, r.arena->lkey());
+  for (uint32_t i = 5; i < 8; ++i) EXPECT_EQ(d.klm[i].byte_count, 0u);  // zero padding
+  EXPECT_EQ(c.stats().inline_maps, 1u);
+  EXPECT_EQ(c.stats().pages_mapped, 5u);
+}
+
+// 52 entries is the inline limit; 53 goes to pointer mode (pool with max_pages 256).
+TEST(Map, PointerModeBytes) {
+  Rig r(4, 256, 4);
+  PollCore& c = r.core();
+  EXPECT_EQ(r.arena->n_pages(), 512u - 4u);  // 4 KLM arrays of 4 KiB reserved at the tail
+  const auto pg = r.alloc(256);
+  uint32_t slot = c.qp().sq().pi();
+  MapResult m52 = c.map(std::span(pg.data(), 52), kRw, 0, 52 * 4096);
+  ASSERT_TRUE(m52.ok());
+  EXPECT_EQ(r.decode(slot).ctrl.ds, 60u);
+  EXPECT_EQ(c.qp().sq().pi() - slot, 15u);
+  slot = c.qp().sq().pi();
+  MapResult m = c.map(pg, kAccessLocalWrite | kAccessRemoteWrite, 7, 256 * 4096 - 7);
+  ASSERT_TRUE(m.ok());
+  prm::DecodedWqe d = r.decode(slot);
+  EXPECT_EQ(d.ctrl.ds, prm::kUmrPointerDs);
+  EXPECT_EQ(c.qp().sq().pi() - slot, 3u);
+  EXPECT_EQ(d.umr.flags, prm::kUmrFlagFailIfNotFree);  // INLINE clear
+  EXPECT_EQ(d.umr.klm_octowords, 256u);
+  ASSERT_TRUE(d.has_klm_ptr);
+  EXPECT_EQ(d.klm_ptr.address % prm::kKlmPtrAlign, 0u);
+  EXPECT_EQ(d.klm_ptr.mkey, r.arena->lkey());
+  EXPECT_GE(d.klm_ptr.address, r.arena->data_end());
+  EXPECT_TRUE(r.arena->contains(d.klm_ptr.address, 256 * 16));
+  EXPECT_EQ(d.mkc.len, 256u * 4096 - 7);
+  auto* k = reinterpret_cast<const mlx5_wqe_umr_klm_seg*>(d.klm_ptr.address);
+  EXPECT_EQ(rdmx::load_be(&k[0].address), pg[0] + 7);
+  EXPECT_EQ(rdmx::load_be(&k[0].byte_count), 4096u - 7);
+  for (uint32_t i = 1; i < 256; ++i) {
+    EXPECT_EQ(rdmx::load_be(&k[i].address), pg[i]);
+    EXPECT_EQ(rdmx::load_be(&k[i].byte_count), 4096u);
+    EXPECT_EQ(rdmx::load_be(&k[i].mkey), r.arena->lkey());
+  }
+  EXPECT_EQ(c.stats().pointer_maps, 1u);
+  // The window's KLM array is in use by the device until the map completes: unmap and map
+  // again must pick another window, and with none left, say kBusy (not kNoWindow).
+  ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+  MapResult m2 = c.map(pg, kRw, 0, 256 * 4096);
+  ASSERT_TRUE(m2.ok());
+  EXPECT_NE(m2.window, m.window);
+  ASSERT_EQ(c.unmap(m2.window), Errc::kOk);
+  MapResult m3 = c.map(pg, kRw, 0, 256 * 4096);  // two windows left in cache/depot: m52's + 1
+  ASSERT_TRUE(m3.ok());
+  ASSERT_EQ(c.unmap(m3.window), Errc::kOk);
+  ASSERT_EQ(c.unmap(m52.window), Errc::kOk);
+  // Now every free window has a pointer-mode map in flight except m52's.
+  MapResult m4 = c.map(pg, kRw, 0, 256 * 4096);
+  ASSERT_TRUE(m4.ok());
+  EXPECT_EQ(m4.window, m52.window);
+  const uint32_t pi = c.qp().sq().pi();
+  EXPECT_EQ(c.map(pg, kRw, 0, 256 * 4096).errc, Errc::kBusy);
+  EXPECT_EQ(c.qp().sq().pi(), pi);
+  EXPECT_EQ(c.stats().klm_waits, 1u);
+  r.complete_all();
+  EXPECT_TRUE(c.map(pg, kRw, 0, 256 * 4096).ok());
+  r.census();
+}
+
+TEST(Unmap, InvalidateBytesAndFences) {
+  Rig r;
+  PollCore& c = r.core();
+  const auto pg = r.alloc(2);
+  MapResult m = c.map(pg, kRw, 0, 8192);
+  ASSERT_TRUE(m.ok());
+  // Plain unmap: invalidate UMR, small fence inherited from the map just before.
+  uint32_t slot = c.qp().sq().pi();
+  ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+  prm::DecodedWqe d = r.decode(slot);
+  EXPECT_EQ(d.ctrl.opcode, MLX5_OPCODE_UMR);
+  EXPECT_EQ(d.ctrl.ds, prm::kUmrHeaderDs);
+  EXPECT_EQ(d.ctrl.imm, m.rkey);
+  EXPECT_EQ(d.ctrl.fence(), prm::kFenceInitiatorSmall);
+  EXPECT_EQ(d.umr.mkey_mask, uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE});
+  EXPECT_EQ(d.umr.flags & prm::kUmrFlagCheckMask, 0u);
+  EXPECT_TRUE(d.mkc.free);
+  EXPECT_EQ(m.window->state(), WindowState::kUnmapping);
+
+  // A READ that scatters into the window: the unmap waits for it (SMALL_AND_FENCE).
+  m = c.map(pg, kRw, 0, 8192);
+  ASSERT_TRUE(m.ok());
+  const prm::Sge into_window{0, 8192, m.lkey};
+  ASSERT_EQ(c.post_read({&into_window, 1}, 0, 0x1234, 7), Errc::kOk);
+  slot = c.qp().sq().pi();
+  ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+  EXPECT_EQ(r.decode(slot).ctrl.fence(), prm::kFenceSmallAndFence);
+
+  // A WRITE that gathers from the window: strong ordering (retransmissions re-read it).
+  m = c.map(pg, kRw, 0, 8192);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(c.post_write({&into_window, 1}, 0, 0x1234, 8), Errc::kOk);  // lkey of old key
+  const prm::Sge from_window{0, 100, m.lkey};
+  ASSERT_EQ(c.post_send({&from_window, 1}, 9), Errc::kOk);
+  slot = c.qp().sq().pi();
+  ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+  EXPECT_EQ(r.decode(slot).ctrl.fence(), prm::kFenceStrongOrdering);
+
+  // A READ into arena memory (parent lkey) does not fence an unrelated window's unmap.
+  m = c.map(pg, kRw, 0, 8192);
+  ASSERT_TRUE(m.ok());
+  const prm::Sge arena_buf{pg[0], 64, r.arena->lkey()};
+  ASSERT_EQ(c.post_read({&arena_buf, 1}, 0, 0x1234, 10), Errc::kOk);
+  slot = c.qp().sq().pi();
+  ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+  EXPECT_EQ(r.decode(slot).ctrl.fence(), 0u);
+  // The WQE after a map carries INITIATOR_SMALL (SqWriter's fence cache).
+  m = c.map(pg, kRw, 0, 8192);
+  slot = c.qp().sq().pi();
+  ASSERT_EQ(c.post_write({&arena_buf, 1}, 0, m.rkey, 11), Errc::kOk);
+  EXPECT_EQ(r.decode(slot).ctrl.fence(), prm::kFenceInitiatorSmall);
+  EXPECT_EQ(c.post_write({&arena_buf, 1}, 0, m.rkey, kInternalCookie | 1), Errc::kInvalidArgument);
+  r.census();
+}
+
+TEST(Map, KeyRotatesEveryMapAndWraps) {
+  Rig r(1, 4, 2);
+  PollCore& c = r.core();
+  const auto pg = r.alloc(1);
+  uint8_t prev = 0;
+  for (int i = 0; i < 600; ++i) {
+    MapResult m = c.map(pg, kRw, 0, 4096);
+    ASSERT_TRUE(m.ok()) << i << " " << rdmx::errc_name(m.errc);
+    EXPECT_EQ(static_cast<uint8_t>(m.rkey & 0xff), static_cast<uint8_t>(prev + 1));
+    prev = static_cast<uint8_t>(m.rkey);
+    ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+    if (i % 50 == 49) r.complete_all();
+  }
+}
+
+TEST(Map, ExhaustionIsImmediateAndCounted) {
+  Rig r(6, 4, 4);
+  PollCore& c = r.core();
+  const auto pg = r.alloc(1);
+  std::vector<Window*> ws;
+  for (int i = 0; i < 6; ++i) {
+    MapResult m = c.map(pg, kRw, 0, 4096);
+    ASSERT_TRUE(m.ok());
+    ws.push_back(m.window);
+  }
+  const uint32_t pi = c.qp().sq().pi();
+  EXPECT_EQ(c.map(pg, kRw, 0, 4096).errc, Errc::kNoWindow);
+  EXPECT_EQ(c.qp().sq().pi(), pi);
+  EXPECT_EQ(c.stats().exhausted, 1u);
+  EXPECT_EQ(r.census().mapped, 6u);
+  EXPECT_EQ(c.unmap_burst(ws), 6u);
+  EXPECT_EQ(r.census().unmapping, 6u);
+  std::vector<MapRequest> reqs(8, MapRequest{pg, kRw, 0, 4096});
+  std::vector<Window*> out(8);
+  EXPECT_EQ(c.map_burst(reqs, out), 6u);  // best effort
+  EXPECT_EQ(c.last_error(), Errc::kNoWindow);
+  EXPECT_EQ(c.unmap_burst(std::span(out.data(), 6)), 6u);
+}
+
+TEST(Map, SqFullIsNoRoom) {
+  Rig r(64, 4, 64, 16);  // 16-WQEBB SQ: 5 maps of 3 WQEBBs fit
+  PollCore& c = r.core();
+  const auto pg = r.alloc(1);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.map(pg, kRw, 0, 4096).ok());
+  EXPECT_EQ(c.map(pg, kRw, 0, 4096).errc, Errc::kNoRoom);
+  r.complete_all();
+  EXPECT_TRUE(c.map(pg, kRw, 0, 4096).ok());
+}
+
+// Windows leave a core only after their unmap completed; the depot rebalances between cores.
+TEST(Cache, DepotOnlyAfterCompletion) {
+  Rig r(16, 4, 4, 1024, 4096, 2);
+  PollCore& a = r.core(0);
+  PollCore& b = r.core(1);
+  const auto pg = r.alloc(1);
+  EXPECT_EQ(r.census().depot, 12u);
+  std::vector<Window*> ws;
+  for (int i = 0; i < 10; ++i) {
+    MapResult m = a.map(pg, kRw, 0, 4096);
+    ASSERT_TRUE(m.ok());
+    ws.push_back(m.window);
+  }
+  for (Window* w : ws) ASSERT_EQ(a.unmap(w), Errc::kOk);
+  // Over the nominal size, but nothing completed: nothing may leave core a.
+  Census c = r.census();
+  EXPECT_EQ(c.unmapping, 10u);
+  EXPECT_EQ(a.stats().depot_flushes, 0u);
+  EXPECT_EQ(a.cache().len(), 10u);
+  r.complete_all(0);  // the poll flushes down to the nominal size
+  c = r.census();
+  EXPECT_EQ(c.unmapping, 0u);
+  EXPECT_GE(a.stats().depot_flushes, 1u);
+  EXPECT_LE(a.cache().len(), a.cache().nominal_size());
+  // Core b drains everything it can get.
+  std::vector<Window*> got;
+  for (;;) {
+    MapResult m = b.map(pg, kRw, 0, 4096);
+    if (!m.ok()) break;
+    got.push_back(m.window);
+  }
+  EXPECT_EQ(got.size(), 16u - a.cache().len());
+  for (Window* w : got) EXPECT_EQ(w->owner(), b.id());
+  EXPECT_GE(b.stats().depot_refills, 1u);
+  for (Window* w : got) ASSERT_EQ(b.unmap(w), Errc::kOk);
+  r.census();
+}
+
+TEST(RemoteInvalidate, FreesOnceAndRefusesSecondUnmap) {
+  Rig r(4, 4, 4, 1024, 4096, 2);
+  PollCore& c = r.core();
+  const auto pg = r.alloc(1);
+  MapResult m = c.map(pg, kRw, 0, 4096);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(c.remote_invalidated(m.rkey ^ 1), Errc::kNotMapped);  // wrong key: stale
+  EXPECT_EQ(r.core(1).remote_invalidated(m.rkey), Errc::kWrongCore);
+  EXPECT_EQ(c.remote_invalidated(m.rkey), Errc::kOk);
+  EXPECT_EQ(m.window->state(), WindowState::kUnmapping);  // its map UMR is still in flight
+  const uint32_t pi = c.qp().sq().pi();
+  EXPECT_EQ(c.unmap(m.window), Errc::kNotMapped);
+  EXPECT_EQ(c.qp().sq().pi(), pi);
+  EXPECT_EQ(c.remote_invalidated(m.rkey), Errc::kNotMapped);
+  EXPECT_EQ(c.stats().remote_invalidations, 1u);
+  r.complete_all();
+  EXPECT_EQ(m.window->state(), WindowState::kCache);
+  r.census();
+}
+
+// Random map/unmap/invalidate/complete steps with the checker after each (device-less).
+TEST(Stress, RandomStepsKeepTheStateMachine) {
+  Rig r(32, 8, 8, 256, 4096, 2);
+  const auto pg = r.alloc(64);
+  std::mt19937_64 rng(42);
+  std::vector<std::vector<Window*>> mapped(2);
+  for (int step = 0; step < 20000; ++step) {
+    const size_t ci = rng() % 2;
+    PollCore& c = r.core(ci);
+    auto& mine = mapped[ci];
+    const uint32_t op = rng() % 10;
+    if (op < 5) {
+      const uint32_t n = 1 + rng() % 8;
+      std::vector<uint64_t> p(n);
+      for (auto& x : p) x = pg[rng() % pg.size()];
+      MapResult m = c.map(p, kRw, 0, uint64_t{n} * 4096);
+      if (m.ok())
+        mine.push_back(m.window);
+      else
+        ASSERT_TRUE(m.errc == Errc::kNoWindow || m.errc == Errc::kNoRoom)
+            << rdmx::errc_name(m.errc);
+    } else if (op < 8 && !mine.empty()) {
+      const size_t k = rng() % mine.size();
+      const Errc e = c.unmap(mine[k]);
+      ASSERT_TRUE(e == Errc::kOk || e == Errc::kNoRoom) << rdmx::errc_name(e);
+      if (e == Errc::kOk) mine.erase(mine.begin() + static_cast<long>(k));
+    } else if (op == 8 && !mine.empty()) {
+      const size_t k = rng() % mine.size();
+      ASSERT_EQ(c.remote_invalidated(mine[k]->rkey()), Errc::kOk);
+      mine.erase(mine.begin() + static_cast<long>(k));
+    } else {
+      r.complete_all(ci);
+    }
+    auto cen = r.pool->check_windows();
+    ASSERT_TRUE(cen.ok()) << "step " << step << ": " << cen.error().message;
+    ASSERT_EQ(cen.value().mapped, mapped[0].size() + mapped[1].size());
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    const CoreStats& s = r.core(i).stats();
+    EXPECT_GT(s.maps, 3000u);
+    EXPECT_GT(s.unmaps, 2000u);
+    EXPECT_GT(s.remote_invalidations, 500u);
+    EXPECT_GT(s.depot_refills, 10u);
+  }
+}
+
+}  // namespace
