@@ -1,0 +1,306 @@
+#include <rdmx/rt/eal.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <rdmx/core/log.hpp>
+#include <rdmx/rt/dpdk.hpp>
+
+namespace rdmx::rt {
+
+namespace {
+
+std::atomic<bool> g_eal_used{false};  // rte_eal_init was called (successfully or not)
+
+bool parse_u64(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+uint64_t read_u64_file(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  uint64_t v = 0;
+  if (f >> v) return v;
+  return 0;
+}
+
+// The value of option `name` if present ("--file-prefix=x" or "--file-prefix x").
+bool option_value(const std::vector<std::string>& args, std::string_view name, std::string* out) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    if (a == name) {
+      if (i + 1 < args.size()) *out = args[i + 1];
+      return true;
+    }
+    if (a.size() > name.size() && a.substr(0, name.size()) == name && a[name.size()] == '=') {
+      *out = std::string(a.substr(name.size() + 1));
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<EalArgs> split_args(int argc, const char* const* argv) {
+  if (argc < 1 || argv == nullptr || argv[0] == nullptr) {
+    return make_error(Errc::kInvalidArgument, "split_args: argc must be >= 1 with argv[0] set");
+  }
+  EalArgs out;
+  out.prog = argv[0];
+  bool app = false;
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == nullptr) {
+      return make_error(Errc::kInvalidArgument,
+                        "split_args: argv[" + std::to_string(i) + "] is null before argc");
+    }
+    std::string_view a = argv[i];
+    if (!app && a == "--") {
+      app = true;
+      continue;
+    }
+    (app ? out.app : out.eal).emplace_back(a);
+  }
+  return out;
+}
+
+bool HugepageInfo::any_free() const noexcept {
+  if (meminfo_free > 0) return true;
+  for (const auto& s : sizes) {
+    if (s.free > 0) return true;
+  }
+  return false;
+}
+
+HugepageInfo detect_hugepages(const std::string& meminfo_path, const std::string& sysfs_dir) {
+  HugepageInfo hp;
+  std::ifstream mi(meminfo_path);
+  std::string line;
+  while (std::getline(mi, line)) {
+    constexpr std::string_view kKey = "HugePages_Free:";
+    if (line.rfind(kKey, 0) == 0) {
+      std::string_view rest = std::string_view(line).substr(kKey.size());
+      while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+      uint64_t v = 0;
+      if (parse_u64(rest, &v)) hp.meminfo_free = v;
+    }
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(sysfs_dir, ec)) {
+    std::string name = e.path().filename().string();  // hugepages-2048kB
+    constexpr std::string_view kPre = "hugepages-";
+    if (name.rfind(kPre, 0) != 0 || name.size() < kPre.size() + 3) continue;
+    std::string_view num = std::string_view(name).substr(kPre.size());
+    if (num.substr(num.size() - 2) != "kB") continue;
+    HugepageSize s;
+    if (!parse_u64(num.substr(0, num.size() - 2), &s.size_kb)) continue;
+    s.total = read_u64_file(e.path() / "nr_hugepages");
+    s.free = read_u64_file(e.path() / "free_hugepages");
+    hp.sizes.push_back(s);
+  }
+  return hp;
+}
+
+bool has_option(const std::vector<std::string>& args, std::string_view name) noexcept {
+  bool is_short = name.size() == 2 && name[0] == '-' && name[1] != '-';
+  for (const auto& s : args) {
+    std::string_view a = s;
+    if (a == name) return true;
+    if (a.size() > name.size() && a.substr(0, name.size()) == name) {
+      if (is_short) return true;               // -m256
+      if (a[name.size()] == '=') return true;  // --socket-mem=...
+    }
+  }
+  return false;
+}
+
+Result<EalPlan> plan_eal_args(const std::vector<std::string>& eal, const EalOptions& opts,
+                              const HugepageInfo& hp, int pid) {
+  EalPlan plan;
+  plan.argv = eal;
+  const bool user_no_huge = has_option(eal, "--no-huge");
+  const bool user_in_memory = has_option(eal, "--in-memory");
+  const bool user_mem = has_option(eal, "-m") || has_option(eal, "--socket-mem");
+
+  if (user_no_huge && user_in_memory) {
+    return make_error(Errc::kInvalidArgument,
+                      "EAL: --no-huge cannot be combined with --in-memory in DPDK 22.11 (it "
+                      "rejects the pair as 'legacy-mem'); drop --in-memory: with --no-huge the "
+                      "memory is already private to the process (add --no-shconf to also skip "
+                      "the shared config files)");
+  }
+  plan.no_huge = user_no_huge;
+  if (!user_no_huge && !user_mem && opts.auto_no_huge && !hp.any_free()) {
+    plan.argv.emplace_back("--no-huge");
+    plan.argv.emplace_back("-m");
+    plan.argv.push_back(std::to_string(opts.no_huge_mem_mb));
+    plan.no_huge = true;
+    plan.notices.push_back(
+        "no free hugepages (HugePages_Free is 0): starting EAL with --no-huge -m " +
+        std::to_string(opts.no_huge_mem_mb) +
+        " (plain 4 KiB pages; reserve hugepages, e.g. dpdk-hugepages.py -r 1G, to use them)");
+    if (user_in_memory) {
+      std::erase(plan.argv, std::string("--in-memory"));
+      plan.argv.emplace_back("--no-shconf");
+      plan.notices.push_back(
+          "--in-memory replaced by --no-shconf: DPDK 22.11 refuses --in-memory with --no-huge");
+    }
+  }
+  if (opts.no_pci && !has_option(plan.argv, "--no-pci")) {
+    plan.argv.emplace_back("--no-pci");
+  }
+  std::string prefix;
+  if (option_value(eal, "--file-prefix", &prefix)) {
+    plan.file_prefix = prefix;
+  } else if (!opts.file_prefix.empty() || opts.unique_file_prefix) {
+    prefix = opts.file_prefix.empty() ? std::string("rdmx") : opts.file_prefix;
+    if (opts.unique_file_prefix) prefix += "-" + std::to_string(pid);
+    plan.argv.push_back("--file-prefix=" + prefix);
+    plan.file_prefix = prefix;
+    plan.owns_runtime_dir = opts.unique_file_prefix;
+  }
+  return plan;
+}
+
+struct Eal::State {
+  EalPlan plan;
+  std::vector<std::string> storage;  // argv strings handed to rte_eal_init
+  std::vector<char*> argv;
+  std::string runtime_dir;
+};
+
+Eal::Eal(std::unique_ptr<State> s) noexcept : s_(std::move(s)) {}
+Eal::Eal(Eal&&) noexcept = default;
+Eal& Eal::operator=(Eal&& o) noexcept {
+  if (this != &o) {
+    release();
+    s_ = std::move(o.s_);
+  }
+  return *this;
+}
+
+Eal::~Eal() {
+  release();
+}
+
+void Eal::release() noexcept {
+  if (!s_) return;
+  int rc = rte_eal_cleanup();
+  if (rc != 0) RDMX_LOG_WARN("rte_eal_cleanup failed: %s", rte_strerror(-rc));
+  if (s_->plan.owns_runtime_dir && !s_->runtime_dir.empty()) {
+    // Our own per-process prefix: nobody else can use this directory; do not leave it behind.
+    std::error_code ec;
+    std::filesystem::remove_all(s_->runtime_dir, ec);
+  }
+  s_.reset();
+}
+
+const EalPlan& Eal::plan() const noexcept {
+  return s_->plan;
+}
+
+unsigned Eal::main_lcore() const noexcept {
+  return rte_get_main_lcore();
+}
+
+std::vector<LcoreSlot> Eal::lcores() const {
+  std::vector<LcoreSlot> out;
+  auto slot = [](unsigned id, bool is_main) {
+    LcoreSlot s;
+    s.lcore_id = id;
+    s.is_main = is_main;
+    s.socket = static_cast<int>(rte_lcore_to_socket_id(id));
+    rte_cpuset_t set = rte_lcore_cpuset(id);
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) {
+        s.cpu = c;
+        break;
+      }
+    }
+    return s;
+  };
+  out.push_back(slot(rte_get_main_lcore(), true));
+  unsigned id = 0;
+  RTE_LCORE_FOREACH_WORKER(id) {
+    out.push_back(slot(id, false));
+  }
+  return out;
+}
+
+Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
+  HugepageInfo detected;
+  const HugepageInfo* hp = opts.hugepages;
+  if (hp == nullptr) {
+    detected = detect_hugepages();
+    hp = &detected;
+  }
+  auto plan = plan_eal_args(args.eal, opts, *hp, static_cast<int>(::getpid()));
+  if (!plan) return std::move(plan).error();
+  if (g_eal_used.exchange(true)) {
+    return make_error(Errc::kState,
+                      "EAL: rte_eal_init already ran in this process (DPDK allows one init per "
+                      "process, and none after rte_eal_cleanup)");
+  }
+  auto st = std::make_unique<State>();
+  st->plan = std::move(plan).value();
+  for (const auto& n : st->plan.notices) RDMX_LOG_WARN("EAL: %s", n.c_str());
+  st->storage.push_back(args.prog.empty() ? std::string("rdmx") : args.prog);
+  for (const auto& a : st->plan.argv) st->storage.push_back(a);
+  for (auto& s : st->storage) st->argv.push_back(s.data());
+  st->argv.push_back(nullptr);
+  std::string joined;
+  for (const auto& s : st->storage) joined += " " + s;
+  RDMX_LOG_INFO("EAL: rte_eal_init(%s )", joined.c_str());
+
+  int rc = rte_eal_init(static_cast<int>(st->storage.size()), st->argv.data());
+  if (rc < 0) {
+    int err = rte_errno;
+    std::string msg = std::string("EAL: rte_eal_init failed: ") + rte_strerror(err);
+    if (!st->plan.no_huge && !hp->any_free()) {
+      msg += " (no free hugepages: add --no-huge -m 256, or reserve hugepages)";
+    }
+    return make_error(Errc::kDeviceError, std::move(msg));
+  }
+  st->runtime_dir = rte_eal_get_runtime_dir();
+  return Eal(std::move(st));
+}
+
+Eal* init_eal_once_for_tests(const std::vector<std::string>& extra) {
+  static std::once_flag once;
+  static Eal* eal = nullptr;
+  std::call_once(once, [&] {
+    EalArgs a;
+    a.prog = "rdmx-test";
+    a.eal = extra;
+    EalOptions o;
+    o.no_pci = true;
+    o.file_prefix = "rdmx-test";
+    o.unique_file_prefix = true;
+    auto r = Eal::init(a, o);
+    if (!r) {
+      RDMX_LOG_ERR("%s", r.error().message.c_str());
+      return;
+    }
+    // Lives until exit: static destructors run rte_eal_cleanup() after main() returns.
+    static Eal kept = std::move(r).value();
+    eal = &kept;
+  });
+  return eal;
+}
+
+}  // namespace rdmx::rt
