@@ -1,0 +1,1223 @@
+// The device side of the emulated mlx5: mkey translation, the WQE interpreter, the RC-shaped
+// transport over the wire (requester and responder), completions, flushes and the PRM checker.
+// Everything here runs under Engine::mu_ (Engine::progress()).
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "engine.hpp"
+
+namespace rdmx::emu::detail {
+
+namespace {
+
+constexpr uint8_t kLR = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;
+constexpr uint8_t kLW = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE;
+constexpr uint8_t kRR = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ;
+constexpr uint8_t kRW = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
+constexpr uint8_t kAT = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC;
+constexpr uint64_t kMaxMsg = 1ull << 31;
+constexpr uint32_t kPd = 0;  // the device's single protection domain
+
+constexpr uint8_t kSynLocLen = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
+constexpr uint8_t kSynLocQpOp = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
+constexpr uint8_t kSynLocProt = MLX5_CQE_SYNDROME_LOCAL_PROT_ERR;
+constexpr uint8_t kSynFlush = MLX5_CQE_SYNDROME_WR_FLUSH_ERR;
+constexpr uint8_t kSynMwBind = MLX5_CQE_SYNDROME_MW_BIND_ERR;
+constexpr uint8_t kSynBadResp = MLX5_CQE_SYNDROME_BAD_RESP_ERR;
+constexpr uint8_t kSynLocAccess = MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR;
+constexpr uint8_t kSynRemInval = MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR;
+constexpr uint8_t kSynRemAccess = MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
+constexpr uint8_t kSynRemOp = MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
+constexpr uint8_t kSynRetry = MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR;
+constexpr uint8_t kSynRnr = MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR;
+
+inline uint32_t load_dbr(volatile uint32_t* p) noexcept {
+  return ::rdmx::detail::bswap(__atomic_load_n(p, __ATOMIC_ACQUIRE));
+}
+
+// [iova, iova+len) inside [start, start+size), without 64-bit overflow.
+inline bool in_range(uint64_t iova, uint64_t len, uint64_t start, uint64_t size) noexcept {
+  if (iova < start) return false;
+  const uint64_t off = iova - start;
+  return off <= size && len <= size - off;
+}
+
+bool is_remote_op(uint8_t op) noexcept {
+  switch (op) {
+    case MLX5_OPCODE_RDMA_WRITE:
+    case MLX5_OPCODE_RDMA_WRITE_IMM:
+    case MLX5_OPCODE_RDMA_READ:
+    case MLX5_OPCODE_SEND:
+    case MLX5_OPCODE_SEND_IMM:
+    case MLX5_OPCODE_SEND_INVAL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+PktOp pkt_op(uint8_t op) noexcept {
+  switch (op) {
+    case MLX5_OPCODE_RDMA_WRITE:
+      return PktOp::kWrite;
+    case MLX5_OPCODE_RDMA_WRITE_IMM:
+      return PktOp::kWriteImm;
+    case MLX5_OPCODE_RDMA_READ:
+      return PktOp::kRead;
+    case MLX5_OPCODE_SEND:
+      return PktOp::kSend;
+    case MLX5_OPCODE_SEND_IMM:
+      return PktOp::kSendImm;
+    default:
+      return PktOp::kSendInv;
+  }
+}
+
+}  // namespace
+
+// ---- mkeys ------------------------------------------------------------------------------------
+Mkey* Engine::lookup(uint32_t key) noexcept {
+  const uint32_t idx = key >> 8;
+  if (idx < 2 || idx >= mkeys_.size()) return nullptr;
+  Mkey& m = mkeys_[idx];
+  if (m.kind == Mkey::Kind::kNone || m.tag != static_cast<uint8_t>(key)) return nullptr;
+  return &m;
+}
+
+template <class F>
+XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on) noexcept {
+  Mkey* m = lookup(key);
+  if (!m) return XlateErr::kBadKey;
+  if (m->free) return XlateErr::kState;
+  if ((m->access & access) != access) return XlateErr::kAccess;
+  if (!in_range(iova, len, m->start, m->len)) return XlateErr::kBounds;
+  if (len == 0) return XlateErr::kOk;
+  if (m->kind == Mkey::Kind::kDirect) {
+    on(m->host + (iova - m->start), len);
+    return XlateErr::kOk;
+  }
+  // Indirect: walk the KLM list; every entry must resolve to a direct mkey that itself allows
+  // the access and holds the range.
+  uint64_t off = iova - m->start;
+  if (!in_range(off, len, 0, m->xlat_bytes)) return XlateErr::kBounds;
+  size_t i = static_cast<size_t>(std::upper_bound(m->prefix.begin(), m->prefix.end(), off) -
+                                 m->prefix.begin());
+  i = i ? i - 1 : 0;
+  while (len) {
+    if (i >= m->klm.size()) return XlateErr::kBounds;
+    const Klm& e = m->klm[i];
+    if (e.byte_count == 0 || off >= m->prefix[i] + e.byte_count) {
+      ++i;
+      continue;
+    }
+    const uint64_t in_e = off - m->prefix[i];
+    const uint64_t n = std::min<uint64_t>(len, e.byte_count - in_e);
+    Mkey* p = lookup(e.mkey);
+    if (!p || p->kind != Mkey::Kind::kDirect) return XlateErr::kBadKey;
+    if (p->free) return XlateErr::kState;
+    if ((p->access & access) != access) return XlateErr::kAccess;
+    if (e.addr > UINT64_MAX - in_e) return XlateErr::kBounds;
+    const uint64_t a = e.addr + in_e;
+    if (!in_range(a, n, p->start, p->len)) return XlateErr::kBounds;
+    on(p->host + (a - p->start), n);
+    off += n;
+    len -= n;
+    ++i;
+  }
+  return XlateErr::kOk;
+}
+
+XlateErr Engine::check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access) noexcept {
+  return walk(key, iova, len, access, [](uint8_t*, uint64_t) {});
+}
+
+// ---- checker helpers --------------------------------------------------------------------------
+bool Engine::hot_live(QpCtx& q, HotMkey& h) noexcept {
+  if (!h.covered) return true;
+  // Ordered once software has consumed the CQE that covers the UMR.
+  const uint32_t sw_ci = load_dbr(q.cq_db) & prm::kCqDbrCiMask;
+  return ((sw_ci - h.cqe_pos - 1) & prm::kCqDbrCiMask) >= 0x800000u;
+}
+
+void Engine::check_hot_local(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept {
+  if (q.hot.empty()) return;
+  auto one = [&](uint32_t lkey) {
+    for (HotMkey& h : q.hot) {
+      if (h.index != (lkey >> 8) || !hot_live(q, h)) continue;
+      char buf[200];
+      std::snprintf(buf, sizeof(buf),
+                    "%s uses mkey 0x%x changed by the UMR at WQE 0x%04x without "
+                    "INITIATOR_SMALL (0x20) / STRONG_ORDERING (0x60) / SMALL_AND_FENCE (0x80) "
+                    "fence (fm_ce_se 0x%02x)",
+                    std::string(prm::wqe_opcode_name(w.ctrl.opcode)).c_str(), lkey, h.umr_wqe,
+                    w.ctrl.fm_ce_se);
+      report(&q, w.ctrl.wqe_index, Rule::kMissingFenceAfterUmr, buf);
+      if (opt_.checker_fatal) *fatal = true;
+      return;
+    }
+  };
+  for (uint32_t i = 0; i < w.n_sge; ++i)
+    if (w.sge[i].byte_count) one(w.sge[i].mkey);
+  if (w.has_klm_ptr) one(w.klm_ptr.mkey);
+}
+
+// ---- completions ------------------------------------------------------------------------------
+bool Engine::write_cqe(QpCtx& q, const prm::CqeFields& f) noexcept {
+  if (q.cq_overrun) {
+    ++st_.cqes_dropped;
+    return false;
+  }
+  const uint32_t sw_ci = load_dbr(q.cq_db) & prm::kCqDbrCiMask;
+  if (((q.cq_pi - sw_ci) & prm::kCqDbrCiMask) >= q.cq_n) {
+    char buf[128];
+    std::snprintf(buf, sizeof(buf),
+                  "CQ of %u CQEs full: producer %u, software consumer (CQ doorbell record) %u",
+                  q.cq_n, q.cq_pi & prm::kCqDbrCiMask, sw_ci);
+    report(&q, f.wqe_counter, Rule::kCqOverrun, buf);
+    q.cq_overrun = true;  // the QP goes to error at the end of this poll (poll_sq)
+    ++st_.cqes_dropped;
+    return false;
+  }
+  auto* c = reinterpret_cast<mlx5_cqe64*>(q.cq_buf) + (q.cq_pi & (q.cq_n - 1));
+  prm::write_cqe(c, f, (q.cq_pi & q.cq_n) ? 1 : 0);
+  ++q.cq_pi;
+  ++st_.cqes;
+  if (f.opcode == MLX5_CQE_REQ_ERR || f.opcode == MLX5_CQE_RESP_ERR) ++st_.error_cqes;
+  if (f.syndrome == kSynFlush && (f.opcode == MLX5_CQE_REQ_ERR || f.opcode == MLX5_CQE_RESP_ERR))
+    ++st_.flushed;
+  return true;
+}
+
+void Engine::send_cqe(QpCtx& q, const SendEntry& e, uint8_t synd) noexcept {
+  prm::CqeFields f;
+  f.qpn = q.qpn;
+  f.wqe_counter = static_cast<uint16_t>(e.counter);
+  f.send_opcode = e.opcode;
+  if (synd) {
+    f.opcode = MLX5_CQE_REQ_ERR;
+    f.syndrome = synd;
+  } else {
+    f.opcode = MLX5_CQE_REQ;
+    f.byte_cnt = e.byte_cnt;
+  }
+  const uint32_t pos = q.cq_pi & prm::kCqDbrCiMask;
+  if (!write_cqe(q, f)) return;
+  for (HotMkey& h : q.hot)
+    if (!h.covered && h.seq <= e.seq) {
+      h.covered = true;
+      h.cqe_pos = pos;
+    }
+}
+
+void Engine::recv_cqe(QpCtx& q, uint32_t counter, uint8_t cqe_op, uint32_t bytes, uint32_t imm,
+                      bool solicited, uint8_t synd) noexcept {
+  prm::CqeFields f;
+  f.qpn = q.qpn;
+  f.wqe_counter = static_cast<uint16_t>(counter);
+  if (synd) {
+    f.opcode = MLX5_CQE_RESP_ERR;
+    f.syndrome = synd;
+  } else {
+    f.opcode = cqe_op;
+    f.byte_cnt = bytes;
+    f.imm_inval = imm;
+    f.solicited = solicited;
+  }
+  write_cqe(q, f);
+}
+
+void Engine::finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept {
+  e.st = synd ? SendEntry::St::kError : SendEntry::St::kDone;
+  e.syndrome = synd;
+  e.ready_poll = poll_count_ + q.cqe_delay;
+  if (synd) q.sq_halt = true;  // nothing behind an error executes; it flushes
+}
+
+bool Engine::emit_send(QpCtx& q) noexcept {
+  bool work = false;
+  while (!q.inflight.empty()) {
+    SendEntry& e = q.inflight.front();
+    if (e.st == SendEntry::St::kWait || e.ready_poll > poll_count_) break;
+    work = true;
+    if (e.st == SendEntry::St::kError) {
+      send_cqe(q, e, e.syndrome);
+      q.inflight.pop_front();
+      if (q.tx_next) --q.tx_next;
+      enter_error(q);
+      return true;
+    }
+    if (e.signaled) send_cqe(q, e, 0);
+    q.inflight.pop_front();
+    if (q.tx_next) --q.tx_next;
+  }
+  return work;
+}
+
+void Engine::enter_error(QpCtx& q) noexcept {
+  q.state = QpState::kError;
+  // Every outstanding WQE flushes, in order, one CQE each (signaled or not).
+  for (const SendEntry& e : q.inflight) send_cqe(q, e, kSynFlush);
+  q.inflight.clear();
+  q.tx_next = 0;
+  q.sq_halt = false;
+  q.reads.clear();
+  if (q.recv_active) {
+    recv_cqe(q, q.recv_counter, 0, 0, 0, false, kSynFlush);
+    q.recv_active = false;
+  }
+  flush_new(q);
+}
+
+bool Engine::flush_new(QpCtx& q) noexcept {
+  bool work = false;
+  while (q.sq_ci != q.sq_pi) {
+    const uint8_t* ctrl = q.sq_buf + size_t{q.sq_ci & (q.sq_n - 1)} * 64;
+    const uint8_t ds = ctrl[7] & prm::kCtrlDsMask;
+    uint32_t nbb = ds ? prm::ds_to_wqebbs(ds) : 1;
+    nbb = std::min(nbb, q.sq_pi - q.sq_ci);
+    SendEntry e;
+    e.counter = q.sq_ci;
+    e.opcode = ctrl[3];
+    e.seq = ++q.sq_seq;
+    send_cqe(q, e, kSynFlush);
+    q.sq_ci += nbb;
+    work = true;
+  }
+  if (q.rq_n) {
+    poll_rq_doorbell(q);
+    while (q.rq_ci != q.rq_pi) {
+      recv_cqe(q, q.rq_ci, 0, 0, 0, false, kSynFlush);
+      ++q.rq_ci;
+      work = true;
+    }
+  }
+  return work;
+}
+
+// ---- doorbells --------------------------------------------------------------------------------
+bool Engine::poll_rq_doorbell(QpCtx& q) noexcept {
+  if (!q.rq_n) return false;
+  const uint16_t v = static_cast<uint16_t>(load_dbr(q.rq_db));
+  if (v == q.rq_db_seen) return false;
+  const uint16_t fwd = static_cast<uint16_t>(v - static_cast<uint16_t>(q.rq_pi));
+  const uint16_t back = static_cast<uint16_t>(static_cast<uint16_t>(q.rq_pi) - v);
+  q.rq_db_seen = v;
+  if (q.rq_pi + fwd - q.rq_ci <= q.rq_n) {
+    q.rq_pi += fwd;
+    ++st_.doorbells;
+    return true;
+  }
+  char buf[128];
+  if (back < 0x8000) {
+    std::snprintf(buf, sizeof(buf), "RQ doorbell record moved backwards: %u -> %u",
+                  static_cast<uint16_t>(q.rq_pi), v);
+    report(&q, v, Rule::kDoorbellBackwards, buf);
+  } else {
+    std::snprintf(buf, sizeof(buf), "RQ doorbell record %u is %u receives ahead of a ring of %u", v,
+                  q.rq_pi + fwd - q.rq_ci, q.rq_n);
+    report(&q, v, Rule::kDoorbellPastWritten, buf);
+  }
+  if (q.state != QpState::kError && (back >= 0x8000 || opt_.checker_fatal)) enter_error(q);
+  return true;
+}
+
+bool Engine::poll_sq(QpCtx& q) noexcept {
+  bool work = false;
+  const uint16_t v = static_cast<uint16_t>(load_dbr(q.sq_db));
+  if (v != q.sq_db_seen) {
+    const uint16_t fwd = static_cast<uint16_t>(v - static_cast<uint16_t>(q.sq_pi));
+    const uint16_t back = static_cast<uint16_t>(static_cast<uint16_t>(q.sq_pi) - v);
+    const uint32_t oldest = q.inflight.empty() ? q.sq_ci : q.inflight.front().counter;
+    q.sq_db_seen = v;
+    work = true;
+    if (q.sq_pi + fwd - oldest <= q.sq_n) {
+      q.sq_pi += fwd;
+      ++st_.doorbells;
+    } else {
+      char buf[160];
+      if (back < 0x8000) {
+        std::snprintf(buf, sizeof(buf), "SQ doorbell record moved backwards: %u -> %u",
+                      static_cast<uint16_t>(q.sq_pi), v);
+        report(&q, v, Rule::kDoorbellBackwards, buf);
+      } else {
+        std::snprintf(buf, sizeof(buf),
+                      "SQ doorbell record %u claims %u WQEBBs outstanding in a ring of %u", v,
+                      q.sq_pi + fwd - oldest, q.sq_n);
+        report(&q, v, Rule::kDoorbellPastWritten, buf);
+      }
+      if (q.state != QpState::kError && (back >= 0x8000 || opt_.checker_fatal)) enter_error(q);
+    }
+  }
+  if (opt_.mode == Mode::kSink) {
+    sink_sq(q);
+    return work;
+  }
+  if (q.state == QpState::kError) {
+    work |= flush_new(q);
+    return work;
+  }
+  if (q.state == QpState::kRtr || q.state == QpState::kRts) work |= poll_rq_doorbell(q);
+  if (q.state != QpState::kRts) return work;
+  while (!q.sq_halt && q.sq_ci != q.sq_pi) {
+    if (!execute(q)) break;
+    work = true;
+  }
+  work |= transmit(q);
+  work |= timeouts(q);
+  work |= emit_send(q);
+  if (q.cq_overrun && q.state != QpState::kError) {
+    enter_error(q);
+    work = true;
+  }
+  return work;
+}
+
+void Engine::sink_sq(QpCtx& q) noexcept {
+  while (q.sq_ci != q.sq_pi) {
+    const uint8_t* ctrl = q.sq_buf + size_t{q.sq_ci & (q.sq_n - 1)} * 64;
+    const uint8_t ds = ctrl[7] & prm::kCtrlDsMask;
+    uint32_t nbb = ds ? prm::ds_to_wqebbs(ds) : 1;
+    nbb = std::min(nbb, q.sq_pi - q.sq_ci);
+    if (ctrl[11] & MLX5_WQE_CTRL_CQ_UPDATE) {
+      prm::CqeFields f;
+      f.opcode = MLX5_CQE_REQ;
+      f.qpn = q.qpn;
+      f.send_opcode = ctrl[3];
+      f.wqe_counter = static_cast<uint16_t>(q.sq_ci);
+      write_cqe(q, f);
+    }
+    q.sq_ci += nbb;
+    ++st_.wqes;
+  }
+}
+
+// ---- the WQE interpreter ----------------------------------------------------------------------
+uint8_t Engine::check_local_sges(QpCtx& q, const prm::DecodedWqe& w, uint8_t access,
+                                 uint64_t* total) noexcept {
+  (void)q;
+  uint64_t t = 0;
+  for (uint32_t i = 0; i < w.n_sge; ++i) {
+    const prm::KlmFields& s = w.sge[i];
+    if (s.byte_count == 0) continue;
+    if (check(s.mkey, s.address, s.byte_count, access) != XlateErr::kOk) return kSynLocProt;
+    t += s.byte_count;
+  }
+  if (w.has_inline) t += w.inline_len;
+  *total = t;
+  if (t > kMaxMsg) return kSynLocLen;
+  return 0;
+}
+
+bool Engine::execute(QpCtx& q) noexcept {
+  prm::DecodedWqe& w = dw_;
+  const uint32_t at = q.sq_ci;
+  const uint32_t avail = q.sq_pi - q.sq_ci;
+  const prm::DecodeError de = prm::decode_wqe(q.sq_buf, q.sq_n, at, w);
+  SendEntry e;
+  e.counter = at;
+  e.opcode = w.ctrl.opcode;
+  e.signaled = w.ctrl.signaled();
+  uint32_t nbb = 1;
+  uint8_t synd = 0;
+  char buf[192];
+  const uint16_t idx = static_cast<uint16_t>(at);
+
+  if (de != prm::DecodeError::kOk) {
+    std::snprintf(buf, sizeof(buf), "%s: %s (opcode 0x%02x, ds %u)",
+                  std::string(prm::decode_error_name(de)).c_str(),
+                  "the device cannot execute these bytes", w.ctrl.opcode, w.ctrl.ds);
+    report(&q, idx, Rule::kMalformedWqe, buf);
+    nbb =
+        (de == prm::DecodeError::kDsZero || de == prm::DecodeError::kDsBeyondRing) ? 1 : w.n_wqebb;
+    synd = kSynLocQpOp;
+  } else if (w.ctrl.wqe_index != idx) {
+    std::snprintf(buf, sizeof(buf),
+                  "slot %u holds wqe_index 0x%04x (opcode 0x%02x): the doorbell record covers "
+                  "a slot with no newly written WQE",
+                  at & (q.sq_n - 1), w.ctrl.wqe_index, w.ctrl.opcode);
+    report(&q, idx, Rule::kDoorbellPastWritten, buf);
+    synd = kSynLocQpOp;
+  } else if (w.n_wqebb > avail) {
+    std::snprintf(buf, sizeof(buf),
+                  "WQE of %u WQEBBs but the doorbell record covers only %u of them", w.n_wqebb,
+                  avail);
+    report(&q, idx, Rule::kDoorbellPastWritten, buf);
+    synd = kSynLocQpOp;
+  } else {
+    nbb = w.n_wqebb;
+    // Fences that wait for remote work to finish block the SQ here (the WQE is not consumed).
+    const uint8_t fence = w.ctrl.fence();
+    if (fence == prm::kFenceStrongOrdering || fence == prm::kFenceFence ||
+        fence == prm::kFenceSmallAndFence) {
+      for (const SendEntry& o : q.inflight) {
+        if (o.st != SendEntry::St::kWait) continue;
+        if (fence == prm::kFenceStrongOrdering || o.opcode == MLX5_OPCODE_RDMA_READ) return false;
+      }
+    }
+    // INITIATOR_SMALL, STRONG_ORDERING and SMALL_AND_FENCE all start this WQE after every
+    // earlier local WQE (UMR included) completed: earlier UMRs are ordered from here on.
+    if (fence == prm::kFenceInitiatorSmall || fence == prm::kFenceStrongOrdering ||
+        fence == prm::kFenceSmallAndFence)
+      q.hot.clear();
+    if (fence != 0 && fence != prm::kFenceInitiatorSmall && fence != prm::kFenceFence &&
+        fence != prm::kFenceStrongOrdering && fence != prm::kFenceSmallAndFence) {
+      std::snprintf(buf, sizeof(buf), "reserved fence mode 0x%02x", fence);
+      report(&q, idx, Rule::kMalformedWqe, buf);
+      synd = kSynLocQpOp;
+    }
+  }
+  // Drop ordered hot entries (software consumed the covering CQE).
+  std::erase_if(q.hot, [&](HotMkey& h) { return !hot_live(q, h); });
+
+  e.n_wqebb = static_cast<uint16_t>(std::min(nbb, avail));
+  e.seq = ++q.sq_seq;
+  ++st_.wqes;
+  if (!synd && q.fault_nth && e.seq == q.fault_nth) {
+    q.fault_nth = 0;
+    synd = q.fault_synd;
+  }
+  if (!synd) {
+    bool fatal = false;
+    check_hot_local(q, w, &fatal);
+    if (fatal) synd = kSynLocProt;
+  }
+  if (!synd) {
+    switch (w.ctrl.opcode) {
+      case MLX5_OPCODE_NOP:
+        break;
+      case MLX5_OPCODE_UMR:
+        synd = exec_umr(q, w);
+        break;
+      case MLX5_OPCODE_LOCAL_INVAL:
+        synd = exec_local_inval(q, w);
+        break;
+      default: {
+        if (!is_remote_op(w.ctrl.opcode)) {
+          synd = kSynLocQpOp;
+          break;
+        }
+        const bool rd = w.ctrl.opcode == MLX5_OPCODE_RDMA_READ;
+        uint64_t total = 0;
+        synd = check_local_sges(q, w, rd ? kLW : kLR, &total);
+        if (synd) break;
+        e.remote = true;
+        e.msn = q.next_msn++;
+        e.len = total;
+        e.byte_cnt = static_cast<uint32_t>(total);
+        e.rnr_left = opt_.rnr_retry;
+        e.retry_left = opt_.retry_cnt;
+        e.st = SendEntry::St::kWait;
+        if (unreachable_.load(std::memory_order_relaxed) || !q.connected ||
+            !wire_->peer_open(side_)) {
+          st_.retries += opt_.retry_cnt;
+          synd = kSynRetry;
+        }
+        break;
+      }
+    }
+  }
+  q.sq_ci += e.n_wqebb;
+  q.inflight.push_back(e);
+  SendEntry& pe = q.inflight.back();
+  if (synd || !pe.remote) finish_entry(q, pe, synd);
+  return true;
+}
+
+uint8_t Engine::exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept {
+  (void)q;
+  Mkey* m = lookup(w.ctrl.imm);
+  if (!m || m->kind != Mkey::Kind::kIndirect) return kSynLocProt;
+  m->free = true;
+  return 0;
+}
+
+uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
+  char buf[192];
+  const uint16_t idx16 = w.ctrl.wqe_index;
+  const uint32_t idx = w.ctrl.imm >> 8;
+  if (idx < 2 || idx >= mkeys_.size() || mkeys_[idx].kind != Mkey::Kind::kIndirect ||
+      !mkeys_[idx].umr_en)
+    return kSynLocProt;
+  Mkey& m = mkeys_[idx];
+  const prm::UmrCtrlFields& u = w.umr;
+  const prm::MkcFields& c = w.mkc;
+  const uint64_t mask = u.mkey_mask;
+  if (mask & ~prm::kMaskKnown) {
+    std::snprintf(buf, sizeof(buf),
+                  "mkey_mask 0x%016" PRIx64 " has bits 0x%016" PRIx64
+                  " the device does not implement",
+                  mask, mask & ~prm::kMaskKnown);
+    report(&q, idx16, Rule::kUnknownMaskBits, buf);
+    return kSynLocQpOp;
+  }
+  const uint8_t chk = u.flags & prm::kUmrFlagCheckMask;
+  if (chk == prm::kUmrFlagCheckMask) {
+    report(&q, idx16, Rule::kMalformedWqe, "UMR free-state check 0x60 is reserved");
+    return kSynLocQpOp;
+  }
+  if (chk == prm::kUmrFlagFailIfNotFree && !m.free) {
+    std::snprintf(buf, sizeof(buf), "UMR with check-free (0x20) on mkey 0x%x, which is valid",
+                  w.ctrl.imm);
+    report(&q, idx16, Rule::kUmrNotFree, buf);
+    return kSynMwBind;
+  }
+  if (chk == prm::kUmrFlagFailIfFree && m.free) {
+    std::snprintf(buf, sizeof(buf), "UMR with fail-if-free (0x40) on mkey 0x%x, which is free",
+                  w.ctrl.imm);
+    report(&q, idx16, Rule::kUmrFree, buf);
+    return kSynMwBind;
+  }
+  if ((u.flags & MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN) && m.bound_qpn != prm::kMkeyQpnNone &&
+      m.bound_qpn != q.qpn)
+    return kSynMwBind;
+
+  // New translation entries.
+  const uint32_t n_oct = u.klm_octowords;
+  const uint32_t off =
+      (u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET) ? u.translation_offset : 0;
+  const Klm* src = nullptr;
+  Klm* tmp = nullptr;
+  if (n_oct) {
+    if (u.inline_list() && n_oct > prm::align4(opt_.max_inline_klm)) {
+      std::snprintf(buf, sizeof(buf), "inline UMR with %u KLM octowords, device limit %u", n_oct,
+                    prm::align4(opt_.max_inline_klm));
+      report(&q, idx16, Rule::kMalformedWqe, buf);
+      return kSynLocQpOp;
+    }
+    if (uint64_t{off} + n_oct > m.capacity) {
+      std::snprintf(buf, sizeof(buf),
+                    "UMR writes translation entries %u..%u into mkey 0x%x that holds %u", off,
+                    off + n_oct - 1, w.ctrl.imm, m.capacity);
+      report(&q, idx16, Rule::kTooManyEntries, buf);
+      return kSynMwBind;
+    }
+    scratch_.resize(size_t{n_oct} * sizeof(Klm));
+    tmp = reinterpret_cast<Klm*>(scratch_.data());
+    if (u.inline_list()) {
+      for (uint32_t i = 0; i < n_oct; ++i)
+        tmp[i] = Klm{w.klm[i].byte_count, w.klm[i].mkey, w.klm[i].address};
+    } else {
+      // Pointer mode: the KLM array lives in host memory behind an lkey (read with LR).
+      if (w.klm_ptr.address % prm::kKlmPtrAlign) {
+        std::snprintf(buf, sizeof(buf),
+                      "pointer-mode KLM array at 0x%" PRIx64 " is not 2 KiB aligned",
+                      w.klm_ptr.address);
+        report(&q, idx16, Rule::kKlmPtrAlign, buf);
+        if (opt_.checker_fatal) return kSynLocQpOp;
+      }
+      std::vector<uint8_t> raw(size_t{n_oct} * 16);
+      size_t pos = 0;
+      const XlateErr xe =
+          walk(w.klm_ptr.mkey, w.klm_ptr.address, raw.size(), kLR, [&](uint8_t* p, uint64_t n) {
+            std::memcpy(raw.data() + pos, p, n);
+            pos += n;
+          });
+      if (xe != XlateErr::kOk) return kSynLocProt;
+      for (uint32_t i = 0; i < n_oct; ++i) {
+        uint32_t bc, key;
+        uint64_t addr;
+        std::memcpy(&bc, raw.data() + i * 16, 4);
+        std::memcpy(&key, raw.data() + i * 16 + 4, 4);
+        std::memcpy(&addr, raw.data() + i * 16 + 8, 8);
+        tmp[i] =
+            Klm{::rdmx::detail::bswap(bc), ::rdmx::detail::bswap(key), ::rdmx::detail::bswap(addr)};
+      }
+    }
+    for (uint32_t i = 0; i < n_oct; ++i) {
+      if (tmp[i].byte_count > prm::kMaxKlmBytes) {
+        std::snprintf(buf, sizeof(buf), "KLM %u byte_count %u exceeds 2 GiB", i, tmp[i].byte_count);
+        report(&q, idx16, Rule::kMalformedWqe, buf);
+        return kSynLocQpOp;
+      }
+    }
+    src = tmp;
+  }
+
+  // Scalar fields, validated before anything changes.
+  const uint64_t new_start =
+      (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR) ? c.start_addr : m.start;
+  const uint64_t new_len = (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN) ? c.len : m.len;
+  if (new_len && new_start > UINT64_MAX - (new_len - 1)) {
+    std::snprintf(buf, sizeof(buf),
+                  "translation overflow: start 0x%" PRIx64 " + len 0x%" PRIx64 " wraps 2^64",
+                  new_start, new_len);
+    report(&q, idx16, Rule::kMalformedWqe, buf);
+    return kSynLocQpOp;
+  }
+  if ((mask & prm::kMaskPd) && (c.flags_pd & prm::kMkcPdMask) != kPd) return kSynLocProt;
+
+  // Commit.
+  if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY) m.tag = c.key;
+  if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE) m.free = c.free;
+  struct {
+    uint64_t bit;
+    uint8_t acc;
+  } const amap[] = {{prm::kMaskLocalRead, kLR},
+                    {MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE, kLW},
+                    {MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ, kRR},
+                    {MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE, kRW},
+                    {MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC, kAT}};
+  for (const auto& a : amap)
+    if (mask & a.bit) m.access = static_cast<uint8_t>((m.access & ~a.acc) | (c.access & a.acc));
+  if (mask & prm::kMaskEnRinval) m.en_rinval = (c.flags_pd & prm::kMkcFlagEnRinval) != 0;
+  if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN) m.bound_qpn = c.qpn;
+  if (mask & prm::kMaskPageSize) m.log_page_size = c.log_page_size;
+  m.start = new_start;
+  m.len = new_len;
+  if (src) {
+    if (off == 0 && !(u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET)) {
+      m.klm.assign(src, src + n_oct);
+    } else {
+      if (m.klm.size() < off + n_oct) m.klm.resize(off + n_oct);
+      std::copy(src, src + n_oct, m.klm.begin() + off);
+    }
+    m.prefix.resize(m.klm.size());
+    uint64_t acc = 0;
+    uint32_t n_real = 0;
+    for (size_t i = 0; i < m.klm.size(); ++i) {
+      m.prefix[i] = acc;
+      acc += m.klm[i].byte_count;
+      n_real += m.klm[i].byte_count ? 1 : 0;
+    }
+    m.xlat_bytes = acc;
+    if (n_real > m.max_entries) {
+      std::snprintf(buf, sizeof(buf),
+                    "mkey 0x%x now holds %u translation entries; it was created for %u", w.ctrl.imm,
+                    n_real, m.max_entries);
+      report(&q, idx16, Rule::kTooManyEntries, buf);
+      if (opt_.checker_fatal) {
+        m.free = true;
+        return kSynMwBind;
+      }
+    }
+  } else if ((mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN) && n_oct == 0 && !m.free) {
+    // A map of zero entries (rdma-core num_sges = 0): an enabled, empty translation.
+    m.klm.clear();
+    m.prefix.clear();
+    m.xlat_bytes = 0;
+  }
+  ++st_.umrs;
+  // The mkey changed: later users in this SQ need a fence until the UMR is ordered.
+  std::erase_if(q.hot, [&](const HotMkey& h) { return h.index == idx; });
+  q.hot.push_back(HotMkey{idx, idx16, q.sq_seq, false, 0});
+  return 0;
+}
+
+// ---- requester: transmit, retries, timeouts ---------------------------------------------------
+void Engine::go_back(QpCtx& q, size_t from) noexcept {
+  for (size_t i = from; i < q.inflight.size(); ++i) {
+    SendEntry& e = q.inflight[i];
+    if (!e.remote || e.st != SendEntry::St::kWait) continue;
+    e.tx_done = false;
+    e.tx_off = 0;
+    e.rx_bytes = 0;
+  }
+  q.tx_next = std::min(q.tx_next, from);
+  ++q.gen;
+  ++st_.retries;
+}
+
+bool Engine::transmit(QpCtx& q) noexcept {
+  if (q.resend_at_ns) {
+    if (now_ns() < q.resend_at_ns) return false;
+    q.resend_at_ns = 0;
+  }
+  bool work = false;
+  while (q.tx_next < q.inflight.size()) {
+    SendEntry& e = q.inflight[q.tx_next];
+    if (e.st == SendEntry::St::kError) break;
+    if (!e.remote || e.st != SendEntry::St::kWait || e.tx_done) {
+      ++q.tx_next;
+      continue;
+    }
+    prm::DecodedWqe& w = dw2_;
+    if (prm::decode_wqe(q.sq_buf, q.sq_n, e.counter, w) != prm::DecodeError::kOk) {
+      finish_entry(q, e, kSynLocQpOp);  // the SQ bytes changed under an in-flight WQE
+      break;
+    }
+    const PktOp op = pkt_op(e.opcode);
+    do {
+      WireSlot* s = wire_->tx_slot(side_, WireClass::kReq);
+      if (!s) return work;
+      PktHdr& h = s->h;
+      h = PktHdr{};
+      h.op = op;
+      h.dst_qpn = q.peer_qpn;
+      h.src_qpn = q.qpn;
+      h.msn = e.msn;
+      h.gen = q.gen;
+      h.imm = w.ctrl.imm;
+      h.rkey = w.rkey;
+      h.msg_len = e.len;
+      h.offset = e.tx_off;
+      h.raddr = w.raddr + e.tx_off;
+      uint32_t n = 0;
+      if (op != PktOp::kRead) {
+        n = static_cast<uint32_t>(std::min<uint64_t>(kWireMtu, e.len - e.tx_off));
+        // Gather this packet's bytes (inline data from the ring, or through the lkeys).
+        uint64_t skip = e.tx_off;
+        uint32_t got = 0;
+        if (w.has_inline) {
+          prm::copy_from_ring(q.sq_buf, q.sq_n, w.inline_ring_offset + static_cast<uint32_t>(skip),
+                              s->payload, n);
+          got = n;
+        }
+        for (uint32_t i = 0; i < w.n_sge && got < n; ++i) {
+          const prm::KlmFields& g = w.sge[i];
+          if (skip >= g.byte_count) {
+            skip -= g.byte_count;
+            continue;
+          }
+          const uint64_t take = std::min<uint64_t>(g.byte_count - skip, n - got);
+          const XlateErr xe =
+              walk(g.mkey, g.address + skip, take, kLR, [&](uint8_t* p, uint64_t k) {
+                std::memcpy(s->payload + got, p, k);
+                got += static_cast<uint32_t>(k);
+              });
+          if (xe != XlateErr::kOk) {
+            finish_entry(q, e, kSynLocProt);
+            return true;
+          }
+          skip = 0;
+        }
+      }
+      h.len = n;
+      h.flags = static_cast<uint8_t>((e.tx_off == 0 ? kPktFirst : 0) |
+                                     (op == PktOp::kRead || e.tx_off + n == e.len ? kPktLast : 0) |
+                                     (w.ctrl.solicited() ? kPktSolicited : 0));
+      wire_->tx_commit(side_, WireClass::kReq);
+      ++st_.tx_packets;
+      st_.tx_bytes += n;
+      e.tx_off += n;
+      work = true;
+    } while (op != PktOp::kRead && e.tx_off < e.len);
+    e.tx_done = true;
+    e.sent_ns = opt_.mode == Mode::kThreaded ? now_ns() : 0;
+    ++q.tx_next;
+  }
+  return work;
+}
+
+bool Engine::timeouts(QpCtx& q) noexcept {
+  if (opt_.mode != Mode::kThreaded || q.inflight.empty()) return false;
+  for (SendEntry& e : q.inflight) {
+    if (e.st != SendEntry::St::kWait) continue;
+    if (!e.tx_done || !e.sent_ns) return false;
+    if (now_ns() - e.sent_ns > uint64_t{opt_.transport_timeout_ms} * 1000000ull) {
+      st_.retries += opt_.retry_cnt;
+      finish_entry(q, e, kSynRetry);
+      return true;
+    }
+    return false;
+  }
+  return false;
+}
+
+// ---- responder --------------------------------------------------------------------------------
+bool Engine::respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,
+                     uint8_t synd) noexcept {
+  WireSlot* s = wire_->tx_slot(side_, WireClass::kResp);
+  if (!s) return false;
+  s->h = PktHdr{};
+  s->h.op = op;
+  s->h.dst_qpn = dst_qpn;
+  s->h.src_qpn = src_qpn;
+  s->h.msn = msn;
+  s->h.gen = gen;
+  s->h.syndrome = synd;
+  s->h.flags = kPktFirst | kPktLast;
+  wire_->tx_commit(side_, WireClass::kResp);
+  ++st_.tx_packets;
+  return true;
+}
+
+bool Engine::rq_take(QpCtx& q, uint32_t* counter) noexcept {
+  poll_rq_doorbell(q);
+  if (q.rq_ci == q.rq_pi) return false;
+  *counter = q.rq_ci++;
+  ++st_.recvs;
+  return true;
+}
+
+uint8_t Engine::scatter_recv(QpCtx& q, uint32_t counter, uint64_t off, const uint8_t* data,
+                             uint32_t len, uint64_t msg_len) noexcept {
+  const uint8_t* wqe = q.rq_buf + size_t{counter & (q.rq_n - 1)} * q.rq_stride;
+  const uint32_t n_seg = q.rq_stride / 16;
+  uint64_t cap = 0;
+  for (uint32_t i = 0; i < n_seg; ++i) {
+    uint32_t key;
+    std::memcpy(&key, wqe + i * 16 + 4, 4);
+    if (::rdmx::detail::bswap(key) == MLX5_INVALID_LKEY) break;
+    uint32_t bc;
+    std::memcpy(&bc, wqe + i * 16, 4);
+    cap += ::rdmx::detail::bswap(bc);
+  }
+  if (msg_len > cap) return kSynLocLen;
+  uint64_t skip = off;
+  uint32_t done = 0;
+  for (uint32_t i = 0; i < n_seg && done < len; ++i) {
+    uint32_t bc, key;
+    uint64_t addr;
+    std::memcpy(&bc, wqe + i * 16, 4);
+    std::memcpy(&key, wqe + i * 16 + 4, 4);
+    std::memcpy(&addr, wqe + i * 16 + 8, 8);
+    bc = ::rdmx::detail::bswap(bc);
+    key = ::rdmx::detail::bswap(key);
+    addr = ::rdmx::detail::bswap(addr);
+    if (key == MLX5_INVALID_LKEY) break;
+    if (skip >= bc) {
+      skip -= bc;
+      continue;
+    }
+    const uint64_t take = std::min<uint64_t>(bc - skip, len - done);
+    const XlateErr xe = walk(key, addr + skip, take, kLW, [&](uint8_t* p, uint64_t k) {
+      std::memcpy(p, data + done, k);
+      done += static_cast<uint32_t>(k);
+    });
+    if (xe != XlateErr::kOk) return kSynLocProt;
+    skip = 0;
+  }
+  return done == len ? 0 : kSynLocLen;
+}
+
+bool Engine::handle_request(const WireSlot& s) noexcept {
+  const PktHdr& h = s.h;
+  ++st_.rx_packets;
+  QpCtx* q = find_qp(h.dst_qpn);
+  const bool last = (h.flags & kPktLast) != 0;
+  const bool first = (h.flags & kPktFirst) != 0;
+  if (!q || (q->state != QpState::kRtr && q->state != QpState::kRts) || !q->connected ||
+      q->peer_qpn != h.src_qpn) {
+    // A real responder drops the packet silently and the requester's retry timer fires; the
+    // drop notice stands in for that timer so the outcome does not depend on wall time.
+    if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
+    return true;
+  }
+  if (!q->reads.empty()) return false;  // responses leave in order: finish streaming first
+  if (wire_->tx_free(side_, WireClass::kResp) == 0) return false;
+  const int32_t d = static_cast<int32_t>(h.msn - q->epsn);
+  if (d > 0) return true;  // out of sequence after a NAK: the requester goes back to epsn
+  if (d < 0) {             // duplicate of a message already executed
+    if (h.op == PktOp::kRead) {
+      q->reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0});
+    } else if (last) {
+      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
+    }
+    return true;
+  }
+  if (q->discard_msn_valid && q->discard_msn == h.msn && !first) return true;
+  q->discard_msn_valid = false;
+  auto nak = [&](PktOp op, uint8_t synd, bool advance) {
+    respond(h.src_qpn, q->qpn, op, h.msn, h.gen, synd);
+    q->discard_msn_valid = true;
+    q->discard_msn = h.msn;
+    if (advance) ++q->epsn;
+  };
+  auto remote_hot = [&](uint32_t rkey) -> bool {  // checker rule: remote use before ordered
+    for (auto& [qpn, o] : qps_) {
+      for (HotMkey& hm : o->hot) {
+        if (hm.index != (rkey >> 8) || !hot_live(*o, hm)) continue;
+        char buf[200];
+        std::snprintf(buf, sizeof(buf),
+                      "peer QP 0x%x used rkey 0x%x while the UMR at WQE 0x%04x of QP 0x%x is "
+                      "neither fenced by a later WQE nor completed and polled",
+                      h.src_qpn, rkey, hm.umr_wqe, o->qpn);
+        report(q, static_cast<uint16_t>(h.msn), Rule::kRemoteUseBeforeOrdered, buf);
+        return opt_.checker_fatal;
+      }
+    }
+    return false;
+  };
+
+  switch (h.op) {
+    case PktOp::kWrite:
+    case PktOp::kWriteImm: {
+      if (first && remote_hot(h.rkey)) {
+        nak(PktOp::kNak, kSynRemAccess, true);
+        return true;
+      }
+      const XlateErr xe = walk(h.rkey, h.raddr, h.len, kRW,
+                               [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
+                                 std::memcpy(p, s.payload + done, k);
+                                 done += k;
+                               });
+      if (xe != XlateErr::kOk) {
+        if (h.op == PktOp::kWriteImm) {
+          uint32_t counter;
+          if (rq_take(*q, &counter)) {
+            recv_cqe(*q, counter, 0, 0, 0, false, kSynLocAccess);
+            nak(PktOp::kNak, kSynRemAccess, true);
+            enter_error(*q);
+            return true;
+          }
+        }
+        nak(PktOp::kNak, kSynRemAccess, true);
+        return true;
+      }
+      if (!last) return true;
+      if (h.op == PktOp::kWriteImm) {
+        uint32_t counter;
+        if (!rq_take(*q, &counter)) {
+          ++st_.rnr_naks;
+          nak(PktOp::kRnrNak, 0, false);
+          return true;
+        }
+        recv_cqe(*q, counter, MLX5_CQE_RESP_WR_IMM, static_cast<uint32_t>(h.msg_len), h.imm,
+                 h.flags & kPktSolicited, 0);
+      }
+      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
+      ++q->epsn;
+      return true;
+    }
+    case PktOp::kSend:
+    case PktOp::kSendImm:
+    case PktOp::kSendInv: {
+      if (first) {
+        uint32_t counter;
+        if (!rq_take(*q, &counter)) {
+          ++st_.rnr_naks;
+          nak(PktOp::kRnrNak, 0, false);
+          return true;
+        }
+        q->recv_active = true;
+        q->recv_counter = counter;
+        q->recv_off = 0;
+      }
+      if (!q->recv_active) return true;
+      const uint8_t synd = scatter_recv(*q, q->recv_counter, h.offset, s.payload, h.len, h.msg_len);
+      if (synd) {
+        recv_cqe(*q, q->recv_counter, 0, 0, 0, false, synd);
+        q->recv_active = false;
+        nak(PktOp::kNak, synd == kSynLocLen ? kSynRemInval : kSynRemOp, true);
+        enter_error(*q);
+        return true;
+      }
+      if (!last) return true;
+      uint8_t cqe_op = MLX5_CQE_RESP_SEND;
+      uint32_t imm = 0;
+      if (h.op == PktOp::kSendImm) {
+        cqe_op = MLX5_CQE_RESP_SEND_IMM;
+        imm = h.imm;
+      } else if (h.op == PktOp::kSendInv) {
+        Mkey* m = lookup(h.imm);
+        if (!m || m->kind != Mkey::Kind::kIndirect || !m->en_rinval || m->free) {
+          recv_cqe(*q, q->recv_counter, 0, 0, 0, false, kSynLocProt);
+          q->recv_active = false;
+          nak(PktOp::kNak, kSynRemOp, true);
+          enter_error(*q);
+          return true;
+        }
+        m->free = true;
+        cqe_op = MLX5_CQE_RESP_SEND_INV;
+        imm = h.imm;
+      }
+      recv_cqe(*q, q->recv_counter, cqe_op, static_cast<uint32_t>(h.msg_len), imm,
+               h.flags & kPktSolicited, 0);
+      q->recv_active = false;
+      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
+      ++q->epsn;
+      return true;
+    }
+    case PktOp::kRead: {
+      if (remote_hot(h.rkey)) {
+        nak(PktOp::kNak, kSynRemAccess, true);
+        return true;
+      }
+      if (h.msg_len > kMaxMsg) {
+        nak(PktOp::kNak, kSynRemInval, true);
+        return true;
+      }
+      if (check(h.rkey, h.raddr, h.msg_len, kRR) != XlateErr::kOk) {
+        nak(PktOp::kNak, kSynRemAccess, true);
+        return true;
+      }
+      q->reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0});
+      ++q->epsn;
+      return true;
+    }
+    default:
+      nak(PktOp::kNak, kSynRemInval, true);
+      return true;
+  }
+}
+
+bool Engine::stream_reads() noexcept {
+  bool work = false;
+  for (auto& [qpn, qp] : qps_) {
+    QpCtx& q = *qp;
+    while (!q.reads.empty()) {
+      PendingRead& r = q.reads.front();
+      WireSlot* s = wire_->tx_slot(side_, WireClass::kResp);
+      if (!s) return work;
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kWireMtu, r.len - r.off));
+      PktHdr& h = s->h;
+      h = PktHdr{};
+      h.dst_qpn = r.src_qpn;
+      h.src_qpn = q.qpn;
+      h.msn = r.msn;
+      h.gen = r.gen;
+      uint32_t got = 0;
+      const XlateErr xe = walk(r.rkey, r.raddr + r.off, n, kRR, [&](uint8_t* p, uint64_t k) {
+        std::memcpy(s->payload + got, p, k);
+        got += static_cast<uint32_t>(k);
+      });
+      if (xe != XlateErr::kOk) {
+        h.op = PktOp::kNak;
+        h.syndrome = kSynRemAccess;
+        h.flags = kPktFirst | kPktLast;
+        q.reads.pop_front();
+      } else {
+        h.op = PktOp::kReadResp;
+        h.offset = r.off;
+        h.msg_len = r.len;
+        h.len = n;
+        h.flags = static_cast<uint8_t>((r.off == 0 ? kPktFirst : 0) |
+                                       (r.off + n == r.len ? kPktLast : 0));
+        r.off += n;
+        st_.tx_bytes += n;
+        if (r.off >= r.len) q.reads.pop_front();
+      }
+      wire_->tx_commit(side_, WireClass::kResp);
+      ++st_.tx_packets;
+      work = true;
+    }
+  }
+  return work;
+}
+
+bool Engine::rx_requests() noexcept {
+  bool work = false;
+  for (int i = 0; i < 256; ++i) {
+    const WireSlot* s = wire_->rx_slot(side_, WireClass::kReq);
+    if (!s) break;
+    if (!handle_request(*s)) break;
+    wire_->rx_pop(side_, WireClass::kReq);
+    work = true;
+  }
+  return work;
+}
+
+void Engine::handle_response(const WireSlot& s) noexcept {
+  const PktHdr& h = s.h;
+  ++st_.rx_packets;
+  QpCtx* q = find_qp(h.dst_qpn);
+  if (!q || q->state != QpState::kRts) return;
+  size_t at = 0;
+  SendEntry* e = nullptr;
+  for (; at < q->inflight.size(); ++at) {
+    SendEntry& o = q->inflight[at];
+    if (o.remote && o.msn == h.msn) {
+      e = &o;
+      break;
+    }
+  }
+  if (!e || e->st != SendEntry::St::kWait) return;  // late duplicate
+  if (q->corrupt_resp) {
+    q->corrupt_resp = false;
+    finish_entry(*q, *e, kSynBadResp);
+    return;
+  }
+  const bool is_read = e->opcode == MLX5_OPCODE_RDMA_READ;
+  switch (h.op) {
+    case PktOp::kAck:
+      if (is_read) {
+        finish_entry(*q, *e, kSynBadResp);
+        return;
+      }
+      finish_entry(*q, *e, 0);
+      return;
+    case PktOp::kReadResp: {
+      if (!is_read || h.msg_len != e->len || h.len > e->len) {
+        finish_entry(*q, *e, kSynBadResp);
+        return;
+      }
+      if (h.gen != q->gen || h.offset != e->rx_bytes) return;  // stale generation
+      prm::DecodedWqe& w = dw2_;
+      if (prm::decode_wqe(q->sq_buf, q->sq_n, e->counter, w) != prm::DecodeError::kOk) {
+        finish_entry(*q, *e, kSynLocQpOp);
+        return;
+      }
+      uint64_t skip = h.offset;
+      uint32_t done = 0;
+      for (uint32_t i = 0; i < w.n_sge && done < h.len; ++i) {
+        const prm::KlmFields& g = w.sge[i];
+        if (skip >= g.byte_count) {
+          skip -= g.byte_count;
+          continue;
+        }
+        const uint64_t take = std::min<uint64_t>(g.byte_count - skip, h.len - done);
+        const XlateErr xe = walk(g.mkey, g.address + skip, take, kLW, [&](uint8_t* p, uint64_t k) {
+          std::memcpy(p, s.payload + done, k);
+          done += static_cast<uint32_t>(k);
+        });
+        if (xe != XlateErr::kOk) {
+          finish_entry(*q, *e, kSynLocProt);
+          return;
+        }
+        skip = 0;
+      }
+      e->rx_bytes += h.len;
+      if (e->rx_bytes >= e->len) finish_entry(*q, *e, 0);
+      return;
+    }
+    case PktOp::kNak:
+      if (h.gen != q->gen) return;
+      finish_entry(*q, *e, h.syndrome ? h.syndrome : kSynRemOp);
+      return;
+    case PktOp::kRnrNak:
+      if (h.gen != q->gen) return;
+      if (e->rnr_left == 0) {
+        finish_entry(*q, *e, kSynRnr);
+        return;
+      }
+      --e->rnr_left;
+      go_back(*q, at);
+      if (opt_.mode == Mode::kThreaded)
+        q->resend_at_ns = now_ns() + uint64_t{opt_.rnr_timer_us} * 1000ull;
+      return;
+    case PktOp::kDrop:
+      if (h.gen != q->gen) return;
+      if (e->retry_left == 0) {
+        finish_entry(*q, *e, kSynRetry);
+        return;
+      }
+      --e->retry_left;
+      go_back(*q, at);
+      return;
+    default:
+      finish_entry(*q, *e, kSynBadResp);
+      return;
+  }
+}
+
+bool Engine::rx_responses() noexcept {
+  bool work = false;
+  for (int i = 0; i < 256; ++i) {
+    const WireSlot* s = wire_->rx_slot(side_, WireClass::kResp);
+    if (!s) break;
+    handle_response(*s);
+    wire_->rx_pop(side_, WireClass::kResp);
+    work = true;
+  }
+  return work;
+}
+
+// ---- one poll ---------------------------------------------------------------------------------
+bool Engine::progress() {
+  std::lock_guard<std::mutex> g(mu_);
+  ++poll_count_;
+  ++st_.polls;
+  bool work = false;
+  if (opt_.mode != Mode::kSink) {
+    work |= rx_responses();
+    work |= stream_reads();
+    work |= rx_requests();
+  }
+  for (auto& [qpn, q] : qps_) work |= poll_sq(*q);
+  if (work) ++st_.busy_polls;
+  return work;
+}
+
+}  // namespace rdmx::emu::detail

@@ -1,0 +1,685 @@
+// Control path of the emulated device: open, memory registration, windows, QPs, state
+// transitions, the device thread, faults and the checker store.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine.hpp"
+
+namespace rdmx::emu {
+
+using detail::Engine;
+using detail::Mkey;
+using detail::QpCtx;
+
+const char* mode_name(Mode m) noexcept {
+  switch (m) {
+    case Mode::kInline:
+      return "inline";
+    case Mode::kThreaded:
+      return "threaded";
+    case Mode::kSink:
+      return "sink";
+  }
+  return "unknown";
+}
+
+const char* rule_name(Rule r) noexcept {
+  switch (r) {
+    case Rule::kMissingFenceAfterUmr:
+      return "missing-fence-after-umr";
+    case Rule::kRemoteUseBeforeOrdered:
+      return "remote-use-before-umr-ordered";
+    case Rule::kUmrNotFree:
+      return "umr-on-non-free-mkey";
+    case Rule::kUmrFree:
+      return "umr-on-free-mkey";
+    case Rule::kTooManyEntries:
+      return "too-many-translation-entries";
+    case Rule::kDoorbellBackwards:
+      return "doorbell-backwards";
+    case Rule::kDoorbellPastWritten:
+      return "doorbell-past-written";
+    case Rule::kCqOverrun:
+      return "cq-overrun";
+    case Rule::kMalformedWqe:
+      return "malformed-wqe";
+    case Rule::kUnknownMaskBits:
+      return "unknown-mkey-mask-bits";
+    case Rule::kKlmPtrAlign:
+      return "klm-pointer-alignment";
+    case Rule::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+// ---- Checker ----------------------------------------------------------------------------------
+uint64_t Checker::count(Rule r) const noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  return r < Rule::kCount ? counts_[static_cast<size_t>(r)] : 0;
+}
+uint64_t Checker::total() const noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  uint64_t t = 0;
+  for (uint64_t c : counts_) t += c;
+  return t;
+}
+std::vector<Report> Checker::reports() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return reports_;
+}
+void Checker::clear() noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  counts_.fill(0);
+  reports_.clear();
+}
+std::string Checker::dump() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::string s;
+  char buf[96];
+  for (const Report& r : reports_) {
+    std::snprintf(buf, sizeof(buf), "qp 0x%x wqe 0x%04x %s: ", r.qpn, r.wqe_index,
+                  rule_name(r.rule));
+    s += buf;
+    s += r.text;
+    s += '\n';
+  }
+  return s;
+}
+void Checker::add(bool keep, uint32_t qpn, uint16_t wqe_index, Rule r, std::string text) {
+  std::lock_guard<std::mutex> g(mu_);
+  ++counts_[static_cast<size_t>(r)];
+  if (keep && reports_.size() < kMaxReports)
+    reports_.push_back(Report{qpn, wqe_index, r, std::move(text)});
+}
+
+// ---- Faults -----------------------------------------------------------------------------------
+Status Faults::error_on_nth_wqe(mlx5::QpHandle qp, uint64_t n, uint8_t syndrome) {
+  return eng_->fault_nth(qp, n, syndrome);
+}
+Status Faults::qp_to_error(mlx5::QpHandle qp) {
+  return eng_->fault_qp_error(qp);
+}
+void Faults::set_peer_unreachable(bool on) {
+  eng_->fault_unreachable(on);
+}
+Status Faults::delay_completions(mlx5::QpHandle qp, uint32_t polls) {
+  return eng_->fault_delay(qp, polls);
+}
+void Faults::fail_mkey_creations(uint32_t k) {
+  eng_->fault_fail_mkeys(k);
+}
+Status Faults::corrupt_next_response(mlx5::QpHandle qp) {
+  return eng_->fault_corrupt(qp);
+}
+
+namespace detail {
+
+namespace {
+
+bool is_pow2(uint32_t v) {
+  return v && !(v & (v - 1));
+}
+
+uint8_t* alloc_zeroed(size_t bytes) {
+  const size_t sz = (bytes + 4095) & ~size_t{4095};
+  void* p = std::aligned_alloc(4096, sz);
+  if (p) std::memset(p, 0, sz);
+  return static_cast<uint8_t*>(p);
+}
+
+Error no_qp(uint32_t qpn) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "emu: no QP 0x%x", qpn);
+  return make_error(Errc::kInvalidArgument, buf);
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<Wire> wire, int side, const Options& opt)
+    : wire_(std::move(wire)), side_(side), opt_(opt) {
+  caps_.max_klm_list = opt.max_klm_list;
+  caps_.max_inline_klm = opt.max_inline_klm;
+  caps_.max_sq_wqebbs = 1u << 15;  // the 16-bit doorbell counter must stay unambiguous
+  caps_.max_cq_cqes = 1u << 22;
+  caps_.umr_fence = 1;  // HCA cap umr_fence = SMALL: the WQE after a UMR needs 0x20
+  caps_.mkey_update_tag = true;
+  caps_.remote_invalidate = true;
+  caps_.numa_node = opt.numa_node;
+  mkeys_.resize(2);  // indices 0 and 1 reserved: MLX5_INVALID_LKEY (0x100) never resolves
+}
+
+Engine::~Engine() {
+  stop();
+  if (attached_) wire_->detach(side_);
+  for (auto& [qpn, q] : qps_) {
+    std::free(q->sq_buf);
+    std::free(q->rq_buf);
+    std::free(q->cq_buf);
+    std::free(q->db_page);
+  }
+}
+
+Status Engine::attach() {
+  Status s = wire_->attach(side_, this, opt_.mode);
+  if (!s.ok()) return s;
+  attached_ = true;
+  return Status{};
+}
+
+uint64_t Engine::now_ns() const noexcept {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void Engine::report(QpCtx* q, uint16_t wqe_index, Rule r, std::string text) {
+  checker_.add(opt_.prm_checker, q ? q->qpn : 0, wqe_index, r, std::move(text));
+}
+
+QpCtx* Engine::find_qp(uint32_t qpn) noexcept {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second.get();
+}
+
+uint32_t Engine::alloc_mkey_index() {
+  if (!free_idx_.empty()) {
+    const uint32_t i = free_idx_.back();
+    free_idx_.pop_back();
+    return i;
+  }
+  if (mkeys_.size() >= (1u << 24)) return 0;
+  mkeys_.emplace_back();
+  return static_cast<uint32_t>(mkeys_.size() - 1);
+}
+
+Result<mlx5::MrInfo> Engine::reg_mr(void* addr, size_t len, uint32_t access) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (fail_mkeys_) {
+    --fail_mkeys_;
+    return make_error(Errc::kDeviceError, "emu: reg_mr failed (injected fault)");
+  }
+  if (!addr || len == 0) return make_error(Errc::kInvalidArgument, "emu: reg_mr of an empty range");
+  if (access & ~uint32_t{mlx5::kAccessAll})
+    return make_error(Errc::kInvalidArgument, "emu: reg_mr: unknown access bits");
+  const uint32_t idx = alloc_mkey_index();
+  if (!idx) return make_error(Errc::kNoMemory, "emu: mkey table full");
+  Mkey& m = mkeys_[idx];
+  m = Mkey{};
+  m.kind = Mkey::Kind::kDirect;
+  m.tag = next_variant_++;
+  m.free = false;
+  m.access = static_cast<uint8_t>(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ |
+                                  mlx5::mkc_access_bits(access));
+  m.start = reinterpret_cast<uint64_t>(addr);
+  m.len = len;
+  m.host = static_cast<uint8_t*>(addr);
+  mlx5::MrInfo mr;
+  mr.addr = m.start;
+  mr.length = len;
+  mr.lkey = mr.rkey = (idx << 8) | m.tag;
+  mr.access = access;
+  return mr;
+}
+
+Status Engine::dereg_mr(const mlx5::MrInfo& mr) {
+  std::lock_guard<std::mutex> g(mu_);
+  Mkey* m = lookup(mr.lkey);
+  if (!m || m->kind != Mkey::Kind::kDirect)
+    return make_error(Errc::kInvalidArgument, "emu: dereg_mr: not a registered MR key");
+  const uint32_t idx = mr.lkey >> 8;
+  for (const Mkey& w : mkeys_) {
+    if (w.kind != Mkey::Kind::kIndirect || w.free) continue;
+    for (const detail::Klm& k : w.klm)
+      if (k.byte_count && (k.mkey >> 8) == idx)
+        return make_error(Errc::kBusy, "emu: dereg_mr: the MR is mapped by a valid window");
+  }
+  *m = Mkey{};
+  free_idx_.push_back(idx);
+  return Status{};
+}
+
+Result<uint32_t> Engine::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (fail_mkeys_) {
+    --fail_mkeys_;
+    return make_error(Errc::kDeviceError, "emu: CREATE_MKEY failed (injected fault)");
+  }
+  if (max_entries == 0 || max_entries > opt_.max_klm_list)
+    return make_error(Errc::kInvalidArgument, "emu: window max_entries " +
+                                                  std::to_string(max_entries) + " outside 1.." +
+                                                  std::to_string(opt_.max_klm_list));
+  const uint32_t idx = alloc_mkey_index();
+  if (!idx) return make_error(Errc::kNoMemory, "emu: mkey table full");
+  Mkey& m = mkeys_[idx];
+  m = Mkey{};
+  m.kind = Mkey::Kind::kIndirect;
+  m.tag = 0;
+  m.free = true;
+  m.umr_en = true;
+  m.en_rinval = remote_invalidate;
+  m.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;  // lr=1, as rdma-core creates it
+  m.max_entries = max_entries;
+  m.capacity = prm::align4(max_entries);
+  return idx << 8;
+}
+
+Status Engine::destroy_mkey(uint32_t key) {
+  std::lock_guard<std::mutex> g(mu_);
+  const uint32_t idx = key >> 8;
+  if (idx < 2 || idx >= mkeys_.size() || mkeys_[idx].kind != Mkey::Kind::kIndirect)
+    return make_error(Errc::kInvalidArgument, "emu: destroy_mkey: not a window mkey");
+  Mkey& m = mkeys_[idx];
+  if (!m.free) return make_error(Errc::kBusy, "emu: destroy_mkey: the window is mapped (valid)");
+  for (auto& [qpn, q] : qps_)
+    for (HotMkey& h : q->hot)
+      if (h.index == idx && hot_live(*q, h))
+        return make_error(Errc::kBusy, "emu: destroy_mkey: a UMR on it is still in flight");
+  m = Mkey{};
+  free_idx_.push_back(idx);
+  return Status{};
+}
+
+Result<mlx5::QpDesc> Engine::create_qp(const mlx5::QpConfig& cfg) {
+  if (!is_pow2(cfg.sq_wqebbs) || cfg.sq_wqebbs > caps_.max_sq_wqebbs)
+    return make_error(Errc::kInvalidArgument, "emu: sq_wqebbs must be a power of two <= 32768");
+  if (cfg.rq_wqes && (!is_pow2(cfg.rq_wqes) || cfg.rq_wqes > (1u << 15)))
+    return make_error(Errc::kInvalidArgument, "emu: rq_wqes must be 0 or a power of two <= 32768");
+  if (!is_pow2(cfg.cq_cqes) || cfg.cq_cqes > caps_.max_cq_cqes)
+    return make_error(Errc::kInvalidArgument, "emu: cq_cqes must be a power of two <= 2^22");
+  if (cfg.rq_wqes && (cfg.rq_sges == 0 || cfg.rq_sges > 64))
+    return make_error(Errc::kInvalidArgument, "emu: rq_sges must be 1..64");
+  auto q = std::make_unique<QpCtx>();
+  q->eng = this;
+  q->cfg = cfg;
+  q->sq_n = cfg.sq_wqebbs;
+  q->rq_n = cfg.rq_wqes;
+  uint32_t stride = 16;
+  while (stride < cfg.rq_sges * 16u) stride <<= 1;
+  q->rq_stride = cfg.rq_wqes ? stride : 0;
+  q->cq_n = cfg.cq_cqes;
+  q->sq_buf = alloc_zeroed(size_t{q->sq_n} * 64);
+  q->rq_buf = q->rq_n ? alloc_zeroed(size_t{q->rq_n} * q->rq_stride) : nullptr;
+  q->cq_buf = alloc_zeroed(size_t{q->cq_n} * 64);
+  q->db_page = alloc_zeroed(4096);
+  if (!q->sq_buf || !q->cq_buf || !q->db_page || (q->rq_n && !q->rq_buf)) {
+    std::free(q->sq_buf);
+    std::free(q->rq_buf);
+    std::free(q->cq_buf);
+    std::free(q->db_page);
+    return make_error(Errc::kNoMemory, "emu: cannot allocate QP rings");
+  }
+  // Every CQE starts invalid (rdma-core mlx5 CQ init): software never reads garbage.
+  for (uint32_t i = 0; i < q->cq_n; ++i)
+    reinterpret_cast<mlx5_cqe64*>(q->cq_buf)[i].op_own = MLX5_CQE_INVALID << 4;
+  // Doorbell page: [0] RQ record, [4] SQ record (mlx5 layout: MLX5_RCV_DBR, MLX5_SND_DBR),
+  // [64] CQ record, [128] the 8-byte doorbell register.
+  q->rq_db = reinterpret_cast<volatile uint32_t*>(q->db_page + 0);
+  q->sq_db = reinterpret_cast<volatile uint32_t*>(q->db_page + 4);
+  q->cq_db = reinterpret_cast<volatile uint32_t*>(q->db_page + 64);
+  q->reg = reinterpret_cast<volatile uint64_t*>(q->db_page + 128);
+
+  std::lock_guard<std::mutex> g(mu_);
+  q->qpn = next_qpn_++;
+  mlx5::QpDesc d;
+  d.qpn = q->qpn;
+  d.sq.buf = q->sq_buf;
+  d.sq.wqe_cnt = q->sq_n;
+  d.sq.dbrec = q->sq_db;
+  d.sq.reg = q->reg;
+  d.sq.bf_size = 0;
+  d.rq.buf = q->rq_buf;
+  d.rq.wqe_cnt = q->rq_n;
+  d.rq.stride = q->rq_stride;
+  d.rq.dbrec = q->rq_db;
+  d.cq.buf = q->cq_buf;
+  d.cq.cqe_cnt = q->cq_n;
+  d.cq.dbrec = q->cq_db;
+  d.cq.cqn = q->qpn;
+  if (opt_.mode != Mode::kThreaded) {
+    d.sq.hook = mlx5::DoorbellHook{&Engine::doorbell_hook, q.get()};
+    d.rq.hook = mlx5::DoorbellHook{&Engine::doorbell_hook, q.get()};
+  }
+  qps_.emplace(q->qpn, std::move(q));
+  return d;
+}
+
+Status Engine::destroy_qp(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return no_qp(qpn);
+  QpCtx& q = *it->second;
+  std::free(q.sq_buf);
+  std::free(q.rq_buf);
+  std::free(q.cq_buf);
+  std::free(q.db_page);
+  qps_.erase(it);
+  return Status{};
+}
+
+mlx5::ConnectInfo Engine::local_info(uint32_t qpn) {
+  mlx5::ConnectInfo ci;
+  ci.qpn = qpn;
+  ci.psn = 0;
+  ci.lid = static_cast<uint16_t>(side_ + 1);
+  ci.port_token = wire_->token() ^ static_cast<uint64_t>(side_);
+  return ci;
+}
+
+Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    QpCtx* q = find_qp(qpn);
+    if (!q) return no_qp(qpn);
+    if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
+      return make_error(Errc::kInvalidArgument,
+                        "emu: connect: the remote QP is not on the other side of this wire");
+    reset_qp_locked(*q);
+    q->peer_qpn = remote.qpn;
+    q->connected = true;
+    q->state = QpState::kRts;
+  }
+  return Status{};
+}
+
+void Engine::reset_qp_locked(QpCtx& q) {
+  // Back to index 0 on both sides: the CPU side's QueuePair::reset() matches (rdma-core also
+  // clears the doorbell records on the transition to RESET).
+  __atomic_store_n(q.sq_db, 0u, __ATOMIC_RELEASE);
+  __atomic_store_n(q.rq_db, 0u, __ATOMIC_RELEASE);
+  q.sq_ci = q.sq_pi = 0;
+  q.sq_db_seen = 0;
+  q.sq_halt = false;
+  q.inflight.clear();
+  q.tx_next = 0;
+  q.next_msn = 0;
+  ++q.gen;
+  q.resend_at_ns = 0;
+  q.hot.clear();
+  q.rq_ci = q.rq_pi = 0;
+  q.rq_db_seen = 0;
+  q.epsn = 0;
+  q.recv_active = false;
+  q.recv_failed = false;
+  q.reads.clear();
+  q.discard_msn_valid = false;
+  q.connected = false;
+  q.state = QpState::kReset;
+}
+
+Status Engine::modify_qp(uint32_t qpn, QpState to) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  const QpState from = q->state;
+  bool ok = false;
+  switch (to) {
+    case QpState::kReset:
+      ok = true;
+      break;
+    case QpState::kInit:
+      ok = from == QpState::kReset || from == QpState::kInit;
+      break;
+    case QpState::kRtr:
+      ok = from == QpState::kInit;
+      break;
+    case QpState::kRts:
+      ok = from == QpState::kRtr || from == QpState::kRts;
+      break;
+    case QpState::kError:
+      ok = true;
+      break;
+  }
+  if (!ok)
+    return make_error(Errc::kState, std::string("emu: modify_qp ") + mlx5::qp_state_name(from) +
+                                        " -> " + mlx5::qp_state_name(to) + " not allowed");
+  if (to == QpState::kReset) {
+    const bool keep_peer = q->connected;
+    const uint32_t peer = q->peer_qpn;
+    reset_qp_locked(*q);
+    // The peer stays remembered so that reset -> init -> rtr -> rts reconnects to it.
+    q->connected = keep_peer;
+    q->peer_qpn = peer;
+  } else if (to == QpState::kError) {
+    if (from != QpState::kError) enter_error(*q);
+  } else {
+    q->state = to;
+  }
+  return Status{};
+}
+
+Result<QpState> Engine::query_qp(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  return q->state;
+}
+
+EmuDevice::MkeyView Engine::inspect_mkey(uint32_t key) {
+  std::lock_guard<std::mutex> g(mu_);
+  EmuDevice::MkeyView v;
+  const uint32_t idx = key >> 8;
+  if (idx < 2 || idx >= mkeys_.size() || mkeys_[idx].kind == Mkey::Kind::kNone) return v;
+  const Mkey& m = mkeys_[idx];
+  v.exists = true;
+  v.indirect = m.kind == Mkey::Kind::kIndirect;
+  v.free = m.free;
+  v.tag = m.tag;
+  v.access = m.access;
+  v.start = m.start;
+  v.len = m.len;
+  for (const detail::Klm& k : m.klm) v.n_entries += k.byte_count ? 1 : 0;
+  v.max_entries = m.max_entries;
+  return v;
+}
+
+EmuStats Engine::stats() {
+  std::lock_guard<std::mutex> g(mu_);
+  return st_;
+}
+
+Status Engine::fault_nth(uint32_t qpn, uint64_t n, uint8_t synd) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  if (n == 0 || synd == 0) return make_error(Errc::kInvalidArgument, "emu: n and syndrome > 0");
+  q->fault_nth = q->sq_seq + n;
+  q->fault_synd = synd;
+  return Status{};
+}
+
+Status Engine::fault_qp_error(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  if (q->state != QpState::kError) enter_error(*q);
+  return Status{};
+}
+
+Status Engine::fault_delay(uint32_t qpn, uint32_t polls) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  q->cqe_delay = polls;
+  return Status{};
+}
+
+void Engine::fault_fail_mkeys(uint32_t k) {
+  std::lock_guard<std::mutex> g(mu_);
+  fail_mkeys_ = k;
+}
+
+Status Engine::fault_corrupt(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  q->corrupt_resp = true;
+  return Status{};
+}
+
+// ---- threads and pumping ----------------------------------------------------------------------
+Status Engine::start() {
+  if (opt_.mode != Mode::kThreaded) return Status{};
+  if (run_.exchange(true)) return Status{};
+  thr_ = std::thread([this] { thread_main(); });
+  return Status{};
+}
+
+void Engine::stop() {
+  if (!run_.exchange(false)) return;
+  if (thr_.joinable()) thr_.join();
+}
+
+void Engine::thread_main() {
+  uint32_t idle = 0;
+  while (run_.load(std::memory_order_acquire)) {
+    if (progress()) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < opt_.idle_spin) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(opt_.idle_sleep_us));
+    }
+  }
+}
+
+void Engine::doorbell_hook(void* ctx) noexcept {
+  auto* q = static_cast<QpCtx*>(ctx);
+  q->eng->pump_inline();
+}
+
+void Engine::pump_inline() noexcept {
+  if (opt_.mode == Mode::kSink) {
+    progress();
+    return;
+  }
+  // Inline: run this device and an in-process inline peer until neither has work, so one
+  // doorbell finishes the whole exchange. Lock order: wire registry, then one device at a time.
+  std::lock_guard<std::mutex> g(wire_->reg_mu());
+  Engine* peer = wire_->engine(1 - side_);
+  if (peer && peer->opt_.mode != Mode::kInline) peer = nullptr;
+  for (int rounds = 0; rounds < 1000000; ++rounds) {
+    bool work = progress();
+    if (peer) work |= peer->progress();
+    if (!work) break;
+  }
+}
+
+}  // namespace detail
+
+// ---- EmuDevice --------------------------------------------------------------------------------
+EmuDevice::EmuDevice(std::unique_ptr<Engine> eng) : eng_(std::move(eng)) {
+  faults_.eng_ = eng_.get();
+}
+EmuDevice::~EmuDevice() {
+  eng_->stop();
+}
+
+Result<std::unique_ptr<EmuDevice>> EmuDevice::open(std::shared_ptr<Wire> wire, int side,
+                                                   const Options& opt) {
+  if (!wire) return make_error(Errc::kInvalidArgument, "emu: open needs a wire");
+  if (side != 0 && side != 1) return make_error(Errc::kInvalidArgument, "emu: side must be 0 or 1");
+  if (opt.mode == Mode::kInline && wire->shared_memory())
+    return make_error(Errc::kInvalidArgument,
+                      "emu: inline mode needs an in-process wire (use kThreaded on shared "
+                      "memory)");
+  if (opt.max_klm_list == 0 || opt.max_inline_klm == 0 ||
+      opt.max_inline_klm > mlx5::prm::kMaxInlineKlm)
+    return make_error(Errc::kInvalidArgument, "emu: bad max_klm_list / max_inline_klm");
+  auto eng = std::make_unique<Engine>(wire, side, opt);
+  Status s = eng->attach();
+  if (!s.ok()) return s.error();
+  std::unique_ptr<EmuDevice> d(new EmuDevice(std::move(eng)));
+  s = d->start();
+  if (!s.ok()) return s.error();
+  return d;
+}
+
+const std::string& EmuDevice::name() const noexcept {
+  return eng_->name();
+}
+const mlx5::DeviceCaps& EmuDevice::caps() const noexcept {
+  return eng_->caps();
+}
+Result<mlx5::MrInfo> EmuDevice::reg_mr(void* addr, size_t len, uint32_t access) {
+  return eng_->reg_mr(addr, len, access);
+}
+Status EmuDevice::dereg_mr(const mlx5::MrInfo& mr) {
+  return eng_->dereg_mr(mr);
+}
+Result<uint32_t> EmuDevice::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
+  return eng_->create_window_mkey(max_entries, remote_invalidate);
+}
+Status EmuDevice::destroy_mkey(uint32_t mkey) {
+  return eng_->destroy_mkey(mkey);
+}
+Result<mlx5::QpDesc> EmuDevice::create_qp(const mlx5::QpConfig& cfg) {
+  return eng_->create_qp(cfg);
+}
+Status EmuDevice::destroy_qp(mlx5::QpHandle qp) {
+  return eng_->destroy_qp(qp);
+}
+mlx5::ConnectInfo EmuDevice::local_info(mlx5::QpHandle qp) {
+  return eng_->local_info(qp);
+}
+Status EmuDevice::connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) {
+  return eng_->connect(qp, remote);
+}
+Status EmuDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
+  return eng_->modify_qp(qp, to);
+}
+Result<mlx5::QpState> EmuDevice::query_qp(mlx5::QpHandle qp) {
+  return eng_->query_qp(qp);
+}
+Mode EmuDevice::mode() const noexcept {
+  return eng_->opt().mode;
+}
+const Checker& EmuDevice::checker() const noexcept {
+  return eng_->checker();
+}
+Checker& EmuDevice::checker() noexcept {
+  return eng_->checker();
+}
+EmuStats EmuDevice::stats() const {
+  return eng_->stats();
+}
+bool EmuDevice::progress() {
+  return eng_->progress();
+}
+Status EmuDevice::start() {
+  return eng_->start();
+}
+void EmuDevice::stop() {
+  eng_->stop();
+}
+EmuDevice::MkeyView EmuDevice::inspect_mkey(uint32_t mkey) const {
+  return eng_->inspect_mkey(mkey);
+}
+
+Result<DevicePair> make_pair(const Options& opt_a, const Options& opt_b) {
+  auto w = make_wire();
+  Options oa = opt_a, ob = opt_b;
+  if (oa.name == ob.name) {
+    oa.name += "a";
+    ob.name += "b";
+  }
+  auto a = EmuDevice::open(w, 0, oa);
+  if (!a) return std::move(a).error();
+  auto b = EmuDevice::open(w, 1, ob);
+  if (!b) return std::move(b).error();
+  return DevicePair{std::move(a.value()), std::move(b.value())};
+}
+
+Status connect_qps(mlx5::Device& da, mlx5::QpHandle qa, mlx5::Device& db, mlx5::QpHandle qb) {
+  const mlx5::ConnectInfo ia = da.local_info(qa);
+  const mlx5::ConnectInfo ib = db.local_info(qb);
+  Status s = da.connect(qa, ib);
+  if (!s.ok()) return s;
+  return db.connect(qb, ia);
+}
+
+}  // namespace rdmx::emu

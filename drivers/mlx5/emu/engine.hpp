@@ -1,0 +1,276 @@
+// The emulated device's internals: mkey table, per-QP device state, and the engine that executes
+// WQEs and speaks the wire. Everything here runs under Engine::mu_.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <rdmx/emu/emu.hpp>
+#include <rdmx/mlx5/prm/cqe.hpp>
+#include <rdmx/mlx5/prm/decode.hpp>
+
+#include "wire.hpp"
+
+namespace rdmx::emu::detail {
+
+namespace prm = ::rdmx::mlx5::prm;
+using mlx5::QpState;
+
+// ---- mkeys -------------------------------------------------------------------------------------
+struct Klm {
+  uint32_t byte_count = 0;
+  uint32_t mkey = 0;
+  uint64_t addr = 0;
+};
+
+struct Mkey {
+  enum class Kind : uint8_t { kNone, kDirect, kIndirect };
+  Kind kind = Kind::kNone;
+  uint8_t tag = 0;
+  bool free = true;
+  bool umr_en = false;
+  bool en_rinval = false;
+  uint8_t access = 0;  // mkc access bits (LR/LW/RR/RW/A)
+  uint8_t log_page_size = 0;
+  uint32_t bound_qpn = prm::kMkeyQpnNone;
+  uint64_t start = 0;  // IOVA of byte 0 (direct: the host VA)
+  uint64_t len = 0;
+  uint8_t* host = nullptr;       // direct: host memory of byte 0
+  uint32_t max_entries = 0;      // indirect: asked at create
+  uint32_t capacity = 0;         // indirect: translation slots (align4(max_entries))
+  std::vector<Klm> klm;          // indirect: translation list (zero entries = padding)
+  std::vector<uint64_t> prefix;  // indirect: offset of each entry's first byte
+  uint64_t xlat_bytes = 0;       // indirect: bytes the list covers
+};
+
+// Errors translation reports (mapped to a syndrome by the caller).
+enum class XlateErr : uint8_t { kOk, kBadKey, kState, kAccess, kBounds };
+
+// ---- queues ------------------------------------------------------------------------------------
+struct SendEntry {
+  enum class St : uint8_t { kDone, kWait, kError };
+  uint32_t counter = 0;  // free-running WQEBB index of the WQE (its wqe_index is the low 16)
+  uint16_t n_wqebb = 1;
+  uint8_t opcode = 0;
+  bool signaled = false;
+  bool remote = false;
+  St st = St::kDone;
+  uint8_t syndrome = 0;
+  uint32_t byte_cnt = 0;
+  uint64_t seq = 0;  // device execution sequence number on this SQ
+  uint64_t ready_poll = 0;
+  // remote messages
+  uint32_t msn = 0;
+  uint64_t len = 0;     // message length
+  uint64_t tx_off = 0;  // bytes sent (requests) in the current generation
+  bool tx_done = false;
+  uint64_t rx_bytes = 0;  // read-response bytes received
+  uint32_t rnr_left = 0;
+  uint32_t retry_left = 0;
+  uint64_t sent_ns = 0;  // last (re)transmission time (threaded timeouts)
+};
+
+struct HotMkey {
+  uint32_t index = 0;  // mkey index changed by the UMR
+  uint16_t umr_wqe = 0;
+  uint64_t seq = 0;      // execution sequence of the UMR
+  bool covered = false;  // a CQE covering the UMR has been written...
+  uint32_t cqe_pos = 0;  // ...at this CQ producer position
+};
+
+struct PendingRead {
+  uint32_t msn = 0;
+  uint32_t gen = 0;
+  uint32_t src_qpn = 0;
+  uint32_t rkey = 0;
+  uint64_t raddr = 0;
+  uint64_t len = 0;
+  uint64_t off = 0;
+};
+
+struct QpCtx {
+  uint32_t qpn = 0;
+  QpState state = QpState::kReset;
+  Engine* eng = nullptr;
+  mlx5::QpConfig cfg;
+  // memory (owned)
+  uint8_t* sq_buf = nullptr;
+  uint8_t* rq_buf = nullptr;
+  uint8_t* cq_buf = nullptr;
+  uint8_t* db_page = nullptr;
+  uint32_t sq_n = 0, rq_n = 0, rq_stride = 0, cq_n = 0;
+  volatile uint32_t* sq_db = nullptr;
+  volatile uint32_t* rq_db = nullptr;
+  volatile uint32_t* cq_db = nullptr;
+  volatile uint64_t* reg = nullptr;
+  // device SQ
+  uint32_t sq_ci = 0;  // next WQEBB to execute (free-running)
+  uint32_t sq_pi = 0;  // producer per the doorbell record (free-running)
+  uint16_t sq_db_seen = 0;
+  bool sq_halt = false;  // stopped behind an erroring WQE
+  uint64_t sq_seq = 0;   // WQEs executed
+  std::deque<SendEntry> inflight;
+  size_t tx_next = 0;  // first inflight entry with packets still to send
+  uint32_t next_msn = 0;
+  uint32_t gen = 0;
+  uint64_t resend_at_ns = 0;  // RNR back-off (threaded)
+  std::vector<HotMkey> hot;
+  // device RQ
+  uint32_t rq_ci = 0, rq_pi = 0;
+  uint16_t rq_db_seen = 0;
+  // responder
+  uint32_t epsn = 0;         // next expected message
+  bool recv_active = false;  // a multi-packet SEND is being received
+  uint32_t recv_counter = 0;
+  uint64_t recv_off = 0;
+  bool recv_failed = false;
+  std::deque<PendingRead> reads;
+  bool discard_msn_valid = false;
+  uint32_t discard_msn = 0;
+  // CQ
+  uint32_t cq_pi = 0;
+  bool cq_overrun = false;
+  // peer
+  bool connected = false;
+  uint32_t peer_qpn = 0;
+  // faults
+  uint64_t fault_nth = 0;
+  uint8_t fault_synd = 0;
+  uint32_t cqe_delay = 0;
+  bool corrupt_resp = false;
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<Wire> wire, int side, const Options& opt);
+  ~Engine();
+
+  // control path (public methods of EmuDevice forward here)
+  Status attach();
+  Result<mlx5::MrInfo> reg_mr(void* addr, size_t len, uint32_t access);
+  Status dereg_mr(const mlx5::MrInfo& mr);
+  Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate);
+  Status destroy_mkey(uint32_t mkey);
+  Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg);
+  Status destroy_qp(uint32_t qpn);
+  mlx5::ConnectInfo local_info(uint32_t qpn);
+  Status connect(uint32_t qpn, const mlx5::ConnectInfo& remote);
+  Status modify_qp(uint32_t qpn, QpState to);
+  Result<QpState> query_qp(uint32_t qpn);
+  EmuDevice::MkeyView inspect_mkey(uint32_t key);
+  EmuStats stats();
+  Status start();
+  void stop();
+
+  // faults
+  Status fault_nth(uint32_t qpn, uint64_t n, uint8_t synd);
+  Status fault_qp_error(uint32_t qpn);
+  void fault_unreachable(bool on) { unreachable_.store(on, std::memory_order_relaxed); }
+  Status fault_delay(uint32_t qpn, uint32_t polls);
+  void fault_fail_mkeys(uint32_t k);
+  Status fault_corrupt(uint32_t qpn);
+
+  // data path
+  bool progress();  // one poll, under mu_
+  static void doorbell_hook(void* ctx) noexcept;
+
+  const Options& opt() const noexcept { return opt_; }
+  const std::string& name() const noexcept { return opt_.name; }
+  const mlx5::DeviceCaps& caps() const noexcept { return caps_; }
+  Checker& checker() noexcept { return checker_; }
+
+ private:
+  // --- control helpers
+  QpCtx* find_qp(uint32_t qpn) noexcept;
+  uint32_t alloc_mkey_index();
+  void reset_qp_locked(QpCtx& q);
+  void thread_main();
+  void pump_inline() noexcept;
+
+  // --- mkeys (datapath.cpp)
+  Mkey* lookup(uint32_t key) noexcept;
+  // Walks [iova, iova+len) of `key` needing `access` (mkc bits); calls on(host_ptr, n) per piece.
+  template <class F>
+  XlateErr walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on) noexcept;
+  XlateErr check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access) noexcept;
+
+  // --- send queue (datapath.cpp)
+  bool poll_sq(QpCtx& q) noexcept;
+  bool poll_rq_doorbell(QpCtx& q) noexcept;
+  bool execute(QpCtx& q) noexcept;  // the WQE at sq_ci; false = stop for now
+  void sink_sq(QpCtx& q) noexcept;
+  uint8_t exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept;
+  uint8_t exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept;
+  uint8_t check_local_sges(QpCtx& q, const prm::DecodedWqe& w, uint8_t access,
+                           uint64_t* total) noexcept;
+  void check_hot_local(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept;
+  bool hot_live(QpCtx& q, HotMkey& h) noexcept;
+  bool transmit(QpCtx& q) noexcept;
+  void go_back(QpCtx& q, size_t from) noexcept;
+  bool emit_send(QpCtx& q) noexcept;
+  void finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept;
+  void enter_error(QpCtx& q) noexcept;
+  bool flush_new(QpCtx& q) noexcept;
+  bool timeouts(QpCtx& q) noexcept;
+
+  // --- wire (datapath.cpp)
+  bool rx_requests() noexcept;
+  bool rx_responses() noexcept;
+  bool stream_reads() noexcept;
+  // Returns false when the request could not be consumed yet (no response-ring space).
+  bool handle_request(const WireSlot& s) noexcept;
+  void handle_response(const WireSlot& s) noexcept;
+  bool respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,
+               uint8_t synd) noexcept;
+  bool rq_take(QpCtx& q, uint32_t* counter) noexcept;
+  uint8_t scatter_recv(QpCtx& q, uint32_t counter, uint64_t off, const uint8_t* data, uint32_t len,
+                       uint64_t msg_len) noexcept;
+
+  // --- completions
+  bool write_cqe(QpCtx& q, const prm::CqeFields& f) noexcept;
+  void send_cqe(QpCtx& q, const SendEntry& e, uint8_t synd) noexcept;
+  void recv_cqe(QpCtx& q, uint32_t counter, uint8_t cqe_op, uint32_t bytes, uint32_t imm,
+                bool solicited, uint8_t synd) noexcept;
+
+  void report(QpCtx* q, uint16_t wqe_index, Rule r, std::string text);
+  uint64_t now_ns() const noexcept;
+
+  friend class rdmx::emu::EmuDevice;
+  friend class rdmx::emu::Faults;
+
+  std::shared_ptr<Wire> wire_;
+  int side_;
+  Options opt_;
+  mlx5::DeviceCaps caps_;
+  Checker checker_;
+  mutable std::mutex mu_;
+  bool attached_ = false;
+
+  std::vector<Mkey> mkeys_;  // index -> mkey (0 and 1 reserved)
+  std::vector<uint32_t> free_idx_;
+  uint8_t next_variant_ = 1;
+  uint32_t fail_mkeys_ = 0;
+  std::atomic<bool> unreachable_{false};
+
+  std::map<uint32_t, std::unique_ptr<QpCtx>> qps_;
+  uint32_t next_qpn_ = 0x100;
+
+  EmuStats st_;
+  uint64_t poll_count_ = 0;
+  prm::DecodedWqe dw_;   // scratch decode buffer (one per device)
+  prm::DecodedWqe dw2_;  // second scratch (transmit / response paths)
+  std::vector<uint8_t> scratch_;
+
+  // threaded mode
+  std::thread thr_;
+  std::atomic<bool> run_{false};
+};
+
+}  // namespace rdmx::emu::detail

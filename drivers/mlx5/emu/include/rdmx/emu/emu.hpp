@@ -1,0 +1,223 @@
+// rdmx::emu — the emulated mlx5 device: a strict software NIC that executes the real WQE bytes.
+//
+// It implements rdmx::mlx5::Device (the control path) and lays out SQ/RQ/CQ rings, doorbell
+// records and a doorbell register exactly as the CPU side (rdmx::mlx5::QueuePair) expects from
+// real hardware. The device side reads posted WQEs from the SQ bytes (prm::decode_wqe), keeps an
+// mkey table (direct MRs and indirect KLM "windows"), moves data between two emulated ports over
+// a Wire, and writes CQE64s. It is stricter than hardware: a PRM checker reports rule violations
+// (missing fence after a UMR, doorbell misuse, CQ overrun, ...). See doc/guides/emu.md.
+//
+// Threading: every public method may be called from any thread; the device serialises them
+// with one mutex per device. None of this is hot-path code of the application: the hot path is
+// the QueuePair writing rings, exactly as on hardware.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/mlx5/device.hpp>
+
+namespace rdmx::emu {
+
+enum class Mode {
+  kInline,    // the doorbell processes synchronously (and pumps an in-process peer): deterministic
+  kThreaded,  // one device thread per EmuDevice polls doorbell records like a NIC
+  kSink,      // every WQE completes successfully with no data effect (CPU-side cost only)
+};
+const char* mode_name(Mode m) noexcept;
+
+struct Options {
+  Mode mode = Mode::kInline;
+  std::string name = "emu0";
+  bool prm_checker = true;       // keep PRM rule reports (counters are always on)
+  bool checker_fatal = false;    // a report turns the offending WQE into an error CQE + QP error
+  uint32_t max_klm_list = 1024;  // most translation entries per window
+  uint32_t max_inline_klm = 52;  // most KLMs an inline UMR may carry
+  int numa_node = 0;
+  // Transport (RC) model.
+  uint32_t retry_cnt = 7;      // transport retries before TRANSPORT_RETRY_EXC_ERR
+  uint32_t rnr_retry = 7;      // RNR retries before RNR_RETRY_EXC_ERR (7 is NOT infinite here)
+  uint32_t rnr_timer_us = 50;  // threaded mode: wait before an RNR retry (inline: none)
+  uint32_t transport_timeout_ms = 2000;  // threaded mode: no response at all for this long
+  // Threaded mode: idle polls before the device thread starts sleeping idle_sleep_us per poll.
+  uint32_t idle_spin = 256;
+  uint32_t idle_sleep_us = 20;
+};
+
+// Joins two emulated ports (side 0 and side 1). Opaque; see wire.hpp in the sources.
+class Wire;
+// In one process.
+std::shared_ptr<Wire> make_wire();
+// Across two processes through a shared mapping (a file under /dev/shm named "rdmx-emu-<name>").
+// Side 0 creates (and unlinks the name when its Wire goes away), side 1 attaches. The device on
+// a shared-memory wire must run in kThreaded (or kSink) mode.
+Result<std::shared_ptr<Wire>> create_shm_wire(const std::string& name);
+Result<std::shared_ptr<Wire>> attach_shm_wire(const std::string& name);
+
+// ---- PRM checker ------------------------------------------------------------------------------
+enum class Rule : uint8_t {
+  kMissingFenceAfterUmr,    // a WQE uses (lkey) a mkey changed by a not-yet-ordered UMR of its SQ
+  kRemoteUseBeforeOrdered,  // a peer request's rkey names a mkey whose UMR is not yet ordered
+  kUmrNotFree,              // UMR with "fail if not free" (0x20) on a mkey that is not free
+  kUmrFree,                 // UMR with "fail if free" (0x40) on a free mkey
+  kTooManyEntries,          // UMR writes more translation entries than the window holds
+  kDoorbellBackwards,       // a doorbell record moved backwards
+  kDoorbellPastWritten,     // a doorbell record covers slots holding no (complete) posted WQE
+  kCqOverrun,               // the device had to write a CQE into a slot software still owns
+  kMalformedWqe,            // bytes the PRM does not allow (bad ds, opcode, octowords, ...)
+  kUnknownMaskBits,         // UMR mkey_mask bits the device does not implement
+  kKlmPtrAlign,             // pointer-mode KLM array not 2 KiB aligned
+  kCount,
+};
+const char* rule_name(Rule r) noexcept;
+
+struct Report {
+  uint32_t qpn = 0;
+  uint16_t wqe_index = 0;  // ctrl wqe_index of the offending WQE (RQ: receive counter)
+  Rule rule = Rule::kCount;
+  std::string text;
+};
+
+namespace detail {
+class Engine;
+}
+
+class Checker {
+ public:
+  static constexpr size_t kMaxReports = 4096;  // reports kept; counters never saturate
+  uint64_t count(Rule r) const noexcept;
+  uint64_t total() const noexcept;
+  std::vector<Report> reports() const;
+  // Clears reports and counters.
+  void clear() noexcept;
+  // Human-readable summary, one line per report.
+  std::string dump() const;
+
+ private:
+  friend class detail::Engine;
+  void add(bool keep, uint32_t qpn, uint16_t wqe_index, Rule r, std::string text);
+  mutable std::mutex mu_;
+  std::array<uint64_t, static_cast<size_t>(Rule::kCount)> counts_{};
+  std::vector<Report> reports_;
+};
+
+// ---- Fault injection ---------------------------------------------------------------------------
+class Faults {
+ public:
+  // The n-th WQE (1-based, counted from now) the device executes on qp's SQ completes with an
+  // error CQE carrying `syndrome` (and the QP goes to error), without any data effect.
+  Status error_on_nth_wqe(mlx5::QpHandle qp, uint64_t n, uint8_t syndrome);
+  // Moves qp to the error state now (outstanding and posted WQEs flush).
+  Status qp_to_error(mlx5::QpHandle qp);
+  // Requests from this device get no response: they fail with TRANSPORT_RETRY_EXC_ERR after the
+  // retry count.
+  void set_peer_unreachable(bool on);
+  // Holds every completion of qp for `polls` device polls (EmuDevice::progress() calls or device
+  // thread iterations) after it is ready. 0 = off.
+  Status delay_completions(mlx5::QpHandle qp, uint32_t polls);
+  // The next k create_window_mkey / reg_mr calls fail with Errc::kDeviceError.
+  void fail_mkey_creations(uint32_t k);
+  // The next response qp receives is treated as malformed (BAD_RESP_ERR on the WQE it answers).
+  Status corrupt_next_response(mlx5::QpHandle qp);
+
+ private:
+  friend class EmuDevice;
+  detail::Engine* eng_ = nullptr;
+};
+
+struct EmuStats {
+  uint64_t polls = 0;       // device poll iterations
+  uint64_t busy_polls = 0;  // polls that did work
+  uint64_t doorbells = 0;   // SQ/RQ doorbell-record advances seen
+  uint64_t wqes = 0;        // send WQEs executed
+  uint64_t umrs = 0;
+  uint64_t recvs = 0;       // receive WQEs consumed
+  uint64_t cqes = 0;        // CQEs written
+  uint64_t error_cqes = 0;  // error CQEs written (flushes included)
+  uint64_t flushed = 0;     // WR_FLUSH_ERR CQEs
+  uint64_t tx_packets = 0;
+  uint64_t rx_packets = 0;
+  uint64_t tx_bytes = 0;      // payload bytes sent
+  uint64_t rnr_naks = 0;      // RNR NAKs sent (responder)
+  uint64_t retries = 0;       // requester retransmissions (RNR + transport)
+  uint64_t cqes_dropped = 0;  // CQEs lost to a CQ overrun
+};
+
+// ---- The device
+// ----------------------------------------------------------------------------------
+class EmuDevice final : public mlx5::Device {
+ public:
+  // Opens side `side` (0 or 1) of `wire`. Fails if that side is already open, or when the mode
+  // does not suit the wire (inline needs an in-process wire; both sides of an in-process wire
+  // in the same non-sink mode).
+  static Result<std::unique_ptr<EmuDevice>> open(std::shared_ptr<Wire> wire, int side,
+                                                 const Options& opt);
+  ~EmuDevice() override;
+
+  const std::string& name() const noexcept override;
+  const mlx5::DeviceCaps& caps() const noexcept override;
+  Result<mlx5::MrInfo> reg_mr(void* addr, size_t len, uint32_t access) override;
+  Status dereg_mr(const mlx5::MrInfo& mr) override;
+  Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate) override;
+  Status destroy_mkey(uint32_t mkey) override;
+  Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override;
+  Status destroy_qp(mlx5::QpHandle qp) override;
+  mlx5::ConnectInfo local_info(mlx5::QpHandle qp) override;
+  Status connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) override;
+  Status modify_qp(mlx5::QpHandle qp, mlx5::QpState to) override;
+  Result<mlx5::QpState> query_qp(mlx5::QpHandle qp) override;
+
+  Mode mode() const noexcept;
+  Faults& faults() noexcept { return faults_; }
+  const Checker& checker() const noexcept;
+  Checker& checker() noexcept;
+  EmuStats stats() const;
+
+  // One device poll: reads doorbell records, executes WQEs, exchanges wire packets, writes
+  // CQEs. Returns whether it did work. Threaded mode does this on its own thread; inline mode on
+  // every doorbell; call it yourself to release delayed completions or to drive an inline device
+  // on a shared-memory wire.
+  bool progress();
+  // Threaded mode: start/stop the device thread (open() starts it; the destructor stops it).
+  // A stopped device does not run and burns no CPU; doorbells wait until start().
+  Status start();
+  void stop();
+
+  // Test helpers (control path): the mkey's state as the device sees it.
+  struct MkeyView {
+    bool exists = false;
+    bool indirect = false;
+    bool free = true;
+    uint8_t tag = 0;
+    uint8_t access = 0;  // mkc access bits
+    uint64_t start = 0;
+    uint64_t len = 0;
+    uint32_t n_entries = 0;
+    uint32_t max_entries = 0;
+  };
+  MkeyView inspect_mkey(uint32_t mkey) const;
+
+ private:
+  explicit EmuDevice(std::unique_ptr<detail::Engine> eng);
+  std::unique_ptr<detail::Engine> eng_;
+  Faults faults_;
+};
+
+// Two devices joined by an in-process wire (side 0 = a, side 1 = b).
+struct DevicePair {
+  std::unique_ptr<EmuDevice> a, b;
+};
+Result<DevicePair> make_pair(const Options& opt_a, const Options& opt_b);
+inline Result<DevicePair> make_pair(const Options& opt = Options{}) {
+  return make_pair(opt, opt);
+}
+
+// Connects qa on da with qb on db (both to RTS) by exchanging local_info.
+Status connect_qps(mlx5::Device& da, mlx5::QpHandle qa, mlx5::Device& db, mlx5::QpHandle qb);
+
+}  // namespace rdmx::emu

@@ -1,0 +1,201 @@
+#include "wire.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace rdmx::emu {
+
+namespace {
+
+std::atomic<uint64_t> g_next_token{1};
+
+std::string shm_path(const std::string& name) {
+  return "/rdmx-emu-" + name;
+}
+
+void init_shared(WireShared* sh) {
+  sh->version = kWireVersion;
+  sh->n_slots = kWireSlots;
+  for (auto& s : sh->side_open) s.store(0, std::memory_order_relaxed);
+  for (auto& c : sh->ctl) {
+    c.head.store(0, std::memory_order_relaxed);
+    c.tail.store(0, std::memory_order_relaxed);
+  }
+  sh->magic.store(kWireMagic, std::memory_order_release);
+}
+
+inline int ring_of(int side, WireClass c, bool tx) noexcept {
+  const int dir = tx ? side : 1 - side;
+  return dir * 2 + static_cast<int>(c);
+}
+
+}  // namespace
+
+Wire::~Wire() {
+  if (!sh_) return;
+  if (shm_) {
+    munmap(sh_, map_len_);
+    if (creator_) shm_unlink(shm_name_.c_str());
+  } else {
+    sh_->~WireShared();
+    ::operator delete (sh_, std::align_val_t{alignof(WireShared)});
+  }
+}
+
+std::shared_ptr<Wire> Wire::make_local() {
+  std::shared_ptr<Wire> w(new Wire());
+  void* mem = ::operator new (sizeof(WireShared), std::align_val_t{alignof(WireShared)});
+  w->sh_ = new (mem) WireShared();
+  w->map_len_ = sizeof(WireShared);
+  init_shared(w->sh_);
+  w->token_ = (uint64_t{static_cast<uint32_t>(getpid())} << 32) | g_next_token.fetch_add(1);
+  return w;
+}
+
+Result<std::shared_ptr<Wire>> Wire::create_shm(const std::string& name) {
+  const std::string path = shm_path(name);
+  const int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return make_error(Errc::kDeviceError,
+                      "emu: shm_open(" + path + ") failed: " + std::strerror(errno));
+  const size_t len = sizeof(WireShared);
+  if (ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    const int e = errno;
+    close(fd);
+    shm_unlink(path.c_str());
+    return make_error(Errc::kNoMemory, "emu: ftruncate(" + path + "): " + std::strerror(e));
+  }
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(path.c_str());
+    return make_error(Errc::kNoMemory, "emu: mmap(" + path + ") failed");
+  }
+  std::shared_ptr<Wire> w(new Wire());
+  w->sh_ = new (p) WireShared();
+  w->map_len_ = len;
+  w->shm_ = true;
+  w->creator_ = true;
+  w->shm_name_ = path;
+  init_shared(w->sh_);
+  w->token_ = std::hash<std::string>{}(path);
+  return w;
+}
+
+Result<std::shared_ptr<Wire>> Wire::attach_shm(const std::string& name) {
+  const std::string path = shm_path(name);
+  const int fd = shm_open(path.c_str(), O_RDWR, 0600);
+  if (fd < 0)
+    return make_error(Errc::kNoDevice, "emu: no shared wire " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(WireShared)) {
+    close(fd);
+    return make_error(Errc::kDeviceError, "emu: shared wire " + path + " has the wrong size");
+  }
+  void* p = mmap(nullptr, sizeof(WireShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return make_error(Errc::kNoMemory, "emu: mmap(" + path + ") failed");
+  auto* sh = static_cast<WireShared*>(p);
+  if (sh->magic.load(std::memory_order_acquire) != kWireMagic || sh->version != kWireVersion ||
+      sh->n_slots != kWireSlots) {
+    munmap(p, sizeof(WireShared));
+    return make_error(Errc::kDeviceError, "emu: shared wire " + path + " is not initialised");
+  }
+  std::shared_ptr<Wire> w(new Wire());
+  w->sh_ = sh;
+  w->map_len_ = sizeof(WireShared);
+  w->shm_ = true;
+  w->shm_name_ = path;
+  w->token_ = std::hash<std::string>{}(path);
+  return w;
+}
+
+WireSlot* Wire::tx_slot(int side, WireClass c) noexcept {
+  const int r = ring_of(side, c, true);
+  RingCtl& k = ctl(r);
+  const uint64_t h = k.head.load(std::memory_order_relaxed);
+  const uint64_t t = k.tail.load(std::memory_order_acquire);
+  if (h - t >= kWireSlots) return nullptr;
+  return &sh_->slots[r][h & (kWireSlots - 1)];
+}
+
+uint32_t Wire::tx_free(int side, WireClass c) const noexcept {
+  const int r = ring_of(side, c, true);
+  const RingCtl& k = sh_->ctl[r];
+  const uint64_t h = k.head.load(std::memory_order_relaxed);
+  const uint64_t t = k.tail.load(std::memory_order_acquire);
+  return static_cast<uint32_t>(kWireSlots - (h - t));
+}
+
+void Wire::tx_commit(int side, WireClass c) noexcept {
+  RingCtl& k = ctl(ring_of(side, c, true));
+  k.head.store(k.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+const WireSlot* Wire::rx_slot(int side, WireClass c) noexcept {
+  const int r = ring_of(side, c, false);
+  RingCtl& k = ctl(r);
+  const uint64_t t = k.tail.load(std::memory_order_relaxed);
+  const uint64_t h = k.head.load(std::memory_order_acquire);
+  if (h == t) return nullptr;
+  return &sh_->slots[r][t & (kWireSlots - 1)];
+}
+
+void Wire::rx_pop(int side, WireClass c) noexcept {
+  RingCtl& k = ctl(ring_of(side, c, false));
+  k.tail.store(k.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+bool Wire::peer_open(int side) const noexcept {
+  return sh_->side_open[1 - side].load(std::memory_order_acquire) != 0;
+}
+
+Status Wire::attach(int side, detail::Engine* eng, Mode mode) {
+  if (side != 0 && side != 1) return make_error(Errc::kInvalidArgument, "emu: side must be 0 or 1");
+  std::lock_guard<std::mutex> g(mu_);
+  uint32_t expect = 0;
+  if (!sh_->side_open[side].compare_exchange_strong(expect, 1, std::memory_order_acq_rel))
+    return make_error(Errc::kBusy, "emu: wire side " + std::to_string(side) + " already open");
+  if (!shm_) {
+    const detail::Engine* other = eng_[1 - side];
+    if (other && mode != Mode::kSink && mode_[1 - side] != Mode::kSink && mode != mode_[1 - side]) {
+      sh_->side_open[side].store(0, std::memory_order_release);
+      return make_error(Errc::kInvalidArgument,
+                        std::string("emu: both sides of an in-process wire must use the same "
+                                    "mode (peer is ") +
+                            mode_name(mode_[1 - side]) + ", this is " + mode_name(mode) + ")");
+    }
+  }
+  eng_[side] = eng;
+  mode_[side] = mode;
+  return Status{};
+}
+
+void Wire::detach(int side) noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  eng_[side] = nullptr;
+  sh_->side_open[side].store(0, std::memory_order_release);
+}
+
+detail::Engine* Wire::engine(int side) noexcept {
+  if (shm_) return nullptr;
+  return eng_[side];
+}
+
+std::shared_ptr<Wire> make_wire() {
+  return Wire::make_local();
+}
+Result<std::shared_ptr<Wire>> create_shm_wire(const std::string& name) {
+  return Wire::create_shm(name);
+}
+Result<std::shared_ptr<Wire>> attach_shm_wire(const std::string& name) {
+  return Wire::attach_shm(name);
+}
+
+}  // namespace rdmx::emu
