@@ -6,7 +6,15 @@
 namespace rdmx::mlx5 {
 
 // Orders prior WQE stores before the doorbell-record store (udma_to_device_barrier).
-inline void wmb_to_device() noexcept { __atomic_thread_fence(__ATOMIC_RELEASE); }
+inline void wmb_to_device() noexcept {
+#if defined(__SANITIZE_THREAD__)
+  // TSan does not model fences (gcc rejects them under -fsanitize=thread); the doorbell-record
+  // stores that follow are release stores, which is what TSan checks.
+  asm volatile("" ::: "memory");
+#else
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
 
 // Flushes write-combining stores (BlueFlame) before/after the register write (mmio_flush_writes).
 inline void wc_flush() noexcept {

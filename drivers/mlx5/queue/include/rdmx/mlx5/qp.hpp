@@ -45,7 +45,7 @@ class RqWriter {
   // Publishes posted receives (doorbell record only; receive queues have no register write).
   void ring_doorbell() noexcept {
     wmb_to_device();
-    *dbrec_ = detail::bswap(pi_ & 0xffffu);
+    __atomic_store_n(dbrec_, detail::bswap(pi_ & 0xffffu), __ATOMIC_RELEASE);
     hook_();
   }
   uint64_t take(uint16_t wqe_counter) noexcept {
@@ -78,7 +78,7 @@ class CqPoller {
   // Tells the device how far software has consumed (once per poll call).
   void update_doorbell() noexcept {
     wmb_to_device();
-    *dbrec_ = detail::bswap(ci_ & prm::kCqDbrCiMask);
+    __atomic_store_n(dbrec_, detail::bswap(ci_ & prm::kCqDbrCiMask), __ATOMIC_RELEASE);
   }
   uint32_t ci() const noexcept { return ci_; }
   uint32_t cqe_cnt() const noexcept { return n_; }

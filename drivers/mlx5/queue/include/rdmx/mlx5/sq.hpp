@@ -95,7 +95,7 @@ class SqWriter {
     // record before the register write; the register gets the first 8 bytes of the last WQE's
     // control segment (rdma-core post_send_db, DPDK mlx5_doorbell_ring).
     wmb_to_device();
-    *dbrec_ = detail::bswap(pi_ & 0xffffu);
+    __atomic_store_n(dbrec_, detail::bswap(pi_ & 0xffffu), __ATOMIC_RELEASE);
     wc_flush();
     uint64_t first8;
     __builtin_memcpy(&first8, last_ctrl_, sizeof(first8));
