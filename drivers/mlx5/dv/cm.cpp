@@ -1,0 +1,259 @@
+// librdmacm connection management for DvDevice queue pairs (see cm.hpp for the protocol).
+#include <rdmx/dv/cm.hpp>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <rdmx/core/log.hpp>
+#include <rdmx/dv/dv_device.hpp>
+#include <rdmx/dv/dv_math.hpp>
+
+#include "dv_raii.hpp"
+
+namespace rdmx::dv {
+
+namespace {
+
+int last_errno() noexcept {
+  return errno ? errno : EIO;
+}
+
+[[gnu::cold]] Error cm_error(const std::string& call, int err) {
+  return make_error(Errc::kDeviceError, call + " failed: " + std::strerror(err) + " (errno " +
+                                            std::to_string(err) + ")");
+}
+
+struct AckEvent {
+  void operator()(rdma_cm_event* e) const noexcept {
+    if (e) (void)rdma_ack_cm_event(e);
+  }
+};
+using EventPtr = std::unique_ptr<rdma_cm_event, AckEvent>;
+
+// Waits for the next event on `ch` and requires it to be `want`.
+Result<EventPtr> wait_event(rdma_event_channel* ch, rdma_cm_event_type want, int timeout_ms,
+                            const std::string& what) {
+  pollfd pfd{ch->fd, POLLIN, 0};
+  int rc;
+  do {
+    rc = ::poll(&pfd, 1, timeout_ms);
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return cm_error("poll(rdma_cm event channel)", last_errno());
+  if (rc == 0)
+    return make_error(Errc::kTimeout, what + ": no " + rdma_event_str(want) + " within " +
+                                          std::to_string(timeout_ms) + " ms");
+  rdma_cm_event* raw = nullptr;
+  if (rdma_get_cm_event(ch, &raw)) return cm_error("rdma_get_cm_event", last_errno());
+  EventPtr ev(raw);
+  if (ev->event != want)
+    return make_error(ev->event == RDMA_CM_EVENT_REJECTED ? Errc::kBusy : Errc::kDeviceError,
+                      what + ": expected " + rdma_event_str(want) + ", got " +
+                          rdma_event_str(ev->event) + " (status " + std::to_string(ev->status) +
+                          ")");
+  return ev;
+}
+
+Status check_device(rdma_cm_id* id, const DvDevice& dev) {
+  if (!id->verbs) return make_error(Errc::kDeviceError, "rdma_cm id is bound to no RDMA device");
+  const char* n = ibv_get_device_name(id->verbs->device);
+  if (dev.name() != n)
+    return make_error(Errc::kInvalidArgument,
+                      std::string("rdma_cm routes this connection through ") + n +
+                          " but the QP lives on " + dev.name() +
+                          "; open that device or use an address of " + dev.name());
+  return {};
+}
+
+rdma_conn_param conn_param(const CmOptions& o, const std::vector<uint8_t>& pd, uint32_t qpn) {
+  rdma_conn_param cp{};
+  cp.private_data = pd.data();
+  cp.private_data_len = static_cast<uint8_t>(pd.size());
+  cp.responder_resources = o.responder_resources;
+  cp.initiator_depth = o.initiator_depth;
+  cp.retry_count = o.retry_count;
+  cp.rnr_retry_count = o.rnr_retry_count;
+  cp.qp_num = qpn;
+  return cp;
+}
+
+Result<mlx5::ConnectInfo> peer_info(const rdma_cm_event& ev) {
+  const auto* p = static_cast<const uint8_t*>(ev.param.conn.private_data);
+  if (!p) return make_error(Errc::kInvalidArgument, "peer sent no private data");
+  return decode_connect_info(std::span<const uint8_t>(p, ev.param.conn.private_data_len));
+}
+
+}  // namespace
+
+// ---- CmConnection -------------------------------------------------------------------------------
+
+CmConnection::~CmConnection() {
+  if (connected_ && id_) (void)rdma_disconnect(id_);
+  if (id_) (void)rdma_destroy_id(id_);
+  if (ch_) rdma_destroy_event_channel(ch_);
+}
+
+Status CmConnection::disconnect() {
+  if (!connected_) return {};
+  connected_ = false;
+  if (rdma_disconnect(id_)) return cm_error("rdma_disconnect", last_errno());
+  auto ev = wait_event(ch_, RDMA_CM_EVENT_DISCONNECTED, timeout_ms_, "disconnect");
+  if (!ev.ok()) return ev.error();
+  return {};
+}
+
+// ---- Active side --------------------------------------------------------------------------------
+
+Result<std::unique_ptr<CmConnection>> cm_connect(DvDevice& dev, mlx5::QpHandle qp,
+                                                 const std::string& host, uint16_t port,
+                                                 const CmOptions& opts) {
+  const std::string where = host + ":" + std::to_string(port);
+  detail::EventChannelPtr ch(rdma_create_event_channel());
+  if (!ch) return cm_error("rdma_create_event_channel", last_errno());
+  rdma_cm_id* raw_id = nullptr;
+  if (rdma_create_id(ch.get(), &raw_id, nullptr, RDMA_PS_TCP))
+    return cm_error("rdma_create_id", last_errno());
+  detail::CmIdPtr id(raw_id);
+
+  rdma_addrinfo hints{};
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_qp_type = IBV_QPT_RC;
+  rdma_addrinfo* raw_ai = nullptr;
+  const std::string port_s = std::to_string(port);
+  if (int rc = rdma_getaddrinfo(host.c_str(), port_s.c_str(), &hints, &raw_ai); rc)
+    return make_error(Errc::kInvalidArgument,
+                      "rdma_getaddrinfo(" + where +
+                          ") failed: " + (rc == -1 ? std::strerror(errno) : gai_strerror(rc)));
+  detail::AddrInfoPtr ai(raw_ai);
+
+  if (rdma_resolve_addr(id.get(), ai->ai_src_addr, ai->ai_dst_addr, opts.timeout_ms))
+    return cm_error("rdma_resolve_addr(" + where + ")", last_errno());
+  if (auto ev =
+          wait_event(ch.get(), RDMA_CM_EVENT_ADDR_RESOLVED, opts.timeout_ms, "resolving " + where);
+      !ev.ok())
+    return ev.error();
+  if (rdma_resolve_route(id.get(), opts.timeout_ms))
+    return cm_error("rdma_resolve_route(" + where + ")", last_errno());
+  if (auto ev =
+          wait_event(ch.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, opts.timeout_ms, "route to " + where);
+      !ev.ok())
+    return ev.error();
+  if (auto s = check_device(id.get(), dev); !s) return s.error();
+
+  const std::vector<uint8_t> pd = encode_connect_info(dev.local_info(qp));
+  rdma_conn_param cp = conn_param(opts, pd, qp);
+  if (rdma_connect(id.get(), &cp)) return cm_error("rdma_connect(" + where + ")", last_errno());
+  auto ev = wait_event(ch.get(), RDMA_CM_EVENT_CONNECT_RESPONSE, opts.timeout_ms,
+                       "connecting to " + where);
+  if (!ev.ok()) return ev.error();
+  auto remote = peer_info(*ev.value());
+  ev.value().reset();
+  if (!remote.ok()) {
+    (void)rdma_disconnect(id.get());
+    return remote.error();
+  }
+  if (auto s = dev.connect(qp, remote.value()); !s) {
+    (void)rdma_disconnect(id.get());
+    return s.error();
+  }
+  if (rdma_establish(id.get())) return cm_error("rdma_establish(" + where + ")", last_errno());
+
+  auto c = std::unique_ptr<CmConnection>(new CmConnection());
+  c->remote_ = remote.value();
+  c->qp_ = qp;
+  c->timeout_ms_ = opts.timeout_ms;
+  c->connected_ = true;
+  c->id_ = id.release();  // destroyed before its channel (~CmConnection)
+  c->ch_ = ch.release();
+  RDMX_LOG_INFO("dv: QP %#x connected to %s (peer QP %#x)", qp, where.c_str(), c->remote_.qpn);
+  return c;
+}
+
+// ---- Passive side -------------------------------------------------------------------------------
+
+CmListener::~CmListener() {
+  if (id_) (void)rdma_destroy_id(id_);
+  if (ch_) rdma_destroy_event_channel(ch_);
+}
+
+Result<std::unique_ptr<CmListener>> CmListener::listen(const std::string& bind_host, uint16_t port,
+                                                       const CmOptions& opts) {
+  detail::EventChannelPtr ch(rdma_create_event_channel());
+  if (!ch) return cm_error("rdma_create_event_channel", last_errno());
+  rdma_cm_id* raw_id = nullptr;
+  if (rdma_create_id(ch.get(), &raw_id, nullptr, RDMA_PS_TCP))
+    return cm_error("rdma_create_id", last_errno());
+  detail::CmIdPtr id(raw_id);
+
+  rdma_addrinfo hints{};
+  hints.ai_flags = RAI_PASSIVE;
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_qp_type = IBV_QPT_RC;
+  rdma_addrinfo* raw_ai = nullptr;
+  const std::string port_s = std::to_string(port);
+  const std::string where = (bind_host.empty() ? "*" : bind_host) + ":" + port_s;
+  if (int rc = rdma_getaddrinfo(bind_host.empty() ? nullptr : bind_host.c_str(), port_s.c_str(),
+                                &hints, &raw_ai);
+      rc)
+    return make_error(Errc::kInvalidArgument,
+                      "rdma_getaddrinfo(" + where +
+                          ") failed: " + (rc == -1 ? std::strerror(errno) : gai_strerror(rc)));
+  detail::AddrInfoPtr ai(raw_ai);
+  if (rdma_bind_addr(id.get(), ai->ai_src_addr))
+    return cm_error("rdma_bind_addr(" + where + ")", last_errno());
+  if (rdma_listen(id.get(), opts.backlog))
+    return cm_error("rdma_listen(" + where + ")", last_errno());
+
+  auto l = std::unique_ptr<CmListener>(new CmListener());
+  l->port_ = ntohs(rdma_get_src_port(id.get()));
+  l->opts_ = opts;
+  l->id_ = id.release();
+  l->ch_ = ch.release();
+  return l;
+}
+
+Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::QpHandle qp) {
+  // The connection's own channel; declared before the child id so the id is destroyed first.
+  detail::EventChannelPtr ch(rdma_create_event_channel());
+  if (!ch) return cm_error("rdma_create_event_channel", last_errno());
+  auto ev = wait_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST, opts_.accept_timeout_ms,
+                       "listening on port " + std::to_string(port_));
+  if (!ev.ok()) return ev.error();
+  rdma_cm_id* child = ev.value()->id;
+  auto remote = peer_info(*ev.value());
+  ev.value().reset();  // ack before migrating the id (rdma_migrate_id waits for acks)
+  detail::CmIdPtr child_id(child);
+
+  auto reject = [&](const Error& e) -> Error {
+    (void)rdma_reject(child, nullptr, 0);
+    return e;
+  };
+  if (!remote.ok()) return reject(remote.error());
+  if (auto s = check_device(child, dev); !s) return reject(s.error());
+
+  if (rdma_migrate_id(child, ch.get())) return reject(cm_error("rdma_migrate_id", last_errno()));
+
+  if (auto s = dev.connect(qp, remote.value()); !s) return reject(s.error());
+  const std::vector<uint8_t> pd = encode_connect_info(dev.local_info(qp));
+  rdma_conn_param cp = conn_param(opts_, pd, qp);
+  if (rdma_accept(child, &cp)) return reject(cm_error("rdma_accept", last_errno()));
+  auto est = wait_event(ch.get(), RDMA_CM_EVENT_ESTABLISHED, opts_.timeout_ms, "accepting");
+  if (!est.ok()) return est.error();
+
+  auto c = std::unique_ptr<CmConnection>(new CmConnection());
+  c->remote_ = remote.value();
+  c->qp_ = qp;
+  c->timeout_ms_ = opts_.timeout_ms;
+  c->connected_ = true;
+  c->id_ = child_id.release();
+  c->ch_ = ch.release();
+  RDMX_LOG_INFO("dv: QP %#x accepted peer QP %#x", qp, c->remote_.qpn);
+  return c;
+}
+
+}  // namespace rdmx::dv

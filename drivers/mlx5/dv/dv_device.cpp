@@ -1,0 +1,731 @@
+// DvDevice: bring-up of a real mlx5 device through rdma-core's mlx5dv API.
+//
+// Every step cites the fact behind it in ../shared/reference/mlx5-umr.md ("ref N") or the
+// rdma-core source it relies on. The data path never comes here (STYLE.md 5).
+#include <rdmx/dv/dv_device.hpp>
+
+#include <endian.h>
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+#include <rdmx/core/log.hpp>
+#include <rdmx/dv/dv_math.hpp>
+
+#include "dv_raii.hpp"
+
+namespace rdmx::dv {
+
+namespace {
+
+using mlx5::ConnectInfo;
+using mlx5::QpState;
+
+// errno of a verbs call: the functions returning int give the error number (ibv_modify_qp, ...)
+// or -1 with errno set; the ones returning a pointer set errno.
+int err_of(int rc) noexcept {
+  return rc > 0 ? rc : (errno ? errno : EIO);
+}
+int last_errno() noexcept {
+  return errno ? errno : EIO;
+}
+
+[[gnu::cold]] Error verbs_error(const std::string& call, int err, const std::string& hint = {}) {
+  std::string m = call + " failed: " + std::strerror(err) + " (errno " + std::to_string(err) + ")";
+  if (!hint.empty()) m += "; " + hint;
+  return make_error(err == ENOMEM ? Errc::kNoMemory : Errc::kDeviceError, std::move(m));
+}
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string read_sysfs(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return trim(ss.str());
+}
+
+std::string pci_addr_of(const std::string& ibdev_path) {
+  char buf[512];
+  const std::string link = ibdev_path + "/device";
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = '\0';
+  std::string s(buf);
+  const auto slash = s.rfind('/');
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
+DeviceInfo info_of(ibv_device* dev) {
+  DeviceInfo d;
+  d.name = ibv_get_device_name(dev);
+  const std::string path = dev->ibdev_path;
+  d.numa_node = parse_numa_node(read_sysfs(path + "/device/numa_node"));
+  d.pci_addr = pci_addr_of(path);
+  d.node_guid = be64toh(ibv_get_device_guid(dev));
+  return d;
+}
+
+const char* state_name(QpState s) {
+  return mlx5::qp_state_name(s);
+}
+
+}  // namespace
+
+std::vector<DeviceInfo> probe() {
+  int n = 0;
+  detail::DeviceListPtr list(ibv_get_device_list(&n));
+  std::vector<DeviceInfo> out;
+  if (!list) return out;
+  for (int i = 0; i < n; ++i)
+    if (mlx5dv_is_supported(list.get()[i])) out.push_back(info_of(list.get()[i]));
+  return out;
+}
+
+// One queue pair and what it owns. Members are destroyed bottom-up: QP, CQ, parent domain, TD
+// (the reverse of creation; verbs refuses to free a CQ or a domain still in use).
+struct QpRec {
+  detail::TdPtr td;
+  detail::PdPtr parent;
+  detail::CqPtr cq;
+  detail::QpPtr qp;
+  uint32_t psn = 0;
+  ConnectInfo remote;
+  bool have_remote = false;
+};
+
+struct DvDevice::Impl {
+  detail::ContextPtr ctx;
+  detail::PdPtr pd;
+  std::unordered_map<uint32_t, detail::MrPtr> mrs;           // by lkey
+  std::unordered_map<uint32_t, detail::MkeyPtr> mkeys;       // by mkey index (key >> 8)
+  std::unordered_map<uint32_t, std::unique_ptr<QpRec>> qps;  // by QPN
+  std::mutex mu;
+  ibv_device_attr_ex attr{};
+  ibv_port_attr port{};
+  QpParams params;
+  uint16_t lid = 0;
+  uint8_t gid[16] = {};
+  std::mt19937 rng{std::random_device{}()};
+
+  ~Impl() {
+    qps.clear();
+    mkeys.clear();
+    mrs.clear();
+    pd.reset();
+    ctx.reset();
+  }
+
+  QpRec* find_qp(uint32_t qpn) {
+    auto it = qps.find(qpn);
+    return it == qps.end() ? nullptr : it->second.get();
+  }
+
+  Result<QpState> query(QpRec& r) {
+    ibv_qp_attr a{};
+    ibv_qp_init_attr ia{};
+    const int rc = ibv_query_qp(r.qp.get(), &a, IBV_QP_STATE, &ia);
+    if (rc) return verbs_error("ibv_query_qp(qpn " + hex(r.qp->qp_num) + ")", err_of(rc));
+    auto s = from_ibv_qp_state(a.qp_state);
+    if (!s)
+      return make_error(Errc::kState, "QP " + hex(r.qp->qp_num) + " is in verbs state " +
+                                          std::to_string(a.qp_state) + ", which rdmx does not use");
+    return *s;
+  }
+
+  Status modify(QpRec& r, const QpTransition& t, const char* step) {
+    ibv_qp_attr a = t.attr;
+    const int rc = ibv_modify_qp(r.qp.get(), &a, t.mask);
+    if (rc == 0) return {};
+    const int e = err_of(rc);
+    std::string hint;
+    if (std::strcmp(step, "INIT->RTR") == 0)
+      hint = params.use_grh
+                 ? "check the GID index (DvOptions.gid_index " + std::to_string(params.sgid_index) +
+                       ") and that the peer's GID is reachable from port " +
+                       std::to_string(params.port)
+                 : "check the peer's LID and QPN and that port " + std::to_string(params.port) +
+                       " is ACTIVE";
+    return verbs_error("ibv_modify_qp(qpn " + hex(r.qp->qp_num) + ", " + step + ")", e, hint);
+  }
+
+  // RESET (if needed) -> INIT -> RTR -> RTS towards `remote`.
+  Status bring_up(QpRec& r, const ConnectInfo& remote) {
+    auto cur = query(r);
+    if (!cur.ok()) return cur.error();
+    if (cur.value() != QpState::kReset) {
+      if (auto s = modify(r, state_only_transition(QpState::kReset), "->RESET"); !s) return s;
+    }
+    if (auto s = modify(r, init_transition(params), "RESET->INIT"); !s) return s;
+    r.remote = remote;
+    r.have_remote = true;
+    if (auto s = modify(r, rtr_transition(params, remote), "INIT->RTR"); !s) return s;
+    return modify(r, rts_transition(params, r.psn), "RTR->RTS");
+  }
+};
+
+DvDevice::DvDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DvDevice::~DvDevice() = default;
+
+ibv_context* DvDevice::verbs_context() const noexcept {
+  return impl_->ctx.get();
+}
+
+Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const DvOptions& opts) {
+  // 1. Find the device (ibv_get_device_list, mlx5dv_is_supported).
+  int n = 0;
+  errno = 0;
+  detail::DeviceListPtr list(ibv_get_device_list(&n));
+  const int list_err = list ? 0 : last_errno();
+  if (!list) n = 0;
+  std::vector<std::string> names;
+  ibv_device* dev = nullptr;
+  for (int i = 0; i < n; ++i) {
+    ibv_device* d = list.get()[i];
+    names.emplace_back(ibv_get_device_name(d));
+    if (dev) continue;
+    if (name.empty() ? mlx5dv_is_supported(d) : names.back() == name) dev = d;
+  }
+  if (!dev) return make_error(Errc::kNoDevice, no_device_message(name, names, list_err));
+  if (!mlx5dv_is_supported(dev))
+    return make_error(Errc::kUnsupported, "device \"" + name +
+                                              "\" is not an mlx5 device (mlx5dv_is_supported is "
+                                              "false); rdmx's real backend drives mlx5 NICs only");
+  const DeviceInfo info = info_of(dev);
+
+  auto impl = std::make_unique<Impl>();
+
+  // 2. Open with a DEVX context: mlx5dv_create_mkey issues CREATE_MKEY through DEVX (ref 3).
+  mlx5dv_context_attr dvattr{};
+  dvattr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
+  errno = 0;
+  impl->ctx.reset(mlx5dv_open_device(dev, &dvattr));
+  if (!impl->ctx) {
+    const int e = last_errno();
+    if (e == EOPNOTSUPP || e == EPROTONOSUPPORT)
+      return make_error(Errc::kUnsupported,
+                        "mlx5dv_open_device(" + info.name + ", DEVX) failed: " + std::strerror(e) +
+                            "; rdmx needs a DEVX context for indirect mkeys (mlx5_ib with "
+                            "user-context support and firmware that allows DEVX)");
+    return verbs_error("mlx5dv_open_device(" + info.name + ", DEVX)", e,
+                       "is /dev/infiniband/uverbs* readable and writable by this user?");
+  }
+  ibv_context* ctx = impl->ctx.get();
+
+  // 3. Capabilities: verbs, mlx5dv, the port, then the HCA caps through DEVX.
+  if (int rc = ibv_query_device_ex(ctx, nullptr, &impl->attr); rc)
+    return verbs_error("ibv_query_device_ex(" + info.name + ")", err_of(rc));
+  mlx5dv_context dvctx{};
+  dvctx.comp_mask = MLX5DV_CONTEXT_MASK_DYN_BFREGS;
+  if (int rc = mlx5dv_query_device(ctx, &dvctx); rc)
+    return verbs_error("mlx5dv_query_device(" + info.name + ")", err_of(rc));
+  if (opts.port == 0 || opts.port > impl->attr.orig_attr.phys_port_cnt)
+    return make_error(Errc::kInvalidArgument,
+                      "port " + std::to_string(opts.port) + " does not exist on " + info.name +
+                          " (it has " + std::to_string(impl->attr.orig_attr.phys_port_cnt) +
+                          " port(s))");
+  if (int rc = ibv_query_port(ctx, opts.port, &impl->port); rc)
+    return verbs_error("ibv_query_port(" + info.name + ", " + std::to_string(opts.port) + ")",
+                       err_of(rc));
+  const ibv_port_attr& port = impl->port;
+  if (port.state != IBV_PORT_ACTIVE)
+    RDMX_LOG_WARN("dv: %s port %u is not ACTIVE (state %d); connections will fail until it is",
+                  info.name.c_str(), opts.port, static_cast<int>(port.state));
+  const bool roce = port.link_layer == IBV_LINK_LAYER_ETHERNET;
+
+  // GID: RoCE needs one on every packet (GRH); InfiniBand only across subnets (force_grh).
+  int gid_index = opts.gid_index;
+  if (gid_index < 0 && roce) {
+    std::vector<ibv_gid_entry> raw(std::max(port.gid_tbl_len, 1));
+    const ssize_t got = ibv_query_gid_table(ctx, raw.data(), raw.size(), 0);
+    std::vector<GidEntry> table;
+    for (ssize_t i = 0; i < got; ++i) {
+      GidEntry g;
+      g.index = raw[i].gid_index;
+      g.port = raw[i].port_num;
+      g.type = raw[i].gid_type;
+      std::memcpy(g.gid, raw[i].gid.raw, 16);
+      table.push_back(g);
+    }
+    auto pick = pick_roce_gid(table, opts.port);
+    if (!pick)
+      return make_error(Errc::kDeviceError,
+                        info.name + " port " + std::to_string(opts.port) +
+                            " is RoCE but has no GID (no IP address on its netdev?); set "
+                            "DvOptions.gid_index");
+    gid_index = static_cast<int>(*pick);
+  }
+  if (gid_index >= 0) {
+    if (gid_index >= port.gid_tbl_len)
+      return make_error(Errc::kInvalidArgument, "GID index " + std::to_string(gid_index) +
+                                                    " is past the GID table of " + info.name +
+                                                    " port " + std::to_string(opts.port) + " (" +
+                                                    std::to_string(port.gid_tbl_len) + " entries)");
+    ibv_gid g{};
+    if (int rc = ibv_query_gid(ctx, opts.port, gid_index, &g); rc)
+      return verbs_error(
+          "ibv_query_gid(" + info.name + ", index " + std::to_string(gid_index) + ")", err_of(rc));
+    std::memcpy(impl->gid, g.raw, 16);
+  }
+  impl->lid = port.lid;
+
+  ibv_mtu mtu = port.active_mtu;
+  if (opts.mtu != 0) {
+    auto m = mtu_from_bytes(opts.mtu);
+    if (!m)
+      return make_error(Errc::kInvalidArgument, "DvOptions.mtu " + std::to_string(opts.mtu) +
+                                                    " is not one of 256, 512, 1024, 2048, 4096");
+    mtu = std::min(*m, port.active_mtu);
+  }
+
+  QpParams& p = impl->params;
+  p.port = opts.port;
+  p.qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                (impl->attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+  p.mtu = mtu;
+  p.max_dest_rd_atomic = static_cast<uint8_t>(
+      std::min<int>(opts.max_rd_atomic, std::max(impl->attr.orig_attr.max_qp_rd_atom, 1)));
+  p.max_rd_atomic = static_cast<uint8_t>(
+      std::min<int>(opts.max_rd_atomic, std::max(impl->attr.orig_attr.max_qp_init_rd_atom, 1)));
+  p.min_rnr_timer = opts.min_rnr_timer;
+  p.timeout = opts.timeout;
+  p.retry_cnt = opts.retry_cnt;
+  p.rnr_retry = opts.rnr_retry;
+  p.sl = opts.sl;
+  p.use_grh = roce || opts.force_grh;
+  p.sgid_index = static_cast<uint8_t>(gid_index < 0 ? 0 : gid_index);
+  p.hop_limit = opts.hop_limit;
+  p.traffic_class = opts.traffic_class;
+  if (p.use_grh && gid_index < 0)
+    return make_error(Errc::kInvalidArgument, "DvOptions.force_grh needs DvOptions.gid_index");
+
+  mlx5::DeviceCaps caps;
+  caps.max_sq_wqebbs = static_cast<uint32_t>(impl->attr.orig_attr.max_qp_wr);
+  caps.max_cq_cqes = static_cast<uint32_t>(impl->attr.orig_attr.max_cqe) + 1;
+  caps.numa_node = info.numa_node < 0 ? 0 : info.numa_node;
+
+  // QUERY_HCA_CAP (general, current) through DEVX, as SPDK does for its UMR caps (ref 2.7). A
+  // refusal is not fatal: conservative defaults, documented in doc/guides/mlx5.md.
+  bool hca_read = false;
+  {
+    uint8_t in[hca::kCmdInBytes];
+    encode_query_hca_cap(std::span<uint8_t, hca::kCmdInBytes>(in, sizeof in));
+    std::vector<uint8_t> out(hca::kCmdOutHeaderBytes + hca::kCapBytes);
+    const int rc = mlx5dv_devx_general_cmd(ctx, in, sizeof in, out.data(), out.size());
+    auto h = rc == 0 ? decode_query_hca_cap(out)
+                     : Result<HcaCaps>(make_error(Errc::kDeviceError, std::strerror(err_of(rc))));
+    if (h.ok()) {
+      apply_hca_caps(h.value(), caps);
+      hca_read = true;
+      if (h.value().umr_indirect_mkey_disabled)
+        return make_error(Errc::kUnsupported,
+                          info.name +
+                              " reports umr_indirect_mkey_disabled: a UMR may not "
+                              "modify indirect mkeys, so windows cannot be mapped");
+      if (h.value().umr_modify_atomic_disabled)
+        RDMX_LOG_WARN(
+            "dv: %s forbids changing atomic access by UMR "
+            "(umr_modify_atomic_disabled); do not map windows with atomic access",
+            info.name.c_str());
+    } else {
+      apply_default_hca_caps(caps);
+      RDMX_LOG_WARN(
+          "dv: %s: QUERY_HCA_CAP through DEVX failed (%s); using conservative "
+          "defaults: %u KLMs per window, %u inline KLMs, strongest UMR fence",
+          info.name.c_str(), h.error().message.c_str(), caps.max_klm_list, caps.max_inline_klm);
+    }
+  }
+
+  // 4. The protection domain: the parent MR, every window and every QP live in it.
+  errno = 0;
+  impl->pd.reset(ibv_alloc_pd(ctx));
+  if (!impl->pd) return verbs_error("ibv_alloc_pd(" + info.name + ")", last_errno());
+
+  // 5. Probe the mkey flags the windows need (ref 3, 10.4): UPDATE_TAG is only accepted when the
+  //    kernel advertised MKEY_UPDATE_TAG; REMOTE_INVALIDATE needs a newer rdma-core/kernel.
+  auto probe_mkey = [&](uint32_t flags) -> int {
+    mlx5dv_mkey_init_attr a{};
+    a.pd = impl->pd.get();
+    a.create_flags = flags;
+    a.max_entries = 4;
+    errno = 0;
+    detail::MkeyPtr k(mlx5dv_create_mkey(&a));
+    return k ? 0 : last_errno();
+  };
+  if (int e = probe_mkey(MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT); e != 0)
+    return make_error(e == EOPNOTSUPP ? Errc::kUnsupported : Errc::kDeviceError,
+                      "mlx5dv_create_mkey(INDIRECT) on " + info.name +
+                          " failed: " + std::strerror(e) + " (errno " + std::to_string(e) +
+                          "); rdmx windows are indirect mkeys and cannot be created");
+  caps.mkey_update_tag = probe_mkey(MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT |
+                                    MLX5DV_MKEY_INIT_ATTR_FLAGS_UPDATE_TAG) == 0;
+  caps.remote_invalidate = probe_mkey(MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT |
+                                      MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE) == 0;
+  if (!caps.mkey_update_tag)
+    RDMX_LOG_WARN(
+        "dv: %s: the kernel lacks MKEY_UPDATE_TAG (mlx5dv_create_mkey with "
+        "UPDATE_TAG fails); windows cannot rotate their key%s",
+        info.name.c_str(), opts.allow_fixed_tag ? "" : " and create_window_mkey will fail");
+
+  auto d = std::unique_ptr<DvDevice>(new DvDevice(std::move(impl)));
+  d->name_ = info.name;
+  d->caps_ = caps;
+  d->opts_ = opts;
+  d->hca_caps_read_ = hca_read;
+  d->roce_ = roce;
+  RDMX_LOG_INFO(
+      "dv: opened %s (%s, NUMA %d, %s port %u, MTU %u, %s, dyn bfregs %u): %u KLMs "
+      "per window, %u inline, update_tag %d, remote_invalidate %d",
+      info.name.c_str(), info.pci_addr.c_str(), info.numa_node, roce ? "RoCE" : "IB", opts.port,
+      mtu_bytes(mtu), hca_read ? "HCA caps read" : "default caps", dvctx.max_dynamic_bfregs,
+      caps.max_klm_list, caps.max_inline_klm, caps.mkey_update_tag, caps.remote_invalidate);
+  return d;
+}
+
+// ---- Memory -------------------------------------------------------------------------------------
+
+Result<mlx5::MrInfo> DvDevice::reg_mr(void* addr, size_t len, uint32_t access) {
+  if (!addr || len == 0) return make_error(Errc::kInvalidArgument, "reg_mr: empty range");
+  auto flags = to_ibv_access(access);
+  if (!flags)
+    return make_error(Errc::kInvalidArgument,
+                      "reg_mr: access " + hex(access) +
+                          " is invalid (unknown bits, or remote write/atomic without local write)");
+  int f = *flags;
+  if (opts_.relaxed_ordering) f |= IBV_ACCESS_RELAXED_ORDERING;
+  std::lock_guard<std::mutex> g(impl_->mu);
+  errno = 0;
+  detail::MrPtr mr(ibv_reg_mr(impl_->pd.get(), addr, len, f));
+  if (!mr)
+    return verbs_error("ibv_reg_mr(" + std::to_string(len) + " bytes)", last_errno(),
+                       "is `ulimit -l` (locked memory) large enough?");
+  mlx5::MrInfo info;
+  info.addr = reinterpret_cast<uint64_t>(addr);
+  info.length = len;
+  info.lkey = mr->lkey;
+  info.rkey = mr->rkey;
+  info.access = access;
+  impl_->mrs.emplace(mr->lkey, std::move(mr));
+  return info;
+}
+
+Status DvDevice::dereg_mr(const mlx5::MrInfo& mr) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto it = impl_->mrs.find(mr.lkey);
+  if (it == impl_->mrs.end())
+    return make_error(Errc::kInvalidArgument, "dereg_mr: lkey " + hex(mr.lkey) + " is not ours");
+  if (int rc = ibv_dereg_mr(it->second.get()); rc)
+    return verbs_error("ibv_dereg_mr(lkey " + hex(mr.lkey) + ")", err_of(rc));
+  (void)it->second.release();
+  impl_->mrs.erase(it);
+  return {};
+}
+
+// ---- Windows ------------------------------------------------------------------------------------
+
+Result<uint32_t> DvDevice::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
+  if (max_entries == 0 || max_entries > caps_.max_klm_list)
+    return make_error(Errc::kOutOfRange, "create_window_mkey: " + std::to_string(max_entries) +
+                                             " entries; " + name_ + " allows 1.." +
+                                             std::to_string(caps_.max_klm_list));
+  if (remote_invalidate && !caps_.remote_invalidate)
+    return make_error(Errc::kUnsupported,
+                      name_ +
+                          ": mlx5dv_create_mkey refuses REMOTE_INVALIDATE (rdma-core or "
+                          "kernel too old); create windows without remote invalidation");
+  const bool tag = caps_.mkey_update_tag || !opts_.allow_fixed_tag;
+  uint32_t flags = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT;
+  if (tag) flags |= MLX5DV_MKEY_INIT_ATTR_FLAGS_UPDATE_TAG;
+  if (remote_invalidate) flags |= MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE;
+
+  mlx5dv_mkey_init_attr a{};
+  a.pd = impl_->pd.get();
+  a.create_flags = flags;
+  a.max_entries = static_cast<uint16_t>(max_entries);
+  std::lock_guard<std::mutex> g(impl_->mu);
+  errno = 0;
+  detail::MkeyPtr k(mlx5dv_create_mkey(&a));
+  if (!k) {
+    const int e = last_errno();
+    if (tag && e == EOPNOTSUPP)
+      return make_error(Errc::kUnsupported,
+                        "mlx5dv_create_mkey(INDIRECT|UPDATE_TAG) failed on " + name_ +
+                            ": the kernel lacks MKEY_UPDATE_TAG (rdma-core accepts UPDATE_TAG only "
+                            "when mlx5_ib reports MKEY_UPDATE_TAG support, as kernels since "
+                            "2022 do), so a UMR may not change a window's 8-bit key. Upgrade "
+                            "the kernel or set DvOptions.allow_fixed_tag (no key rotation)");
+    return verbs_error("mlx5dv_create_mkey(" + std::to_string(max_entries) + " entries)", e,
+                       e == ENOMEM ? "out of mkeys? (ref: ucx #6264)" : "");
+  }
+  const uint32_t key = k->lkey;
+  impl_->mkeys.emplace(key >> 8, std::move(k));
+  return key;
+}
+
+Status DvDevice::destroy_mkey(uint32_t mkey) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto it = impl_->mkeys.find(mkey >> 8);
+  if (it == impl_->mkeys.end())
+    return make_error(Errc::kInvalidArgument, "destroy_mkey: " + hex(mkey) + " is not a window");
+  if (int rc = mlx5dv_destroy_mkey(it->second.get()); rc)
+    return verbs_error("mlx5dv_destroy_mkey(" + hex(mkey) + ")", err_of(rc));
+  (void)it->second.release();
+  impl_->mkeys.erase(it);
+  return {};
+}
+
+// ---- Queue pairs --------------------------------------------------------------------------------
+
+Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
+  // Validate the ring sizes first: they are the caller's promise to QueuePair.
+  if (!is_pow2(cfg.sq_wqebbs) || cfg.sq_wqebbs > caps_.max_sq_wqebbs)
+    return make_error(Errc::kInvalidArgument,
+                      "create_qp: sq_wqebbs " + std::to_string(cfg.sq_wqebbs) +
+                          " must be a power of two <= " + std::to_string(caps_.max_sq_wqebbs));
+  if (cfg.rq_wqes != 0 && (!is_pow2(cfg.rq_wqes) || cfg.rq_sges == 0))
+    return make_error(Errc::kInvalidArgument,
+                      "create_qp: rq_wqes must be 0 or a power of two, with rq_sges >= 1");
+  if (!is_pow2(cfg.cq_cqes) || cfg.cq_cqes > caps_.max_cq_cqes)
+    return make_error(Errc::kInvalidArgument,
+                      "create_qp: cq_cqes " + std::to_string(cfg.cq_cqes) +
+                          " must be a power of two <= " + std::to_string(caps_.max_cq_cqes));
+
+  // SQ sizing (ref 3 "QP sizing", 2.7): room for an inline UMR with n_klm KLMs per WQE.
+  uint32_t n_klm = caps_.max_inline_klm;
+  if (opts_.max_inline_klm) n_klm = std::min(n_klm, opts_.max_inline_klm);
+  const uint32_t max_inline = std::max(cfg.max_inline_data, max_inline_data_for_klm(n_klm));
+  const uint32_t wqe_bytes = rdma_core_wqe_bytes(max_inline, 1);
+  const uint32_t max_send_wr = max_send_wr_for(cfg.sq_wqebbs, wqe_bytes);
+  if (max_send_wr == 0)
+    return make_error(Errc::kInvalidArgument,
+                      "create_qp: an SQ of " + std::to_string(cfg.sq_wqebbs) +
+                          " WQEBBs cannot hold two " + std::to_string(wqe_bytes) +
+                          "-byte WQEs (inline UMR of " + std::to_string(n_klm) + " KLMs)");
+
+  std::lock_guard<std::mutex> g(impl_->mu);
+  ibv_context* ctx = impl_->ctx.get();
+  auto rec = std::make_unique<QpRec>();
+
+  // Thread domain: a dedicated UAR/BlueFlame register for this QP, so its poll core rings the
+  // doorbell without a lock (ref 3 "Doorbell", 10.7; ibv_alloc_td(3)).
+  ibv_td_init_attr tda{};
+  errno = 0;
+  rec->td.reset(ibv_alloc_td(ctx, &tda));
+  if (!rec->td) {
+    const int e = last_errno();
+    if (opts_.require_thread_domain)
+      return verbs_error("ibv_alloc_td", e,
+                         "no dedicated doorbell register left for this QP (one per poll core); "
+                         "use fewer QPs or set DvOptions.require_thread_domain=false to share");
+    RDMX_LOG_WARN("dv: ibv_alloc_td failed (%s); QP shares a doorbell register", strerror(e));
+  }
+  ibv_parent_domain_init_attr pda{};
+  pda.pd = impl_->pd.get();
+  pda.td = rec->td.get();
+  errno = 0;
+  rec->parent.reset(ibv_alloc_parent_domain(ctx, &pda));
+  if (!rec->parent) return verbs_error("ibv_alloc_parent_domain", last_errno());
+
+  // CQ: 64-byte CQEs (our poller's format), no compression, single-threaded (only its poll core
+  // touches it; the CPU side owns it after mlx5dv_init_obj).
+  ibv_cq_init_attr_ex cqa{};
+  cqa.cqe = static_cast<uint32_t>(ibv_cqe_arg_for(cfg.cq_cqes));
+  cqa.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+  cqa.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  cqa.parent_domain = rec->parent.get();
+  mlx5dv_cq_init_attr dcqa{};
+  dcqa.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  dcqa.cqe_size = 64;
+  errno = 0;
+  rec->cq.reset(mlx5dv_create_cq(ctx, &cqa, &dcqa));
+  if (!rec->cq)
+    return verbs_error("mlx5dv_create_cq(" + std::to_string(cfg.cq_cqes) + " CQEs)", last_errno());
+
+  // RC QP: scatter-to-CQE off (indirect mkeys do not support it, mlx5dv_create_mkey(3), ref 3);
+  // MKEY_CONFIGURE | MR_LIST so rdma-core sizes WQEs with the 192-byte UMR overhead; inline data
+  // sized so the largest inline UMR fits; no sq_sig_all (we choose per WQE).
+  ibv_qp_init_attr_ex qa{};
+  qa.qp_type = IBV_QPT_RC;
+  qa.send_cq = ibv_cq_ex_to_cq(rec->cq.get());
+  qa.recv_cq = qa.send_cq;
+  qa.cap.max_send_wr = max_send_wr;
+  qa.cap.max_recv_wr = cfg.rq_wqes;
+  qa.cap.max_send_sge = 1;
+  qa.cap.max_recv_sge = cfg.rq_wqes ? cfg.rq_sges : 0;
+  qa.cap.max_inline_data = max_inline;
+  qa.sq_sig_all = 0;
+  qa.pd = rec->parent.get();
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                      IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
+                      IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_SEND_WITH_INV |
+                      IBV_QP_EX_WITH_LOCAL_INV;
+  mlx5dv_qp_init_attr dqa{};
+  dqa.comp_mask =
+      MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
+  dqa.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+  dqa.send_ops_flags = MLX5DV_QP_EX_WITH_MKEY_CONFIGURE | MLX5DV_QP_EX_WITH_MR_LIST;
+  errno = 0;
+  rec->qp.reset(mlx5dv_create_qp(ctx, &qa, &dqa));
+  if (!rec->qp) {
+    const int e = last_errno();
+    return verbs_error("mlx5dv_create_qp(RC, " + std::to_string(max_send_wr) + " send WRs of " +
+                           std::to_string(wqe_bytes) + " B, max_inline_data " +
+                           std::to_string(max_inline) + ")",
+                       e,
+                       e == EINVAL ? "the WQE size may exceed the device's max_wqe_sz_sq; lower "
+                                     "DvOptions.max_inline_klm"
+                                   : "");
+  }
+
+  // mlx5dv_init_obj: the rings as the hardware sees them (mlx5dv_init_obj(3)). From here on the
+  // CQ is "DV owned": rdma-core no longer cleans it on QP reset (cq.c __mlx5_cq_clean).
+  mlx5dv_qp dqp{};
+  mlx5dv_cq dcq{};
+  mlx5dv_obj obj{};
+  obj.qp.in = rec->qp.get();
+  obj.qp.out = &dqp;
+  obj.cq.in = ibv_cq_ex_to_cq(rec->cq.get());
+  obj.cq.out = &dcq;
+  if (int rc = mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ); rc)
+    return verbs_error("mlx5dv_init_obj(QP|CQ)", err_of(rc));
+  if (dqp.sq.stride != MLX5_SEND_WQE_BB || !is_pow2(dqp.sq.wqe_cnt) || dcq.cqe_size != 64 ||
+      !is_pow2(dcq.cqe_cnt))
+    return make_error(Errc::kUnsupported,
+                      "mlx5dv_init_obj returned an unexpected layout: SQ stride " +
+                          std::to_string(dqp.sq.stride) + ", " + std::to_string(dqp.sq.wqe_cnt) +
+                          " WQEBBs, CQE size " + std::to_string(dcq.cqe_size) + ", " +
+                          std::to_string(dcq.cqe_cnt) + " CQEs");
+  if (dqp.sq.wqe_cnt != cfg.sq_wqebbs || dcq.cqe_cnt != cfg.cq_cqes)
+    RDMX_LOG_WARN("dv: QP %#x: asked for %u WQEBBs / %u CQEs, rdma-core made %u / %u",
+                  rec->qp->qp_num, cfg.sq_wqebbs, cfg.cq_cqes, dqp.sq.wqe_cnt, dcq.cqe_cnt);
+
+  mlx5::QpDesc d;
+  d.qpn = rec->qp->qp_num;
+  d.sq.buf = dqp.sq.buf;
+  d.sq.wqe_cnt = dqp.sq.wqe_cnt;
+  d.sq.dbrec = reinterpret_cast<volatile uint32_t*>(&dqp.dbrec[MLX5_SND_DBR]);
+  d.sq.reg = reinterpret_cast<volatile uint64_t*>(dqp.bf.reg);
+  d.sq.bf_size = dqp.bf.size;
+  d.rq.buf = dqp.rq.buf;
+  d.rq.wqe_cnt = dqp.rq.wqe_cnt;
+  d.rq.stride = dqp.rq.stride;
+  d.rq.dbrec = reinterpret_cast<volatile uint32_t*>(&dqp.dbrec[MLX5_RCV_DBR]);
+  d.cq.buf = dcq.buf;
+  d.cq.cqe_cnt = dcq.cqe_cnt;
+  d.cq.dbrec = reinterpret_cast<volatile uint32_t*>(dcq.dbrec);
+  d.cq.cqn = dcq.cqn;
+
+  rec->psn = impl_->rng() & 0xffffff;
+  impl_->qps.emplace(d.qpn, std::move(rec));
+  return d;
+}
+
+Status DvDevice::destroy_qp(mlx5::QpHandle qp) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto it = impl_->qps.find(qp);
+  if (it == impl_->qps.end())
+    return make_error(Errc::kInvalidArgument, "destroy_qp: QP " + hex(qp) + " is not ours");
+  QpRec& r = *it->second;
+  if (int rc = ibv_destroy_qp(r.qp.get()); rc)
+    return verbs_error("ibv_destroy_qp(" + hex(qp) + ")", err_of(rc));
+  (void)r.qp.release();
+  if (int rc = ibv_destroy_cq(ibv_cq_ex_to_cq(r.cq.get())); rc) {
+    Error e = verbs_error("ibv_destroy_cq(QP " + hex(qp) + ")", err_of(rc));
+    impl_->qps.erase(it);  // the deleters retry what is left
+    return e;
+  }
+  (void)r.cq.release();
+  impl_->qps.erase(it);
+  return {};
+}
+
+mlx5::ConnectInfo DvDevice::local_info(mlx5::QpHandle qp) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  ConnectInfo ci;
+  QpRec* r = impl_->find_qp(qp);
+  if (!r) {
+    RDMX_LOG_ERR("dv: local_info: QP %#x is not ours", qp);
+    return ci;
+  }
+  ci.qpn = qp;
+  ci.psn = r->psn;
+  ci.lid = impl_->lid;
+  std::memcpy(ci.gid, impl_->gid, 16);
+  return ci;
+}
+
+Status DvDevice::connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  QpRec* r = impl_->find_qp(qp);
+  if (!r) return make_error(Errc::kInvalidArgument, "connect: QP " + hex(qp) + " is not ours");
+  return impl_->bring_up(*r, remote);
+}
+
+Status DvDevice::recover_qp(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  QpRec* r = impl_->find_qp(qp);
+  if (!r) return make_error(Errc::kInvalidArgument, "recover_qp: QP " + hex(qp) + " is not ours");
+  auto cur = impl_->query(*r);
+  if (!cur.ok()) return cur.error();
+  RDMX_LOG_INFO("dv: recovering QP %#x from %s", qp, state_name(cur.value()));
+  // ERR -> RESET drops the QP's remaining WQEs; the caller has seen the last flush CQE, so none
+  // is lost (CVE-2025-21892: resetting before the flush completed lost CQEs; ref 4).
+  if (auto s = impl_->modify(*r, state_only_transition(QpState::kReset), "->RESET"); !s) return s;
+  return impl_->bring_up(*r, remote);
+}
+
+Status DvDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  QpRec* r = impl_->find_qp(qp);
+  if (!r) return make_error(Errc::kInvalidArgument, "modify_qp: QP " + hex(qp) + " is not ours");
+  if (to == QpState::kReset || to == QpState::kError)
+    return impl_->modify(*r, state_only_transition(to),
+                         to == QpState::kReset ? "->RESET" : "->ERR");
+  auto cur = impl_->query(*r);
+  if (!cur.ok()) return cur.error();
+  const QpState from = cur.value();
+  auto bad = [&] {
+    return make_error(Errc::kState, std::string("modify_qp: ") + state_name(from) + " -> " +
+                                        state_name(to) + " is not a step rdmx takes");
+  };
+  switch (to) {
+    case QpState::kInit:
+      if (from != QpState::kReset) return bad();
+      return impl_->modify(*r, init_transition(impl_->params), "RESET->INIT");
+    case QpState::kRtr:
+      if (from != QpState::kInit) return bad();
+      if (!r->have_remote)
+        return make_error(Errc::kState, "modify_qp: RTR needs the peer; call connect() first");
+      return impl_->modify(*r, rtr_transition(impl_->params, r->remote), "INIT->RTR");
+    case QpState::kRts:
+      if (from != QpState::kRtr) return bad();
+      return impl_->modify(*r, rts_transition(impl_->params, r->psn), "RTR->RTS");
+    default:
+      return bad();
+  }
+}
+
+Result<mlx5::QpState> DvDevice::query_qp(mlx5::QpHandle qp) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  QpRec* r = impl_->find_qp(qp);
+  if (!r) return make_error(Errc::kInvalidArgument, "query_qp: QP " + hex(qp) + " is not ours");
+  return impl_->query(*r);
+}
+
+}  // namespace rdmx::dv

@@ -1,0 +1,123 @@
+// The real mlx5 device through rdma-core's mlx5dv API (issue 2, "drivers/mlx5/dv").
+//
+// DvDevice implements rdmx::mlx5::Device: it opens an mlx5 device with a DEVX context, creates
+// the protection domain, registers the parent MR, creates windows (indirect KLM mkeys with
+// mlx5dv_create_mkey) and RC queue pairs whose rings it hands out as a QpDesc (from
+// mlx5dv_init_obj). The CPU side then owns those rings completely: QueuePair writes the WQEs,
+// rings the doorbell and polls the CQ; rdma-core's own post/poll functions are never called.
+//
+// Everything here is control path: it allocates, makes system calls and returns Result/Status.
+// A DvDevice may be used from several threads; its methods serialise on an internal mutex.
+// Nothing here is called on the data path.
+//
+// On a machine without an RDMA device, open() fails with Errc::kNoDevice and a message naming
+// the device asked for (apps exit with status 3 then; doc/guides/mlx5.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/mlx5/device.hpp>
+
+struct ibv_context;
+struct ibv_pd;
+
+namespace rdmx::dv {
+
+// One mlx5 device as probe() sees it.
+struct DeviceInfo {
+  std::string name;        // verbs name, e.g. "mlx5_0"
+  int numa_node = -1;      // /sys/class/infiniband/<name>/device/numa_node; -1 = unknown
+  std::string pci_addr;    // e.g. "0000:3b:00.0" (basename of the sysfs device link); "" = unknown
+  uint64_t node_guid = 0;  // host order
+};
+
+// Lists the mlx5 devices (ibv_get_device_list + mlx5dv_is_supported). An empty list when there
+// are none or when the kernel has no verbs support. Control path, any thread.
+std::vector<DeviceInfo> probe();
+
+// Run-time options, parsed once at open (STYLE.md 18). Defaults suit one RC connection per poll
+// core on InfiniBand or RoCE v2.
+struct DvOptions {
+  uint8_t port = 1;             // HCA port
+  int gid_index = -1;           // GID table index; -1 = RoCE: first RoCE v2 IPv4 GID, IB: none
+  bool force_grh = false;       // InfiniBand: use a GRH even inside the subnet
+  uint32_t mtu = 0;             // path MTU bytes (256..4096); 0 = the port's active MTU
+  uint8_t sl = 0;               // service level
+  uint8_t traffic_class = 0;    // RoCE: DSCP << 2
+  uint8_t hop_limit = 64;       // GRH hop limit
+  uint8_t timeout = 14;         // local ACK timeout exponent (4.096 us << 14 = 67 ms)
+  uint8_t retry_cnt = 7;        // transport retries
+  uint8_t rnr_retry = 7;        // 7 = retry for ever on receiver-not-ready
+  uint8_t min_rnr_timer = 12;   // 0.64 ms
+  uint8_t max_rd_atomic = 16;   // outstanding RDMA READs (clamped to the device's limit)
+  uint32_t max_inline_klm = 0;  // KLMs per inline UMR the QPs are sized for; 0 = device max
+  bool require_thread_domain = true;  // fail when ibv_alloc_td fails instead of sharing a UAR
+  bool allow_fixed_tag = false;       // windows without MKEY_UPDATE_TAG (no key rotation) if needed
+  bool relaxed_ordering = false;      // IBV_ACCESS_RELAXED_ORDERING on reg_mr
+};
+
+class DvDevice final : public mlx5::Device {
+ public:
+  // Opens `name` ("" = the first mlx5 device). Errors: kNoDevice (no such device: the message
+  // names it and says what verbs reported), kUnsupported (not an mlx5 device, no DEVX),
+  // kDeviceError (a verbs call failed: the message names the call and errno).
+  static Result<std::unique_ptr<DvDevice>> open(const std::string& name, const DvOptions& opts);
+  ~DvDevice() override;
+
+  const std::string& name() const noexcept override { return name_; }
+  const mlx5::DeviceCaps& caps() const noexcept override { return caps_; }
+  const DvOptions& options() const noexcept { return opts_; }
+  // Whether QUERY_HCA_CAP could be read (false: caps() holds the documented defaults).
+  bool hca_caps_read() const noexcept { return hca_caps_read_; }
+  bool roce() const noexcept { return roce_; }
+
+  Result<mlx5::MrInfo> reg_mr(void* addr, size_t len, uint32_t access) override;
+  Status dereg_mr(const mlx5::MrInfo& mr) override;
+
+  // mlx5dv_create_mkey(INDIRECT | UPDATE_TAG [| REMOTE_INVALIDATE]). The returned key has tag 0;
+  // destroy_mkey accepts it with any tag (the window layer rotates bits 7:0).
+  Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate) override;
+  Status destroy_mkey(uint32_t mkey) override;
+
+  // CQ + thread domain + parent domain + RC QP (mlx5dv_create_qp), all owned by the returned QPN.
+  Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override;
+  Status destroy_qp(mlx5::QpHandle qp) override;
+  mlx5::ConnectInfo local_info(mlx5::QpHandle qp) override;
+  // RESET (when not already there) -> INIT -> RTR -> RTS towards `remote`.
+  Status connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) override;
+  // One step: to RESET / ERR from anywhere, RESET -> INIT, INIT -> RTR and RTR -> RTS (the last
+  // two need a remote from an earlier connect/recover_qp).
+  Status modify_qp(mlx5::QpHandle qp, mlx5::QpState to) override;
+  Result<mlx5::QpState> query_qp(mlx5::QpHandle qp) override;
+
+  // Recovery after a QP error (mlx5-umr.md section 4, "After a UMR error"; 10.6). The caller
+  // first drains: it posts nothing more and polls until the CQE of the last posted WQE (a flush
+  // error) has been seen, so no flushed CQE is still in flight when the QP is reset. Then this
+  // moves the QP ERR -> RESET -> INIT -> RTR -> RTS towards `remote` (the peer must have reset
+  // its QP too and sent its current ConnectInfo). After it returns, the caller resets its
+  // QueuePair's send and receive rings to index 0 (QueuePair::reset) — the device restarts its
+  // WQE counters at 0 and rdma-core clears both doorbell records — but NOT its CQ consumer index:
+  // the CQ is not reset. Windows mapped before the error are in an unknown state and must be
+  // re-mapped or invalidated before reuse.
+  Status recover_qp(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote);
+
+  // The verbs context (for librdmacm checks and tests). Owned by the device.
+  ibv_context* verbs_context() const noexcept;
+
+ private:
+  struct Impl;
+  explicit DvDevice(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+  std::string name_;
+  mlx5::DeviceCaps caps_;
+  DvOptions opts_;
+  bool hca_caps_read_ = false;
+  bool roce_ = false;
+};
+
+}  // namespace rdmx::dv
