@@ -35,6 +35,7 @@ class PlainDevice final : public mlx5::Device {
     caps_.max_cq_cqes = 1 << 16;
     caps_.mkey_update_tag = true;
     caps_.remote_invalidate = true;
+    caps_.umr_fence = 2;  // HCA cap NONE: UMRs carry only the fence the SQ writer gives them
   }
   mlx5::DeviceCaps& mutable_caps() { return caps_; }
 
