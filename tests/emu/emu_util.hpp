@@ -72,6 +72,8 @@ class EmuTest : public ::testing::Test {
     }
     ASSERT_TRUE(connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
   }
+
+ public:
   static mlx5::QpConfig small_cfg() {
     mlx5::QpConfig c;
     c.sq_wqebbs = 64;
@@ -80,6 +82,8 @@ class EmuTest : public ::testing::Test {
     c.cq_cqes = 128;
     return c;
   }
+
+ protected:
   void TearDown() override {
     if (pair_.a) {
       EXPECT_EQ(pair_.a->checker().total(), expected_reports_a_) << pair_.a->checker().dump();

@@ -362,7 +362,11 @@ Status Engine::destroy_qp(uint32_t qpn) {
 mlx5::ConnectInfo Engine::local_info(uint32_t qpn) {
   mlx5::ConnectInfo ci;
   ci.qpn = qpn;
-  ci.psn = 0;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    QpCtx* q = find_qp(qpn);
+    ci.psn = q ? q->next_msn : 0;  // the first message sequence number this QP will send
+  }
   ci.lid = static_cast<uint16_t>(side_ + 1);
   ci.port_token = wire_->token() ^ static_cast<uint64_t>(side_);
   return ci;
@@ -376,7 +380,10 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
       return make_error(Errc::kInvalidArgument,
                         "emu: connect: the remote QP is not on the other side of this wire");
+    const uint32_t msn = q->next_msn;
     reset_qp_locked(*q);
+    q->next_msn = msn;     // as advertised by local_info()
+    q->epsn = remote.psn;  // the peer's first message
     q->peer_qpn = remote.qpn;
     q->connected = true;
     q->state = QpState::kRts;

@@ -1,0 +1,220 @@
+// One test per CQE syndrome, provoked the way real traffic would, plus flush semantics and
+// recovery through RESET.
+#include "emu_util.hpp"
+
+namespace rdmx::emu::test {
+namespace {
+
+class Syndromes : public EmuModeTest {
+ protected:
+  void SetUp() override { open(GetParam()); }
+  mlx5::QpState state(Side& s) { return s.dev->query_qp(s.desc.qpn).value(); }
+};
+
+TEST_P(Syndromes, LocalLengthAtResponderRemoteInvalidRequestAtRequester) {
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 1);
+  dst.alloc(*b_.dev, 4096, 2);
+  recv(b_, 1, {{dst.addr(), 100, dst.mr.lkey}});
+  send(a_, MLX5_OPCODE_SEND, 2, {{src.addr(), 101, src.mr.lkey}});
+  auto ca = wait(a_, 1);
+  auto cb = wait(b_, 1);
+  EXPECT_EQ(cb[0].status, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR);
+  EXPECT_EQ(cb[0].cookie, 1u);
+  EXPECT_EQ(ca[0].status, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+  EXPECT_EQ(state(a_), mlx5::QpState::kError);
+  EXPECT_EQ(state(b_), mlx5::QpState::kError);
+}
+
+TEST_P(Syndromes, LocalQpOperationOnGarbageWqe) {
+  expected_reports_a_ = 1;  // malformed-wqe
+  post(a_, 0x77, 5, [&](prm::RingCursor& c, uint16_t idx) {
+    prm::set_ctrl(c.take<mlx5_wqe_ctrl_seg>(), idx, 0x77, 0, a_.desc.qpn, 1,
+                  MLX5_WQE_CTRL_CQ_UPDATE, Be32{});
+    return 1u;
+  });
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+  EXPECT_EQ(c[0].cookie, 5u);
+  EXPECT_EQ(a_.dev->checker().count(Rule::kMalformedWqe), 1u);
+  EXPECT_EQ(state(a_), mlx5::QpState::kError);
+}
+
+TEST_P(Syndromes, LocalProtectionOnWrongKeyVariant) {
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 3);
+  dst.alloc(*b_.dev, 4096, 4);
+  const uint32_t stale = src.mr.lkey ^ 0x01;  // same index, other variant
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), 64, stale}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+  // RDMA READ into memory without local write.
+  EXPECT_EQ(state(a_), mlx5::QpState::kError);
+}
+
+TEST_P(Syndromes, LocalProtectionOnReadIntoReadOnlyMr) {
+  Buf ro, remote;
+  ro.alloc(*a_.dev, 4096, 5, mlx5::kAccessRemoteRead);  // no local write
+  remote.alloc(*b_.dev, 4096, 6);
+  rdma(a_, MLX5_OPCODE_RDMA_READ, 1, remote.addr(), remote.mr.rkey, {{ro.addr(), 64, ro.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+}
+
+TEST_P(Syndromes, FlushEveryOutstandingAndNewWqeOneCqeEach) {
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 7);
+  dst.alloc(*b_.dev, 4096, 8);
+  recv(a_, 50, {{src.addr(), 64, src.mr.lkey}});
+  recv(a_, 51, {{src.addr(), 64, src.mr.lkey}});
+  // An error, then four WQEs (two unsignaled) behind it in the same doorbell.
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey ^ 0x80,
+       {{src.addr(), 8, src.mr.lkey}}, 0, 0, false);
+  for (int i = 2; i <= 5; ++i)
+    rdma(a_, MLX5_OPCODE_RDMA_WRITE, uint64_t(i), dst.addr(), dst.mr.rkey,
+         {{src.addr(), 8, src.mr.lkey}}, 0, 0, i == 5, i % 2 == 0);
+  auto c = wait(a_, 7);
+  ASSERT_EQ(c.size(), 7u);
+  size_t sends = 0, recvs = 0;
+  for (const auto& x : c) {
+    if (x.recv) {
+      EXPECT_EQ(x.status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+      EXPECT_EQ(x.cookie, 50 + recvs++);
+    } else {
+      ++sends;
+      EXPECT_EQ(x.cookie, sends);
+      EXPECT_EQ(x.status,
+                sends == 1 ? MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR : MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+      EXPECT_TRUE(x.signaled) << "every flushed WQE gets its own CQE";
+    }
+  }
+  EXPECT_EQ(a_.qp.stats().bad_cqes, 0u);
+  // Newly posted WQEs and receives flush too.
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 9, dst.addr(), dst.mr.rkey, {{src.addr(), 8, src.mr.lkey}});
+  recv(a_, 52, {{src.addr(), 64, src.mr.lkey}});
+  c = wait(a_, 2);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+  EXPECT_EQ(c[1].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+  // Recovery: RESET on both sides (the CPU side resets its rings), reconnect, traffic works.
+  ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
+  ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
+  a_.qp.reset();
+  b_.qp.reset();
+  ASSERT_TRUE(connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 10, dst.addr(100), dst.mr.rkey, {{src.addr(), 8, src.mr.lkey}});
+  c = wait(a_, 1);
+  EXPECT_TRUE(c[0].ok());
+  EXPECT_EQ(c[0].cookie, 10u);
+  EXPECT_EQ(0, std::memcmp(dst.p + 100, src.p, 8));
+}
+
+TEST_P(Syndromes, MwBindOnCheckFreeOfValidWindow) {
+  expected_reports_b_ = 1;  // umr-on-non-free-mkey
+  Buf arena;
+  arena.alloc(*b_.dev, 4096, 9);
+  const uint32_t win = b_.dev->create_window_mkey(4, false).value();
+  umr_map(b_, 1, win, arena.mr.lkey, {arena.addr()}, 4096, 4096, kAccRW, 0,
+          prm::kUmrFlagFailIfNotFree);
+  EXPECT_TRUE(wait(b_, 1)[0].ok());  // free at first: passes
+  umr_map(b_, 2, win, arena.mr.lkey, {arena.addr()}, 4096, 4096, kAccRW, 0,
+          prm::kUmrFlagFailIfNotFree);
+  auto c = wait(b_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_MW_BIND_ERR);
+  EXPECT_EQ(b_.dev->checker().count(Rule::kUmrNotFree), 1u);
+}
+
+TEST_P(Syndromes, BadResponse) {
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 10);
+  dst.alloc(*b_.dev, 4096, 11);
+  ASSERT_TRUE(a_.dev->faults().corrupt_next_response(a_.desc.qpn).ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), 8, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_BAD_RESP_ERR);
+}
+
+TEST_P(Syndromes, LocalAccessAtResponderOfWriteImmWithBadRkey) {
+  Buf src, dst, rb;
+  src.alloc(*a_.dev, 4096, 12);
+  dst.alloc(*b_.dev, 4096, 13);
+  rb.alloc(*b_.dev, 64, 14);
+  recv(b_, 3, {{rb.addr(), 64, rb.mr.lkey}});
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE_IMM, 1, dst.addr(4000), dst.mr.rkey,
+       {{src.addr(), 200, src.mr.lkey}}, 7);
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  auto cb = wait(b_, 1);
+  EXPECT_EQ(cb[0].status, MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR);
+  EXPECT_EQ(cb[0].cookie, 3u);
+}
+
+TEST_P(Syndromes, RemoteAccessPastMrEndAndWithoutRight) {
+  Buf src, dst, ro;
+  src.alloc(*a_.dev, 4096, 15);
+  dst.alloc(*b_.dev, 4096, 16);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(4090), dst.mr.rkey, {{src.addr(), 7, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(0, std::memcmp(dst.p, random_bytes(4096, 16).data(), 4096)) << "no byte written";
+}
+
+TEST_P(Syndromes, RemoteOperationWhenReceiveBufferKeyIsBad) {
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 17);
+  dst.alloc(*b_.dev, 4096, 18);
+  recv(b_, 4, {{dst.addr(), 100, dst.mr.lkey + 0x100}});  // an index that is not registered
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), 10, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
+  EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+}
+
+TEST_P(Syndromes, TransportRetryExceededWhenPeerQpIsGone) {
+  Buf src;
+  src.alloc(*a_.dev, 4096, 19);
+  ASSERT_TRUE(b_.dev->destroy_qp(b_.desc.qpn).ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, 0x1000, 0x1234, {{src.addr(), 10, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_GE(a_.dev->stats().retries, 7u);
+}
+
+TEST_P(Syndromes, RnrRetryExceededWithoutReceive) {
+  Buf src;
+  src.alloc(*a_.dev, 4096, 20);
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), 10, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+  EXPECT_GE(b_.dev->stats().rnr_naks, 8u);
+}
+
+TEST_P(Syndromes, SendWithInvalidateOfNonInvalidatableKey) {
+  Buf src, dst, arena;
+  src.alloc(*a_.dev, 4096, 21);
+  dst.alloc(*b_.dev, 4096, 22);
+  arena.alloc(*b_.dev, 4096, 23);
+  const uint32_t win = b_.dev->create_window_mkey(4, false).value();  // no remote invalidate
+  umr_map(b_, 1, win, arena.mr.lkey, {arena.addr()}, 4096, 4096, kAccRW);
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  recv(b_, 2, {{dst.addr(), 100, dst.mr.lkey}});
+  send(a_, MLX5_OPCODE_SEND_INVAL, 1, {{src.addr(), 10, src.mr.lkey}}, win);
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
+  EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+  EXPECT_FALSE(b_.dev->inspect_mkey(win).free);
+}
+
+INSTANTIATE_TEST_SUITE_P(Emu, Syndromes, ::testing::Values(Mode::kInline, Mode::kThreaded),
+                         mode_param_name);
+
+// In threaded mode a receive posted shortly after the SEND is found by an RNR retry.
+TEST_F(EmuTest, RnrRetrySucceedsWhenReceiveArrivesInTime) {
+  Options o;
+  o.rnr_timer_us = 2000;
+  open(Mode::kThreaded, small_cfg(), 1, o);
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 24);
+  dst.alloc(*b_.dev, 4096, 25);
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), 100, src.mr.lkey}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  recv(b_, 2, {{dst.addr(), 100, dst.mr.lkey}});
+  EXPECT_TRUE(wait(a_, 1)[0].ok());
+  EXPECT_TRUE(wait(b_, 1)[0].ok());
+  EXPECT_EQ(0, std::memcmp(dst.p, src.p, 100));
+}
+
+}  // namespace
+}  // namespace rdmx::emu::test
