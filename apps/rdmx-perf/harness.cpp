@@ -1,0 +1,212 @@
+#include "harness.hpp"
+
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define RDMX_PERF_HAVE_CALLGRIND 1
+#endif
+#endif
+
+namespace rdmx::perf {
+
+void callgrind_start() noexcept {
+#ifdef RDMX_PERF_HAVE_CALLGRIND
+  CALLGRIND_START_INSTRUMENTATION;
+#endif
+}
+void callgrind_stop() noexcept {
+#ifdef RDMX_PERF_HAVE_CALLGRIND
+  CALLGRIND_STOP_INSTRUMENTATION;
+#endif
+}
+bool on_valgrind() noexcept {
+#ifdef RDMX_PERF_HAVE_CALLGRIND
+  return RUNNING_ON_VALGRIND != 0;
+#else
+  return false;
+#endif
+}
+
+// ---- SyscallCounter
+// ------------------------------------------------------------------------------
+namespace {
+long tracepoint_id(const char* name) {
+  for (const char* root : {"/sys/kernel/tracing/events/", "/sys/kernel/debug/tracing/events/"}) {
+    std::ifstream f(std::string(root) + name + "/id");
+    long id = -1;
+    if (f >> id) return id;
+  }
+  return -1;
+}
+}  // namespace
+
+SyscallCounter::SyscallCounter() {
+  const long id = tracepoint_id("raw_syscalls/sys_enter");
+  if (id < 0) {
+    why_ = "tracepoint raw_syscalls/sys_enter not found (tracefs not mounted?)";
+    return;
+  }
+  perf_event_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.type = PERF_TYPE_TRACEPOINT;
+  a.size = sizeof a;
+  a.config = static_cast<uint64_t>(id);
+  a.disabled = 1;
+  a.exclude_hv = 1;
+  // This thread only (pid 0), any CPU.
+  fd_ = static_cast<int>(syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+  if (fd_ < 0) {
+    why_ = std::string("perf_event_open: ") + std::strerror(errno);
+    return;
+  }
+  // Calibrate: what an empty start/stop pair counts (the stop ioctl enters while enabled).
+  uint64_t lo = ~0ull;
+  for (int i = 0; i < 5; ++i) {
+    start();
+    const uint64_t n = stop();
+    lo = std::min(lo, n);
+  }
+  self_ = lo;
+}
+
+SyscallCounter::~SyscallCounter() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void SyscallCounter::start() noexcept {
+  if (fd_ < 0) return;
+  ioctl(fd_, PERF_EVENT_IOC_RESET, 0);
+  ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0);
+}
+
+uint64_t SyscallCounter::stop() noexcept {
+  if (fd_ < 0) return 0;
+  ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0);
+  uint64_t v = 0;
+  if (read(fd_, &v, sizeof v) != sizeof v) return 0;
+  return v > self_ ? v - self_ : 0;
+}
+
+// ---- Results
+// -------------------------------------------------------------------------------------
+CaseResult* TestResult::find(const std::string& name) {
+  for (auto& c : cases)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+void add_ratio(CaseResult& a, const CaseResult& b) {
+  if (b.ns > 0) a.ratios.push_back(Ratio{b.name, a.ns / b.ns});
+}
+
+Latency summarize(std::vector<uint64_t>& v, double tsc_hz) {
+  Latency l;
+  if (v.empty()) return l;
+  std::sort(v.begin(), v.end());
+  const double ns = 1e9 / tsc_hz;
+  auto at = [&](double q) {
+    size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    if (i > 0) --i;
+    if (i >= v.size()) i = v.size() - 1;
+    return static_cast<double>(v[i]) * ns;
+  };
+  long double sum = 0;
+  for (uint64_t x : v) sum += x;
+  l.samples = v.size();
+  l.min_ns = static_cast<double>(v.front()) * ns;
+  l.max_ns = static_cast<double>(v.back()) * ns;
+  l.p50_ns = at(0.50);
+  l.p99_ns = at(0.99);
+  l.p999_ns = at(0.999);
+  l.avg_ns = static_cast<double>(sum / static_cast<long double>(v.size())) * ns;
+  return l;
+}
+
+double measure_timer_overhead() {
+  auto b = make_bench(CaseResult{}, [] { clobber(); });
+  constexpr uint64_t n = 20000;
+  std::vector<uint64_t> t(n + 1), d(n);
+  b->run_stamped(n, t.data() + 1);  // warm
+  b->run_stamped(n, t.data() + 1);
+  for (uint64_t i = 0; i < n; ++i) d[i] = t[i + 1] - t[i];
+  std::sort(d.begin(), d.end());
+  return static_cast<double>(d[n / 2]);
+}
+
+std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_ptr<Bench>>& g) {
+  const uint32_t rounds = std::max<uint32_t>(1, rc.rounds);
+  const double ns_per_cycle = 1e9 / rc.tsc_hz;
+  struct Acc {
+    uint64_t calls = 0, allocs = 0, sys = 0;
+    std::vector<double> rounds;
+  };
+  std::vector<Acc> acc(g.size());
+  for (uint32_t r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      Bench& b = *g[i];
+      const uint32_t burst = std::max<uint32_t>(1, b.meta.burst);
+      const uint64_t calls = std::max<uint64_t>(1, rc.iterations / rounds / burst);
+      const uint64_t warm = rc.warmup / burst;
+      if (warm) (void)b.run(warm);
+      const uint64_t a0 = thread_allocs();
+      if (rc.syscalls) rc.syscalls->start();
+      if (rc.callgrind) callgrind_start();
+      const uint64_t cyc = b.run(calls);
+      if (rc.callgrind) callgrind_stop();
+      const uint64_t sys = rc.syscalls ? rc.syscalls->stop() : 0;
+      acc[i].allocs += thread_allocs() - a0;
+      acc[i].sys += sys;
+      acc[i].calls += calls;
+      acc[i].rounds.push_back(static_cast<double>(cyc) * ns_per_cycle /
+                              static_cast<double>(calls * burst));
+    }
+  }
+
+  std::vector<CaseResult> out;
+  const uint64_t n_st = rc.stamped ? rc.stamped : std::min<uint64_t>(rc.iterations, 1000000);
+  for (size_t i = 0; i < g.size(); ++i) {
+    Bench& b = *g[i];
+    CaseResult c = b.meta;
+    const uint32_t burst = std::max<uint32_t>(1, c.burst);
+    c.round_ns = acc[i].rounds;
+    std::vector<double> s = c.round_ns;
+    std::sort(s.begin(), s.end());
+    c.ns = s[s.size() / 2];
+    c.best_ns = s.front();
+    c.cycles = c.ns / ns_per_cycle;
+    c.ops_per_s = c.ns > 0 ? 1e9 / c.ns : 0;
+    c.ops = acc[i].calls * burst;
+    c.allocs_per_op = static_cast<double>(acc[i].allocs) / static_cast<double>(c.ops);
+    c.syscalls_per_op = (rc.syscalls && rc.syscalls->available())
+                            ? static_cast<double>(acc[i].sys) / static_cast<double>(c.ops)
+                            : -1;
+
+    // Stamped phase.
+    const uint64_t calls = std::max<uint64_t>(1, n_st / burst);
+    std::vector<uint64_t> t(calls + 1);
+    const uint64_t warm = rc.warmup / burst;
+    if (warm) (void)b.run(warm);
+    b.run_stamped(calls, t.data() + 1);
+    std::vector<uint64_t> d(calls);
+    for (uint64_t k = 0; k < calls; ++k) {
+      const double raw = static_cast<double>(t[k + 1] - t[k]) - rc.timer_overhead;
+      d[k] = raw > 0 ? static_cast<uint64_t>(raw / burst + 0.5) : 0;
+      c.hist.add(d[k]);
+    }
+    c.lat = summarize(d, rc.tsc_hz);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace rdmx::perf

@@ -1,0 +1,225 @@
+// rdmx-perf harness: TSC timing, interleaved rounds, per-op stamps, a log-linear histogram,
+// allocation and system-call counters, and the result records every test fills.
+//
+// Method (doc/guides/rdmx-perf.md, "Method"):
+//  - bulk phase: each case runs `rounds` rounds of `iterations / rounds` operations between two
+//    TSC reads; the cases of a group are interleaved round by round (A B C A B C ...), so a
+//    noisy neighbour or a frequency change hits every case of the group alike. The figure of a
+//    case is the median of its rounds (mean per round = cycles / ops).
+//  - stamped phase: the TSC is read after every operation into a preallocated array; the
+//    differences (minus the timer's own cost, measured the same way around an empty operation)
+//    give min, p50, p99, p99.9 and max, and fill the histogram.
+//  - warm-up operations precede every round and are discarded.
+//  - allocations (malloc/calloc/realloc/operator new on the measuring thread) and system calls
+//    (perf tracepoint raw_syscalls:sys_enter on the measuring thread) are counted around every
+//    bulk round.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rdmx::perf {
+
+inline uint64_t tsc() noexcept {
+  return __builtin_ia32_rdtsc();
+}
+
+// Keeps `v` alive and makes the compiler forget what it knows about memory (the operation under
+// test may not be folded away or hoisted out of the loop).
+template <class T>
+inline void keep(T const& v) noexcept {
+  asm volatile("" : : "r,m"(v) : "memory");
+}
+inline void clobber() noexcept {
+  asm volatile("" : : : "memory");
+}
+
+// ---- Counters
+// ------------------------------------------------------------------------------------ Allocations
+// made by the calling thread since it started (alloc_hook.cpp).
+uint64_t thread_allocs() noexcept;
+// Allocations by every thread.
+uint64_t total_allocs() noexcept;
+
+// System calls made by the calling thread, counted by the kernel (perf tracepoint
+// raw_syscalls:sys_enter, this thread only). available() is false when perf_event_open or the
+// tracepoint is not there (then the figure is reported as -1 and the docs say how to check with
+// strace).
+class SyscallCounter {
+ public:
+  SyscallCounter();
+  ~SyscallCounter();
+  SyscallCounter(const SyscallCounter&) = delete;
+  SyscallCounter& operator=(const SyscallCounter&) = delete;
+  bool available() const noexcept { return fd_ >= 0; }
+  const std::string& why_not() const noexcept { return why_; }
+  void start() noexcept;
+  // System calls since start(), the counter's own stop call excluded.
+  uint64_t stop() noexcept;
+
+ private:
+  int fd_ = -1;
+  uint64_t self_ = 0;  // sys_enter events caused by stop() itself (calibrated)
+  std::string why_;
+};
+
+// ---- Histogram -------------------------------------------------------------------------------
+// Log-linear buckets over cycles, HdrHistogram style: values below 2^kSubBits have their own
+// bucket; above, every power of two is cut into 2^(kSubBits-1) linear sub-buckets, so a bucket
+// is at most 1/64 (1.6 %) of its value wide.
+class Histogram {
+ public:
+  static constexpr uint32_t kSubBits = 7;
+  static constexpr uint32_t kSub = 1u << kSubBits;
+  static constexpr uint32_t kHalf = kSub / 2;
+  static constexpr uint32_t kBuckets = kSub + (64 - kSubBits) * kHalf;
+
+  Histogram() : counts_(kBuckets, 0) {}
+  static uint32_t index(uint64_t v) noexcept {
+    if (v < kSub) return static_cast<uint32_t>(v);
+    const uint32_t msb = 63u - static_cast<uint32_t>(__builtin_clzll(v));  // >= kSubBits
+    const uint32_t shift = msb - (kSubBits - 1);
+    return kSub + (msb - kSubBits) * kHalf + static_cast<uint32_t>((v >> shift) - kHalf);
+  }
+  static uint64_t lower(uint32_t i) noexcept {
+    if (i < kSub) return i;
+    const uint32_t k = (i - kSub) / kHalf, sub = (i - kSub) % kHalf;
+    const uint32_t shift = k + 1;
+    return (uint64_t{kHalf} + sub) << shift;
+  }
+  static uint64_t upper(uint32_t i) noexcept { return i + 1 < kBuckets ? lower(i + 1) : ~0ull; }
+  void add(uint64_t v) noexcept {
+    ++counts_[index(v)];
+    ++total_;
+  }
+  uint64_t total() const noexcept { return total_; }
+  const std::vector<uint64_t>& counts() const noexcept { return counts_; }
+
+ private:
+  std::vector<uint64_t> counts_;
+  uint64_t total_ = 0;
+};
+
+// ---- Results -----------------------------------------------------------------------------------
+struct Latency {
+  uint64_t samples = 0;
+  double min_ns = 0, p50_ns = 0, avg_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
+};
+
+struct Ratio {
+  std::string peer;  // case name of the peer
+  double value = 0;  // this / peer (time per op)
+};
+
+struct CaseResult {
+  std::string name;    // "window_cache.single", "umr.map_unmap", ...
+  std::string unit;    // what one op is ("get+put", "map+unmap", "I/O", ...)
+  std::string role;    // "rdmx" or "peer"
+  uint32_t pages = 0;  // pages per op (umr / io), 0 when not applicable
+  uint64_t bytes = 0;
+  uint32_t burst = 1;            // units per call
+  uint64_t ops = 0;              // units measured in the bulk phase (all rounds)
+  std::vector<double> round_ns;  // mean ns per unit of every round
+  double ns = 0;                 // median of round_ns: the figure of the case
+  double best_ns = 0;            // min of round_ns
+  double cycles = 0;             // ns in cycles
+  double ops_per_s = 0;
+  double allocs_per_op = 0;
+  double syscalls_per_op = -1;  // -1: not counted
+  Latency lat;
+  Histogram hist;  // per-op cycles of the stamped phase
+  std::vector<Ratio> ratios;
+  std::vector<std::pair<std::string, double>> extra;  // test-specific numbers
+  std::string note;
+};
+
+struct Target {
+  std::string name;
+  double value = 0;
+  double limit = 0;
+  std::string cmp;  // "<=" or ">="
+  bool met = false;
+  std::string how;
+};
+
+struct TestResult {
+  std::string test;
+  std::vector<CaseResult> cases;
+  std::vector<Target> targets;
+  std::vector<std::string> notes;
+  CaseResult* find(const std::string& name);
+};
+
+// ---- Runner ------------------------------------------------------------------------------------
+struct RunConfig {
+  uint64_t iterations = 200000;  // ops per case in the bulk phase (over all rounds)
+  uint64_t stamped = 0;          // ops in the stamped phase (0: = min(iterations, 1M))
+  uint64_t warmup = 10000;       // ops before every round
+  uint32_t rounds = 7;
+  double tsc_hz = 0;
+  double timer_overhead = 0;  // cycles of one stamp (TSC read + store), subtracted
+  SyscallCounter* syscalls = nullptr;
+  bool callgrind = false;  // CALLGRIND_START/STOP_INSTRUMENTATION around the bulk loop
+};
+
+// One benchmarked operation. run(n) performs n calls and returns the TSC cycles they took;
+// run_stamped(n, t) writes the TSC after every call into t[0..n-1] (t[-1] is the start).
+class Bench {
+ public:
+  virtual ~Bench() = default;
+  virtual uint64_t run(uint64_t n) noexcept = 0;
+  virtual void run_stamped(uint64_t n, uint64_t* t) noexcept = 0;
+  CaseResult meta;
+};
+
+void callgrind_start() noexcept;
+void callgrind_stop() noexcept;
+bool on_valgrind() noexcept;
+
+template <class Op>
+class BenchOf final : public Bench {
+ public:
+  explicit BenchOf(Op op) : op_(std::move(op)) {}
+  uint64_t run(uint64_t n) noexcept override {
+    const uint64_t t0 = tsc();
+    for (uint64_t i = 0; i < n; ++i) op_();
+    return tsc() - t0;
+  }
+  void run_stamped(uint64_t n, uint64_t* t) noexcept override {
+    t[-1] = tsc();
+    for (uint64_t i = 0; i < n; ++i) {
+      op_();
+      t[i] = tsc();
+    }
+  }
+
+ private:
+  Op op_;
+};
+
+template <class Op>
+std::unique_ptr<Bench> make_bench(CaseResult meta, Op op) {
+  auto b = std::make_unique<BenchOf<Op>>(std::move(op));
+  b->meta = std::move(meta);
+  return b;
+}
+
+// Runs a group of benches interleaved (bulk rounds, then each one's stamped phase) and returns
+// their results. `burst` in meta divides per-call figures into per-unit ones.
+std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_ptr<Bench>>& g);
+
+// Latency summary of raw per-op cycle samples (sorted in place).
+Latency summarize(std::vector<uint64_t>& cycles, double tsc_hz);
+
+// Measures the cost of one stamp (median of stamped empty ops, in cycles).
+double measure_timer_overhead();
+
+// ratio helper: a.ratios += a.ns / b.ns
+void add_ratio(CaseResult& a, const CaseResult& b);
+
+}  // namespace rdmx::perf

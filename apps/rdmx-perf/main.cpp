@@ -1,0 +1,329 @@
+// rdmx-perf: per-core latency and throughput microbenchmarks of rdmx, each figure beside a peer
+// measured in the same run (issue 7; doc/guides/rdmx-perf.md).
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <rdmx/rt/dpdk.hpp>
+#include <rdmx/rt/eal.hpp>
+
+#include "harness.hpp"
+#include "report.hpp"
+#include "tests.hpp"
+
+namespace {
+
+using namespace rdmx::perf;
+
+const char kHelp[] = R"(usage: rdmx-perf [EAL args] -- --test NAME [options]
+
+Per-core microbenchmarks of rdmx. Every rdmx figure is printed beside peers measured in the same
+process run, as a ratio (this / peer, by median ns per op over interleaved rounds).
+
+Tests (--test NAME):
+  cache    window cache (rdmx::win::WindowCache) get+put on one core, no device work, single
+           and burst of 32. Peers: rte_mempool get+put with the per-lcore cache (single,
+           bulk 32), rte_ring SP/SC and MP/MC dequeue+enqueue (single, bulk 32).
+  umr      map+unmap of a window on the emu SINK device (CPU-side cost only: window cache, key
+           rotation, UMR WQE build, SQ bookkeeping, unsignaled batching, doorbell, completion
+           processing; the sink completes WQEs in the doorbell call, so its cost is included).
+           Sweeps --pages (default 1,2,4,...,256); windows hold 256 pages, so lists above the
+           inline limit use pointer mode: both regimes are reported. Peers: rte_mempool get+put
+           (same run), the syscall+pin floor for the same bytes, register-once (no per-I/O work).
+  umr_lat  post-to-completion latency of one map (UMR) over the THREADED emu, device thread on
+           the other CPU; then the unmap. Peer: syscall+pin floor for the same bytes.
+  io_lat   per I/O: map -> RDMA WRITE (and READ) -> unmap over threaded emu, depth 1 (latency).
+           Peer: register-once (the same WRITE/READ with the arena's key; no per-I/O
+           registration: the insecure ceiling), and the syscall+pin floor.
+  io_bw    the same at depth 32 (throughput).
+  all      every test above, in that order.
+
+Options:
+  --test NAME         test to run (required)
+  --iterations N      operations per case in the timed (bulk) phase, over all rounds
+                      (default 200000; use ~2000 under valgrind)
+  --warmup N          operations before every round, discarded (default 10000)
+  --rounds N          interleaved rounds per case (default 7); the figure is their median
+  --stamped N         operations in the per-op stamped phase (default min(iterations, 1M))
+  --pages LIST        page counts, e.g. 1,16,256 (umr sweep; umr_lat/io size; default depends)
+  --batch N           umr: map+unmap pairs per doorbell (default 8)
+  --device-cpu N      CPU for the threaded emu's device thread (default: a CPU other than the
+                      measuring lcore's)
+  --json FILE|-       write every figure as JSON (- = stdout; the tables then go to stderr)
+  --histogram FILE    write every case's latency histogram (log-linear buckets)
+  --callgrind         wrap only the timed loops in CALLGRIND_START/STOP_INSTRUMENTATION (on by
+                      itself under valgrind); see doc/guides/rdmx-perf.md
+  --help              this text
+
+Measurement: TSC (rte_rdtsc, rte_get_tsc_hz), measuring thread = EAL main lcore (pinned). The
+configuration block says where everything ran. allocs/op: a malloc/calloc/realloc/memalign
+interposer counts the measuring thread's heap allocations. syscalls/op: the kernel counts the
+measuring thread's system calls (perf tracepoint raw_syscalls:sys_enter) around every round.
+)";
+
+bool parse_u64(const char* s, uint64_t* v) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(s, &end, 10);
+  if (errno || !end || *end || end == s) return false;
+  *v = x;
+  return true;
+}
+
+bool parse_list(const std::string& s, std::vector<uint32_t>* out) {
+  out->clear();
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    uint64_t v;
+    if (!parse_u64(s.substr(i, j - i).c_str(), &v) || v == 0 || v > 65536) return false;
+    out->push_back(static_cast<uint32_t>(v));
+    i = j + 1;
+  }
+  return !out->empty();
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string kernel_flag(const char* path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto split = rdmx::rt::split_args(argc, argv);
+  if (!split) {
+    std::fprintf(stderr, "rdmx-perf: %s\n", split.error().message.c_str());
+    return 2;
+  }
+  // Options.
+  std::string test, json_path, hist_path;
+  Ctx ctx;
+  bool want_callgrind = false;
+  int device_cpu = -1;
+  const auto& app = split->app;
+  for (size_t i = 0; i < app.size(); ++i) {
+    const std::string& a = app[i];
+    auto next = [&](const char* what) -> const char* {
+      if (i + 1 >= app.size()) {
+        std::fprintf(stderr, "rdmx-perf: %s needs a value\n", what);
+        std::exit(2);
+      }
+      return app[++i].c_str();
+    };
+    uint64_t v = 0;
+    auto num = [&](const char* what) {
+      if (!parse_u64(next(what), &v)) {
+        std::fprintf(stderr, "rdmx-perf: bad number for %s\n", what);
+        std::exit(2);
+      }
+      return v;
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    } else if (a == "--test") {
+      test = next("--test");
+    } else if (a == "--iterations") {
+      ctx.rc.iterations = std::max<uint64_t>(1, num("--iterations"));
+    } else if (a == "--warmup") {
+      ctx.rc.warmup = num("--warmup");
+    } else if (a == "--rounds") {
+      ctx.rc.rounds = static_cast<uint32_t>(std::max<uint64_t>(1, num("--rounds")));
+    } else if (a == "--stamped") {
+      ctx.rc.stamped = num("--stamped");
+    } else if (a == "--batch") {
+      ctx.batch = static_cast<uint32_t>(std::max<uint64_t>(1, num("--batch")));
+    } else if (a == "--device-cpu") {
+      device_cpu = static_cast<int>(num("--device-cpu"));
+    } else if (a == "--pages") {
+      if (!parse_list(next("--pages"), &ctx.pages)) {
+        std::fprintf(stderr, "rdmx-perf: bad --pages list\n");
+        return 2;
+      }
+    } else if (a == "--json") {
+      json_path = next("--json");
+    } else if (a == "--histogram") {
+      hist_path = next("--histogram");
+    } else if (a == "--callgrind") {
+      want_callgrind = true;
+    } else {
+      std::fprintf(stderr, "rdmx-perf: unknown option '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  // --help may also come before `--` when there are no EAL arguments.
+  for (const auto& a : split->eal)
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  const std::vector<std::string> known = {"cache", "umr", "umr_lat", "io_lat", "io_bw", "all"};
+  if (std::find(known.begin(), known.end(), test) == known.end()) {
+    std::fprintf(stderr,
+                 "rdmx-perf: --test must be one of cache, umr, umr_lat, io_lat, io_bw, "
+                 "all (see --help)\n");
+    return 2;
+  }
+  std::FILE* out = json_path == "-" ? stderr : stdout;
+
+  // EAL: no PCI (emu), a unique file prefix, no-hugepage fallback.
+  rdmx::rt::EalOptions eo;
+  eo.no_pci = true;
+  eo.unique_file_prefix = true;
+  if (!rdmx::rt::has_option(split->eal, "-l") && !rdmx::rt::has_option(split->eal, "-c") &&
+      !rdmx::rt::has_option(split->eal, "--lcores")) {
+    // Measure on the last CPU we may use; the device thread goes on another one.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    int last = 0;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) last = c;
+    split->eal.push_back("-l");
+    split->eal.push_back(std::to_string(last));
+  }
+  // Which CPUs the process may use, before the EAL pins the main thread.
+  std::vector<int> cpus;
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  auto eal = rdmx::rt::Eal::init(*split, eo);
+  if (!eal) {
+    std::fprintf(stderr, "rdmx-perf: EAL: %s\n", eal.error().message.c_str());
+    return 1;
+  }
+  for (const auto& n : eal->notices()) std::fprintf(stderr, "rdmx-perf: %s\n", n.c_str());
+
+  Report rep;
+  rep.tsc_hz = static_cast<double>(rte_get_tsc_hz());
+  ctx.rc.tsc_hz = rep.tsc_hz;
+  ctx.rc.timer_overhead = measure_timer_overhead();
+  ctx.rc.callgrind = want_callgrind || on_valgrind();
+  SyscallCounter sc;
+  ctx.rc.syscalls = &sc;
+  ctx.warnings = &rep.warnings;
+
+  const unsigned main_lcore = rte_get_main_lcore();
+  ctx.measure_cpu = current_affinity_single();
+  if (device_cpu < 0) {
+    for (int c : cpus)
+      if (c != ctx.measure_cpu) device_cpu = c;
+    if (device_cpu < 0) device_cpu = ctx.measure_cpu;
+  }
+  ctx.device_cpu = device_cpu;
+  const bool threaded = test == "umr_lat" || test == "io_lat" || test == "io_bw" || test == "all";
+  if (threaded && ctx.device_cpu == ctx.measure_cpu)
+    rep.warnings.push_back("the emu device thread shares CPU " + std::to_string(ctx.measure_cpu) +
+                           " with the measuring lcore: threaded figures measure time sharing, "
+                           "not the device");
+  if (ctx.measure_cpu < 0)
+    rep.warnings.push_back("the measuring lcore is not pinned to a single CPU");
+
+  using V = decltype(ConfigItem::value);
+  auto cfg = [&](const char* k, V v) { rep.config.push_back(ConfigItem{k, std::move(v)}); };
+  std::string eal_line;
+  for (const auto& a : eal->plan().argv) eal_line += (eal_line.empty() ? "" : " ") + a;
+  cfg("test", test);
+  cfg("cpu_model", cpu_model());
+  cfg("online_cpus", static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
+  cfg("usable_cpus", static_cast<double>(cpus.size()));
+  cfg("tsc_hz", rep.tsc_hz);
+  cfg("hugepages", !eal->no_huge());
+  cfg("eal_args", eal_line);
+  cfg("measure_lcore", static_cast<double>(main_lcore));
+  cfg("measure_cpu", static_cast<double>(ctx.measure_cpu));
+  cfg("device_thread_cpu", threaded ? static_cast<double>(ctx.device_cpu) : -1.0);
+  cfg("cores_used", std::string("measuring loop on the EAL main lcore (pinned); ") +
+                        (threaded ? "threaded emu device thread pinned to its own CPU"
+                                  : "no device thread (sink/none)"));
+  cfg("iterations", static_cast<double>(ctx.rc.iterations));
+  cfg("warmup", static_cast<double>(ctx.rc.warmup));
+  cfg("rounds", static_cast<double>(ctx.rc.rounds));
+  cfg("timer_overhead_cycles", ctx.rc.timer_overhead);
+  cfg("allocs_check", "malloc-family interposer (measuring thread)");
+  cfg("syscalls_check", sc.available()
+                            ? std::string("perf tracepoint raw_syscalls:sys_enter on the "
+                                          "measuring thread, around every timed round")
+                            : "unavailable (" + sc.why_not() + "): use strace -c -f");
+  cfg("callgrind", ctx.rc.callgrind);
+  cfg("governor", kernel_flag("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"));
+  print_config(out, rep);
+
+  int rc = 0;
+  auto run = [&](const std::string& name) {
+    try {
+      TestResult t;
+      if (name == "cache")
+        t = test_cache(ctx);
+      else if (name == "umr")
+        t = test_umr(ctx);
+      else if (name == "umr_lat")
+        t = test_umr_lat(ctx);
+      else if (name == "io_lat")
+        t = test_io(ctx, false);
+      else
+        t = test_io(ctx, true);
+      print_test(out, t);
+      rep.tests.push_back(std::move(t));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdmx-perf: test %s failed: %s\n", name.c_str(), e.what());
+      rc = 1;
+    }
+  };
+  if (test == "all") {
+    for (const char* n : {"cache", "umr", "umr_lat", "io_lat", "io_bw"}) run(n);
+  } else {
+    run(test);
+  }
+  for (const auto& w : rep.warnings) std::fprintf(out, "WARNING: %s\n", w.c_str());
+
+  if (!json_path.empty()) {
+    std::FILE* f = json_path == "-" ? stdout : std::fopen(json_path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "rdmx-perf: cannot write %s: %s\n", json_path.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+    write_json(f, rep);
+    if (f != stdout) std::fclose(f);
+  }
+  if (!hist_path.empty()) {
+    std::FILE* f = std::fopen(hist_path.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "rdmx-perf: cannot write %s: %s\n", hist_path.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+    write_histograms(f, rep);
+    std::fclose(f);
+  }
+  return rc;
+}

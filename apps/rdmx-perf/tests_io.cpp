@@ -1,0 +1,175 @@
+// `io_lat` / `io_bw`: map -> RDMA WRITE (or READ) -> unmap per I/O over the threaded emu, one
+// poll core, depth 1 (latency) or 32 (throughput), beside register-once (the same WRITE/READ
+// with the arena's key: no per-I/O registration, every byte exposed for as long as it lives).
+#include <cstdlib>
+#include <span>
+
+#include "node.hpp"
+#include "tests.hpp"
+
+namespace rdmx::perf {
+
+namespace {
+
+constexpr uint32_t kAccess =
+    mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
+
+struct Peer {
+  std::unique_ptr<emu::EmuDevice> dev;
+  std::unique_ptr<mem::Arena> arena;
+  uint32_t qpn = 0;
+  bool qp = false;
+  ~Peer() {
+    if (qp && dev) (void)dev->destroy_qp(qpn);
+    arena.reset();
+    dev.reset();
+  }
+};
+
+}  // namespace
+
+TestResult test_io(Ctx& ctx, bool bw) {
+  TestResult t;
+  t.test = bw ? "io_bw" : "io_lat";
+  const uint32_t depth = bw ? 32 : 1;
+  const std::vector<uint32_t> sizes = ctx.pages.empty() ? std::vector<uint32_t>{1, 16} : ctx.pages;
+  uint32_t max_pages = 16;
+  for (uint32_t p : sizes) max_pages = std::max(max_pages, p);
+
+  emu::Options o;
+  o.mode = emu::Mode::kThreaded;
+  o.name = "perf_io";
+  o.prm_checker = false;
+  o.idle_spin = 1u << 30;  // device threads poll like a NIC
+  // Both device threads inherit the CPU mask of the thread that opens the devices.
+  set_affinity(ctx.device_cpu);
+  auto pair = emu::make_pair(o);
+  set_affinity(ctx.measure_cpu);
+  auto devs = need(std::move(pair), "emu make_pair");
+
+  Peer b;
+  b.dev = std::move(devs.b);
+  mem::ArenaConfig bac;
+  bac.bytes = size_t{max_pages} * 4096 * 2;
+  b.arena = need(mem::Arena::create(*b.dev, bac), "peer arena");
+  auto bq = need(b.dev->create_qp(mlx5::QpConfig{}), "peer qp");
+  b.qpn = bq.qpn;
+  b.qp = true;
+
+  Node a;
+  a.dev = std::move(devs.a);
+  NodeConfig nc;
+  nc.max_pages = max_pages;
+  nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{max_pages} * 4096 * 2);
+  a.build(nc);
+  need(emu::connect_qps(*a.dev, a.core->qp_handle(), *b.dev, b.qpn), "connect");
+  win::PollCore& core = *a.core;
+  const uint64_t raddr = b.arena->base();
+  const uint32_t rkey = b.arena->mr().rkey;
+  const uint32_t arena_lkey = a.arena->lkey();
+
+  // Shared by every case of a group: completions of any of them free a slot.
+  uint32_t inflight = 0;
+  uint64_t app_errors = 0, map_errors = 0;
+  auto reap = [&] {
+    core.poll(32, [&](const mlx5::Completion& c) {
+      if (!c.ok()) ++app_errors;
+      if (c.signaled) --inflight;
+    });
+  };
+  auto wait_slot = [&] {
+    while (inflight >= depth) reap();
+  };
+  auto drain = [&] {
+    while (inflight > 0) reap();
+  };
+
+  uint64_t cookie = 0;
+  for (uint32_t pages : sizes) {
+    const uint64_t bytes = uint64_t{pages} * 4096;
+    std::span<const uint64_t> pg(a.pages.data(), pages);
+    std::vector<std::unique_ptr<Bench>> g;
+    auto meta = [&](std::string name, const char* role) {
+      CaseResult m;
+      m.name = std::move(name) + ".p" + std::to_string(pages);
+      m.role = role;
+      m.unit = "I/O";
+      m.pages = pages;
+      m.bytes = bytes;
+      return m;
+    };
+    for (int read = 0; read < 2; ++read) {
+      const char* op = read ? "read" : "write";
+      g.push_back(
+          make_bench(meta(std::string("io.") + op + ".map_unmap", "rdmx"), [&, pg, bytes, read] {
+            wait_slot();
+            win::MapResult r;
+            for (;;) {
+              r = core.map(pg, kAccess, 0, bytes);
+              if (r.ok()) break;
+              ++map_errors;  // kNoRoom / kBusy: reap and retry
+              reap();
+            }
+            mlx5::prm::Sge sge{0, static_cast<uint32_t>(bytes), r.lkey};
+            const Errc e = read ? core.post_read({&sge, 1}, raddr, rkey, ++cookie, true)
+                                : core.post_write({&sge, 1}, raddr, rkey, ++cookie, true);
+            if (e == Errc::kOk) ++inflight;
+            (void)core.unmap(r.window);
+            core.flush();
+            if (depth == 1) drain();
+          }));
+      g.push_back(make_bench(
+          meta(std::string("io.") + op + ".register_once", "peer"), [&, pg, bytes, read] {
+            wait_slot();
+            mlx5::prm::Sge sge{pg[0], static_cast<uint32_t>(bytes), arena_lkey};
+            Errc e;
+            while ((e = read ? core.post_read({&sge, 1}, raddr, rkey, ++cookie, true)
+                             : core.post_write({&sge, 1}, raddr, rkey, ++cookie, true)) ==
+                   Errc::kNoRoom)
+              reap();
+            if (e == Errc::kOk) ++inflight;
+            core.flush();
+            if (depth == 1) drain();
+          }));
+    }
+    void* fbuf = std::aligned_alloc(4096, bytes);
+    g.push_back(make_floor_bench(pages, bytes, fbuf));
+    RunConfig rc = ctx.rc;
+    rc.iterations = std::max<uint64_t>(1, rc.iterations / 10);
+    rc.warmup = std::max<uint64_t>(1, rc.warmup / 10);
+    auto res = run_group(rc, g);
+    drain();
+    std::free(fbuf);
+    // res: write.map_unmap, write.register_once, read.map_unmap, read.register_once, floor
+    for (int k : {0, 2}) {
+      add_ratio(res[k], res[k + 1]);
+      add_ratio(res[k], res[4]);
+      res[k].extra.push_back({"window_overhead_ns", res[k].ns - res[k + 1].ns});
+      res[k].extra.push_back(
+          {"floor_over_window_overhead",
+           res[k].ns > res[k + 1].ns ? res[4].ns / (res[k].ns - res[k + 1].ns) : 0});
+      if (depth > 1) {
+        res[k].extra.push_back({"MB_per_s", static_cast<double>(bytes) * res[k].ops_per_s / 1e6});
+        res[k + 1].extra.push_back(
+            {"MB_per_s", static_cast<double>(bytes) * res[k + 1].ops_per_s / 1e6});
+      }
+    }
+    for (auto& c : res) t.cases.push_back(std::move(c));
+  }
+  core.quiesce();
+  const auto es = a.dev->stats();
+  t.notes.push_back("depth " + std::to_string(depth) +
+                    "; device threads (both sides) pinned to "
+                    "CPU " +
+                    std::to_string(ctx.device_cpu) + ", measuring lcore on CPU " +
+                    std::to_string(ctx.measure_cpu) + "; app completion errors " +
+                    std::to_string(app_errors) + ", map retries " + std::to_string(map_errors) +
+                    ", device WQEs " + std::to_string(es.wqes));
+  t.notes.push_back(
+      "window_overhead_ns = map_unmap - register_once (per I/O); the emulated "
+      "device moves bytes with memcpy on another CPU, so absolute I/O times are "
+      "the emulator's, the difference is rdmx's");
+  return t;
+}
+
+}  // namespace rdmx::perf

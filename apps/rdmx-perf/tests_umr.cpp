@@ -1,0 +1,263 @@
+// `umr` (map+unmap on the sink device, swept over pages per window) and `umr_lat`
+// (post-to-completion latency of a map over the threaded emu).
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+
+#include "dpdk_peers.hpp"
+#include "node.hpp"
+#include "tests.hpp"
+
+namespace rdmx::perf {
+
+namespace {
+
+constexpr uint32_t kAccess =
+    mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
+
+struct Floorbuf {
+  void* p = nullptr;
+  explicit Floorbuf(size_t bytes) {
+    p = std::aligned_alloc(4096, bytes);
+    if (!p) throw std::runtime_error("floor buffer");
+  }
+  ~Floorbuf() { std::free(p); }
+};
+
+std::vector<uint32_t> default_sweep(uint32_t max) {
+  std::vector<uint32_t> v;
+  for (uint32_t p = 1; p <= max; p *= 2) v.push_back(p);
+  return v;
+}
+
+CaseResult mempool_meta() {
+  CaseResult c;
+  c.name = "rte_mempool.single";
+  c.role = "peer";
+  c.unit = "get+put";
+  return c;
+}
+
+Target target(std::string name, double value, const char* cmp, double limit, std::string how) {
+  Target t;
+  t.name = std::move(name);
+  t.value = value;
+  t.cmp = cmp;
+  t.limit = limit;
+  t.met = std::string(cmp) == "<=" ? value <= limit : value >= limit;
+  t.how = std::move(how);
+  return t;
+}
+
+}  // namespace
+
+TestResult test_umr(Ctx& ctx) {
+  TestResult t;
+  t.test = "umr";
+  Node n;
+  emu::Options o;
+  o.mode = emu::Mode::kSink;
+  o.name = "perf_sink";
+  o.prm_checker = false;  // counters only: the checker's reports are not the CPU side's cost
+  n.dev = need(emu::EmuDevice::open(emu::make_wire(), 0, o), "emu sink open");
+  NodeConfig nc;
+  std::vector<uint32_t> sweep = ctx.pages.empty() ? default_sweep(256) : ctx.pages;
+  for (uint32_t p : sweep) nc.max_pages = std::max(nc.max_pages, p);
+  nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{nc.max_pages} * 4096 * 2);
+  n.build(nc);
+  n.to_rts_unconnected();
+  win::PollCore& core = *n.core;
+  const uint32_t inline_limit = n.pool->inline_klm_limit();
+
+  rte_mempool* mp = rte_mempool_create("perf_umr_mp", 8191, 64, 256, 0, nullptr, nullptr, nullptr,
+                                       nullptr, SOCKET_ID_ANY, 0);
+  if (!mp) throw std::runtime_error("rte_mempool_create");
+  Floorbuf fb(size_t{nc.max_pages} * 4096);
+
+  uint64_t map_errors = 0;
+  const uint32_t batch = ctx.batch;
+  for (uint32_t pages : sweep) {
+    const uint64_t bytes = uint64_t{pages} * n.arena->page_size();
+    std::span<const uint64_t> pg(n.pages.data(), pages);
+    std::vector<std::unique_ptr<Bench>> g;
+    CaseResult m;
+    m.name = "umr.map_unmap.p" + std::to_string(pages);
+    m.role = "rdmx";
+    m.unit = "map+unmap";
+    m.pages = pages;
+    m.bytes = bytes;
+    m.burst = batch;
+    m.note =
+        pages > inline_limit ? "pointer mode (KLM list in the window's array)" : "inline KLM list";
+    g.push_back(make_bench(m, [&core, pg, bytes, batch, &map_errors] {
+      for (uint32_t i = 0; i < batch; ++i) {
+        win::MapResult r = core.map(pg, kAccess, 0, bytes);
+        if (!r.ok()) [[unlikely]] {
+          ++map_errors;
+          continue;
+        }
+        (void)core.unmap(r.window);
+      }
+      core.flush();
+      core.poll(64, [](const mlx5::Completion&) {});
+    }));
+    g.push_back(make_bench(mempool_meta(), [mp] {
+      void* obj;
+      (void)rte_mempool_get(mp, &obj);
+      keep(obj);
+      rte_mempool_put(mp, obj);
+    }));
+    g.push_back(make_floor_bench(pages, bytes, fb.p));
+    auto res = run_group(ctx.rc, g);
+    res[0].extra.push_back({"inline", pages <= inline_limit ? 1.0 : 0.0});
+    add_ratio(res[0], res[1]);
+    add_ratio(res[0], res[2]);
+    res[1].name += ".p" + std::to_string(pages);
+    res[1].ratios.clear();
+    res[0].ratios[0].peer = res[1].name;
+    res[2].name += ".p" + std::to_string(pages);
+    res[0].ratios[1].peer = res[2].name;
+    res[0].extra.push_back({"floor_over_umr", res[2].ns / res[0].ns});
+    for (auto& c : res) t.cases.push_back(std::move(c));
+  }
+  core.quiesce();
+  rte_mempool_free(mp);
+
+  const auto st = core.stats();
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "inline KLM limit %u pages; maps %llu (inline %llu, pointer %llu), map errors "
+                "%llu, klm waits %llu; %u map+unmap pairs per doorbell; register-once does no "
+                "per-I/O work (0 ns here): see io_lat/io_bw",
+                inline_limit, (unsigned long long)st.maps, (unsigned long long)st.inline_maps,
+                (unsigned long long)st.pointer_maps, (unsigned long long)map_errors,
+                (unsigned long long)st.klm_waits, batch);
+  t.notes.push_back(buf);
+
+  // Targets.
+  const CaseResult* u16 = t.find("umr.map_unmap.p16");
+  if (u16) {
+    const CaseResult* mp16 = t.find("rte_mempool.single.p16");
+    const CaseResult* f16 = t.find("syscall+pin.floor.p16");
+    t.targets.push_back(target("map+unmap 16 pages (sink) <= 2.5 x rte_mempool get+put",
+                               u16->ns / mp16->ns, "<=", 2.5, "median ns/op, same group"));
+    t.targets.push_back(target("syscall+pin floor (64 KiB) / map+unmap 16 pages >= 200",
+                               f16->ns / u16->ns, ">=", 200, "median ns/op, same group"));
+  }
+  const CaseResult* u256 = t.find("umr.map_unmap.p256");
+  if (u16 && u256) {
+    const double per_page = (u256->ns - u16->ns) / 240.0;
+    t.targets.push_back(target("cost per extra page, 16 -> 256 pages (ns)", per_page, "<=", 0.5,
+                               "(ns(256) - ns(16)) / 240"));
+  }
+  // Inline regime slope as well (both regimes reported).
+  const CaseResult* u1 = t.find("umr.map_unmap.p1");
+  if (u1 && u16)
+    t.notes.push_back("inline regime: " + std::to_string((u16->ns - u1->ns) / 15.0) +
+                      " ns per extra page from 1 to 16 pages");
+  double allocs = 0, sys = 0;
+  bool sys_ok = true;
+  for (const auto& c : t.cases) {
+    if (c.role != "rdmx") continue;
+    allocs += c.allocs_per_op;
+    if (c.syscalls_per_op < 0) sys_ok = false;
+    sys += std::max(0.0, c.syscalls_per_op);
+  }
+  t.targets.push_back(target("map+unmap allocs/op == 0 (all page counts)", allocs, "<=", 0,
+                             "malloc-family interposer, measuring thread"));
+  if (sys_ok)
+    t.targets.push_back(target("map+unmap syscalls/op == 0 (all page counts)", sys, "<=", 0,
+                               "perf tracepoint raw_syscalls:sys_enter, measuring thread"));
+  if (map_errors) t.notes.push_back("map errors seen: the figures include failed maps");
+  return t;
+}
+
+TestResult test_umr_lat(Ctx& ctx) {
+  TestResult t;
+  t.test = "umr_lat";
+  const uint32_t pages = ctx.pages.empty() ? 16 : ctx.pages.front();
+  Node n;
+  emu::Options o;
+  o.mode = emu::Mode::kThreaded;
+  o.name = "perf_umr_lat";
+  o.prm_checker = false;
+  o.idle_spin = 1u << 30;  // poll like a NIC: never sleep between doorbells
+  // The device thread inherits the CPU mask of the thread that opens the device.
+  set_affinity(ctx.device_cpu);
+  auto dev = emu::EmuDevice::open(emu::make_wire(), 0, o);
+  set_affinity(ctx.measure_cpu);
+  n.dev = need(std::move(dev), "emu threaded open");
+  NodeConfig nc;
+  nc.max_pages = std::max<uint32_t>(pages, 16);
+  nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{nc.max_pages} * 4096 * 2);
+  n.build(nc);
+  n.to_rts_unconnected();
+  win::PollCore& core = *n.core;
+  const uint64_t bytes = uint64_t{pages} * 4096;
+  std::span<const uint64_t> pg(n.pages.data(), pages);
+  uint64_t errors = 0;
+
+  // UMRs posted (maps + unmaps) minus those completed is what is in flight; wait until the
+  // completions reach what was posted (unsignaled UMRs are reported when a later CQE covers them).
+  core.quiesce();
+  const uint64_t base = core.stats().maps + core.stats().unmaps - core.stats().umr_completions;
+  auto wait_posted = [&core, base] {
+    const uint64_t want = core.stats().maps + core.stats().unmaps - base;
+    while (core.stats().umr_completions < want) core.poll(16, [](const mlx5::Completion&) {});
+  };
+  std::vector<std::unique_ptr<Bench>> g;
+  CaseResult m;
+  m.name = "umr_lat.map.p" + std::to_string(pages);
+  m.role = "rdmx";
+  m.unit = "map post->completion";
+  m.pages = pages;
+  m.bytes = bytes;
+  // One op: map + doorbell, spin until its completion, then post the unmap without waiting
+  // (it rides with the next map's doorbell; the wait then covers both).
+  g.push_back(make_bench(m, [&, pg, bytes] {
+    win::MapResult r = core.map(pg, kAccess, 0, bytes);
+    if (!r.ok()) [[unlikely]] {
+      ++errors;
+      return;
+    }
+    core.flush();
+    wait_posted();
+    (void)core.unmap(r.window);
+  }));
+  CaseResult m2 = m;
+  m2.name = "umr_lat.map_unmap.p" + std::to_string(pages);
+  m2.unit = "map->completion + unmap->completion";
+  g.push_back(make_bench(m2, [&, pg, bytes] {
+    win::MapResult r = core.map(pg, kAccess, 0, bytes);
+    if (!r.ok()) [[unlikely]] {
+      ++errors;
+      return;
+    }
+    core.flush();
+    wait_posted();
+    (void)core.unmap(r.window);
+    core.flush();
+    wait_posted();
+  }));
+  Floorbuf fb(bytes);
+  g.push_back(make_floor_bench(pages, bytes, fb.p));
+  RunConfig rc = ctx.rc;
+  rc.iterations = std::max<uint64_t>(1, rc.iterations / 10);  // round trips are ~100x an op
+  rc.warmup = std::max<uint64_t>(1, rc.warmup / 10);
+  t.cases = run_group(rc, g);
+  core.quiesce();
+  add_ratio(t.cases[0], t.cases[2]);
+  add_ratio(t.cases[1], t.cases[2]);
+  const auto es = n.dev->stats();
+  t.notes.push_back("device thread pinned to CPU " + std::to_string(ctx.device_cpu) +
+                    ", measuring lcore on CPU " + std::to_string(ctx.measure_cpu) +
+                    "; device polls " + std::to_string(es.polls) + ", UMRs " +
+                    std::to_string(es.umrs) + ", map errors " + std::to_string(errors));
+  t.notes.push_back(
+      "the emulated device is software: this is the CPU-to-CPU round trip through "
+      "the rings (cache-line transfer + device thread scheduling), not NIC latency");
+  return t;
+}
+
+}  // namespace rdmx::perf
