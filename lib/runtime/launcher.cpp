@@ -142,6 +142,12 @@ std::vector<int> Launcher::wait() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   rte_eal_mp_wait_lcore();
+  // The lcore's last store (phase = done, release) pairs with this acquire: everything the core
+  // did happens-before what the caller does next (e.g. destroying what the core used). DPDK's
+  // own lcore-state atomics give the same guarantee, but this one is visible to TSan too.
+  for (const auto& c : ctx_) {
+    while (c->stats_->phase.load(std::memory_order_acquire) != Phase::kDone) rte_pause();
+  }
   rets_.clear();
   for (const auto& c : ctx_) rets_.push_back(rte_eal_wait_lcore(c->lcore_id()));
   running_ = false;

@@ -23,6 +23,20 @@
 
 #include <rdmx/rt/dpdk.hpp>
 
+// The SIGSYS path runs while SIGSYS is blocked: a system call made there by anything but the
+// gate would be trapped again and the kernel would kill the process without a word. Sanitizer
+// instrumentation can make such calls (ASan's no-return stack check calls sigaltstack, TSan's
+// runtime may mmap), so the handler and its helpers are not instrumented.
+// (clang's no_sanitize("thread") still instruments function entry/exit, whose trace buffer TSan
+// grows with mmap; disable_sanitizer_instrumentation removes everything.) The handler's counters
+// are plain integers used through __atomic builtins: std::atomic's member functions are separate
+// (instrumented) functions.
+#if defined(__clang__) && __has_attribute(disable_sanitizer_instrumentation)
+#define RDMX_SIGNAL_PATH __attribute__((disable_sanitizer_instrumentation))
+#else
+#define RDMX_SIGNAL_PATH __attribute__((no_sanitize("address", "thread", "undefined")))
+#endif
+
 namespace rdmx::rt {
 
 const char* action_name(Action a) noexcept {
@@ -35,7 +49,7 @@ const char* action_name(Action a) noexcept {
   return "?";
 }
 
-const char* syscall_name(long nr) noexcept {
+RDMX_SIGNAL_PATH const char* syscall_name(long nr) noexcept {
 #if RDMX_STRICT_SUPPORTED
   switch (nr) {
     case SYS_read:
@@ -120,7 +134,7 @@ extern "C" long rdmx_rt_syscall_gate(long nr, long a1, long a2, long a3, long a4
 extern "C" const char rdmx_rt_syscall_gate_ret[];  // address after the syscall instruction
 
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .globl rdmx_rt_syscall_gate
   .hidden rdmx_rt_syscall_gate
@@ -141,7 +155,22 @@ rdmx_rt_syscall_gate_ret:
   ret
   .cfi_endproc
   .size rdmx_rt_syscall_gate, .-rdmx_rt_syscall_gate
+
+  .p2align 4
+  .globl rdmx_rt_sigreturn_restorer
+  .hidden rdmx_rt_sigreturn_restorer
+  .type rdmx_rt_sigreturn_restorer, @function
+rdmx_rt_sigreturn_restorer:
+  movq $15, %rax
+  syscall
+  .size rdmx_rt_sigreturn_restorer, .-rdmx_rt_sigreturn_restorer
+  .popsection
 )");
+
+// Where the SIGSYS handler returns to (rt_sigreturn, SYS_rt_sigreturn == 15 on x86-64). Ours, so
+// the handler can be installed with a raw rt_sigaction (see install_handler()).
+extern "C" void rdmx_rt_sigreturn_restorer() noexcept;
+static_assert(SYS_rt_sigreturn == 15);
 
 namespace {
 
@@ -156,14 +185,15 @@ struct ThreadStrict {
 };
 thread_local ThreadStrict t_strict;
 
-std::atomic<uint64_t> g_violations{0};
-std::atomic<uint64_t> g_forwarded{0};
-std::atomic<long> g_first_nr{-1};
-std::atomic<uint64_t> g_first_ip{0};
-std::atomic<int> g_first_lcore{-1};
+// Written by the SIGSYS handler, read by anyone: __atomic builtins only.
+uint64_t g_violations = 0;
+uint64_t g_forwarded = 0;
+long g_first_nr = -1;
+uint64_t g_first_ip = 0;
+int g_first_lcore = -1;
 
-long gate(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0,
-          long a6 = 0) noexcept {
+RDMX_SIGNAL_PATH long gate(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 = 0,
+                           long a6 = 0) noexcept {
   return rdmx_rt_syscall_gate(nr, a1, a2, a3, a4, a5, a6);
 }
 
@@ -171,10 +201,10 @@ long gate(long nr, long a1 = 0, long a2 = 0, long a3 = 0, long a4 = 0, long a5 =
 struct Msg {
   char buf[256];
   size_t n = 0;
-  void str(const char* s) noexcept {
+  RDMX_SIGNAL_PATH void str(const char* s) noexcept {
     while (*s && n < sizeof(buf) - 1) buf[n++] = *s++;
   }
-  void num(uint64_t v, unsigned base = 10) noexcept {
+  RDMX_SIGNAL_PATH void num(uint64_t v, unsigned base = 10) noexcept {
     char tmp[24];
     size_t k = 0;
     do {
@@ -185,10 +215,15 @@ struct Msg {
     if (base == 16) str("0x");
     while (k > 0 && n < sizeof(buf) - 1) buf[n++] = tmp[--k];
   }
-  void write_stderr() noexcept { gate(SYS_write, 2, reinterpret_cast<long>(buf), long(n)); }
+  RDMX_SIGNAL_PATH void write_stderr() noexcept {
+    gate(SYS_write, 2, reinterpret_cast<long>(buf), long(n));
+  }
 };
 
-[[noreturn]] void die(const char* what, long nr, uint64_t ip) noexcept {
+// Ends the process with SIGSYS. Deliberately not [[noreturn]]: sanitizers instrument calls to
+// noreturn functions with a stack check that makes a system call (sigaltstack), which would
+// trap again with SIGSYS blocked - and the kernel turns that into a silent kill.
+RDMX_SIGNAL_PATH void die(const char* what, long nr, uint64_t ip) noexcept {
   Msg m;
   m.str("rdmx: strict mode: ");
   m.str(what);
@@ -223,18 +258,18 @@ struct Msg {
   gate(SYS_tgkill, gate(SYS_getpid), gate(SYS_gettid), SIGSYS);
   const uint64_t sigsys_bit = 1ull << (SIGSYS - 1);
   gate(SYS_rt_sigprocmask, SIG_UNBLOCK, reinterpret_cast<long>(&sigsys_bit), 0, 8);
-  // Not reached.
-  for (;;) gate(SYS_exit_group, 128 + SIGSYS);
+  // Not reached: the signal was delivered on the way out of rt_sigprocmask.
+  gate(SYS_exit_group, 128 + SIGSYS);
 }
 
 // Emulates rt_sigprocmask on the interrupted context: a mask changed inside the handler would
 // be overwritten by rt_sigreturn. SIGSYS is never blocked: the kernel turns a seccomp trap with
 // SIGSYS blocked into a kill (glibc's pthread_create blocks all signals around clone).
-long emulate_sigprocmask(ucontext_t* uc, long how, const uint64_t* set, uint64_t* old,
-                         long size) noexcept {
+RDMX_SIGNAL_PATH long emulate_sigprocmask(ucontext_t* uc, long how, const uint64_t* set,
+                                          uint64_t* old, long size) noexcept {
   if (size != 8) return -EINVAL;
-  uint64_t cur;
-  std::memcpy(&cur, &uc->uc_sigmask, sizeof(cur));
+  // The first 64 signals (all Linux has) live in the first word of the sigset.
+  uint64_t cur = uc->uc_sigmask.__val[0];
   if (old != nullptr) *old = cur;
   if (set != nullptr) {
     const uint64_t unblockable =
@@ -253,12 +288,12 @@ long emulate_sigprocmask(ucontext_t* uc, long how, const uint64_t* set, uint64_t
         return -EINVAL;
     }
     cur &= ~unblockable;
-    std::memcpy(&uc->uc_sigmask, &cur, sizeof(cur));
+    uc->uc_sigmask.__val[0] = cur;
   }
   return 0;
 }
 
-void on_sigsys(int, siginfo_t* si, void* ctx) {
+RDMX_SIGNAL_PATH void on_sigsys(int, siginfo_t* si, void* ctx) {
   const int saved_errno = errno;
   auto* uc = static_cast<ucontext_t*>(ctx);
   greg_t* g = uc->uc_mcontext.gregs;
@@ -267,16 +302,20 @@ void on_sigsys(int, siginfo_t* si, void* ctx) {
   if (si->si_code != kSiCodeSeccomp || !t_strict.installed) {
     // Not ours (sent by kill(2), or on a thread without the filter): behave like the default.
     die("unexpected SIGSYS", nr, ip);
+    return;
   }
   if (t_strict.run_phase) {
-    if (g_violations.fetch_add(1, std::memory_order_relaxed) == 0) {
-      g_first_nr.store(nr, std::memory_order_relaxed);
-      g_first_ip.store(ip, std::memory_order_relaxed);
-      g_first_lcore.store(t_strict.lcore, std::memory_order_relaxed);
+    if (__atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED) == 0) {
+      __atomic_store_n(&g_first_nr, nr, __ATOMIC_RELAXED);
+      __atomic_store_n(&g_first_ip, ip, __ATOMIC_RELAXED);
+      __atomic_store_n(&g_first_lcore, t_strict.lcore, __ATOMIC_RELAXED);
     }
-    if (t_strict.action == Action::kKill) die("system call in the run phase", nr, ip);
+    if (t_strict.action == Action::kKill) {
+      die("system call in the run phase", nr, ip);
+      return;
+    }
   } else {
-    g_forwarded.fetch_add(1, std::memory_order_relaxed);
+    __atomic_fetch_add(&g_forwarded, 1, __ATOMIC_RELAXED);
   }
   long ret;
   switch (nr) {
@@ -288,13 +327,17 @@ void on_sigsys(int, siginfo_t* si, void* ctx) {
       ret = -ENOSYS;  // glibc falls back to clone(2), which we can judge below
       break;
     case SYS_clone:
-      if (g[REG_RSI] != 0) die("thread creation after strict mode is not supported", nr, ip);
+      if (g[REG_RSI] != 0) {
+        die("thread creation after strict mode is not supported", nr, ip);
+        return;
+      }
       ret = gate(nr, g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]);
       break;
     case SYS_vfork:
     case SYS_execve:
     case SYS_execveat:
       die("vfork/exec after strict mode is not supported", nr, ip);
+      return;
     default:
       ret = gate(nr, g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]);
       break;
@@ -306,13 +349,26 @@ void on_sigsys(int, siginfo_t* si, void* ctx) {
 std::once_flag g_handler_once;
 int g_handler_rc = 0;
 
+// The kernel's struct sigaction for rt_sigaction(2) on x86-64.
+struct KernelSigaction {
+  void* handler;
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+constexpr unsigned long kSaRestorer = 0x04000000;  // SA_RESTORER (not exported by glibc)
+
+// Installed with a raw rt_sigaction, not sigaction(3): sanitizer runtimes intercept sigaction
+// and run their own wrapper first, which may make system calls (TSan allocates its per-thread
+// signal state with mmap on the first signal) - fatal with SIGSYS blocked. Without the wrapper
+// the kernel calls on_sigsys directly. Every other signal is blocked while it runs.
 void install_handler() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = on_sigsys;
-  sa.sa_flags = SA_SIGINFO;
-  sigemptyset(&sa.sa_mask);
-  g_handler_rc = sigaction(SIGSYS, &sa, nullptr) == 0 ? 0 : errno;
+  KernelSigaction ka{};
+  ka.handler = reinterpret_cast<void*>(&on_sigsys);
+  ka.flags = SA_SIGINFO | kSaRestorer;
+  ka.restorer = &rdmx_rt_sigreturn_restorer;
+  ka.mask = ~0ull;
+  g_handler_rc = syscall(SYS_rt_sigaction, SIGSYS, &ka, nullptr, sizeof(ka.mask)) == 0 ? 0 : errno;
 }
 
 }  // namespace
@@ -379,17 +435,17 @@ bool in_strict_run_phase() noexcept {
   return t_strict.installed && t_strict.run_phase;
 }
 uint64_t strict_violations() noexcept {
-  return g_violations.load(std::memory_order_relaxed);
+  return __atomic_load_n(&g_violations, __ATOMIC_RELAXED);
 }
 uint64_t strict_forwarded_calls() noexcept {
-  return g_forwarded.load(std::memory_order_relaxed);
+  return __atomic_load_n(&g_forwarded, __ATOMIC_RELAXED);
 }
 StrictViolation first_strict_violation() noexcept {
   StrictViolation v;
   if (strict_violations() == 0) return v;
-  v.nr = g_first_nr.load(std::memory_order_relaxed);
-  v.ip = g_first_ip.load(std::memory_order_relaxed);
-  v.lcore = g_first_lcore.load(std::memory_order_relaxed);
+  v.nr = __atomic_load_n(&g_first_nr, __ATOMIC_RELAXED);
+  v.ip = __atomic_load_n(&g_first_ip, __ATOMIC_RELAXED);
+  v.lcore = __atomic_load_n(&g_first_lcore, __ATOMIC_RELAXED);
   v.name = syscall_name(v.nr);
   return v;
 }

@@ -37,8 +37,8 @@ TEST(HotLog, FullRingDropsAndCounts) {
 
 // Real threads: order and content survive (TSan checks the acquire/release pairs).
 TEST(HotLog, SpscAcrossThreads) {
-  rt::HotLogRing r(64);
-  constexpr uint64_t kN = 200000;
+  rt::HotLogRing r(256);
+  constexpr uint64_t kN = 50000;
   uint64_t failed = 0;
   std::thread prod([&] {
     for (uint64_t i = 0; i < kN;) {
