@@ -48,17 +48,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->inline_limit_ = pool.inline_klm_limit();
   // DeviceCaps::umr_fence is the HCA cap (0 strong, 1 small, 2 none); the UMR WQE itself carries
   // the matching fence, as the kernel's REG_MR does (mlx5-umr.md section 5).
-  switch (dev.caps().umr_fence) {
-    case 0:
-      c->umr_fence_ = mlx5::prm::kFenceStrongOrdering;
-      break;
-    case 1:
-      c->umr_fence_ = mlx5::prm::kFenceInitiatorSmall;
-      break;
-    default:
-      c->umr_fence_ = mlx5::prm::kFenceNone;
-      break;
-  }
+  c->umr_fence_ = mlx5::prm::umr_fence_bits(dev.caps().umr_fence);
   c->cache_.init(cfg.cache_size, pool.n_windows());
   c->scratch_ = std::make_unique<Window*[]>(std::max(cfg.cache_size, 1u));
 

@@ -334,7 +334,8 @@ TEST(DvMath, UmrFenceAndCaps) {
   apply_hca_caps(h, c);
   EXPECT_EQ(c.max_klm_list, 65532u);
   EXPECT_EQ(c.max_inline_klm, 52u);
-  EXPECT_EQ(c.umr_fence, 0);
+  EXPECT_EQ(c.umr_fence, 2) << "DeviceCaps keeps the raw cap (2 = none)";
+  EXPECT_EQ(mlx5::prm::umr_fence_bits(c.umr_fence), 0);
 
   h.log_max_klm_list_size = 3;  // 8 KLMs: inline capped by the window size
   apply_hca_caps(h, c);
@@ -345,7 +346,8 @@ TEST(DvMath, UmrFenceAndCaps) {
   apply_default_hca_caps(d);
   EXPECT_EQ(d.max_klm_list, 128u);
   EXPECT_EQ(d.max_inline_klm, 20u);  // (512 - 192) / 16
-  EXPECT_EQ(d.umr_fence, 0x60);
+  EXPECT_EQ(d.umr_fence, 0) << "unknown caps: raw 0 = strong ordering";
+  EXPECT_EQ(mlx5::prm::umr_fence_bits(d.umr_fence), 0x60);
 }
 
 TEST(DvMath, PickRoceGid) {

@@ -265,14 +265,7 @@ Result<HcaCaps> decode_query_hca_cap(std::span<const uint8_t> out) {
 }
 
 uint8_t umr_fence_bits(uint32_t umr_fence_cap) noexcept {
-  switch (umr_fence_cap) {
-    case 1:
-      return mlx5::prm::kFenceInitiatorSmall;
-    case 2:
-      return mlx5::prm::kFenceNone;
-    default:
-      return mlx5::prm::kFenceStrongOrdering;
-  }
+  return mlx5::prm::umr_fence_bits(umr_fence_cap);
 }
 
 void apply_hca_caps(const HcaCaps& h, mlx5::DeviceCaps& caps) noexcept {
@@ -284,7 +277,7 @@ void apply_hca_caps(const HcaCaps& h, mlx5::DeviceCaps& caps) noexcept {
   const uint32_t wqe_sz = h.max_wqe_sz_sq ? h.max_wqe_sz_sq : kDefaultMaxWqeSzSq;
   caps.max_inline_klm = max_inline_klm_for(wqe_sz);
   if (caps.max_inline_klm > caps.max_klm_list) caps.max_inline_klm = caps.max_klm_list;
-  caps.umr_fence = umr_fence_bits(h.umr_fence);
+  caps.umr_fence = static_cast<uint8_t>(h.umr_fence);  // raw cap (DeviceCaps contract)
 }
 
 void apply_default_hca_caps(mlx5::DeviceCaps& caps) noexcept {

@@ -37,7 +37,8 @@ struct DeviceCaps {
   uint32_t max_inline_klm = 0;    // most KLMs an inline UMR carries on this device's QPs
   uint32_t max_sq_wqebbs = 0;
   uint32_t max_cq_cqes = 0;
-  uint8_t umr_fence = 0;          // fence the UMR itself needs (HCA cap umr_fence)
+  uint8_t umr_fence = 0;          // raw HCA cap umr_fence: 0 strong, 1 small, 2 none; the
+                                  // UMR's own fence bits are prm::umr_fence_bits(umr_fence)
   bool mkey_update_tag = false;   // a UMR may change the 8-bit key
   bool remote_invalidate = false; // SEND_WITH_INV can free a window
   int numa_node = 0;

@@ -23,6 +23,14 @@ inline constexpr uint8_t kFenceInitiatorSmall = MLX5_WQE_CTRL_INITIATOR_SMALL_FE
 inline constexpr uint8_t kFenceFence = 2 << 5;                                       // 0x40
 inline constexpr uint8_t kFenceStrongOrdering = 3 << 5;                              // 0x60
 inline constexpr uint8_t kFenceSmallAndFence = MLX5_WQE_CTRL_FENCE;                  // 0x80
+// The fence a UMR WQE itself must carry, from HCA cap umr_fence (2 bits at 0x20a): 0 STRONG ->
+// STRONG_ORDERING, 1 SMALL -> INITIATOR_SMALL, 2 NONE -> none (kernel main.c
+// mlx5_get_umr_fence). An unknown value gets the strongest fence.
+constexpr uint8_t umr_fence_bits(uint32_t umr_fence_cap) noexcept {
+  return umr_fence_cap == 1 ? kFenceInitiatorSmall : umr_fence_cap == 2 ? kFenceNone
+                                                                         : kFenceStrongOrdering;
+}
+
 // fm_ce_se bits 3:2, completion mode. 0 = CQE on error only (DPDK MLX5_COMP_ONLY_ERR).
 inline constexpr uint8_t kCeMask = 0x0c;
 
