@@ -1,0 +1,67 @@
+// The rdmafwd application object: run control shared by main, the prompt and telemetry.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <rdmx/rt/launcher.hpp>
+
+#include "rdmafwd.hpp"
+#include "setup.hpp"
+#include "stats.hpp"
+
+namespace rdmafwd {
+
+struct App {
+  Params prm;
+  std::unique_ptr<Testbed> tb;
+  std::unique_ptr<rt::Launcher> launcher;
+  std::vector<unsigned> lcores;
+  unsigned main_lcore = 0;
+  std::string topology_text;
+  std::string telemetry_path;
+  bool quit = false;
+
+  std::atomic<bool> running{false};
+  std::atomic<uint64_t> run_start_tsc{0};
+  std::atomic<uint64_t> run_cycles{0};  // forwarding time of finished runs since `clear stats`
+  Snapshot base;                        // `clear stats`
+  std::mutex mu;                        // census text (main writes, telemetry reads)
+  std::vector<Testbed::PoolCensus> census;
+  std::string census_text;
+  bool census_ok = true;
+  uint64_t last_period_tsc = 0;
+  Snapshot last_period;
+
+  // Main lcore.
+  Status start();
+  Status stop();
+  void refresh_census();
+  // Any thread.
+  double seconds() const;
+  Snapshot stats() const;
+  Labels labels() const;
+  bool finished() const;  // io-count reached, all lanes failed, or the client said goodbye
+  std::string config_text() const;
+  std::string config_json() const;
+  // Prints `show stats` (text or JSON, as --json says).
+  void print_stats(const char* type, int exit_status = -1);
+  void print_period();
+  int exit_status();
+  FILE* text_out() const { return prm.json ? stderr : stdout; }
+};
+
+App& app();
+extern std::atomic<bool> g_signal;
+
+// Prompt (cmdline.cpp). Returns when `quit`, end of input or a signal.
+void run_prompt(App& a);
+// One period of background duties while the prompt waits (periodic stats, duration, io-count).
+void background_tick(App& a);
+// Telemetry (telemetry.cpp).
+void register_telemetry();
+
+}  // namespace rdmafwd

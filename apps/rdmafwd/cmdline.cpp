@@ -1,0 +1,363 @@
+// The interactive prompt, on DPDK's cmdline library (tab completion on every keyword).
+//
+// A terminal on stdin: cmdline_stdin_new, fed by a poll(2) loop so periodic statistics, the
+// duration and Ctrl-C are served while the prompt waits. A file (--cmdline-file) or a stdin that
+// is not a terminal: read line by line, each line echoed after the prompt and run through
+// cmdline_parse (scripts and tests).
+#include <poll.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#ifndef ALLOW_EXPERIMENTAL_API
+#define ALLOW_EXPERIMENTAL_API  // cmdline_parse_check (a dry run, for helpful errors)
+#endif
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#include <cmdline.h>
+#include <cmdline_parse.h>
+#include <cmdline_parse_num.h>
+#include <cmdline_parse_string.h>
+#include <cmdline_rdline.h>
+#include <cmdline_socket.h>
+#pragma GCC diagnostic pop
+
+#include "app.hpp"
+
+namespace rdmafwd {
+namespace {
+
+constexpr const char* kPrompt = "rdmafwd> ";
+
+void say(cmdline* cl, const std::string& s) {
+  cmdline_printf(cl, "%s", s.c_str());
+}
+
+// ---- start / stop / quit / help ---------------------------------------------------------------
+struct OneWord {
+  cmdline_fixed_string_t word;
+};
+
+void do_start(void*, cmdline* cl, void*) {
+  App& a = app();
+  if (Status s = a.start(); !s) {
+    say(cl, "error: " + s.error().message + "\n");
+    return;
+  }
+  say(cl, "forwarding started: fwd " + a.prm.fwd + " on " + std::to_string(a.lcores.size()) +
+              " lane(s)\n");
+}
+
+void do_stop(void*, cmdline* cl, void*) {
+  App& a = app();
+  if (Status s = a.stop(); !s) {
+    say(cl, "error: " + s.error().message + "\n");
+    return;
+  }
+  say(cl, "forwarding stopped\n");
+  if (!a.prm.json)
+    say(cl, format_text(a.stats(), a.seconds(), a.labels()));
+  else
+    a.print_stats("stats");
+}
+
+void do_quit(void*, cmdline* cl, void*) {
+  app().quit = true;
+  cmdline_quit(cl);
+}
+
+std::string help_text() {
+  return "commands (TAB completes):\n"
+         "  start                 start forwarding on every lane\n"
+         "  stop                  stop forwarding (drains in-flight I/O), print statistics\n"
+         "  show stats            statistics since start or `clear stats`\n"
+         "  show config           parameters, devices, cores\n"
+         "  show windows          window census per pool and the invariant check (stopped)\n"
+         "  show topology         machine topology and the placement of the lcores\n"
+         "  set fwd MODE          forwarding engine: " +
+         engine_names("|") +
+         " (stopped)\n"
+         "  set burst N           I/Os issued per loop iteration (stopped)\n"
+         "  set pages N           chunk pages per I/O (stopped)\n"
+         "  clear stats           reset the statistics\n"
+         "  sleep SECONDS         wait (scripts), serving periodic statistics\n"
+         "  help                  this text\n"
+         "  quit                  stop and exit\n";
+}
+
+void do_help(void*, cmdline* cl, void*) {
+  say(cl, help_text());
+}
+
+cmdline_parse_token_string_t tok_start = TOKEN_STRING_INITIALIZER(OneWord, word, "start");
+cmdline_parse_token_string_t tok_stop = TOKEN_STRING_INITIALIZER(OneWord, word, "stop");
+cmdline_parse_token_string_t tok_quit = TOKEN_STRING_INITIALIZER(OneWord, word, "quit");
+cmdline_parse_token_string_t tok_help = TOKEN_STRING_INITIALIZER(OneWord, word, "help");
+
+cmdline_parse_inst_t cmd_start = {do_start,
+                                  nullptr,
+                                  "start: start forwarding",
+                                  {(cmdline_parse_token_hdr_t*)&tok_start, nullptr}};
+cmdline_parse_inst_t cmd_stop = {
+    do_stop, nullptr, "stop: stop forwarding", {(cmdline_parse_token_hdr_t*)&tok_stop, nullptr}};
+cmdline_parse_inst_t cmd_quit = {
+    do_quit, nullptr, "quit: exit rdmafwd", {(cmdline_parse_token_hdr_t*)&tok_quit, nullptr}};
+cmdline_parse_inst_t cmd_help = {
+    do_help, nullptr, "help: list the commands", {(cmdline_parse_token_hdr_t*)&tok_help, nullptr}};
+
+// ---- show stats|config|windows|topology -------------------------------------------------------
+struct ShowCmd {
+  cmdline_fixed_string_t show;
+  cmdline_fixed_string_t what;
+};
+
+void do_show(void* parsed, cmdline* cl, void*) {
+  App& a = app();
+  const std::string what = static_cast<ShowCmd*>(parsed)->what;
+  if (what == "stats") {
+    if (a.prm.json)
+      a.print_stats("stats");
+    else
+      say(cl, format_text(a.stats(), a.seconds(), a.labels()));
+  } else if (what == "config") {
+    say(cl, "configuration:\n" + a.config_text());
+  } else if (what == "windows") {
+    if (a.running) {
+      say(cl,
+          "windows: forwarding is running; `stop` first (the census walks every window "
+          "while no core uses them)\n");
+      return;
+    }
+    a.refresh_census();
+    std::string dump;
+    const uint64_t reports = a.tb->checker_reports(&dump);
+    std::lock_guard<std::mutex> g(a.mu);
+    say(cl, "window census:\n" + a.census_text);
+    say(cl, "emu PRM checker reports: " + std::to_string(reports) + "\n" + dump);
+  } else if (what == "topology") {
+    say(cl, a.topology_text);
+  }
+}
+
+cmdline_parse_token_string_t tok_show = TOKEN_STRING_INITIALIZER(ShowCmd, show, "show");
+cmdline_parse_token_string_t tok_show_what =
+    TOKEN_STRING_INITIALIZER(ShowCmd, what, "stats#config#windows#topology");
+cmdline_parse_inst_t cmd_show = {
+    do_show,
+    nullptr,
+    "show stats|config|windows|topology",
+    {(cmdline_parse_token_hdr_t*)&tok_show, (cmdline_parse_token_hdr_t*)&tok_show_what, nullptr}};
+
+// ---- set fwd MODE ----------------------------------------------------------------------------
+struct SetFwdCmd {
+  cmdline_fixed_string_t set;
+  cmdline_fixed_string_t fwd;
+  cmdline_fixed_string_t mode;
+};
+
+bool stopped_or_say(cmdline* cl) {
+  if (!app().running) return true;
+  say(cl, "error: forwarding is running; `stop` first\n");
+  return false;
+}
+
+void do_set_fwd(void* parsed, cmdline* cl, void*) {
+  App& a = app();
+  if (!stopped_or_say(cl)) return;
+  Params p = a.prm;
+  p.fwd = static_cast<SetFwdCmd*>(parsed)->mode;
+  if (std::string e = check_params(p); !e.empty()) {
+    say(cl, "error: " + e + "\n");
+    return;
+  }
+  a.prm.fwd = p.fwd;
+  say(cl, "fwd set to " + p.fwd + " (" + find_engine(p.fwd)->what + ")\n");
+}
+
+cmdline_parse_token_string_t tok_set = TOKEN_STRING_INITIALIZER(SetFwdCmd, set, "set");
+cmdline_parse_token_string_t tok_fwd = TOKEN_STRING_INITIALIZER(SetFwdCmd, fwd, "fwd");
+cmdline_parse_token_string_t tok_mode =
+    TOKEN_STRING_INITIALIZER(SetFwdCmd, mode, "umr#write#read#rpc#relay");
+cmdline_parse_inst_t cmd_set_fwd = {
+    do_set_fwd,
+    nullptr,
+    "set fwd umr|write|read|rpc|relay",
+    {(cmdline_parse_token_hdr_t*)&tok_set, (cmdline_parse_token_hdr_t*)&tok_fwd,
+     (cmdline_parse_token_hdr_t*)&tok_mode, nullptr}};
+
+// ---- set burst|pages N -----------------------------------------------------------------------
+struct SetNumCmd {
+  cmdline_fixed_string_t set;
+  cmdline_fixed_string_t what;
+  uint32_t n;
+};
+
+void do_set_num(void* parsed, cmdline* cl, void*) {
+  App& a = app();
+  if (!stopped_or_say(cl)) return;
+  auto* c = static_cast<SetNumCmd*>(parsed);
+  const std::string what = c->what;
+  Params p = a.prm;
+  if (what == "burst") {
+    if (c->n < 1 || c->n > 512) {
+      say(cl, "error: burst must be 1..512\n");
+      return;
+    }
+    p.burst = c->n;
+  } else {
+    if (c->n < 1) {
+      say(cl, "error: pages must be at least 1\n");
+      return;
+    }
+    p.pages_per_io = c->n;
+  }
+  if (std::string e = check_params(p); !e.empty()) {
+    say(cl, "error: " + e + "\n");
+    return;
+  }
+  a.prm = p;
+  say(cl, what + " set to " + std::to_string(c->n) + "\n");
+}
+
+cmdline_parse_token_string_t tok_set2 = TOKEN_STRING_INITIALIZER(SetNumCmd, set, "set");
+cmdline_parse_token_string_t tok_setwhat = TOKEN_STRING_INITIALIZER(SetNumCmd, what, "burst#pages");
+cmdline_parse_token_num_t tok_setn = TOKEN_NUM_INITIALIZER(SetNumCmd, n, RTE_UINT32);
+cmdline_parse_inst_t cmd_set_num = {
+    do_set_num,
+    nullptr,
+    "set burst|pages N",
+    {(cmdline_parse_token_hdr_t*)&tok_set2, (cmdline_parse_token_hdr_t*)&tok_setwhat,
+     (cmdline_parse_token_hdr_t*)&tok_setn, nullptr}};
+
+// ---- clear stats -----------------------------------------------------------------------------
+struct ClearCmd {
+  cmdline_fixed_string_t clear;
+  cmdline_fixed_string_t stats;
+};
+void do_clear(void*, cmdline* cl, void*) {
+  App& a = app();
+  a.base = take_snapshot(a.tb->lanes);
+  a.run_cycles = 0;
+  if (a.running) a.run_start_tsc = rte_rdtsc();
+  say(cl, "statistics cleared\n");
+}
+cmdline_parse_token_string_t tok_clear = TOKEN_STRING_INITIALIZER(ClearCmd, clear, "clear");
+cmdline_parse_token_string_t tok_clear_stats = TOKEN_STRING_INITIALIZER(ClearCmd, stats, "stats");
+cmdline_parse_inst_t cmd_clear = {do_clear,
+                                  nullptr,
+                                  "clear stats",
+                                  {(cmdline_parse_token_hdr_t*)&tok_clear,
+                                   (cmdline_parse_token_hdr_t*)&tok_clear_stats, nullptr}};
+
+// ---- sleep SECONDS ---------------------------------------------------------------------------
+struct SleepCmd {
+  cmdline_fixed_string_t sleep;
+  uint32_t secs;
+};
+void wait_serving(App& a, double secs) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(secs);
+  while (std::chrono::steady_clock::now() < end && !g_signal.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    background_tick(a);
+  }
+}
+void do_sleep(void* parsed, cmdline*, void*) {
+  wait_serving(app(), static_cast<SleepCmd*>(parsed)->secs);
+}
+cmdline_parse_token_string_t tok_sleep = TOKEN_STRING_INITIALIZER(SleepCmd, sleep, "sleep");
+cmdline_parse_token_num_t tok_sleep_n = TOKEN_NUM_INITIALIZER(SleepCmd, secs, RTE_UINT32);
+cmdline_parse_inst_t cmd_sleep = {
+    do_sleep,
+    nullptr,
+    "sleep SECONDS",
+    {(cmdline_parse_token_hdr_t*)&tok_sleep, (cmdline_parse_token_hdr_t*)&tok_sleep_n, nullptr}};
+
+cmdline_parse_ctx_t main_ctx[] = {&cmd_start, &cmd_stop,  &cmd_show, &cmd_set_fwd, &cmd_set_num,
+                                  &cmd_clear, &cmd_sleep, &cmd_help, &cmd_quit,    nullptr};
+
+// One line from a file or a pipe: echo it, run it, explain a failure.
+void run_line(cmdline* cl, std::string line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  size_t b = line.find_first_not_of(" \t");
+  if (b == std::string::npos || line[b] == '#') return;
+  cmdline_printf(cl, "%s%s\n", kPrompt, line.c_str());
+  line += "\n";
+  const int rc = cmdline_parse_check(cl, line.c_str());
+  if (rc == CMDLINE_PARSE_SUCCESS) {
+    cmdline_parse(cl, line.c_str());
+    return;
+  }
+  std::string word = line.substr(b, line.find_first_of(" \t\n", b) - b);
+  if (rc == CMDLINE_PARSE_AMBIGUOUS)
+    cmdline_printf(cl, "error: ambiguous command '%s'; type 'help'\n", word.c_str());
+  else if (rc == CMDLINE_PARSE_BAD_ARGS)
+    cmdline_printf(cl, "error: bad arguments for '%s'; type 'help' for the syntax\n", word.c_str());
+  else
+    cmdline_printf(cl, "error: unknown command '%s'; type 'help' for the list\n", word.c_str());
+}
+
+void run_lines(App& a, cmdline* cl, std::istream& in) {
+  std::string line;
+  while (!a.quit && !g_signal.load() && std::getline(in, line)) {
+    run_line(cl, line);
+    background_tick(a);
+  }
+}
+
+}  // namespace
+
+void run_prompt(App& a) {
+  if (!a.prm.cmdline_file.empty()) {
+    std::ifstream f(a.prm.cmdline_file);
+    cmdline* cl = cmdline_new(main_ctx, kPrompt, -1, STDOUT_FILENO);
+    if (!f) {
+      std::fprintf(stderr, "rdmafwd: cannot read --cmdline-file %s\n", a.prm.cmdline_file.c_str());
+    } else if (cl) {
+      std::printf("rdmafwd: running commands from %s\n", a.prm.cmdline_file.c_str());
+      std::fflush(stdout);
+      run_lines(a, cl, f);
+    }
+    if (cl) cmdline_free(cl);
+    // Without -i, the file was the whole session; a run it left going ends as usual.
+    if (!a.prm.interactive) {
+      while (a.running && !g_signal.load() && (a.prm.duration > 0 || a.prm.io_count)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        background_tick(a);
+      }
+      return;
+    }
+  }
+  if (a.quit || g_signal.load()) return;
+
+  if (!isatty(STDIN_FILENO)) {
+    cmdline* cl = cmdline_new(main_ctx, kPrompt, -1, STDOUT_FILENO);
+    if (!cl) return;
+    run_lines(a, cl, std::cin);
+    cmdline_free(cl);
+    return;
+  }
+
+  cmdline* cl = cmdline_stdin_new(main_ctx, kPrompt);
+  if (!cl) return;
+  while (!a.quit && !g_signal.load()) {
+    pollfd pfd{STDIN_FILENO, POLLIN, 0};
+    const int n = ::poll(&pfd, 1, 5);
+    if (n > 0) {
+      char buf[256];
+      const ssize_t r = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (r <= 0) break;  // end of input
+      if (cmdline_in(cl, buf, static_cast<int>(r)) < 0) break;
+    }
+    background_tick(a);
+  }
+  cmdline_printf(cl, "\n");
+  cmdline_stdin_exit(cl);
+}
+
+}  // namespace rdmafwd

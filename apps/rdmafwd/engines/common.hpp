@@ -1,0 +1,147 @@
+// Inline helpers of the forwarding engines (hot path: no allocation, no system call).
+#pragma once
+
+#include <span>
+
+#include <rdmx/rt/dpdk.hpp>
+
+#include "../rdmafwd.hpp"
+
+namespace rdmafwd {
+
+// Cookie kinds.
+enum : uint8_t {
+  kCkIo = 1,         // umr/write/read: the client's data WQE
+  kCkReq = 2,        // rpc: client request SEND
+  kCkReplyRecv = 3,  // rpc: client receive of a reply
+  kCkReqRecv = 4,    // peer receive slot (rpc request, relay-in message)
+  kCkSrvWrite = 5,   // rpc server: RDMA WRITE of a read request's payload
+  kCkSrvRead = 6,    // rpc server: RDMA READ of a write request's payload
+  kCkSrvReply = 7,   // rpc server: SEND_WITH_INV reply
+  kCkSrc = 8,        // relay: source SEND
+  kCkRelay = 9,      // relay: relay-out SEND
+  kCkSinkRecv = 10,  // relay: sink receive slot
+  kCkBye = 11,       // two-process: the client's goodbye SEND
+};
+
+inline constexpr uint32_t kSmall = 64;  // request / reply header buffer size
+
+inline uint32_t io_len(const Lane& l) noexcept {
+  return l.cfg.pages * l.page_size;
+}
+
+inline bool may_issue(const Lane& l) noexcept {
+  return !l.draining && !l.failed && (l.cfg.io_limit == 0 || l.issued < l.cfg.io_limit);
+}
+
+inline bool pop_slot(Lane& l, uint32_t& slot) noexcept {
+  if (l.n_free == 0) return false;
+  slot = l.free_slots[--l.n_free];
+  return true;
+}
+inline void push_slot(Lane& l, uint32_t slot) noexcept {
+  l.slots[slot].busy = false;
+  l.free_slots[l.n_free++] = slot;
+}
+inline void reset_slots(Lane& l) noexcept {
+  l.n_free = 0;
+  for (uint32_t i = l.depth; i-- > 0;) {
+    l.slots[i] = Lane::Slot{};
+    l.srv[i] = Lane::Slot{};
+    l.free_slots[l.n_free++] = i;
+  }
+  l.issued = l.completed = 0;
+  l.unmap_n = 0;
+}
+inline bool all_slots_free(const Lane& l) noexcept {
+  return l.n_free == l.depth;
+}
+
+// Unmaps later when the SQ has no room now.
+inline void unmap_or_queue(win::PollCore& k, Lane& l, win::Window* w) noexcept {
+  if (l.unmap_n == 0 && k.unmap(w) == Errc::kOk) return;
+  l.unmap_q[l.unmap_n++] = w;
+}
+inline void retry_unmaps(win::PollCore& k, Lane& l) noexcept {
+  uint32_t done = 0;
+  while (done < l.unmap_n && k.unmap(l.unmap_q[done]) == Errc::kOk) ++done;
+  if (done == 0) return;
+  for (uint32_t i = done; i < l.unmap_n; ++i) l.unmap_q[i - done] = l.unmap_q[i];
+  l.unmap_n -= done;
+}
+
+inline void io_done(Lane& l, uint64_t start_tsc, uint64_t now, uint64_t bytes) noexcept {
+  l.st.lat.add(now - start_tsc);
+  l.st.ios.add(1);
+  l.st.bytes.add(bytes);
+  ++l.completed;
+}
+
+// A completion in error: the QP is in error (no recovery in rdmafwd): stop issuing.
+inline void io_failed(Lane& l) noexcept {
+  l.st.io_errors.add(1);
+  if (!l.failed) {
+    l.failed = true;
+    l.st.failed.set(1);
+  }
+}
+
+// A rejected post for another reason than a full queue or an empty cache.
+inline void note_reject(Lane& l, Errc e) noexcept {
+  if (e != Errc::kNoRoom && e != Errc::kNoWindow && e != Errc::kBusy) l.st.rejected.add(1);
+  if (e == Errc::kQpError) io_failed(l);
+}
+
+inline mlx5::prm::Sge sge(uint64_t addr, uint32_t len, uint32_t lkey) noexcept {
+  mlx5::prm::Sge s;
+  s.addr = addr;
+  s.length = len;
+  s.lkey = lkey;
+  return s;
+}
+
+// Posts the receive slot `k` of `bufs` on core `k_core` (every scatter entry one chunk page).
+inline Errc post_slot_recv(win::PollCore& core, const SlotBufs& bufs, uint32_t k,
+                           uint32_t page_size, uint32_t lkey, uint8_t kind) noexcept {
+  mlx5::prm::Sge sg[16];
+  const uint32_t n = bufs.per_slot;
+  for (uint32_t i = 0; i < n; ++i) sg[i] = sge(bufs.slot(k)[i], page_size, lkey);
+  return core.post_recv(std::span<const mlx5::prm::Sge>(sg, n), cookie(kind, k));
+}
+
+// Message header (first kHdr bytes of a payload, outside the checksum).
+struct PayloadHdr {
+  uint64_t magic;
+  uint64_t seq;
+  uint64_t tsc;
+  uint32_t slot;
+  uint32_t len;
+  uint64_t csum_a, csum_b;
+};
+inline constexpr uint64_t kPayloadMagic = 0x72646d78666c6f77ull;  // "rdmxflow"
+static_assert(sizeof(PayloadHdr) <= kHdr);
+
+// RPC request / reply (kSmall bytes).
+enum : uint8_t { kOpRead = 1, kOpWrite = 2, kOpBye = 3 };
+struct RpcReq {
+  uint64_t magic;
+  uint64_t seq;
+  uint64_t iova;
+  uint64_t csum_a, csum_b;  // write request: checksum of the payload the server will read
+  uint32_t rkey;
+  uint32_t len;
+  uint32_t slot;
+  uint8_t op;
+};
+struct RpcReply {
+  uint64_t magic;
+  uint64_t seq;
+  uint64_t csum_a, csum_b;  // read request: checksum of the payload the server wrote
+  uint32_t slot;
+  uint8_t status;  // write request: 0 = the payload the server read was intact
+};
+inline constexpr uint64_t kReqMagic = 0x72646d7872657121ull;
+inline constexpr uint64_t kReplyMagic = 0x72646d7872706c79ull;
+static_assert(sizeof(RpcReq) <= kSmall && sizeof(RpcReply) <= kSmall);
+
+}  // namespace rdmafwd

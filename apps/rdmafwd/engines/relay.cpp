@@ -1,0 +1,208 @@
+// --fwd relay: zero-copy forwarding source -> relay -> sink.
+//
+//   source (core c, side A)  maps a slot's chunk pages into a window and SENDs the message with
+//                            the window's lkey (one gather entry), unmaps on completion;
+//   relay-in (core p, B)     receives each message into a receive slot of chunk pages (one
+//                            scatter entry per page);
+//   relay-out (core r, B)    maps exactly those received pages into a window and SENDs them on
+//                            (no copy), unmaps on completion and gives the receive slot back;
+//   sink (core s, A)         receives, checks the header sequence and the checksum, and counts
+//                            the message; latency is source TSC (in the header) to sink.
+//
+// Flow control: the source holds `io-depth` credits, one per message anywhere in the pipe. A
+// message gives its credit back once both receive slots it used are posted again: the relay-in
+// slot (after the relay-out SEND completed) and the sink slot (after the sink checked it), in
+// whichever order that happens; so neither receive queue can run dry (no RNR). In one process
+// the credit goes back directly (a documented simplification; across machines it would ride on
+// a message back to the source).
+#include "common.hpp"
+
+namespace rdmafwd {
+namespace {
+
+bool start(Lane& l) {
+  reset_slots(l);
+  const uint32_t len = io_len(l);
+  for (uint32_t i = 0; i < l.depth; ++i) l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
+  l.credits = l.depth;
+  l.backlog_head = l.backlog_n = 0;
+  l.sink_seq = l.seq;
+  return true;
+}
+
+// A message's credit returns on its second release (relay-in slot and sink slot reposted).
+// At most io-depth messages are in flight, so seq % depth names one of them.
+void release(Lane& l, uint64_t seq) {
+  uint8_t& r = l.srv[seq % l.depth].op;
+  if (++r == 2) {
+    r = 0;
+    ++l.credits;
+  }
+}
+
+void backlog_push(Lane& l, uint32_t k) {
+  l.backlog[(l.backlog_head + l.backlog_n++) % l.depth] = k;
+}
+
+// Relay-out: forwards received slot k (byte_len in relay_w's place until mapped).
+bool relay_forward(Lane& l, uint32_t k, uint32_t bytes) {
+  win::PollCore& r = *l.r;
+  const uint32_t n_pages = (bytes + l.page_size - 1) / l.page_size;
+  const win::MapResult m = r.map(std::span<const uint64_t>(l.p_recv.slot(k), n_pages),
+                                 mlx5::kAccessLocalWrite, 0, bytes);
+  if (!m.ok()) {
+    note_reject(l, m.errc);
+    return false;
+  }
+  const mlx5::prm::Sge sg = sge(m.iova, bytes, m.lkey);
+  const Errc e = r.post_send({&sg, 1}, cookie(kCkRelay, k), true);
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    (void)r.unmap(m.window);
+    return false;
+  }
+  l.relay_w[k] = m.window;
+  return true;
+}
+
+bool fwd(Lane& l) {
+  win::PollCore& c = *l.c;
+  win::PollCore& p = *l.p;
+  win::PollCore& r = *l.r;
+  win::PollCore& s = *l.s;
+  const uint64_t now = rte_rdtsc();
+  const uint32_t cap = l.cfg.burst * 4;
+  bool busy = false;
+
+  // Sink: check and count, give the receive slot back, return the credit.
+  uint32_t n = s.poll(cap, [&](const mlx5::Completion& x) {
+    if (!x.ok()) {
+      io_failed(l);
+      return;
+    }
+    if (!x.recv) return;
+    const uint32_t k = cookie_slot(x.cookie);
+    const auto* h = reinterpret_cast<const PayloadHdr*>(l.s_recv.slot(k)[0]);
+    if (l.cfg.verify) {
+      const bool good =
+          h->magic == kPayloadMagic && h->seq == l.sink_seq + 1 && h->len == x.byte_len &&
+          csum_pages(l.s_recv.slot(k), l.page_size, x.byte_len) == Csum{h->csum_a, h->csum_b};
+      if (!good) l.st.verify_fail.add(1);
+    }
+    l.sink_seq = h->seq;
+    io_done(l, h->tsc, now, x.byte_len);
+    release(l, h->seq);
+    if (Errc e = post_slot_recv(s, l.s_recv, k, l.page_size, l.arena_a->lkey(), kCkSinkRecv);
+        e != Errc::kOk)
+      note_reject(l, e);
+  });
+  if (n) s.flush();
+  busy |= n > 0;
+
+  // Relay-out completions: unmap, give the receive slot back to relay-in.
+  bool reposted = false;
+  n = r.poll(cap, [&](const mlx5::Completion& x) {
+    if (x.recv) return;
+    const uint32_t k = cookie_slot(x.cookie);
+    if (!x.ok()) io_failed(l);
+    release(l, reinterpret_cast<const PayloadHdr*>(l.p_recv.slot(k)[0])->seq);
+    if (l.relay_w[k]) {
+      if (r.unmap(l.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
+      l.relay_w[k] = nullptr;
+    }
+    if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.arena_b->lkey(), kCkReqRecv);
+        e != Errc::kOk)
+      note_reject(l, e);
+    reposted = true;
+  });
+  busy |= n > 0;
+
+  // Relay-in: every received message is forwarded (or queued until a window / SQ room frees).
+  n = p.poll(cap, [&](const mlx5::Completion& x) {
+    if (!x.ok()) {
+      io_failed(l);
+      return;
+    }
+    if (!x.recv) return;
+    const uint32_t k = cookie_slot(x.cookie);
+    l.srv[k].len = x.byte_len;
+    backlog_push(l, k);
+  });
+  busy |= n > 0;
+  while (l.backlog_n && !l.failed) {
+    const uint32_t k = l.backlog[l.backlog_head];
+    if (!relay_forward(l, k, l.srv[k].len)) break;
+    l.backlog_head = (l.backlog_head + 1) % l.depth;
+    --l.backlog_n;
+  }
+  r.flush();
+  if (reposted) p.flush();
+
+  // Source: completions free the slot (and its window); then inject while credits last.
+  busy |= c.poll(cap, [&](const mlx5::Completion& x) {
+    if (x.recv || cookie_kind(x.cookie) != kCkSrc) return;
+    const uint32_t slot = cookie_slot(x.cookie);
+    if (!x.ok()) io_failed(l);
+    unmap_or_queue(c, l, l.slots[slot].w);
+    push_slot(l, slot);
+  }) > 0;
+  for (win::PollCore* k : {&c, &p, &r, &s})
+    if (k->qp().in_error() && !l.failed) io_failed(l);
+  retry_unmaps(c, l);
+  const uint32_t len = io_len(l);
+  uint32_t issued = 0, slot = 0;
+  while (issued < l.cfg.burst && l.credits > 0 && may_issue(l) && pop_slot(l, slot)) {
+    Lane::Slot& sl = l.slots[slot];
+    const win::MapResult m = c.map(std::span<const uint64_t>(l.c_src.slot(slot), l.cfg.pages),
+                                   mlx5::kAccessLocalWrite, 0, len);
+    if (!m.ok()) {
+      note_reject(l, m.errc);
+      push_slot(l, slot);
+      break;
+    }
+    auto* h = reinterpret_cast<PayloadHdr*>(l.c_src.slot(slot)[0]);
+    h->magic = kPayloadMagic;
+    h->seq = l.seq + 1;
+    h->tsc = now;
+    h->slot = slot;
+    h->len = len;
+    h->csum_a = l.csums[slot].a;
+    h->csum_b = l.csums[slot].b;
+    const mlx5::prm::Sge sg = sge(m.iova, len, m.lkey);
+    const Errc e = c.post_send({&sg, 1}, cookie(kCkSrc, slot), true);
+    if (e != Errc::kOk) {
+      note_reject(l, e);
+      unmap_or_queue(c, l, m.window);
+      push_slot(l, slot);
+      break;
+    }
+    ++l.seq;
+    sl.w = m.window;
+    sl.busy = true;
+    --l.credits;
+    ++l.issued;
+    ++issued;
+  }
+  c.flush();
+  return busy || issued > 0;
+}
+
+bool idle(Lane& l) {
+  if (l.failed) return true;
+  if (!all_slots_free(l) || l.unmap_n != 0 || l.backlog_n != 0 ||
+      l.credits != static_cast<int64_t>(l.depth))
+    return false;
+  for (uint32_t k = 0; k < l.depth; ++k)
+    if (l.relay_w[k]) return false;  // relay-out completion not seen yet
+  return true;
+}
+
+}  // namespace
+
+extern const Engine kRelayEngine = {
+    "relay", "zero-copy source -> relay -> sink: received chunk pages are mapped and sent on",
+    true,    false,
+    start,   fwd,
+    idle};
+
+}  // namespace rdmafwd

@@ -1,0 +1,455 @@
+// rdmafwd: the testpmd-like application of rdmx (doc/guides/rdmafwd.md).
+//
+//   rdmafwd [EAL options] -- [--device emu] [--fwd rpc] [--duration 5] [-i] ...
+//
+// Main lcore: parses, sets up (devices, pools, cores), prints, runs the prompt and the telemetry
+// callbacks read lock-free counters. Poll lcores: one Lane each (the forwarding loop, no
+// allocation, no system call). Exit status: 0 ok, 1 runtime failure, 2 bad arguments, 3 device
+// not found.
+#include <unistd.h>
+
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <rdmx/rt/eal.hpp>
+#include <rdmx/rt/placement.hpp>
+#include <rdmx/rt/topology.hpp>
+
+#include "app.hpp"
+
+namespace rdmafwd {
+
+bool rpc_send_bye(Lane& l);
+void io_failed_public(Lane& l);
+
+std::atomic<bool> g_signal{false};
+
+App& app() {
+  static App a;
+  return a;
+}
+
+namespace {
+
+int lane_main(rt::CoreContext& ctx) {
+  App& a = app();
+  Lane& l = *a.tb->lanes[ctx.index()];
+  const Engine* e = l.cfg.engine;
+  l.draining = false;
+  l.drain_deadline = 0;
+  l.st.issuing.set(1);
+  if (!e->start(l)) {
+    io_failed_public(l);
+    l.st.issuing.set(0);
+    return -1;
+  }
+  const uint64_t hz = rte_get_tsc_hz();
+  const uint64_t errors_before = l.st.io_errors.get();
+  int rc = rt::run_poll_loop(
+      ctx,
+      [&] {
+        const bool busy = e->fwd(l);
+        if ((++l.iter & 63) == 0) {
+          l.publish();
+          if (l.failed || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
+        }
+        return busy;
+      },
+      [&] {
+        if (!l.draining) {
+          l.draining = true;
+          l.drain_deadline = rte_rdtsc() + (l.failed ? hz / 2 : 5 * hz);
+        }
+        if (e->idle(l)) return true;
+        if (rte_rdtsc() > l.drain_deadline) {
+          // Never completed: count what is not counted yet as I/O errors.
+          const uint64_t lost = l.issued - l.completed;
+          const uint64_t counted = l.st.io_errors.get() - errors_before;
+          if (lost > counted) l.st.io_errors.add(lost - counted);
+          if (!l.failed) {
+            l.failed = true;
+            l.st.failed.set(1);
+          }
+          return true;
+        }
+        return false;
+      });
+  l.publish();
+  l.st.issuing.set(0);
+  if (l.c && l.remote_peer && !l.failed) (void)rpc_send_bye(l);
+  return rc;
+}
+
+}  // namespace
+
+void io_failed_public(Lane& l) {
+  l.st.io_errors.add(1);
+  l.failed = true;
+  l.st.failed.set(1);
+}
+
+Status App::start() {
+  if (running) return make_error(Errc::kState, "forwarding is already running");
+  for (auto& lp : tb->lanes) {
+    if (lp->failed)
+      return make_error(Errc::kState, "lane " + std::to_string(lp->index) +
+                                          " had a queue pair error (rdmafwd does not recover "
+                                          "QPs): restart rdmafwd");
+  }
+  const Engine* e = find_engine(prm.fwd);
+  const uint64_t n_lanes = tb->lanes.size();
+  for (auto& lp : tb->lanes) {
+    Lane& l = *lp;
+    l.cfg.engine = e;
+    l.cfg.burst = prm.burst;
+    l.cfg.pages = prm.pages_per_io;
+    l.cfg.depth = l.depth;
+    l.cfg.verify = prm.verify && prm.device != "emu-sink";
+    l.cfg.corrupt_every = prm.corrupt_every;
+    l.cfg.io_limit = prm.io_count ? prm.io_count / n_lanes + (l.index < prm.io_count % n_lanes) : 0;
+    l.st.runs.add(1);
+  }
+  last_period = take_snapshot(tb->lanes);
+  last_period_tsc = rte_rdtsc();
+  run_start_tsc = rte_rdtsc();
+  if (Status s = launcher->start(lane_main); !s) return s;
+  running = true;
+  return {};
+}
+
+Status App::stop() {
+  if (!running) return make_error(Errc::kState, "forwarding is not running");
+  launcher->request_stop();
+  std::vector<int> rc = launcher->wait();
+  (void)rc;
+  run_cycles += rte_rdtsc() - run_start_tsc.load();
+  running = false;
+  refresh_census();
+  return {};
+}
+
+void App::refresh_census() {
+  bool ok = true;
+  std::vector<Testbed::PoolCensus> v;
+  std::string text = tb->census(ok, &v);
+  std::lock_guard<std::mutex> g(mu);
+  census_text = text;
+  census = v;
+  census_ok = census_ok && ok;
+}
+
+double App::seconds() const {
+  uint64_t c = run_cycles.load();
+  if (running) c += rte_rdtsc() - run_start_tsc.load();
+  return static_cast<double>(c) / static_cast<double>(rte_get_tsc_hz());
+}
+
+Snapshot App::stats() const {
+  return diff(take_snapshot(tb->lanes), base);
+}
+
+Labels App::labels() const {
+  Labels lb;
+  lb.fwd = prm.fwd;
+  lb.device = prm.device;
+  if (prm.role != Role::kBoth) lb.device += std::string(" (") + role_name(prm.role) + ")";
+  lb.lcores = lcores;
+  return lb;
+}
+
+bool App::finished() const {
+  if (!running) return false;
+  bool all_done = true;
+  for (auto& l : tb->lanes) {
+    if (l->st.peer_bye.get()) return true;
+    if (l->st.issuing.get() || !(prm.io_count || l->st.failed.get())) all_done = false;
+  }
+  if (prm.role == Role::kServer) {
+    for (auto& l : tb->lanes)
+      if (!l->st.failed.get()) return false;
+  }
+  return all_done;
+}
+
+std::string App::config_text() const {
+  std::string lcs;
+  for (unsigned lc : lcores) {
+    char b[16];
+    std::snprintf(b, sizeof b, " %u", lc);
+    lcs.append(b);
+  }
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "  fwd %s (%s)\n  device %s, role %s\n  lanes %zu (poll lcores:%s)\n"
+                "  pages-per-io %u x %u B = %u B per I/O (windows hold %u pages)\n"
+                "  io-depth %u, burst %u, windows-per-core %u\n"
+                "  verify %s, stats-period %.2f s, duration %.2f s, io-count %" PRIu64 "\n",
+                prm.fwd.c_str(), find_engine(prm.fwd)->what, prm.device.c_str(),
+                role_name(prm.role), tb->lanes.size(), lcs.c_str(), prm.pages_per_io, prm.page_size,
+                prm.pages_per_io * prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
+                prm.windows_per_core, prm.verify && prm.device != "emu-sink" ? "on" : "off",
+                prm.stats_period, prm.duration, prm.io_count);
+  std::string s = buf;
+  for (const std::string& n : tb->notes) s += "  " + n + "\n";
+  return s;
+}
+
+std::string App::config_json() const {
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"fwd\":\"%s\",\"device\":\"%s\",\"role\":\"%s\",\"lanes\":%zu,"
+                "\"pages_per_io\":%u,\"page_size\":%u,\"max_pages\":%u,\"io_depth\":%u,"
+                "\"burst\":%u,\"windows_per_core\":%u,\"verify\":%s,\"running\":%s}",
+                prm.fwd.c_str(), prm.device.c_str(), role_name(prm.role), tb->lanes.size(),
+                prm.pages_per_io, prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
+                prm.windows_per_core, prm.verify ? "true" : "false", running ? "true" : "false");
+  return buf;
+}
+
+void App::print_stats(const char* type, int exit_status) {
+  const Snapshot s = stats();
+  const double secs = seconds();
+  if (prm.json) {
+    std::printf("%s\n", format_json(s, secs, labels(), type, exit_status).c_str());
+    std::fflush(stdout);
+  } else {
+    std::fputs(format_text(s, secs, labels()).c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+void App::print_period() {
+  const Snapshot cur = take_snapshot(tb->lanes);
+  const uint64_t now = cur.tsc;
+  const double dt =
+      static_cast<double>(now - last_period_tsc) / static_cast<double>(rte_get_tsc_hz());
+  const Snapshot d = diff(cur, last_period);
+  if (prm.json) {
+    std::printf("%s\n", format_json(d, dt, labels(), "periodic").c_str());
+  } else {
+    std::fputs(format_period(d, dt, seconds(), labels()).c_str(), stdout);
+  }
+  std::fflush(stdout);
+  last_period = cur;
+  last_period_tsc = now;
+}
+
+int App::exit_status() {
+  const LaneSnap t = stats().total();
+  std::string dump;
+  const uint64_t reports = tb->checker_reports(&dump);
+  int st = kExitOk;
+  FILE* o = stderr;
+  if (t.verify_fail) {
+    std::fprintf(o, "rdmafwd: verification failed: %" PRIu64 " payload(s) did not match\n",
+                 t.verify_fail);
+    st = kExitRuntime;
+  }
+  if (t.errors() > t.verify_fail) {
+    std::fprintf(o, "rdmafwd: %" PRIu64 " error(s) during the run (by syndrome: %s)\n",
+                 t.errors() - t.verify_fail, syndrome_list(t, false).c_str());
+    st = kExitRuntime;
+  }
+  if (reports) {
+    std::fprintf(
+        o, "rdmafwd: the emulated device's PRM checker reported %" PRIu64 " rule violation(s):\n%s",
+        reports, dump.c_str());
+    st = kExitRuntime;
+  }
+  if (!census_ok) {
+    std::fprintf(o, "rdmafwd: window census found an inconsistency:\n%s", census_text.c_str());
+    st = kExitRuntime;
+  }
+  return st;
+}
+
+// Background duties while forwarding: periodic lines, duration and io-count.
+void background_tick(App& a) {
+  if (!a.running) return;
+  const uint64_t hz = rte_get_tsc_hz();
+  const uint64_t now = rte_rdtsc();
+  if (a.prm.stats_period > 0 &&
+      static_cast<double>(now - a.last_period_tsc) >= a.prm.stats_period * static_cast<double>(hz))
+    a.print_period();
+  const bool timed_out = a.prm.duration > 0 && static_cast<double>(now - a.run_start_tsc.load()) >=
+                                                   a.prm.duration * static_cast<double>(hz);
+  if (timed_out || a.finished()) {
+    (void)a.stop();
+    if (a.prm.interactive || !a.prm.cmdline_file.empty())
+      std::fprintf(a.text_out(), "rdmafwd: forwarding stopped (%s)\n",
+                   timed_out ? "duration reached" : "done");
+  }
+}
+
+}  // namespace rdmafwd
+
+using namespace rdmafwd;
+
+namespace {
+
+void on_signal(int) {
+  g_signal.store(true);
+}
+
+int fail_usage(const std::string& prog, const std::string& msg) {
+  std::fprintf(stderr, "rdmafwd: error: %s\n%s", msg.c_str(), usage_text(prog).c_str());
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto split = rt::split_args(argc, argv);
+  if (!split) return fail_usage("rdmafwd", split.error().message);
+  const rt::EalArgs& ea = split.value();
+  std::string prog = ea.prog;
+  if (auto sl = prog.rfind('/'); sl != std::string::npos) prog = prog.substr(sl + 1);
+  App& a = app();
+  // Without `--`, everything was taken as EAL arguments: an app option there is a usage error.
+  const ParseOutcome po = parse_params(ea.app, a.prm);
+  if (po.help) {
+    std::fputs(usage_text(prog).c_str(), stdout);
+    return kExitOk;
+  }
+  if (!po.error.empty()) return fail_usage(prog, po.error);
+  for (const std::string& s : ea.eal) {
+    if (s == "--fwd" || s == "--device" || s == "--duration")
+      return fail_usage(prog, "'" + s + "' is an rdmafwd option: put it after `--`");
+  }
+
+  rt::EalOptions eo;
+  eo.auto_no_huge = true;
+  eo.no_pci = true;
+  eo.file_prefix = "rdmafwd";
+  eo.unique_file_prefix = true;
+  auto eal = rt::Eal::init(ea, eo);
+  if (!eal) {
+    std::fprintf(stderr, "rdmafwd: EAL: %s\n", eal.error().message.c_str());
+    return eal.error().code == Errc::kInvalidArgument ? kExitUsage : kExitRuntime;
+  }
+  rt::Eal eal_owner = std::move(eal).value();
+  FILE* out = a.text_out();
+  for (const std::string& n : eal_owner.notices())
+    std::fprintf(out, "rdmafwd: EAL: %s\n", n.c_str());
+
+  // Placement: poll lcores on workers, apart from the device thread when possible.
+  a.main_lcore = eal_owner.main_lcore();
+  const std::vector<rt::LcoreSlot> slots = eal_owner.lcores();
+  size_t workers = 0;
+  for (const auto& s : slots) workers += !s.is_main;
+  if (workers < a.prm.nb_cores) {
+    return fail_usage(prog, "--nb-cores " + std::to_string(a.prm.nb_cores) + " needs " +
+                                std::to_string(a.prm.nb_cores) + " worker lcore(s); the EAL has " +
+                                std::to_string(workers) + " (give more with -l, e.g. -l 0-" +
+                                std::to_string(a.prm.nb_cores) + ")");
+  }
+  const bool threaded_emu = a.prm.device == "emu";
+  auto topo = rt::discover_topology();
+  if (topo) {
+    const rt::DeviceLocality loc = rt::emu_device_locality(0);
+    auto pl = rt::plan(topo.value(), a.prm.nb_cores, threaded_emu, 0, slots);
+    if (pl) {
+      for (const auto& s : pl.value().poll) a.lcores.push_back(s.lcore_id);
+      a.topology_text = rt::format_topology(topo.value(), &loc, &pl.value());
+    } else {
+      a.topology_text = rt::format_topology(topo.value(), &loc, nullptr);
+    }
+  } else {
+    a.topology_text = "topology: " + topo.error().message + "\n";
+  }
+  if (a.lcores.empty()) {
+    for (const auto& s : slots)
+      if (!s.is_main && a.lcores.size() < a.prm.nb_cores) a.lcores.push_back(s.lcore_id);
+  }
+  if (a.prm.show_topology) std::fputs(a.topology_text.c_str(), out);
+
+  auto tb = make_testbed(a.prm, a.lcores);
+  if (!tb) {
+    const Error& e = tb.error();
+    std::fprintf(stderr, "rdmafwd: %s: %s\n", a.prm.device.c_str(), e.message.c_str());
+    if (e.code == Errc::kNoDevice) return kExitNoDevice;
+    if (e.code == Errc::kInvalidArgument) return kExitUsage;
+    return kExitRuntime;
+  }
+  a.tb = std::move(tb).value();
+
+  rt::LauncherConfig lc;
+  lc.lcores = a.lcores;
+  lc.strict.enabled = a.prm.strict;
+  auto launcher = rt::Launcher::create(lc);
+  if (!launcher) {
+    std::fprintf(stderr, "rdmafwd: %s\n", launcher.error().message.c_str());
+    return kExitRuntime;
+  }
+  a.launcher = std::move(launcher).value();
+  register_telemetry();
+
+  // Banner: what runs where.
+  std::fprintf(
+      out, "rdmafwd: fwd %s on %s: %zu lane(s), %u pages x %u B per I/O, io-depth %u, burst %u\n",
+      a.prm.fwd.c_str(), a.prm.device.c_str(), a.lcores.size(), a.prm.pages_per_io, a.prm.page_size,
+      a.prm.io_depth, a.prm.burst);
+  for (const std::string& n : a.tb->notes) std::fprintf(out, "rdmafwd: %s\n", n.c_str());
+  std::string polls;
+  for (size_t i = 0; i < a.lcores.size(); ++i) {
+    char pb[64];
+    std::snprintf(pb, sizeof pb, "%slcore %u -> lane %zu", i ? ", " : "", a.lcores[i], i);
+    polls.append(pb);
+  }
+  const char* who = a.prm.role == Role::kServer   ? "server core p"
+                    : a.prm.role == Role::kClient ? "client core c"
+                                                  : "client c + peer p + relay r + sink s";
+  std::fprintf(out,
+               "rdmafwd: cores: main lcore %u = setup, statistics, prompt, telemetry; poll %s "
+               "(each lane polls %s)%s\n",
+               a.main_lcore, polls.c_str(), who,
+               threaded_emu ? (a.prm.role == Role::kBoth
+                                   ? "; 2 emu device threads (one per port), placed by the kernel"
+                                   : "; 1 emu device thread, placed by the kernel")
+                            : "");
+  if (!a.telemetry_path.empty())
+    std::fprintf(out, "rdmafwd: telemetry: %s (/rdmx/stats, /rdmx/config, /rdmx/windows)\n",
+                 a.telemetry_path.c_str());
+  std::fflush(out);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  a.refresh_census();
+  if (a.prm.interactive || !a.prm.cmdline_file.empty()) {
+    if (a.prm.auto_start) {
+      if (Status s = a.start(); !s)
+        std::fprintf(stderr, "rdmafwd: %s\n", s.error().message.c_str());
+    }
+    run_prompt(a);
+    if (a.running) (void)a.stop();
+    a.print_stats("summary", -1);
+  } else {
+    if (Status s = a.start(); !s) {
+      std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
+      return kExitRuntime;
+    }
+    if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
+      std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
+    while (a.running && !g_signal.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      background_tick(a);
+    }
+    if (a.running) (void)a.stop();
+    if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
+    const int st = a.exit_status();
+    if (a.stats().total().ios == 0 && st == kExitOk) {
+      std::fprintf(stderr, "rdmafwd: no I/O completed\n");
+      a.print_stats("summary", kExitRuntime);
+      return kExitRuntime;
+    }
+    a.print_stats("summary", st);
+    return st;
+  }
+  return a.exit_status();
+}

@@ -1,0 +1,237 @@
+// rdmafwd command line: the application arguments after `--` (EAL arguments come first).
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "rdmafwd.hpp"
+
+namespace rdmafwd {
+
+const char* role_name(Role r) noexcept {
+  switch (r) {
+    case Role::kBoth:
+      return "both";
+    case Role::kServer:
+      return "server";
+    case Role::kClient:
+      return "client";
+  }
+  return "?";
+}
+
+std::string usage_text(const std::string& prog) {
+  std::string u;
+  u += "usage: " + prog + " [EAL options] -- [rdmafwd options]\n";
+  u += "  e.g. " + prog + " -l 0-1 --no-huge -m 256 -- --device emu --fwd rpc --duration 5\n";
+  u += "rdmafwd options:\n";
+  u += "  --device NAME          emu (emulated mlx5, default), emu-sink (no data effect) or an\n"
+       "                         mlx5 device name (mlx5_0)\n";
+  u += "  --fwd MODE             forwarding engine: " + engine_names("|") + " (default rpc)\n";
+  u += "  --nb-cores N           poll lcores (default 1; needs N worker lcores in -l)\n";
+  u += "  --pages-per-io N       chunk pages per I/O (default 16)\n";
+  u += "  --max-pages N          translation entries per window (default max(pages-per-io, 16))\n";
+  u += "  --page-size BYTES      chunk page size: 4096, 65536 or 2097152 (default 4096)\n";
+  u += "  --windows-per-core N   windows per poll core (default 2*io-depth+16)\n";
+  u += "  --burst N              most I/Os issued per loop iteration, one doorbell (default 16)\n";
+  u += "  --io-depth N           I/Os in flight per lane (default 32)\n";
+  u += "  --stats-period SEC     print statistics every SEC seconds (default off)\n";
+  u += "  --duration SEC         forward for SEC seconds, then stop\n";
+  u += "  --io-count N           stop after N I/Os (all lanes together)\n";
+  u += "  --json                 machine-readable statistics (JSON lines on stdout)\n";
+  u += "  -i, --interactive      interactive prompt (DPDK cmdline)\n";
+  u += "  --auto-start           interactive: start forwarding at once\n";
+  u += "  --cmdline-file FILE    run prompt commands from FILE (then the prompt with -i)\n";
+  u += "  --role server|client   two-process mode over emu's shared-memory wire (needs --wire)\n";
+  u += "  --wire NAME            shared-memory wire name (/dev/shm/rdmx-emu-NAME)\n";
+  u += "  --no-verify            do not check payload contents\n";
+  u += "  --show-topology        print the machine topology and the core placement\n";
+  u += "  --strict-no-syscalls   poll lcores run under a seccomp filter: any system call in the\n"
+       "                         forwarding loop ends the process\n";
+  u += "  -h, --help             this text\n";
+  u += "exit status: 0 ok, 1 runtime failure (errors, verification), 2 bad arguments,\n"
+       "             3 device not found\n";
+  return u;
+}
+
+namespace {
+
+bool to_u64(const std::string& s, uint64_t& out) {
+  if (s.empty() || s[0] == '-') return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  if (errno != 0 || end == s.c_str() || *end != '\0') return false;
+  out = v;
+  return true;
+}
+
+bool to_seconds(const std::string& s, double& out) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || !std::isfinite(v) || v < 0) return false;
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
+  ParseOutcome o;
+  auto fail = [&](std::string msg) {
+    o.error = std::move(msg);
+    return o;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    std::string val;
+    bool has_val = false;
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        val = a.substr(eq + 1);
+        a = a.substr(0, eq);
+        has_val = true;
+      }
+    }
+    auto need = [&](std::string& v) -> bool {
+      if (has_val) {
+        v = val;
+        return true;
+      }
+      if (i + 1 >= args.size()) return false;
+      v = args[++i];
+      return true;
+    };
+    auto flag = [&]() -> bool { return !has_val; };
+    std::string v;
+    uint64_t n = 0;
+    auto num = [&](uint64_t lo, uint64_t hi, uint64_t& dst) -> std::string {
+      if (!need(v)) return "option " + a + " needs a value";
+      if (!to_u64(v, n) || n < lo || n > hi) {
+        return "option " + a + ": '" + v + "' is not a number in " + std::to_string(lo) + ".." +
+               std::to_string(hi);
+      }
+      dst = n;
+      return "";
+    };
+    std::string err;
+    uint64_t tmp = 0;
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;
+    } else if (a == "--device") {
+      if (!need(p.device) || p.device.empty()) return fail("option --device needs a value");
+    } else if (a == "--fwd") {
+      if (!need(v)) return fail("option --fwd needs a value");
+      if (!find_engine(v)) {
+        return fail("option --fwd: unknown mode '" + v + "' (one of " + engine_names(", ") + ")");
+      }
+      p.fwd = v;
+    } else if (a == "--nb-cores") {
+      if (!(err = num(1, 64, tmp)).empty()) return fail(err);
+      p.nb_cores = static_cast<unsigned>(tmp);
+    } else if (a == "--pages-per-io") {
+      if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
+      p.pages_per_io = static_cast<uint32_t>(tmp);
+    } else if (a == "--max-pages") {
+      if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
+      p.max_pages = static_cast<uint32_t>(tmp);
+    } else if (a == "--page-size") {
+      if (!(err = num(1, uint64_t{1} << 30, tmp)).empty()) return fail(err);
+      if (tmp != 4096 && tmp != 65536 && tmp != (2u << 20)) {
+        return fail("option --page-size: " + std::to_string(tmp) +
+                    " is not a chunk page size (4096, 65536 or 2097152)");
+      }
+      p.page_size = static_cast<uint32_t>(tmp);
+    } else if (a == "--windows-per-core") {
+      if (!(err = num(1, 1u << 20, tmp)).empty()) return fail(err);
+      p.windows_per_core = static_cast<uint32_t>(tmp);
+    } else if (a == "--burst") {
+      if (!(err = num(1, 512, tmp)).empty()) return fail(err);
+      p.burst = static_cast<uint32_t>(tmp);
+    } else if (a == "--io-depth") {
+      if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
+      p.io_depth = static_cast<uint32_t>(tmp);
+    } else if (a == "--stats-period") {
+      if (!need(v)) return fail("option --stats-period needs a value");
+      if (!to_seconds(v, p.stats_period))
+        return fail("option --stats-period: '" + v + "' is not a number of seconds");
+    } else if (a == "--duration") {
+      if (!need(v)) return fail("option --duration needs a value");
+      if (!to_seconds(v, p.duration))
+        return fail("option --duration: '" + v + "' is not a number of seconds");
+    } else if (a == "--io-count") {
+      if (!(err = num(1, UINT64_MAX, p.io_count)).empty()) return fail(err);
+    } else if (a == "--json" && flag()) {
+      p.json = true;
+    } else if ((a == "-i" || a == "--interactive") && flag()) {
+      p.interactive = true;
+    } else if (a == "--auto-start" && flag()) {
+      p.auto_start = true;
+    } else if (a == "--cmdline-file") {
+      if (!need(p.cmdline_file) || p.cmdline_file.empty())
+        return fail("option --cmdline-file needs a file name");
+    } else if (a == "--role") {
+      if (!need(v)) return fail("option --role needs a value");
+      if (v == "server")
+        p.role = Role::kServer;
+      else if (v == "client")
+        p.role = Role::kClient;
+      else
+        return fail("option --role: '" + v + "' is neither server nor client");
+    } else if (a == "--wire") {
+      if (!need(p.wire) || p.wire.empty()) return fail("option --wire needs a name");
+    } else if (a == "--no-verify" && flag()) {
+      p.verify = false;
+    } else if (a == "--show-topology" && flag()) {
+      p.show_topology = true;
+    } else if (a == "--strict-no-syscalls" && flag()) {
+      p.strict = true;
+    } else if (a == "--corrupt-every") {  // hidden: tests of the rpc verification
+      if (!(err = num(1, UINT64_MAX, p.corrupt_every)).empty()) return fail(err);
+    } else if (has_val) {
+      return fail("option " + a + " takes no value");
+    } else {
+      return fail("unknown option '" + a + "'");
+    }
+  }
+  if (p.max_pages == 0) p.max_pages = std::max<uint32_t>(p.pages_per_io, 16);
+  if (p.windows_per_core == 0) p.windows_per_core = 2 * p.io_depth + 16;
+  o.error = check_params(p);
+  return o;
+}
+
+std::string check_params(const Params& p) {
+  const Engine* e = find_engine(p.fwd);
+  if (!e) return "unknown forwarding mode '" + p.fwd + "'";
+  if (p.pages_per_io > p.max_pages) {
+    return "--pages-per-io " + std::to_string(p.pages_per_io) + " is larger than the windows (" +
+           std::to_string(p.max_pages) + " pages; see --max-pages)";
+  }
+  if (p.fwd == "relay" && p.pages_per_io > 16) {
+    return "--fwd relay receives each message into at most 16 chunk pages (--pages-per-io <= 16)";
+  }
+  if (p.windows_per_core < 2 * p.io_depth) {
+    return "--windows-per-core " + std::to_string(p.windows_per_core) +
+           " is too small for --io-depth " + std::to_string(p.io_depth) +
+           " (at least 2 x io-depth: the peer keeps io-depth windows mapped in write/read)";
+  }
+  if (p.role != Role::kBoth) {
+    if (p.wire.empty()) return "--role needs --wire NAME (the shared-memory wire to use)";
+    if (!e->two_process) return "two-process mode (--role) runs --fwd rpc only";
+    if (p.device != "emu") return "two-process mode (--role) runs on --device emu only";
+    if (p.nb_cores != 1) return "two-process mode (--role) runs one lane (--nb-cores 1)";
+  } else if (!p.wire.empty()) {
+    return "--wire is for two-process mode (give --role server or --role client)";
+  }
+  if (p.device == "emu-sink" && e->needs_data) {
+    return "--device emu-sink moves no data: --fwd " + p.fwd + " needs --device emu";
+  }
+  if (p.auto_start && !p.interactive) return "--auto-start is for interactive mode (-i)";
+  return "";
+}
+
+}  // namespace rdmafwd

@@ -1,0 +1,284 @@
+// rdmafwd: the testpmd-like application of rdmx. Shared declarations of its parts:
+//
+//   params.cpp     command line (Params, usage, parse_params)
+//   setup.cpp      devices, arenas, window pools, poll cores, QP connections (Testbed, Lane)
+//   engines/*.cpp  forwarding engines, one table entry each (engines.cpp holds the table)
+//   stats.cpp      latency histogram, counters, snapshots, text and JSON output
+//   telemetry.cpp  /rdmx/stats, /rdmx/config, /rdmx/windows for dpdk-telemetry.py
+//   cmdline.cpp    the interactive prompt (DPDK cmdline)
+//   main.cpp       EAL start, run control (start/stop), signals, exit codes
+//
+// Threads: the main lcore parses, sets up, prints and runs the prompt; each poll lcore runs the
+// forwarding loop of one Lane (its client and peer PollCores) and is the only writer of that
+// Lane's counters (relaxed atomics, read lock-free by the main and telemetry threads).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/mlx5/device.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+namespace rdmafwd {
+
+using namespace rdmx;
+
+// ---- Exit codes (doc/guides/rdmafwd.md) ----------------------------------------------------
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;   // errors during the run, verification failure
+inline constexpr int kExitUsage = 2;     // bad or missing arguments
+inline constexpr int kExitNoDevice = 3;  // the device asked for does not exist
+
+// ---- Parameters ------------------------------------------------------------------------------
+enum class Role { kBoth, kServer, kClient };
+const char* role_name(Role r) noexcept;
+
+struct Params {
+  std::string device = "emu";  // emu | emu-sink | an mlx5 device name
+  std::string fwd = "rpc";
+  unsigned nb_cores = 1;
+  uint32_t pages_per_io = 16;
+  uint32_t max_pages = 0;  // window size (translation entries); 0 = max(pages_per_io, 16)
+  uint32_t page_size = 4096;
+  uint32_t windows_per_core = 0;  // 0 = 2 * io_depth + 16
+  uint32_t burst = 16;
+  uint32_t io_depth = 32;
+  double stats_period = 0;  // seconds; 0 = no periodic lines
+  double duration = 0;      // seconds; 0 = until io_count, Ctrl-C or `stop`
+  uint64_t io_count = 0;    // total I/Os; 0 = no limit
+  bool json = false;
+  bool interactive = false;
+  bool auto_start = false;
+  std::string cmdline_file;
+  Role role = Role::kBoth;
+  std::string wire;  // two-process mode: shared-memory wire name
+  bool verify = true;
+  bool show_topology = false;
+  bool strict = false;         // --strict-no-syscalls
+  uint64_t corrupt_every = 0;  // hidden (tests): the server flips a payload byte every N RPCs
+};
+
+// What parse_params() decided: run, print help and exit 0, or fail with exit 2.
+struct ParseOutcome {
+  bool help = false;
+  std::string error;  // non-empty: one line, printed before the usage
+};
+ParseOutcome parse_params(const std::vector<std::string>& args, Params& p);
+std::string usage_text(const std::string& prog);
+// Checks that hold between options (also after `set ...`). Empty when fine.
+std::string check_params(const Params& p);
+
+// ---- Counters written by one poll lcore ------------------------------------------------------
+// One writer (its poll lcore: relaxed load + store, a plain mov on x86), any number of readers.
+struct Counter {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t d) noexcept {
+    v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
+  void set(uint64_t x) noexcept { v.store(x, std::memory_order_relaxed); }
+  uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+// Log-linear latency histogram in TSC cycles: 16 linear sub-buckets per power of two (~6%
+// resolution), 1024 buckets, preallocated; add() is a few instructions, no allocation.
+class LatencyHist {
+ public:
+  static constexpr uint32_t kSubBits = 4;
+  static constexpr uint32_t kSub = 1u << kSubBits;
+  static constexpr uint32_t kBuckets = 64 * kSub;
+
+  static uint32_t bucket(uint64_t v) noexcept {
+    if (v < kSub) return static_cast<uint32_t>(v);
+    const uint32_t e = 63u - static_cast<uint32_t>(__builtin_clzll(v));
+    const uint32_t sub = static_cast<uint32_t>(v >> (e - kSubBits)) & (kSub - 1);
+    return (e - kSubBits + 1) * kSub + sub;
+  }
+  // Highest value that falls in bucket b.
+  static uint64_t bucket_high(uint32_t b) noexcept {
+    if (b < kSub) return b;
+    const uint32_t e = b / kSub + kSubBits - 1;
+    const uint64_t sub = b % kSub;
+    return ((kSub + sub + 1) << (e - kSubBits)) - 1;
+  }
+  void add(uint64_t cycles) noexcept {
+    counts_[bucket(cycles)].add(1);
+    if (cycles > max_.get()) max_.set(cycles);
+  }
+  uint64_t count(uint32_t b) const noexcept { return counts_[b].get(); }
+  uint64_t max() const noexcept { return max_.get(); }
+
+ private:
+  std::array<Counter, kBuckets> counts_{};
+  Counter max_;
+};
+
+// A plain copy of a histogram (main thread).
+struct HistSnapshot {
+  std::array<uint64_t, LatencyHist::kBuckets> counts{};
+  uint64_t max = 0;
+  uint64_t total() const noexcept;
+  // Cycles at quantile q (0..1): the high end of the bucket holding it; max for q = 1.
+  uint64_t quantile(double q) const noexcept;
+  void take(const LatencyHist& h) noexcept;
+  void subtract(const HistSnapshot& base) noexcept;
+  void merge(const HistSnapshot& o) noexcept;
+};
+
+// The window-layer counters of a lane's PollCores, published by the poll lcore (the PollCore's
+// own CoreStats are plain fields its owner writes; other threads read these copies).
+struct WinCounters {
+  Counter maps, unmaps, pages_mapped, cache_hits, cache_misses, remote_invalidations, umr_errors,
+      wqe_errors, recoveries, exhausted;
+  std::array<Counter, 256> syndromes{};
+};
+
+struct alignas(64) LaneCounters {
+  Counter ios;          // completed I/Os (RPCs, messages relayed, map+unmap pairs, ...)
+  Counter bytes;        // payload bytes of the completed I/Os
+  Counter io_errors;    // I/Os that completed in error or were abandoned at stop
+  Counter verify_fail;  // payload checks that failed
+  Counter rejected;     // posts refused by the window layer for another reason than no room
+  Counter corrupted;    // bytes flipped on purpose (--corrupt-every)
+  Counter runs;         // start/stop cycles
+  Counter failed;       // 1 once a QP went to error
+  Counter peer_bye;     // two-process server: the client said goodbye
+  Counter issuing;      // 1 while the lane may still issue I/Os
+  LatencyHist lat;
+  WinCounters win;
+};
+
+// ---- Testbed ---------------------------------------------------------------------------------
+// One Lane per poll lcore. Single process: both RC endpoints of every connection live here:
+//   c  client / source       pool A (device side 0)   QP c <-> p
+//   p  peer / server / relay-in pool B (device side 1)
+//   r  relay-out             pool B                   QP r <-> s
+//   s  sink                  pool A
+// Two-process mode: the client process has only c, the server process only p.
+struct SlotBufs {
+  std::vector<uint64_t> pages;  // page addresses, slot i at [i * per_slot, (i+1) * per_slot)
+  uint32_t per_slot = 0;
+  const uint64_t* slot(uint32_t i) const noexcept { return pages.data() + size_t{i} * per_slot; }
+};
+
+struct Lane;
+struct Engine;
+
+struct Csum {
+  uint64_t a = 0, b = 0;
+  bool operator==(const Csum&) const = default;
+};
+
+struct RunConfig {
+  const Engine* engine = nullptr;
+  uint32_t burst = 16;
+  uint32_t pages = 16;
+  uint32_t depth = 32;
+  bool verify = true;
+  uint64_t corrupt_every = 0;
+  uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
+};
+
+struct Lane {
+  unsigned index = 0;
+  unsigned lcore = 0;
+  win::PollCore* c = nullptr;
+  win::PollCore* p = nullptr;
+  win::PollCore* r = nullptr;
+  win::PollCore* s = nullptr;
+  mem::Arena* arena_a = nullptr;
+  mem::Arena* arena_b = nullptr;
+  uint32_t page_size = 4096;
+  uint32_t depth = 0;       // slots (io-depth)
+  uint32_t max_pages = 0;   // pages per slot
+  uint32_t recv_pages = 0;  // pages per receive slot (<= 16: one scatter entry each)
+  // Side A (client).
+  SlotBufs c_src, c_dst;  // scattered chunk pages: what the client maps
+  SlotBufs s_recv;        // sink receive slots
+  uint64_t c_small = 0;   // depth x 64 B request headers, then depth x 64 B reply receives
+  // Side B (peer).
+  SlotBufs p_src, p_dst;       // contiguous per slot (registered buffers of the server)
+  SlotBufs p_recv;             // peer receive slots
+  uint64_t p_small = 0;        // depth x 64 B reply headers
+  bool remote_peer = false;    // two-process client: p lives in the other process
+  bool remote_client = false;  // two-process server: c lives in the other process
+
+  RunConfig cfg;
+  LaneCounters st;
+  // Engine state (preallocated at setup, reset by the engine's start()).
+  struct Slot {
+    uint64_t tsc = 0;
+    uint64_t seq = 0;
+    win::Window* w = nullptr;
+    uint32_t rkey = 0;
+    uint32_t len = 0;
+    uint8_t op = 0;
+    bool busy = false;
+    uint64_t expect_a = 0, expect_b = 0;
+  };
+  std::vector<Slot> slots;            // client side
+  std::vector<Slot> srv;              // server side (by client slot)
+  std::vector<win::Window*> targets;  // write/read: the peer's persistent windows
+  std::vector<uint64_t> ring;         // umr: issue TSC per I/O number
+  std::vector<uint32_t> free_slots;
+  uint32_t n_free = 0;
+  uint64_t issued = 0, completed = 0, seq = 0, srv_count = 0, sink_seq = 0;
+  uint64_t umr_base = 0;
+  int64_t credits = 0;                // relay: messages the source may still inject
+  std::vector<win::Window*> unmap_q;  // unmaps refused for lack of SQ room, retried
+  uint32_t unmap_n = 0;
+  std::vector<win::Window*> relay_w;  // relay: window per receive slot being forwarded
+  std::vector<uint32_t> backlog;      // relay: receive slots waiting for a window / SQ room
+  uint32_t backlog_head = 0, backlog_n = 0;
+  bool targets_unmapped = false;
+  std::vector<Csum> csums;  // per slot checksums computed at start
+  bool draining = false;
+  bool failed = false;  // a QP went to error: issue nothing more
+  uint64_t drain_deadline = 0;
+  uint64_t iter = 0;
+  void publish() noexcept;  // copies PollCore stats into st.win (poll lcore)
+};
+
+// ---- Engines ---------------------------------------------------------------------------------
+struct Engine {
+  const char* name;
+  const char* what;
+  bool needs_data;   // moves payload (not possible on emu-sink)
+  bool two_process;  // runs with --role server/client
+  // Poll lcore, before the loop (may wait for setup UMRs; no allocation).
+  bool (*start)(Lane&);
+  // One iteration: poll, complete, issue, flush. Returns whether it did work.
+  bool (*fwd)(Lane&);
+  // After stop: true once nothing is in flight (the engine's persistent windows unmapped).
+  bool (*idle)(Lane&);
+};
+const Engine* find_engine(const std::string& name) noexcept;
+const std::vector<const Engine*>& engines();
+std::string engine_names(const char* sep);
+
+// Helpers shared by the engines (engines/common.cpp).
+// Checksum of bytes [kHdr, len) of a buffer spread over pages of page_size bytes.
+inline constexpr uint32_t kHdr = 64;
+Csum csum_pages(const uint64_t* pages, uint32_t page_size, uint64_t len) noexcept;
+Csum csum_range(uint64_t addr, uint64_t len) noexcept;
+void fill_pattern(const uint64_t* pages, uint32_t n, uint32_t page_size, uint64_t seed) noexcept;
+uint8_t* byte_at(const uint64_t* pages, uint32_t page_size, uint64_t off) noexcept;
+
+// Cookies: bit 63 belongs to the window layer.
+inline constexpr uint64_t cookie(uint8_t kind, uint32_t slot) noexcept {
+  return (uint64_t{kind} << 32) | slot;
+}
+inline constexpr uint8_t cookie_kind(uint64_t c) noexcept {
+  return static_cast<uint8_t>(c >> 32);
+}
+inline constexpr uint32_t cookie_slot(uint64_t c) noexcept {
+  return static_cast<uint32_t>(c);
+}
+
+}  // namespace rdmafwd

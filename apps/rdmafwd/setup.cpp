@@ -1,0 +1,509 @@
+// rdmafwd setup (control path: allocates, may block, returns Result).
+//
+// Single process: two devices joined by a wire — emu: side 0 (A) and side 1 (B) of an
+// in-process wire, each with its own device thread; dv: the named device opened twice (two
+// contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
+// c (A) <-> p (B) and r (B) <-> s (A). Two-process mode: the server opens side 0 of a
+// shared-memory wire and has p only, the client attaches side 1 and has c only; they exchange
+// their QP's ConnectInfo (and the client's sizes) through two small files in /dev/shm.
+#include "setup.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <rdmx/dv/dv_device.hpp>
+
+#include "engines/common.hpp"
+
+namespace rdmafwd {
+
+namespace {
+
+uint32_t pow2_at_least(uint64_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Page-granular bump allocation over an arena's data part.
+struct Carver {
+  mem::Arena* arena;
+  uint32_t next = 0;
+  Result<uint64_t> take(uint32_t n) {
+    if (next + n > arena->n_pages())
+      return make_error(Errc::kNoMemory, "arena too small (internal sizing error)");
+    const uint64_t a = arena->page_addr(next);
+    next += n;
+    return a;
+  }
+};
+
+// Contiguous slot buffers.
+Status carve_contig(Carver& cv, SlotBufs& b, uint32_t slots, uint32_t per_slot) {
+  b.per_slot = per_slot;
+  b.pages.resize(size_t{slots} * per_slot);
+  for (uint32_t i = 0; i < slots; ++i) {
+    auto r = cv.take(per_slot);
+    if (!r) return r.error();
+    for (uint32_t j = 0; j < per_slot; ++j)
+      b.pages[size_t{i} * per_slot + j] = r.value() + uint64_t{j} * cv.arena->page_size();
+  }
+  return {};
+}
+
+// Scattered chunk pages: a block of pages handed out in shuffled order, so a slot's pages are
+// not contiguous (what a window exists for).
+Status carve_scattered(Carver& cv, SlotBufs& a, SlotBufs& b, uint32_t slots, uint32_t per_slot,
+                       uint64_t seed) {
+  const uint32_t n = 2 * slots * per_slot;
+  auto r = cv.take(n);
+  if (!r) return r.error();
+  std::vector<uint64_t> pages(n);
+  for (uint32_t i = 0; i < n; ++i) pages[i] = r.value() + uint64_t{i} * cv.arena->page_size();
+  std::mt19937_64 rng(seed);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  a.per_slot = b.per_slot = per_slot;
+  a.pages.assign(pages.begin(), pages.begin() + n / 2);
+  b.pages.assign(pages.begin() + n / 2, pages.end());
+  return {};
+}
+
+struct SideSizes {
+  uint32_t pages = 0;  // data pages
+};
+
+// Pages of one side for `lanes` lanes.
+uint32_t side_pages(const Params& p, uint32_t recv_pages, unsigned lanes) {
+  const uint32_t small = (2 * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
+  return lanes * (p.io_depth * (2 * p.max_pages + recv_pages) + small);
+}
+
+size_t arena_bytes(const Params& p, uint32_t data_pages, uint32_t windows) {
+  // Pointer-mode KLM arrays (when windows are larger than the inline limit) take the tail.
+  const size_t klm = std::max<size_t>(2048, (size_t{p.max_pages} * 16 + 2047) / 2048 * 2048);
+  const size_t tail = size_t{windows} * klm + 2 * size_t{p.page_size};
+  return size_t{data_pages} * p.page_size + (tail + p.page_size - 1) / p.page_size * p.page_size;
+}
+
+Result<std::unique_ptr<win::WindowPool>> make_pool(mlx5::Device& dev, mem::Arena& arena,
+                                                   const Params& p, uint32_t n_windows) {
+  win::PoolConfig pc;
+  pc.n_windows = n_windows;
+  pc.max_pages = p.max_pages;
+  pc.remote_invalidate = true;
+  return win::WindowPool::create(dev, arena, pc);
+}
+
+win::CoreConfig core_config(const Params& p, uint32_t recv_pages) {
+  win::CoreConfig cc;
+  cc.cache_size = p.windows_per_core;
+  cc.initial_windows = p.windows_per_core / 2;
+  // Per slot in flight: a map (<= 4 WQEBBs inline for 52 KLMs... plus margin), a data WQE, an
+  // unmap, a reply: 16 WQEBBs per slot is generous.
+  cc.qp.sq_wqebbs = std::max<uint32_t>(1024, pow2_at_least(uint64_t{p.io_depth} * 16));
+  cc.qp.rq_wqes = pow2_at_least(std::max<uint32_t>(p.io_depth, 16));
+  cc.qp.rq_sges = recv_pages;
+  cc.qp.cq_cqes = pow2_at_least(uint64_t{cc.qp.sq_wqebbs} + cc.qp.rq_wqes);
+  return cc;
+}
+
+std::string errc_str(Errc e) {
+  return std::string(errc_name(e));
+}
+
+Error wrap(const Error& e, const std::string& what) {
+  return make_error(e.code, what + ": " + e.message);
+}
+
+// ---- Two-process rendezvous through /dev/shm files --------------------------------------------
+std::string rdv_path(const std::string& wire, const char* who) {
+  return "/dev/shm/rdmafwd-" + wire + "." + who;
+}
+
+Status write_kv(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return make_error(Errc::kDeviceError, "cannot write " + tmp);
+    f << text;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return make_error(Errc::kDeviceError, "cannot rename " + tmp);
+  return {};
+}
+
+Result<std::string> wait_file(const std::string& path, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    std::ifstream f(path);
+    if (f) {
+      std::stringstream ss;
+      ss << f.rdbuf();
+      f.close();
+      (void)::unlink(path.c_str());
+      return ss.str();
+    }
+    if (std::chrono::steady_clock::now() > end)
+      return make_error(Errc::kTimeout, "no peer after " + std::to_string(int(seconds)) +
+                                            " s (waiting for " + path + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string info_text(const mlx5::ConnectInfo& ci) {
+  std::ostringstream o;
+  o << "qpn " << ci.qpn << "\npsn " << ci.psn << "\nlid " << ci.lid << "\ntoken " << ci.port_token
+    << "\ngid";
+  for (uint8_t g : ci.gid) o << ' ' << unsigned(g);
+  o << '\n';
+  return o.str();
+}
+
+bool parse_info(const std::string& text, mlx5::ConnectInfo& ci, Params* sizes) {
+  std::istringstream in(text);
+  std::string k;
+  bool got = false;
+  while (in >> k) {
+    uint64_t v = 0;
+    if (k == "gid") {
+      for (uint8_t& g : ci.gid) {
+        in >> v;
+        g = static_cast<uint8_t>(v);
+      }
+      continue;
+    }
+    if (!(in >> v)) return false;
+    if (k == "qpn")
+      ci.qpn = static_cast<uint32_t>(v), got = true;
+    else if (k == "psn")
+      ci.psn = static_cast<uint32_t>(v);
+    else if (k == "lid")
+      ci.lid = static_cast<uint16_t>(v);
+    else if (k == "token")
+      ci.port_token = v;
+    else if (sizes && k == "depth")
+      sizes->io_depth = static_cast<uint32_t>(v);
+    else if (sizes && k == "max_pages")
+      sizes->max_pages = static_cast<uint32_t>(v);
+    else if (sizes && k == "pages")
+      sizes->pages_per_io = static_cast<uint32_t>(v);
+    else if (sizes && k == "page_size")
+      sizes->page_size = static_cast<uint32_t>(v);
+    else if (sizes && k == "windows")
+      sizes->windows_per_core = static_cast<uint32_t>(v);
+  }
+  return got;
+}
+
+}  // namespace
+
+Testbed::~Testbed() {
+  lanes.clear();
+  cores.clear();
+  pool_a.reset();
+  pool_b.reset();
+  arena_a.reset();
+  arena_b.reset();
+  dev_a.reset();
+  dev_b.reset();
+  wire.reset();
+}
+
+uint64_t Testbed::checker_reports(std::string* dump) const {
+  uint64_t n = 0;
+  for (emu::EmuDevice* d : {emu_a, emu_b}) {
+    if (!d) continue;
+    n += d->checker().total();
+    if (dump && d->checker().total()) *dump += d->checker().dump();
+  }
+  return n;
+}
+
+std::string Testbed::census(bool& ok, std::vector<PoolCensus>* out) {
+  ok = true;
+  std::string text;
+  const struct {
+    const char* name;
+    win::WindowPool* pool;
+  } pools[] = {{"A", pool_a.get()}, {"B", pool_b.get()}};
+  for (const auto& e : pools) {
+    if (!e.pool) continue;
+    PoolCensus pc;
+    pc.pool = e.name;
+    auto r = e.pool->check_windows();
+    char buf[512];
+    if (!r) {
+      ok = pc.ok = false;
+      pc.error = r.error().message;
+      std::snprintf(buf, sizeof buf, "  pool %s: INVARIANT VIOLATED: %s\n", e.name,
+                    pc.error.c_str());
+    } else {
+      pc.c = r.value();
+      std::snprintf(buf, sizeof buf,
+                    "  pool %s (%s): %u windows: cache %u, unmapping %u, depot %u, mapped %u, "
+                    "dirty %u - every window in exactly one place: ok\n",
+                    e.name, e.pool->device().name().c_str(), pc.c.total, pc.c.cache, pc.c.unmapping,
+                    pc.c.depot, pc.c.mapped, pc.c.dirty);
+    }
+    text += buf;
+    if (out) out->push_back(pc);
+  }
+  return text;
+}
+
+Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores) {
+  auto tb = std::make_unique<Testbed>();
+  const bool emu_dev = p.device == "emu" || p.device == "emu-sink";
+  const bool want_a = p.role != Role::kServer;
+  const bool want_b = p.role != Role::kClient;
+  const unsigned n_lanes = static_cast<unsigned>(lcores.size());
+
+  // ---- devices ----
+  if (emu_dev) {
+    emu::Options o;
+    o.mode = p.device == "emu-sink" ? emu::Mode::kSink : emu::Mode::kThreaded;
+    if (p.role == Role::kBoth) {
+      tb->wire = emu::make_wire();
+    } else if (p.role == Role::kServer) {
+      auto w = emu::create_shm_wire(p.wire);
+      if (!w) return wrap(w.error(), "shared-memory wire '" + p.wire + "'");
+      tb->wire = std::move(w).value();
+    } else {
+      // The server creates the wire; wait for it.
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      for (;;) {
+        auto w = emu::attach_shm_wire(p.wire);
+        if (w) {
+          tb->wire = std::move(w).value();
+          break;
+        }
+        if (std::chrono::steady_clock::now() > end)
+          return wrap(w.error(), "shared-memory wire '" + p.wire + "' (is the server running?)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    if (want_a) {
+      o.name = "emu0";
+      auto d = emu::EmuDevice::open(tb->wire, p.role == Role::kClient ? 1 : 0, o);
+      if (!d) return wrap(d.error(), "emu side A");
+      tb->emu_a = d.value().get();
+      tb->dev_a = std::move(d).value();
+    }
+    if (want_b) {
+      o.name = "emu1";
+      auto d = emu::EmuDevice::open(tb->wire, p.role == Role::kServer ? 0 : 1, o);
+      if (!d) return wrap(d.error(), "emu side B");
+      tb->emu_b = d.value().get();
+      tb->dev_b = std::move(d).value();
+    }
+    tb->notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(o.mode) +
+                        (p.role == Role::kBoth
+                             ? "), two ports joined by an in-process wire, "
+                               "one device thread per port"
+                             : "), shared-memory wire /dev/shm/rdmx-emu-" + p.wire));
+  } else {
+    dv::DvOptions dopt;
+    auto a = dv::DvDevice::open(p.device, dopt);
+    if (!a) return a.error();
+    auto b = dv::DvDevice::open(p.device, dopt);
+    if (!b) return b.error();
+    tb->dev_a = std::move(a).value();
+    tb->dev_b = std::move(b).value();
+    tb->notes.push_back("device: " + p.device + " (mlx5dv), opened twice: loopback RC");
+  }
+
+  // Two-process server: adopt the client's sizes before sizing anything.
+  mlx5::ConnectInfo client_info;
+  if (p.role == Role::kServer) {
+    auto t = wait_file(rdv_path(p.wire, "client"), 120);
+    if (!t) return t.error();
+    Params sizes = p;
+    if (!parse_info(t.value(), client_info, &sizes))
+      return make_error(Errc::kDeviceError, "malformed client rendezvous file");
+    p.io_depth = sizes.io_depth;
+    p.max_pages = sizes.max_pages;
+    p.pages_per_io = sizes.pages_per_io;
+    p.page_size = sizes.page_size;
+    p.windows_per_core = sizes.windows_per_core;
+    tb->notes.push_back("server: sizes from the client: io-depth " + std::to_string(p.io_depth) +
+                        ", pages-per-io " + std::to_string(p.pages_per_io) + ", page-size " +
+                        std::to_string(p.page_size));
+  }
+
+  const uint32_t recv_pages = std::min<uint32_t>(p.max_pages, 16);
+  const uint32_t cores_per_side = 2 * n_lanes;
+  const uint32_t windows = p.windows_per_core * cores_per_side;
+
+  // ---- arenas and pools (pools before any carving: they may reserve the arena's tail) ----
+  auto make_side = [&](mlx5::Device& dev, std::unique_ptr<mem::Arena>& arena,
+                       std::unique_ptr<win::WindowPool>& pool, const char* name) -> Status {
+    mem::ArenaConfig ac;
+    ac.bytes = arena_bytes(p, side_pages(p, recv_pages, n_lanes), windows);
+    ac.page_size = p.page_size;
+    ac.source = mem::Source::kHeap;
+    ac.name = name;
+    auto a = mem::Arena::create(dev, ac);
+    if (!a) return wrap(a.error(), std::string("arena ") + name);
+    arena = std::move(a).value();
+    auto pl = make_pool(dev, *arena, p, windows);
+    if (!pl) return wrap(pl.error(), std::string("window pool ") + name);
+    pool = std::move(pl).value();
+    return {};
+  };
+  if (want_a)
+    if (Status s = make_side(*tb->dev_a, tb->arena_a, tb->pool_a, "rdmafwd_a"); !s)
+      return s.error();
+  if (want_b)
+    if (Status s = make_side(*tb->dev_b, tb->arena_b, tb->pool_b, "rdmafwd_b"); !s)
+      return s.error();
+
+  // ---- lanes ----
+  const win::CoreConfig cc = core_config(p, recv_pages);
+  auto new_core = [&](win::WindowPool& pool, const char* what) -> Result<win::PollCore*> {
+    auto c = win::PollCore::create(pool, cc);
+    if (!c) return wrap(c.error(), std::string("poll core ") + what);
+    tb->cores.push_back(std::move(c).value());
+    return tb->cores.back().get();
+  };
+  Carver cva{tb->arena_a.get()}, cvb{tb->arena_b.get()};
+  for (unsigned i = 0; i < n_lanes; ++i) {
+    auto ln = std::make_unique<Lane>();
+    Lane& l = *ln;
+    l.index = i;
+    l.lcore = lcores[i];
+    l.page_size = p.page_size;
+    l.depth = p.io_depth;
+    l.max_pages = p.max_pages;
+    l.recv_pages = recv_pages;
+    l.arena_a = tb->arena_a.get();
+    l.arena_b = tb->arena_b.get();
+    l.remote_peer = !want_b;
+    l.remote_client = !want_a;
+    if (want_a) {
+      auto c = new_core(*tb->pool_a, "c");
+      if (!c) return c.error();
+      l.c = c.value();
+      if (p.role == Role::kBoth) {
+        auto s = new_core(*tb->pool_a, "s");
+        if (!s) return s.error();
+        l.s = s.value();
+      }
+      if (Status s = carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i); !s)
+        return s.error();
+      if (Status s = carve_contig(cva, l.s_recv, l.depth, recv_pages); !s) return s.error();
+      auto sm = cva.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
+      if (!sm) return sm.error();
+      l.c_small = sm.value();
+      fill_pattern(l.c_src.pages.data(), static_cast<uint32_t>(l.c_src.pages.size()), p.page_size,
+                   11 + i);
+    }
+    if (want_b) {
+      auto pc = new_core(*tb->pool_b, "p");
+      if (!pc) return pc.error();
+      l.p = pc.value();
+      if (p.role == Role::kBoth) {
+        auto r = new_core(*tb->pool_b, "r");
+        if (!r) return r.error();
+        l.r = r.value();
+      }
+      if (Status s = carve_contig(cvb, l.p_src, l.depth, l.max_pages); !s) return s.error();
+      if (Status s = carve_contig(cvb, l.p_dst, l.depth, l.max_pages); !s) return s.error();
+      if (Status s = carve_contig(cvb, l.p_recv, l.depth, recv_pages); !s) return s.error();
+      auto sm = cvb.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
+      if (!sm) return sm.error();
+      l.p_small = sm.value();
+      fill_pattern(l.p_src.pages.data(), static_cast<uint32_t>(l.p_src.pages.size()), p.page_size,
+                   77 + i);
+    }
+    // Engine state, preallocated.
+    l.slots.resize(l.depth);
+    l.srv.resize(l.depth);
+    l.targets.resize(l.depth);
+    l.ring.resize(l.depth);
+    l.free_slots.resize(l.depth);
+    l.unmap_q.resize(size_t{l.depth} * 2 + 4);
+    l.relay_w.assign(l.depth, nullptr);
+    l.backlog.resize(l.depth);
+    l.csums.resize(size_t{l.depth} * 2);
+
+    // Connections.
+    if (p.role == Role::kBoth) {
+      auto conn = [&](mlx5::Device& da, win::PollCore& a, mlx5::Device& db,
+                      win::PollCore& b) -> Status {
+        const mlx5::ConnectInfo ia = da.local_info(a.qp_handle());
+        const mlx5::ConnectInfo ib = db.local_info(b.qp_handle());
+        if (Status s = da.connect(a.qp_handle(), ib); !s) return s;
+        return db.connect(b.qp_handle(), ia);
+      };
+      if (Status s = conn(*tb->dev_a, *l.c, *tb->dev_b, *l.p); !s)
+        return wrap(s.error(), "connect c-p");
+      if (Status s = conn(*tb->dev_b, *l.r, *tb->dev_a, *l.s); !s)
+        return wrap(s.error(), "connect r-s");
+    }
+    // Receives stay posted for the whole run, in a layout every engine shares.
+    for (uint32_t k = 0; k < l.depth; ++k) {
+      if (l.c) {
+        const mlx5::prm::Sge sg =
+            sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.arena_a->lkey());
+        if (Errc e = l.c->post_recv({&sg, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk)
+          return make_error(e, "posting receives: " + errc_str(e));
+      }
+      if (l.p) {
+        if (Errc e = post_slot_recv(*l.p, l.p_recv, k, p.page_size, l.arena_b->lkey(), kCkReqRecv);
+            e != Errc::kOk)
+          return make_error(e, "posting receives: " + errc_str(e));
+      }
+      if (l.s) {
+        if (Errc e = post_slot_recv(*l.s, l.s_recv, k, p.page_size, l.arena_a->lkey(), kCkSinkRecv);
+            e != Errc::kOk)
+          return make_error(e, "posting receives: " + errc_str(e));
+      }
+    }
+    for (win::PollCore* k : {l.c, l.p, l.r, l.s})
+      if (k) k->flush();
+    tb->lanes.push_back(std::move(ln));
+  }
+
+  // ---- two-process rendezvous ----
+  if (p.role == Role::kServer) {
+    Lane& l = *tb->lanes[0];
+    if (Status s = tb->dev_b->connect(l.p->qp_handle(), client_info); !s)
+      return wrap(s.error(), "connect to the client");
+    if (Status s = write_kv(rdv_path(p.wire, "server"),
+                            info_text(tb->dev_b->local_info(l.p->qp_handle())));
+        !s)
+      return s.error();
+  } else if (p.role == Role::kClient) {
+    Lane& l = *tb->lanes[0];
+    std::ostringstream o;
+    o << info_text(tb->dev_a->local_info(l.c->qp_handle())) << "depth " << p.io_depth
+      << "\nmax_pages " << p.max_pages << "\npages " << p.pages_per_io << "\npage_size "
+      << p.page_size << "\nwindows " << p.windows_per_core << "\n";
+    if (Status s = write_kv(rdv_path(p.wire, "client"), o.str()); !s) return s.error();
+    auto t = wait_file(rdv_path(p.wire, "server"), 60);
+    if (!t) return t.error();
+    mlx5::ConnectInfo si;
+    if (!parse_info(t.value(), si, nullptr))
+      return make_error(Errc::kDeviceError, "malformed server rendezvous file");
+    if (Status s = tb->dev_a->connect(l.c->qp_handle(), si); !s)
+      return wrap(s.error(), "connect to the server");
+  }
+
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "windows: %u per pool (%u per core x %u cores), %u translation entries each; "
+                "chunk pages of %u bytes",
+                windows, p.windows_per_core, cores_per_side, p.max_pages, p.page_size);
+  tb->notes.push_back(buf);
+  return tb;
+}
+
+}  // namespace rdmafwd

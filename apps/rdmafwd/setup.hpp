@@ -1,0 +1,43 @@
+// rdmafwd setup: devices, arenas, window pools, poll cores, QP connections, buffers.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <rdmx/emu/emu.hpp>
+
+#include "rdmafwd.hpp"
+
+namespace rdmafwd {
+
+struct Testbed {
+  Params prm;
+  std::shared_ptr<emu::Wire> wire;
+  std::unique_ptr<mlx5::Device> dev_a, dev_b;  // side A: client/source/sink, B: peer/relay
+  emu::EmuDevice* emu_a = nullptr;
+  emu::EmuDevice* emu_b = nullptr;
+  std::unique_ptr<mem::Arena> arena_a, arena_b;
+  std::unique_ptr<win::WindowPool> pool_a, pool_b;
+  std::vector<std::unique_ptr<win::PollCore>> cores;  // before the pools go
+  std::vector<std::unique_ptr<Lane>> lanes;
+  std::vector<std::string> notes;  // how devices and cores are used (printed at start)
+
+  ~Testbed();
+  // Window census of both pools (no lane running). Text lines; ok=false on an inconsistency.
+  struct PoolCensus {
+    std::string pool;
+    bool ok = true;
+    std::string error;
+    win::Census c;
+  };
+  std::string census(bool& ok, std::vector<PoolCensus>* out = nullptr);
+  // Emulated device: PRM checker reports so far (0 for dv).
+  uint64_t checker_reports(std::string* dump = nullptr) const;
+};
+
+// Builds everything for `lcores` (one lane each). Errors carry Errc::kNoDevice when the device
+// does not exist (exit 3), kInvalidArgument for impossible parameters (exit 2).
+Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores);
+
+}  // namespace rdmafwd
