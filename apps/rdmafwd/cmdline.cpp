@@ -284,13 +284,15 @@ cmdline_parse_ctx_t main_ctx[] = {&cmd_start, &cmd_stop,  &cmd_show, &cmd_set_fw
 // One line from a file or a pipe: echo it, run it, explain a failure.
 void run_line(cmdline* cl, std::string line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  size_t b = line.find_first_not_of(" \t");
+  const size_t b = line.find_first_not_of(" \t");
   if (b == std::string::npos || line[b] == '#') return;
-  cmdline_printf(cl, "%s%s\n", kPrompt, line.c_str());
+  // cmdline_new printed the first prompt; every later one is printed after a command.
+  cmdline_printf(cl, "%s\n", line.c_str());
   line += "\n";
   const int rc = cmdline_parse_check(cl, line.c_str());
-  if (rc == CMDLINE_PARSE_SUCCESS) {
+  if (rc >= 0) {  // success: the length parsed
     cmdline_parse(cl, line.c_str());
+    cmdline_printf(cl, "%s", kPrompt);
     return;
   }
   std::string word = line.substr(b, line.find_first_of(" \t\n", b) - b);
@@ -300,6 +302,7 @@ void run_line(cmdline* cl, std::string line) {
     cmdline_printf(cl, "error: bad arguments for '%s'; type 'help' for the syntax\n", word.c_str());
   else
     cmdline_printf(cl, "error: unknown command '%s'; type 'help' for the list\n", word.c_str());
+  cmdline_printf(cl, "%s", kPrompt);
 }
 
 void run_lines(App& a, cmdline* cl, std::istream& in) {
@@ -322,6 +325,7 @@ void run_prompt(App& a) {
       std::printf("rdmafwd: running commands from %s\n", a.prm.cmdline_file.c_str());
       std::fflush(stdout);
       run_lines(a, cl, f);
+      cmdline_printf(cl, "\n");
     }
     if (cl) cmdline_free(cl);
     // Without -i, the file was the whole session; a run it left going ends as usual.
@@ -339,6 +343,7 @@ void run_prompt(App& a) {
     cmdline* cl = cmdline_new(main_ctx, kPrompt, -1, STDOUT_FILENO);
     if (!cl) return;
     run_lines(a, cl, std::cin);
+    cmdline_printf(cl, "\n");
     cmdline_free(cl);
     return;
   }

@@ -448,35 +448,45 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
       if (Status s = conn(*tb->dev_b, *l.r, *tb->dev_a, *l.s); !s)
         return wrap(s.error(), "connect r-s");
     }
-    // Receives stay posted for the whole run, in a layout every engine shares.
-    for (uint32_t k = 0; k < l.depth; ++k) {
-      if (l.c) {
-        const mlx5::prm::Sge sg =
-            sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.arena_a->lkey());
-        if (Errc e = l.c->post_recv({&sg, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk)
-          return make_error(e, "posting receives: " + errc_str(e));
-      }
-      if (l.p) {
-        if (Errc e = post_slot_recv(*l.p, l.p_recv, k, p.page_size, l.arena_b->lkey(), kCkReqRecv);
-            e != Errc::kOk)
-          return make_error(e, "posting receives: " + errc_str(e));
-      }
-      if (l.s) {
-        if (Errc e = post_slot_recv(*l.s, l.s_recv, k, p.page_size, l.arena_a->lkey(), kCkSinkRecv);
-            e != Errc::kOk)
-          return make_error(e, "posting receives: " + errc_str(e));
-      }
-    }
-    for (win::PollCore* k : {l.c, l.p, l.r, l.s})
-      if (k) k->flush();
     tb->lanes.push_back(std::move(ln));
   }
 
+  // Receives (posted once the QPs are connected) stay posted for the whole run, in a layout
+  // every engine shares.
+  auto post_recvs = [&]() -> Status {
+    for (auto& lp : tb->lanes) {
+      Lane& l = *lp;
+      for (uint32_t k = 0; k < l.depth; ++k) {
+        if (l.c) {
+          const mlx5::prm::Sge sg =
+              sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.arena_a->lkey());
+          if (Errc e = l.c->post_recv({&sg, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk)
+            return make_error(e, "posting receives: " + errc_str(e));
+        }
+        if (l.p) {
+          if (Errc e =
+                  post_slot_recv(*l.p, l.p_recv, k, p.page_size, l.arena_b->lkey(), kCkReqRecv);
+              e != Errc::kOk)
+            return make_error(e, "posting receives: " + errc_str(e));
+        }
+        if (l.s) {
+          if (Errc e =
+                  post_slot_recv(*l.s, l.s_recv, k, p.page_size, l.arena_a->lkey(), kCkSinkRecv);
+              e != Errc::kOk)
+            return make_error(e, "posting receives: " + errc_str(e));
+        }
+      }
+      for (win::PollCore* k : {l.c, l.p, l.r, l.s})
+        if (k) k->flush();
+    }
+    return {};
+  };
   // ---- two-process rendezvous ----
   if (p.role == Role::kServer) {
     Lane& l = *tb->lanes[0];
     if (Status s = tb->dev_b->connect(l.p->qp_handle(), client_info); !s)
       return wrap(s.error(), "connect to the client");
+    if (Status s = post_recvs(); !s) return s.error();  // before the client may send
     if (Status s = write_kv(rdv_path(p.wire, "server"),
                             info_text(tb->dev_b->local_info(l.p->qp_handle())));
         !s)
@@ -495,6 +505,9 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
       return make_error(Errc::kDeviceError, "malformed server rendezvous file");
     if (Status s = tb->dev_a->connect(l.c->qp_handle(), si); !s)
       return wrap(s.error(), "connect to the server");
+    if (Status s = post_recvs(); !s) return s.error();
+  } else {
+    if (Status s = post_recvs(); !s) return s.error();
   }
 
   char buf[256];

@@ -69,10 +69,11 @@ void LaneSnap::take(const Lane& l) {
   hist.take(c.lat);
 }
 
-#define RDMAFWD_FIELDS(X)                                                                         \
-  X(ios)                                                                                          \
-  X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped) \
-      X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries)       \
+#define RDMAFWD_FIELDS(X)                                                                   \
+  X(ios)                                                                                    \
+  X(bytes)                                                                                  \
+  X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped)    \
+      X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries) \
           X(exhausted)
 
 void LaneSnap::subtract(const LaneSnap& b) {
