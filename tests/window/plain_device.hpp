@@ -67,6 +67,7 @@ class PlainDevice final : public mlx5::Device {
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override {
     auto q = std::make_unique<Qp>();
     auto alloc = [](size_t n) {
+      n = (n + 4095) & ~size_t{4095};  // aligned_alloc wants a multiple of the alignment
       void* p = std::aligned_alloc(4096, n);
       std::memset(p, 0, n);
       return static_cast<uint8_t*>(p);
