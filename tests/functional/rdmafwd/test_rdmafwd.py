@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Functional tests of rdmafwd over the emulated device (suite 'functional').
+
+Usage: test_rdmafwd.py PATH_TO_RDMAFWD CASE
+Each case runs the real binary (EAL + threaded emu) for about a second and checks its exit
+status and its --json summary (or its text output for the prompt cases)."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+EAL = ["-l", "0-1", "--no-huge", "-m", "256"]
+
+
+def run(binary, app_args, eal=EAL, stdin=None, timeout=40):
+    cmd = [binary] + eal + ["--"] + app_args
+    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    return p
+
+
+def summary(p):
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    assert lines, "no JSON line on stdout:\n" + p.stdout + p.stderr
+    s = json.loads(lines[-1])
+    assert s["type"] == "summary", s
+    return s
+
+
+def check(cond, msg, p=None):
+    if not cond:
+        if p is not None:
+            msg += "\n--- stdout ---\n" + p.stdout + "\n--- stderr ---\n" + p.stderr
+        raise AssertionError(msg)
+
+
+def mode(binary, fwd, extra=()):
+    p = run(binary, ["--fwd", fwd, "--duration", "1.2", "--json", "--stats-period", "0.5"] + list(extra))
+    check(p.returncode == 0, f"fwd {fwd}: exit {p.returncode}", p)
+    s = summary(p)
+    t = s["total"]
+    check(t["ios"] > 0 and t["bytes"] > 0, f"fwd {fwd}: no traffic: {t}", p)
+    check(t["errors"]["total"] == 0, f"fwd {fwd}: errors: {t['errors']}", p)
+    check(t["latency_us"]["count"] > 0 and t["latency_us"]["p50"] > 0, "no latency samples", p)
+    check(t["maps"] > 0, "no maps", p)
+    periodic = [l for l in p.stdout.splitlines() if '"type":"periodic"' in l]
+    check(len(periodic) >= 1, "no periodic line with --stats-period", p)
+    if fwd == "rpc":
+        check(t["remote_invalidations"] == t["ios"], "rpc: replies did not invalidate every window", p)
+    print(f"fwd {fwd}: {t['ios']} I/Os, {t['ios_per_s']:.0f}/s, p50 {t['latency_us']['p50']:.1f} us")
+
+
+def case_corrupt(binary):
+    p = run(binary, ["--fwd", "rpc", "--duration", "1", "--json", "--corrupt-every", "200"])
+    check(p.returncode == 1, f"corrupted payload: exit {p.returncode}, want 1", p)
+    t = summary(p)["total"]
+    check(t["corrupted"] > 0 and t["errors"]["verify"] > 0, f"not caught: {t}", p)
+    check("verification failed" in p.stderr, "no verification message", p)
+    # The same run without --corrupt-every is clean (the test above is not a false alarm).
+    print(f"caught {t['errors']['verify']} of {t['corrupted']} corrupted payloads")
+
+
+def case_no_verify_corrupt(binary):
+    # --no-verify: nothing is checked, so the corruption goes unnoticed (exit 0).
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--json", "--corrupt-every", "200", "--no-verify"])
+    check(p.returncode == 0, f"exit {p.returncode}", p)
+
+
+PROMPT_SCRIPT = """help
+show config
+start
+sleep 1
+show stats
+stop
+show windows
+set fwd umr
+frobnicate now
+set pages 999
+set pages 8
+start
+sleep 1
+stop
+set fwd relay
+start
+sleep 1
+stop
+quit
+"""
+
+
+def check_prompt_output(p):
+    out = p.stdout
+    check(p.returncode == 0, f"exit {p.returncode}", p)
+    for want in ["forwarding started: fwd rpc", "forwarding stopped", "every window in exactly one place: ok",
+                 "error: unknown command 'frobnicate'", "larger than the windows", "pages set to 8",
+                 "fwd set to umr", "forwarding started: fwd umr", "forwarding started: fwd relay",
+                 "emu PRM checker reports: 0", "commands (TAB completes)"]:
+        check(want in out, f"missing {want!r}", p)
+    check("INVARIANT VIOLATED" not in out, "census failed", p)
+
+
+def case_prompt_stdin(binary):
+    p = run(binary, ["-i"], stdin=PROMPT_SCRIPT)
+    check_prompt_output(p)
+
+
+def case_prompt_file(binary):
+    with tempfile.NamedTemporaryFile("w", suffix=".cmds", delete=False) as f:
+        f.write("# rdmafwd commands\n" + PROMPT_SCRIPT)
+        path = f.name
+    try:
+        p = run(binary, ["--cmdline-file", path], stdin="")
+        check_prompt_output(p)
+        check("running commands from" in p.stdout, "file not announced", p)
+    finally:
+        os.unlink(path)
+
+
+def case_two_process(binary):
+    wire = f"fwdtest{os.getpid()}"
+    # Server: main lcore 1, poll lcore 0; client: main 0, poll 1 (one CPU each on 2 cores).
+    srv = subprocess.Popen([binary, "-l", "0-1", "--main-lcore", "1", "--no-huge", "-m", "256", "--",
+                            "--role", "server", "--wire", wire, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        cli = run(binary, ["--role", "client", "--wire", wire, "--duration", "1.5", "--json"])
+        sout, serr = srv.communicate(timeout=30)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    check(cli.returncode == 0, f"client exit {cli.returncode}", cli)
+    check(srv.returncode == 0, f"server exit {srv.returncode}\n{sout}\n{serr}")
+    c = summary(cli)["total"]
+    s = json.loads([l for l in sout.splitlines() if l.startswith("{")][-1])["total"]
+    check(c["ios"] > 0 and c["errors"]["total"] == 0, f"client: {c}", cli)
+    check(s["ios"] == c["ios"], f"server served {s['ios']}, client completed {c['ios']}")
+    print(f"two-process: {c['ios']} RPCs, client p50 {c['latency_us']['p50']:.1f} us")
+
+
+def case_bad_args(binary):
+    cases = [
+        (["--fwd", "bogus"], "unknown mode 'bogus'"),
+        (["--pages-per-io"], "needs a value"),
+        (["--burst", "0"], "--burst"),
+        (["--frobnicate"], "unknown option '--frobnicate'"),
+        (["--role", "server"], "--role needs --wire"),
+        (["--page-size", "1000"], "not a chunk page size"),
+        (["--device", "emu-sink", "--fwd", "rpc"], "emu-sink moves no data"),
+        (["--pages-per-io", "64", "--max-pages", "16"], "larger than the windows"),
+        (["--nb-cores", "2"], "needs 2 worker lcore"),
+    ]
+    for args, msg in cases:
+        p = run(binary, args, timeout=20)
+        check(p.returncode == 2, f"{args}: exit {p.returncode}, want 2", p)
+        first = p.stderr.splitlines()[0] if p.stderr else ""
+        err_lines = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd: error:")]
+        check(len(err_lines) == 1 and msg in err_lines[0], f"{args}: message {err_lines!r} lacks {msg!r}", p)
+        check("usage:" in p.stderr, f"{args}: no usage", p)
+    p = subprocess.run([binary, "-l", "0-1", "--", "--help"], capture_output=True, text=True, timeout=20)
+    check(p.returncode == 0 and "--pages-per-io" in p.stdout, "--help", p)
+
+
+def case_no_device(binary):
+    p = run(binary, ["--device", "mlx5_0", "--fwd", "rpc", "--duration", "1"], timeout=20)
+    check(p.returncode == 3, f"exit {p.returncode}, want 3", p)
+    check("mlx5_0" in p.stderr, "the message does not name the device", p)
+
+
+def case_telemetry(binary):
+    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--duration", "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = None
+    try:
+        deadline = time.time() + 15
+        while time.time() < deadline and path is None:
+            line = p.stdout.readline()
+            if line.startswith("rdmafwd: telemetry: "):
+                path = line.split()[2]
+        check(path is not None, "no telemetry line")
+        time.sleep(1.0)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(path)
+        json.loads(s.recv(16384).decode())  # the greeting
+        got = {}
+        for cmd in ["/rdmx/stats", "/rdmx/config", "/rdmx/windows"]:
+            s.send(cmd.encode())
+            got[cmd] = json.loads(s.recv(65536).decode())[cmd]
+        s.close()
+        check(got["/rdmx/stats"]["ios"] > 0, f"stats: {got['/rdmx/stats']}")
+        check(got["/rdmx/config"]["fwd"] == "rpc", f"config: {got['/rdmx/config']}")
+        check(got["/rdmx/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmx/windows']}")
+        print("telemetry:", got["/rdmx/stats"])
+    finally:
+        out, err = p.communicate(timeout=30)
+    check(p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}")
+
+
+def case_sigint(binary):
+    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    p.send_signal(2)
+    out, err = p.communicate(timeout=30)
+    check(p.returncode == 0, f"SIGINT: exit {p.returncode}\n{out}\n{err}")
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    check(lines and json.loads(lines[-1])["total"]["ios"] > 0, f"no final summary\n{out}\n{err}")
+
+
+CASES = {
+    "umr": lambda b: mode(b, "umr"),
+    "write": lambda b: mode(b, "write"),
+    "read": lambda b: mode(b, "read"),
+    "rpc": lambda b: mode(b, "rpc"),
+    "relay": lambda b: mode(b, "relay"),
+    "sink-write": lambda b: mode(b, "write", ["--device", "emu-sink"]),
+    "corrupt": case_corrupt,
+    "no-verify": case_no_verify_corrupt,
+    "prompt-stdin": case_prompt_stdin,
+    "prompt-file": case_prompt_file,
+    "two-process": case_two_process,
+    "bad-args": case_bad_args,
+    "no-device": case_no_device,
+    "telemetry": case_telemetry,
+    "sigint": case_sigint,
+}
+
+if __name__ == "__main__":
+    binary, name = sys.argv[1], sys.argv[2]
+    CASES[name](binary)
