@@ -215,6 +215,9 @@ CASES = {
     "rpc": lambda b: mode(b, "rpc"),
     "relay": lambda b: mode(b, "relay"),
     "sink-write": lambda b: mode(b, "write", ["--device", "emu-sink"]),
+    # The forwarding loop under seccomp: any system call on the poll lcore would end the process.
+    "strict-rpc": lambda b: mode(b, "rpc", ["--strict-no-syscalls"]),
+    "strict-relay": lambda b: mode(b, "relay", ["--strict-no-syscalls"]),
     "corrupt": case_corrupt,
     "no-verify": case_no_verify_corrupt,
     "prompt-stdin": case_prompt_stdin,
