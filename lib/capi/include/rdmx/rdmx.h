@@ -1,0 +1,442 @@
+/* rdmx C API: poll-mode RDMA windows for mlx5, for C and C++ daemons.
+ *
+ * A thin, stable layer over the C++ API (rdmx::win::PollCore and friends). Three opaque handles:
+ *
+ *   rdmx_port    one device endpoint: the device (emu or mlx5), its registered arena (rdmx's
+ *                memory or the caller's buffer) and its window pool.
+ *   rdmx_core    one poll core on a port: a queue pair (SQ, RQ, CQ) and the core's window cache.
+ *   rdmx_window  one window (an indirect mkey), handed out by rdmx_map().
+ *
+ *   rdmx_port* port;  rdmx_core* core;  rdmx_mapping m;
+ *   rdmx_port_open("mlx5_0", NULL, &port);            -- or rdmx_port_open_pair("emu", ...)
+ *   rdmx_core_create(port, NULL, &core);  ... connect it ...
+ *   rdmx_map_buf(core, buf, len, RDMX_ACCESS_REMOTE_RW, &m);   -- give the peer m.rkey, m.iova
+ *   ... rdmx_post_send(...); rdmx_flush(core); rdmx_poll(core, wc, 16); ...
+ *   rdmx_unmap(core, m.window); rdmx_flush(core);
+ *
+ * ERRORS. Functions returning int return 0 (or a count) on success and a negative code
+ * -RDMX_E* on failure; rdmx_strerror() names it. Setup functions also leave a message
+ * (what failed and why) in a thread-local buffer read by rdmx_last_error(). No C++ exception
+ * ever leaves the library.
+ *
+ * THREAD RULES (every function says which applies):
+ *   [setup]    control path: may allocate and make system calls. Thread-safe with respect to other
+ *              setup calls on the same port, but not with hot-path calls on a core being
+ *              created, connected, recovered or destroyed.
+ *   [hot]      data path: no allocation, no lock, no system call (over an mlx5 device).
+ *              A core's hot-path calls must come from one thread at a time (the core's poll
+ *              thread); different cores may run on different threads in parallel.
+ *   [any]      pure functions, callable from any thread at any time.
+ *
+ * Nothing posted reaches the device before rdmx_flush() rings the doorbell (once per burst).
+ */
+#ifndef RDMX_RDMX_H
+#define RDMX_RDMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#error "rdmx runs on Linux only"
+#endif
+#if defined(RDMX_BUILDING_LIBRARY)
+#define RDMX_API __attribute__((visibility("default")))
+#else
+#define RDMX_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version ---------------------------------------------------------------------------------
+ * RDMX_VERSION is the version of the header; rdmx_version() that of the library at run time.
+ * Within one major version the API and ABI only grow (new functions, new fields at the end of
+ * option structs, which carry their own size). */
+#define RDMX_VERSION_MAJOR 0
+#define RDMX_VERSION_MINOR 1
+#define RDMX_VERSION_PATCH 0
+#define RDMX_MAKE_VERSION(major, minor, patch) (((major) << 16) | ((minor) << 8) | (patch))
+#define RDMX_VERSION RDMX_MAKE_VERSION(RDMX_VERSION_MAJOR, RDMX_VERSION_MINOR, RDMX_VERSION_PATCH)
+
+/* [any] RDMX_VERSION of the library that is loaded. */
+RDMX_API unsigned rdmx_version(void);
+/* [any] The same as "MAJOR.MINOR.PATCH". */
+RDMX_API const char* rdmx_version_string(void);
+
+/* ---- Errors ----------------------------------------------------------------------------------
+ * Returned negated (-RDMX_ENOWINDOW). The values mirror rdmx::Errc one to one. */
+enum rdmx_errc {
+  RDMX_OK = 0,
+  RDMX_EINVAL = 1,        /* a malformed argument (NULL handle, bad flags, zero count, ...) */
+  RDMX_ERANGE = 2,        /* offset/length/index beyond a limit */
+  RDMX_ETOOMANYPAGES = 3, /* more chunk pages than a window holds (or than the output holds) */
+  RDMX_ENOTINARENA = 4,   /* a page or buffer outside the registered arena, or misaligned */
+  RDMX_ENOWINDOW = 5,     /* no free window in the core's cache nor in the port's depot */
+  RDMX_ENOTMAPPED = 6,    /* the window is not mapped (unmapped, or freed by the peer) */
+  RDMX_EWRONGCORE = 7,    /* the window belongs to another core */
+  RDMX_ENOROOM = 8,       /* the send/receive queue is full: poll, then retry */
+  RDMX_EQPERROR = 9,      /* the queue pair is in the error state: rdmx_core_recover() */
+  RDMX_ENODEV = 10,       /* no such device */
+  RDMX_EDEVICE = 11,      /* the device or a driver call failed */
+  RDMX_ENOMEM = 12,       /* out of memory (setup), or no free chunk page */
+  RDMX_ENOTSUP = 13,      /* not supported by this device or backend */
+  RDMX_EBUSY = 14,        /* resource in use (pointer-mode window still read by the device) */
+  RDMX_ETIMEDOUT = 15,    /* a bounded wait expired */
+  RDMX_ESTATE = 16,       /* not allowed in the current state */
+  RDMX_EINTERNAL = 64     /* an unexpected internal failure (C API only); see rdmx_last_error */
+};
+
+/* [any] A short sentence for a code; accepts RDMX_E* and -RDMX_E*. Never NULL. */
+RDMX_API const char* rdmx_strerror(int err);
+/* [any] The stable short name ("no-window", ...) as used in rdmx stats and logs. Never NULL. */
+RDMX_API const char* rdmx_errname(int err);
+/* [any] The message of the last failed setup call on this thread ("" when none failed yet).
+ * Valid until the next setup call on this thread. Hot-path calls do not touch it. */
+RDMX_API const char* rdmx_last_error(void);
+
+/* ---- Access rights of a mapping (values of ibv_access_flags) ------------------------------- */
+#define RDMX_ACCESS_LOCAL_WRITE 0x1u
+#define RDMX_ACCESS_REMOTE_WRITE 0x2u /* needs RDMX_ACCESS_LOCAL_WRITE */
+#define RDMX_ACCESS_REMOTE_READ 0x4u
+#define RDMX_ACCESS_REMOTE_ATOMIC 0x8u /* needs RDMX_ACCESS_LOCAL_WRITE */
+#define RDMX_ACCESS_REMOTE_RW \
+  (RDMX_ACCESS_LOCAL_WRITE | RDMX_ACCESS_REMOTE_WRITE | RDMX_ACCESS_REMOTE_READ)
+
+/* ---- Handles -------------------------------------------------------------------------------- */
+typedef struct rdmx_port rdmx_port;
+typedef struct rdmx_core rdmx_core;
+typedef struct rdmx_window rdmx_window;
+
+/* ---- Ports -----------------------------------------------------------------------------------
+ * Device names:
+ *   "emu"           the emulated mlx5 device, inline mode: work is executed on the doorbell, and
+ *                   an in-process peer is pumped too (deterministic). On a "shm:" wire, where
+ *                   inline cannot work, "emu" means "emu-threaded".
+ *   "emu-threaded"  the emulated device with its own device thread, like a NIC.
+ *   "emu-sink"      every work request completes successfully and moves no data.
+ *   anything else   an mlx5 device by its verbs name ("mlx5_0"); "mlx5" = the first one.
+ *
+ * Options: fill with rdmx_port_opts_init() (or RDMX_PORT_OPTS_INIT), then change fields.
+ * NULL = all defaults. `size` lets the struct grow: the library reads only `size` bytes. */
+typedef struct rdmx_port_opts {
+  size_t size; /* sizeof(rdmx_port_opts) of the caller */
+  /* emu wiring (ignored for mlx5): NULL or "" = a private in-process wire (rdmx_port_open_pair
+   * joins its two ports with one); "shm:NAME" = a wire shared by two processes through
+   * /dev/shm/rdmx-emu-NAME: side 0 creates it (and removes the name when it closes), side 1
+   * attaches (retried for up to attach_timeout_ms). */
+  const char* wire;
+  int side;                   /* 0 or 1 */
+  uint32_t attach_timeout_ms; /* default 5000 */
+  /* Memory. Default: rdmx allocates arena_bytes (rounded up to whole pages). With user_buf set,
+   * the caller's buffer is registered instead: page_size aligned, user_buf_len bytes, kept
+   * alive by the caller until rdmx_port_close(). */
+  size_t arena_bytes; /* default 16 MiB */
+  void* user_buf;
+  size_t user_buf_len;
+  uint32_t page_size; /* chunk page: 4096 (default), 65536 or 2 MiB */
+  /* Windows. */
+  uint32_t n_windows;    /* all windows of the port, shared by its cores; default 256 */
+  uint32_t max_pages;    /* chunk pages per window (per mapping); default 16 */
+  int remote_invalidate; /* windows may be freed by the peer's SEND_WITH_INV; default 1 */
+  uint32_t max_cores;    /* default 64 */
+  /* mlx5 only. */
+  uint8_t ib_port; /* HCA port; default 1 */
+  int gid_index;   /* -1 (default): RoCE v2 IPv4 GID / none on InfiniBand */
+} rdmx_port_opts;
+
+#define RDMX_PORT_OPTS_INIT \
+  { sizeof(rdmx_port_opts), NULL, 0, 5000, (size_t)16 << 20, NULL, 0, 4096, 256, 16, 1, 64, 1, -1 }
+
+/* [any] Fills *o with the defaults (and o->size). */
+RDMX_API void rdmx_port_opts_init(rdmx_port_opts* o);
+
+/* [setup] Opens one port. Errors: -RDMX_EINVAL (bad options), -RDMX_ENODEV (no such device;
+ * rdmx_last_error() names it), -RDMX_EDEVICE, -RDMX_ENOMEM, -RDMX_ENOTSUP, -RDMX_ETIMEDOUT
+ * (shm side 1: no side 0 appeared). */
+RDMX_API int rdmx_port_open(const char* device, const rdmx_port_opts* opts, rdmx_port** out);
+
+/* [setup] emu only: two ports joined by one in-process wire (a = side 0, b = side 1), in the
+ * same mode. Options may differ per side (NULL = defaults); their wire/side fields are
+ * ignored. -RDMX_ENOTSUP for an mlx5 device name. */
+RDMX_API int rdmx_port_open_pair(const char* device, const rdmx_port_opts* opts_a,
+                                 const rdmx_port_opts* opts_b, rdmx_port** a, rdmx_port** b);
+
+/* [setup] Destroys the port's cores that are still open (their handles become invalid; no
+ * thread may be using them), its windows, its arena registration and the device. NULL is a
+ * no-op. Ports joined by a wire may be closed in any order. */
+RDMX_API void rdmx_port_close(rdmx_port* port);
+
+/* What a port is (rdmx_port_query). */
+typedef struct rdmx_port_info {
+  char device[64];    /* device name ("emu0", "mlx5_0", ...) */
+  char backend[16];   /* "emu-inline", "emu-threaded", "emu-sink" or "mlx5" */
+  void* arena_base;   /* the registered memory */
+  size_t arena_bytes; /* registered bytes */
+  size_t data_bytes;  /* the mappable part from arena_base; the rest holds window tables */
+  uint32_t page_size;
+  uint32_t n_pages; /* chunk pages in the data part */
+  uint32_t lkey;    /* local key of the whole arena, for SGEs */
+  uint32_t n_windows;
+  uint32_t max_pages;           /* most pages one mapping may hold */
+  uint32_t depot_windows;       /* windows in the shared depot now (not in any core's cache) */
+  uint32_t free_pages;          /* chunk pages rdmx_pages_alloc() can still hand out */
+  uint64_t emu_checker_reports; /* emu: PRM rule violations reported by the device (0 = clean) */
+} rdmx_port_info;
+
+/* [setup] Describes the port. -RDMX_EINVAL for NULL. */
+RDMX_API int rdmx_port_query(rdmx_port* port, rdmx_port_info* out);
+/* [any] The arena's base address / local key (for SGEs over arena memory). */
+RDMX_API void* rdmx_port_arena(const rdmx_port* port);
+RDMX_API uint32_t rdmx_port_lkey(const rdmx_port* port);
+
+/* [setup] Proves that every window of the port is in exactly one place (a core's cache, the
+ * depot, or mapped) and that none is lost. Only while no core of the port is running.
+ * -RDMX_ESTATE with the inconsistency in rdmx_last_error(). */
+RDMX_API int rdmx_port_check(rdmx_port* port);
+
+/* [setup] emu: runs one device poll by hand (inline devices on their own run on every doorbell;
+ * this releases delayed work). Returns 1 if it did work, 0 if not; 0 on mlx5. */
+RDMX_API int rdmx_port_progress(rdmx_port* port);
+
+/* ---- Chunk pages -----------------------------------------------------------------------------
+ * A chunk page is named by its address (uint64_t, page_size aligned, inside the data part).
+ * The port's page allocator hands out pages of the whole data part: use it, or carve the arena
+ * yourself (rdmx_port_query), not both. */
+
+/* [setup] All-or-nothing: n pages into pages[], or -RDMX_ENOMEM and nothing taken.
+ * Thread-safe (a lock); not for the hot path. */
+RDMX_API int rdmx_pages_alloc(rdmx_port* port, uint64_t* pages, uint32_t n);
+/* [setup] Returns pages. -RDMX_ENOTINARENA (not a data page), -RDMX_EINVAL (already free);
+ * pages before the bad one are freed. */
+RDMX_API int rdmx_pages_free(rdmx_port* port, const uint64_t* pages, uint32_t n);
+/* [hot][any thread] The chunk pages under the buffer [addr, addr+len) of the arena's data part:
+ * writes them to pages[] (at most max) and the offset of addr in the first page. Returns the
+ * page count, or -RDMX_EINVAL (len 0), -RDMX_ENOTINARENA, -RDMX_ETOOMANYPAGES (max too small). */
+RDMX_API int rdmx_buf_pages(const rdmx_port* port, const void* addr, uint64_t len, uint64_t* pages,
+                            uint32_t max, uint32_t* first_byte_offset);
+
+/* ---- Poll cores ------------------------------------------------------------------------------ */
+typedef struct rdmx_core_opts {
+  size_t size;           /* sizeof(rdmx_core_opts) of the caller */
+  uint32_t cache_size;   /* windows cached per core; default 64 */
+  uint32_t sq_depth;     /* send queue, 64-byte slots, power of two; default 1024 */
+  uint32_t rq_depth;     /* receive queue entries, power of two (0 = none); default 256 */
+  uint32_t cq_depth;     /* completion queue entries, power of two; default 4096 */
+  uint32_t rq_sges;      /* scatter entries per receive; default 1 */
+  uint32_t max_inline;   /* inline data bytes; default 0 */
+  uint32_t signal_every; /* request a CQE every N unsignaled WQEs; default 16 */
+} rdmx_core_opts;
+
+#define RDMX_CORE_OPTS_INIT \
+  { sizeof(rdmx_core_opts), 64, 1024, 256, 4096, 1, 0, 16 }
+
+/* [any] Fills *o with the defaults (and o->size). */
+RDMX_API void rdmx_core_opts_init(rdmx_core_opts* o);
+
+/* [setup] Creates a poll core on the port (its queue pair, not yet connected, and its window
+ * cache filled from the depot). Then connect it: rdmx_core_connect_pair() in one process, or
+ * rdmx_core_connect_info() + rdmx_core_connect() across processes. */
+RDMX_API int rdmx_core_create(rdmx_port* port, const rdmx_core_opts* opts, rdmx_core** out);
+
+/* [setup] Quiesces the core (windows still mapped are invalidated), returns its windows to the
+ * depot and destroys its queue pair. Completions not yet polled are dropped. NULL is a no-op. */
+RDMX_API void rdmx_core_destroy(rdmx_core* core);
+
+/* What a peer needs to connect to a core: plain bytes, to be sent over any channel (a socket, a
+ * file, a pipe). Endianness independent. */
+typedef struct rdmx_connect_info {
+  uint8_t bytes[64];
+} rdmx_connect_info;
+
+/* [setup] Fills *out with this core's connect information. */
+RDMX_API int rdmx_core_connect_info(rdmx_core* core, rdmx_connect_info* out);
+/* [setup] Connects this core's queue pair to the peer core described by *remote (to RTS).
+ * -RDMX_EINVAL for bytes that are not an rdmx_connect_info. */
+RDMX_API int rdmx_core_connect(rdmx_core* core, const rdmx_connect_info* remote);
+/* [setup] Connects two cores of one process (each to the other). */
+RDMX_API int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b);
+
+/* [hot] The core's port. */
+RDMX_API rdmx_port* rdmx_core_port(const rdmx_core* core);
+
+/* ---- Windows (hot path) ---------------------------------------------------------------------- */
+typedef struct rdmx_mapping {
+  rdmx_window* window; /* for rdmx_unmap() */
+  uint32_t rkey;       /* give the peer rkey, iova and length */
+  uint32_t lkey;       /* the same key, for local SGEs over the window */
+  uint64_t iova;       /* address of the first mapped byte in the window (0: zero-based) */
+  uint64_t length;
+} rdmx_mapping;
+
+/* [hot] Maps n_pages chunk pages of the port's arena into a free window of this core (one UMR
+ * WQE on the core's send queue; nothing is sent before rdmx_flush()). Bytes 0..length-1 of the
+ * window are `length` bytes starting first_byte_offset into pages[0]. The mapping may be used
+ * at once by work requests posted after it on this core, and by the peer once it received the
+ * rkey in a message this core posted after the map. Each map gives the window a new key, so a
+ * peer holding an older rkey is refused by the device.
+ * Errors (nothing posted): -RDMX_EINVAL (no pages, length 0, bad access bits, remote write or
+ * atomic without local write), -RDMX_ETOOMANYPAGES, -RDMX_ERANGE (offset not in the first page
+ * or length not ending in the last one), -RDMX_ENOTINARENA, -RDMX_EQPERROR, -RDMX_ENOROOM
+ * (poll, retry), -RDMX_ENOWINDOW, -RDMX_EBUSY (poll, retry). */
+RDMX_API int rdmx_map(rdmx_core* core, const uint64_t* pages, uint32_t n_pages, uint32_t access,
+                      uint32_t first_byte_offset, uint64_t length, rdmx_mapping* out);
+
+/* [hot] rdmx_buf_pages() + rdmx_map(): maps the arena buffer [addr, addr+len). */
+RDMX_API int rdmx_map_buf(rdmx_core* core, const void* addr, uint64_t len, uint32_t access,
+                          rdmx_mapping* out);
+
+typedef struct rdmx_map_req {
+  const uint64_t* pages;
+  uint32_t n_pages;
+  uint32_t access;
+  uint64_t length;
+  uint32_t first_byte_offset;
+  uint32_t reserved; /* 0 */
+} rdmx_map_req;
+
+/* [hot] Maps reqs[0..n) in order until one fails; out[i] for i < the returned count. *err (may
+ * be NULL) is 0, or the -RDMX_E* of the request that stopped the burst. */
+RDMX_API size_t rdmx_map_burst(rdmx_core* core, const rdmx_map_req* reqs, size_t n,
+                               rdmx_mapping* out, int* err);
+
+/* [hot] Unmaps a window this core mapped: one invalidate UMR (after the work requests that used
+ * it); the window is reusable by this core at once, and the old rkey is dead for the peer once
+ * the UMR executed. Errors (nothing posted): -RDMX_EINVAL (not a window of the port),
+ * -RDMX_EWRONGCORE, -RDMX_ENOTMAPPED (already unmapped, or freed by the peer's SEND_WITH_INV),
+ * -RDMX_EQPERROR, -RDMX_ENOROOM. */
+RDMX_API int rdmx_unmap(rdmx_core* core, rdmx_window* w);
+/* [hot] Unmaps in order until one fails; returns how many were unmapped; *err as for bursts. */
+RDMX_API size_t rdmx_unmap_burst(rdmx_core* core, rdmx_window* const* ws, size_t n, int* err);
+
+/* [hot][any thread] The current mapping's values (valid while the window is mapped). */
+RDMX_API uint32_t rdmx_window_rkey(const rdmx_window* w);
+RDMX_API uint64_t rdmx_window_length(const rdmx_window* w);
+/* [hot] 1 while the window is mapped (not unmapped, not freed by the peer). */
+RDMX_API int rdmx_window_mapped(const rdmx_window* w);
+
+/* ---- Work requests (hot path) ----------------------------------------------------------------
+ * Local memory is a list of SGEs over the arena (lkey = rdmx_port_lkey()) or over a window
+ * (lkey = rdmx_mapping.lkey, addr = the window offset). Cookies are the caller's; bit 63 is
+ * reserved for rdmx (-RDMX_EINVAL). Every work request posted yields exactly one completion
+ * (RDMX_WC_SIGNALED tells whether the device reported it or a later one covered it).
+ * Errors (nothing posted): -RDMX_EINVAL (cookie bit 63, too many SGEs), -RDMX_EQPERROR,
+ * -RDMX_ENOROOM (poll, then retry). */
+typedef struct rdmx_sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+} rdmx_sge;
+
+#define RDMX_POST_SIGNALED 0x1u /* ask the device for a CQE for this WQE */
+
+/* [hot] RDMA WRITE of the local SGEs to the peer's (raddr, rkey). */
+RDMX_API int rdmx_post_write(rdmx_core* core, const rdmx_sge* local, uint32_t n_sge, uint64_t raddr,
+                             uint32_t rkey, uint64_t cookie, unsigned flags);
+/* [hot] RDMA READ of the peer's (raddr, rkey) into the local SGEs. */
+RDMX_API int rdmx_post_read(rdmx_core* core, const rdmx_sge* local, uint32_t n_sge, uint64_t raddr,
+                            uint32_t rkey, uint64_t cookie, unsigned flags);
+/* [hot] SEND (consumes one receive the peer posted). */
+RDMX_API int rdmx_post_send(rdmx_core* core, const rdmx_sge* local, uint32_t n_sge, uint64_t cookie,
+                            unsigned flags);
+/* [hot] SEND_WITH_INV: also frees the peer's window `invalidate_rkey` on receipt (the peer's
+ * completion has RDMX_WC_INVALIDATED and imm = that rkey; the peer must not unmap it). */
+RDMX_API int rdmx_post_send_inv(rdmx_core* core, const rdmx_sge* local, uint32_t n_sge,
+                                uint32_t invalidate_rkey, uint64_t cookie, unsigned flags);
+/* [hot] Posts one receive buffer (its completion: RDMX_WC_RECV). */
+RDMX_API int rdmx_post_recv(rdmx_core* core, const rdmx_sge* local, uint32_t n_sge,
+                            uint64_t cookie);
+/* [hot] Rings the doorbell(s) once for everything posted (maps and unmaps included). */
+RDMX_API void rdmx_flush(rdmx_core* core);
+
+/* ---- Completions (hot path) ------------------------------------------------------------------ */
+enum rdmx_opcode {
+  RDMX_OP_WRITE = 1,
+  RDMX_OP_WRITE_IMM = 2,
+  RDMX_OP_READ = 3,
+  RDMX_OP_SEND = 4,
+  RDMX_OP_SEND_IMM = 5,
+  RDMX_OP_SEND_INV = 6,
+  RDMX_OP_RECV = 7,           /* a receive (any kind; see flags) */
+  RDMX_OP_RECV_WRITE_IMM = 8, /* a receive consumed by the peer's WRITE_WITH_IMM */
+  RDMX_OP_OTHER = 15
+};
+
+#define RDMX_WC_RECV 0x1u        /* completion of a receive */
+#define RDMX_WC_SIGNALED 0x2u    /* the device wrote a CQE for it (else covered by a later one) */
+#define RDMX_WC_IMM 0x4u         /* imm holds immediate data */
+#define RDMX_WC_INVALIDATED 0x8u /* imm holds the rkey the peer's SEND_WITH_INV freed */
+
+typedef struct rdmx_completion {
+  uint64_t cookie; /* as posted */
+  uint32_t bytes;  /* receive: bytes received; READ: bytes read; else as reported */
+  uint32_t imm;    /* immediate data or invalidated rkey (host order), see flags */
+  uint8_t status;  /* 0 = success, else the CQE syndrome: rdmx_syndrome_name(status) */
+  uint8_t vendor_syndrome;
+  uint8_t opcode; /* enum rdmx_opcode */
+  uint8_t flags;  /* RDMX_WC_* */
+  uint32_t reserved;
+} rdmx_completion;
+
+/* [any] "success", "remote-access", "flushed", ... ("unknown" for other values). Never NULL. */
+RDMX_API const char* rdmx_syndrome_name(uint8_t status);
+/* [any] "WRITE", "READ", "SEND", "SEND_INV", "RECV", ... Never NULL. */
+RDMX_API const char* rdmx_opcode_name(uint8_t opcode);
+
+/* [hot] Reads completions into out[0..max): returns how many were written (0 = none ready).
+ * rdmx's own completions (window maps/unmaps) are consumed here and never reported: poll
+ * regularly, or windows stay busy. A failed completion (status != 0) puts the core's queue pair
+ * in error: later posts return -RDMX_EQPERROR until rdmx_core_recover(). -RDMX_EINVAL for a
+ * NULL core/out. */
+RDMX_API int rdmx_poll(rdmx_core* core, rdmx_completion* out, int max);
+
+typedef void (*rdmx_completion_fn)(void* arg, const rdmx_completion* c);
+/* [hot] Reads up to max_cqes completion queue entries and calls fn(arg, c) once per completion
+ * (one entry may complete several unsignaled work requests). Returns the number of entries
+ * read. fn must not call setup functions on this core; it may post (and flush). */
+RDMX_API int rdmx_poll_cb(rdmx_core* core, uint32_t max_cqes, rdmx_completion_fn fn, void* arg);
+
+/* ---- Errors and recovery (setup path) -------------------------------------------------------- */
+/* [hot] 1 once the core saw a failed completion (its queue pair is in error). */
+RDMX_API int rdmx_core_in_error(const rdmx_core* core);
+/* [setup] After a queue-pair error: poll what you want first (the rest is dropped), then this
+ * moves the queue pair back to RTS towards *remote (the peer recovers too and sends its current
+ * connect info; NULL = the caller already did it) and frees every window of the core (mappings
+ * are gone: map again). */
+RDMX_API int rdmx_core_recover(rdmx_core* core, const rdmx_connect_info* remote);
+/* [setup] Both cores of one process: reconnects them and recovers both. */
+RDMX_API int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b);
+/* [setup] Waits (by polling rdmx's own completions only; application completions read meanwhile
+ * are dropped) until none of this core's window operations is in flight. 0, or
+ * -RDMX_ETIMEDOUT after max_spins polls (0 = a default of 10 million). */
+RDMX_API int rdmx_core_quiesce(rdmx_core* core, uint64_t max_spins);
+
+/* ---- Statistics ------------------------------------------------------------------------------
+ * Per core, written only by its poll thread: a reader on another thread sees slightly stale
+ * values. */
+typedef struct rdmx_core_stats {
+  uint64_t maps, inline_maps, pointer_maps, unmaps, pages_mapped;
+  uint64_t cache_hits, cache_misses, depot_refills, depot_flushes;
+  uint64_t windows_from_depot, windows_to_depot;
+  uint64_t exhausted;            /* maps that found no free window */
+  uint64_t klm_waits;            /* pointer-mode maps that found only busy windows */
+  uint64_t remote_invalidations; /* windows freed by the peer's SEND_WITH_INV */
+  uint64_t stale_invalidations, foreign_invalidations;
+  uint64_t umr_completions, umr_errors;
+  uint64_t wqe_errors; /* failed completions of any kind */
+  uint64_t recoveries;
+  uint64_t cqes, completions; /* completion queue entries read, work requests completed */
+  uint64_t rejected[32];      /* calls refused, by RDMX_E* code (index 1..16) */
+  uint32_t umrs_in_flight;    /* map/unmap UMRs not yet completed */
+  uint32_t cached_windows;    /* windows in the core's cache now */
+} rdmx_core_stats;
+
+/* [any thread; see above] Copies the core's counters into *out; `size` = sizeof(*out) of the
+ * caller (fields past it are not written). */
+RDMX_API int rdmx_core_stats_get(const rdmx_core* core, rdmx_core_stats* out, size_t size);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RDMX_RDMX_H */

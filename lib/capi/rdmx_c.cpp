@@ -1,0 +1,978 @@
+// The C API (include/rdmx/rdmx.h): thin glue over the C++ API. Setup entry points catch every
+// exception and turn Error/Result into -RDMX_E* plus a thread-local message; hot-path entry
+// points forward to noexcept PollCore calls and never touch the message.
+#include <rdmx/rdmx.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/dv/dv_device.hpp>
+#include <rdmx/emu/emu.hpp>
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/mem/page_allocator.hpp>
+#include <rdmx/mlx5/prm/cqe.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+namespace {
+
+using rdmx::Errc;
+using rdmx::Error;
+using rdmx::mlx5::Completion;
+using rdmx::mlx5::prm::Sge;
+namespace emu = rdmx::emu;
+namespace win = rdmx::win;
+namespace mem = rdmx::mem;
+
+// The C codes mirror Errc one to one.
+#define RDMX_SAME(c, e) static_assert(int{c} == static_cast<int>(Errc::e), #c)
+RDMX_SAME(RDMX_OK, kOk);
+RDMX_SAME(RDMX_EINVAL, kInvalidArgument);
+RDMX_SAME(RDMX_ERANGE, kOutOfRange);
+RDMX_SAME(RDMX_ETOOMANYPAGES, kTooManyPages);
+RDMX_SAME(RDMX_ENOTINARENA, kNotInArena);
+RDMX_SAME(RDMX_ENOWINDOW, kNoWindow);
+RDMX_SAME(RDMX_ENOTMAPPED, kNotMapped);
+RDMX_SAME(RDMX_EWRONGCORE, kWrongCore);
+RDMX_SAME(RDMX_ENOROOM, kNoRoom);
+RDMX_SAME(RDMX_EQPERROR, kQpError);
+RDMX_SAME(RDMX_ENODEV, kNoDevice);
+RDMX_SAME(RDMX_EDEVICE, kDeviceError);
+RDMX_SAME(RDMX_ENOMEM, kNoMemory);
+RDMX_SAME(RDMX_ENOTSUP, kUnsupported);
+RDMX_SAME(RDMX_EBUSY, kBusy);
+RDMX_SAME(RDMX_ETIMEDOUT, kTimeout);
+RDMX_SAME(RDMX_ESTATE, kState);
+#undef RDMX_SAME
+static_assert(win::kNumErrc <= 32, "rdmx_core_stats.rejected is too small");
+static_assert(sizeof(rdmx_sge) == sizeof(Sge) && offsetof(rdmx_sge, lkey) == offsetof(Sge, lkey));
+
+constexpr uint32_t kMaxSges = 16;  // what PollCore accepts per data WQE
+constexpr size_t kBurstChunk = 32;
+
+int neg(Errc e) noexcept {
+  return -static_cast<int>(e);
+}
+
+thread_local std::string t_last_error;
+
+int fail(int code, std::string msg) {
+  t_last_error = std::move(msg);
+  return code < 0 ? code : -code;
+}
+int fail(const Error& e, const std::string& what) {
+  return fail(static_cast<int>(e.code), what.empty() ? e.message : what + ": " + e.message);
+}
+
+// Every setup entry point runs its body through this: no exception crosses the C boundary.
+template <class F>
+int guarded(const char* fn, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(RDMX_ENOMEM, std::string(fn) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(RDMX_EINTERNAL, std::string(fn) + ": " + e.what());
+  } catch (...) {
+    return fail(RDMX_EINTERNAL, std::string(fn) + ": unknown exception");
+  }
+}
+
+// Options structs carry their size: read what the caller has, defaults for the rest.
+template <class T>
+T read_opts(const T* in, const T& defaults) {
+  T out = defaults;
+  if (in && in->size > sizeof(size_t))
+    std::memcpy(reinterpret_cast<char*>(&out) + sizeof(size_t),
+                reinterpret_cast<const char*>(in) + sizeof(size_t),
+                std::min(in->size, sizeof(T)) - sizeof(size_t));
+  out.size = sizeof(T);
+  return out;
+}
+
+const rdmx_port_opts kPortDefaults = RDMX_PORT_OPTS_INIT;
+const rdmx_core_opts kCoreDefaults = RDMX_CORE_OPTS_INIT;
+
+}  // namespace
+
+struct rdmx_core {
+  rdmx_port* port = nullptr;
+  std::unique_ptr<win::PollCore> pc;
+  std::unique_ptr<uint64_t[]> scratch_pages;  // rdmx_map_buf
+  uint32_t max_pages = 0;
+  // Completions a CQE produced beyond what rdmx_poll's array held (one CQE can complete many
+  // unsignaled WQEs). Never more than the WQEs that can be in flight.
+  std::unique_ptr<rdmx_completion[]> pend;
+  uint32_t pend_cap = 0, pend_head = 0, pend_count = 0;
+};
+
+struct rdmx_port {
+  std::mutex mu;
+  std::string backend;
+  std::shared_ptr<emu::Wire> wire;
+  std::unique_ptr<rdmx::mlx5::Device> dev;
+  emu::EmuDevice* emu = nullptr;
+  std::unique_ptr<mem::Arena> arena;
+  std::unique_ptr<win::WindowPool> pool;
+  std::unique_ptr<mem::PageAllocator> pages;  // made on first rdmx_pages_alloc
+  std::vector<rdmx_core*> cores;
+
+  ~rdmx_port() {
+    for (rdmx_core* c : cores) delete c;
+    cores.clear();
+    pool.reset();
+    pages.reset();
+    arena.reset();
+    dev.reset();
+    wire.reset();
+  }
+};
+
+namespace {
+
+win::Window* as_win(rdmx_window* w) noexcept {
+  return reinterpret_cast<win::Window*>(w);
+}
+const win::Window* as_win(const rdmx_window* w) noexcept {
+  return reinterpret_cast<const win::Window*>(w);
+}
+rdmx_window* as_c(win::Window* w) noexcept {
+  return reinterpret_cast<rdmx_window*>(w);
+}
+
+void fill_mapping(const win::MapResult& m, rdmx_mapping* out) noexcept {
+  out->window = as_c(m.window);
+  out->rkey = m.rkey;
+  out->lkey = m.lkey;
+  out->iova = m.iova;
+  out->length = m.length;
+}
+void fill_mapping(win::Window* w, rdmx_mapping* out) noexcept {
+  out->window = as_c(w);
+  out->rkey = w->rkey();
+  out->lkey = w->lkey();
+  out->iova = w->iova();
+  out->length = w->length();
+}
+
+rdmx_completion to_c(const Completion& c) noexcept {
+  rdmx_completion o{};
+  o.cookie = c.cookie;
+  o.bytes = c.byte_len;
+  o.status = c.status;
+  o.vendor_syndrome = c.vendor_syndrome;
+  o.flags = c.signaled ? RDMX_WC_SIGNALED : 0;
+  if (c.recv) {
+    o.flags |= RDMX_WC_RECV;
+    o.opcode = RDMX_OP_RECV;
+    switch (c.cqe_opcode) {
+      case MLX5_CQE_RESP_SEND_IMM:
+        o.flags |= RDMX_WC_IMM;
+        break;
+      case MLX5_CQE_RESP_SEND_INV:
+        o.flags |= RDMX_WC_INVALIDATED;
+        break;
+      case MLX5_CQE_RESP_WR_IMM:
+        o.flags |= RDMX_WC_IMM;
+        o.opcode = RDMX_OP_RECV_WRITE_IMM;
+        break;
+      default:
+        break;
+    }
+    if (o.flags & (RDMX_WC_IMM | RDMX_WC_INVALIDATED)) o.imm = c.imm;
+    return o;
+  }
+  switch (c.wqe_opcode) {
+    case MLX5_OPCODE_RDMA_WRITE:
+      o.opcode = RDMX_OP_WRITE;
+      break;
+    case MLX5_OPCODE_RDMA_WRITE_IMM:
+      o.opcode = RDMX_OP_WRITE_IMM;
+      break;
+    case MLX5_OPCODE_RDMA_READ:
+      o.opcode = RDMX_OP_READ;
+      break;
+    case MLX5_OPCODE_SEND:
+      o.opcode = RDMX_OP_SEND;
+      break;
+    case MLX5_OPCODE_SEND_IMM:
+      o.opcode = RDMX_OP_SEND_IMM;
+      break;
+    case MLX5_OPCODE_SEND_INVAL:
+      o.opcode = RDMX_OP_SEND_INV;
+      break;
+    default:
+      o.opcode = RDMX_OP_OTHER;
+      break;
+  }
+  return o;
+}
+
+void pend_push(rdmx_core* c, const rdmx_completion& x) noexcept {
+  RDMX_ASSERT(c->pend_count < c->pend_cap);
+  c->pend[(c->pend_head + c->pend_count) % c->pend_cap] = x;
+  ++c->pend_count;
+}
+rdmx_completion pend_pop(rdmx_core* c) noexcept {
+  const rdmx_completion x = c->pend[c->pend_head];
+  c->pend_head = (c->pend_head + 1) % c->pend_cap;
+  --c->pend_count;
+  return x;
+}
+
+// Copies C SGEs into the C++ type (no type punning); false when there are too many.
+bool to_sges(const rdmx_sge* in, uint32_t n, std::array<Sge, kMaxSges>& out) noexcept {
+  if (n > kMaxSges || (n && !in)) return false;
+  for (uint32_t i = 0; i < n; ++i) out[i] = Sge{in[i].addr, in[i].length, in[i].lkey};
+  return true;
+}
+
+// ---- Connect info encoding: "RDMX", version, then little-endian fields.
+void put_le(uint8_t* p, uint64_t v, int n) noexcept {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_le(const uint8_t* p, int n) noexcept {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+constexpr uint8_t kInfoMagic[4] = {'R', 'D', 'M', 'X'};
+constexpr uint8_t kInfoVersion = 1;
+
+void encode(const rdmx::mlx5::ConnectInfo& ci, rdmx_connect_info* out) noexcept {
+  std::memset(out, 0, sizeof(*out));
+  uint8_t* p = out->bytes;
+  std::memcpy(p, kInfoMagic, 4);
+  p[4] = kInfoVersion;
+  put_le(p + 8, ci.qpn, 4);
+  put_le(p + 12, ci.psn, 4);
+  put_le(p + 16, ci.lid, 2);
+  std::memcpy(p + 20, ci.gid, 16);
+  put_le(p + 36, ci.port_token, 8);
+}
+bool decode(const rdmx_connect_info* in, rdmx::mlx5::ConnectInfo& ci) noexcept {
+  const uint8_t* p = in->bytes;
+  if (std::memcmp(p, kInfoMagic, 4) != 0 || p[4] != kInfoVersion) return false;
+  ci.qpn = static_cast<uint32_t>(get_le(p + 8, 4));
+  ci.psn = static_cast<uint32_t>(get_le(p + 12, 4));
+  ci.lid = static_cast<uint16_t>(get_le(p + 16, 2));
+  std::memcpy(ci.gid, p + 20, 16);
+  ci.port_token = get_le(p + 36, 8);
+  return true;
+}
+
+bool is_emu_name(const std::string& d, emu::Mode& mode) {
+  if (d == "emu")
+    mode = emu::Mode::kInline;
+  else if (d == "emu-threaded")
+    mode = emu::Mode::kThreaded;
+  else if (d == "emu-sink")
+    mode = emu::Mode::kSink;
+  else
+    return false;
+  return true;
+}
+
+const char* backend_name(emu::Mode m) {
+  switch (m) {
+    case emu::Mode::kInline:
+      return "emu-inline";
+    case emu::Mode::kThreaded:
+      return "emu-threaded";
+    case emu::Mode::kSink:
+      return "emu-sink";
+  }
+  return "emu";
+}
+
+int check_port_opts(const rdmx_port_opts& o) {
+  if (o.side != 0 && o.side != 1) return fail(RDMX_EINVAL, "port options: side must be 0 or 1");
+  if (o.user_buf) {
+    if (o.user_buf_len == 0 || o.page_size == 0 || o.user_buf_len % o.page_size != 0)
+      return fail(RDMX_EINVAL,
+                  "port options: user_buf_len must be a non-zero multiple of page_size");
+  } else if (o.arena_bytes == 0) {
+    return fail(RDMX_EINVAL, "port options: arena_bytes 0");
+  }
+  return 0;
+}
+
+// Arena + window pool on an opened device.
+int finish_port(rdmx_port* p, const rdmx_port_opts& o) {
+  mem::ArenaConfig ac;
+  ac.page_size = o.page_size;
+  if (o.user_buf) {
+    ac.source = mem::Source::kUser;
+    ac.user_buf = o.user_buf;
+    ac.bytes = o.user_buf_len;
+  } else {
+    ac.source = mem::Source::kHeap;
+    ac.bytes = o.arena_bytes;
+  }
+  auto a = mem::Arena::create(*p->dev, ac);
+  if (!a) return fail(a.error(), "rdmx_port_open: arena");
+  p->arena = std::move(a).value();
+  win::PoolConfig pc;
+  pc.n_windows = o.n_windows;
+  pc.max_pages = o.max_pages;
+  pc.remote_invalidate = o.remote_invalidate != 0;
+  pc.max_cores = o.max_cores;
+  auto pool = win::WindowPool::create(*p->dev, *p->arena, pc);
+  if (!pool) return fail(pool.error(), "rdmx_port_open: window pool");
+  p->pool = std::move(pool).value();
+  return 0;
+}
+
+Errc attach_wire(const std::string& spec, int side, uint32_t timeout_ms,
+                 std::shared_ptr<emu::Wire>& wire, std::string& msg) {
+  if (spec.empty()) {
+    wire = emu::make_wire();
+    return Errc::kOk;
+  }
+  if (spec.rfind("shm:", 0) != 0 || spec.size() == 4) {
+    msg = "rdmx_port_open: wire \"" + spec + "\" is neither empty nor \"shm:NAME\"";
+    return Errc::kInvalidArgument;
+  }
+  const std::string name = spec.substr(4);
+  if (side == 0) {
+    auto w = emu::create_shm_wire(name);
+    if (!w) {
+      msg = "rdmx_port_open: create shm wire " + name + ": " + w.error().message;
+      return w.error().code;
+    }
+    wire = std::move(w).value();
+    return Errc::kOk;
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto w = emu::attach_shm_wire(name);
+    if (w) {
+      wire = std::move(w).value();
+      return Errc::kOk;
+    }
+    if (std::chrono::steady_clock::now() >= end) {
+      msg = "rdmx_port_open: attach shm wire " + name + " (side 1): no side 0 after " +
+            std::to_string(timeout_ms) + " ms: " + w.error().message;
+      return Errc::kTimeout;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- Version and errors ----------------------------------------------------------------------
+
+unsigned rdmx_version(void) {
+  return RDMX_VERSION;
+}
+
+const char* rdmx_version_string(void) {
+#define RDMX_STR2(x) #x
+#define RDMX_STR(x) RDMX_STR2(x)
+  return RDMX_STR(RDMX_VERSION_MAJOR) "." RDMX_STR(RDMX_VERSION_MINOR) "." RDMX_STR(
+      RDMX_VERSION_PATCH);
+#undef RDMX_STR
+#undef RDMX_STR2
+}
+
+const char* rdmx_strerror(int err) {
+  switch (err < 0 ? -err : err) {
+    case RDMX_OK:
+      return "success";
+    case RDMX_EINVAL:
+      return "invalid argument";
+    case RDMX_ERANGE:
+      return "offset or length out of range";
+    case RDMX_ETOOMANYPAGES:
+      return "too many chunk pages";
+    case RDMX_ENOTINARENA:
+      return "memory outside the registered arena or misaligned";
+    case RDMX_ENOWINDOW:
+      return "no free window";
+    case RDMX_ENOTMAPPED:
+      return "window not mapped";
+    case RDMX_EWRONGCORE:
+      return "window belongs to another poll core";
+    case RDMX_ENOROOM:
+      return "queue full, poll and retry";
+    case RDMX_EQPERROR:
+      return "queue pair in error state";
+    case RDMX_ENODEV:
+      return "no such device";
+    case RDMX_EDEVICE:
+      return "device error";
+    case RDMX_ENOMEM:
+      return "out of memory";
+    case RDMX_ENOTSUP:
+      return "not supported";
+    case RDMX_EBUSY:
+      return "resource busy, poll and retry";
+    case RDMX_ETIMEDOUT:
+      return "timed out";
+    case RDMX_ESTATE:
+      return "not allowed in the current state";
+    case RDMX_EINTERNAL:
+      return "internal error";
+    default:
+      return "unknown error";
+  }
+}
+
+const char* rdmx_errname(int err) {
+  const int e = err < 0 ? -err : err;
+  if (e == RDMX_EINTERNAL) return "internal";
+  if (e > RDMX_ESTATE) return "unknown";
+  return rdmx::errc_name(static_cast<Errc>(e)).data();  // string literals: NUL-terminated
+}
+
+const char* rdmx_last_error(void) {
+  return t_last_error.c_str();
+}
+
+const char* rdmx_syndrome_name(uint8_t status) {
+  return rdmx::mlx5::prm::syndrome_name(status).data();  // string literals
+}
+
+const char* rdmx_opcode_name(uint8_t opcode) {
+  switch (opcode) {
+    case RDMX_OP_WRITE:
+      return "WRITE";
+    case RDMX_OP_WRITE_IMM:
+      return "WRITE_IMM";
+    case RDMX_OP_READ:
+      return "READ";
+    case RDMX_OP_SEND:
+      return "SEND";
+    case RDMX_OP_SEND_IMM:
+      return "SEND_IMM";
+    case RDMX_OP_SEND_INV:
+      return "SEND_INV";
+    case RDMX_OP_RECV:
+      return "RECV";
+    case RDMX_OP_RECV_WRITE_IMM:
+      return "RECV_WRITE_IMM";
+    default:
+      return "OTHER";
+  }
+}
+
+// ---- Ports -----------------------------------------------------------------------------------
+
+void rdmx_port_opts_init(rdmx_port_opts* o) {
+  if (o) *o = kPortDefaults;
+}
+
+int rdmx_port_open(const char* device, const rdmx_port_opts* opts, rdmx_port** out) {
+  return guarded("rdmx_port_open", [&]() -> int {
+    if (out) *out = nullptr;
+    if (!device || !out) return fail(RDMX_EINVAL, "rdmx_port_open: NULL device or out");
+    if (opts && opts->size < sizeof(size_t))
+      return fail(RDMX_EINVAL, "rdmx_port_open: opts->size not set (use rdmx_port_opts_init)");
+    const rdmx_port_opts o = read_opts(opts, kPortDefaults);
+    if (int rc = check_port_opts(o)) return rc;
+    auto p = std::make_unique<rdmx_port>();
+    const std::string name = device;
+    emu::Mode mode;
+    if (is_emu_name(name, mode)) {
+      const std::string spec = o.wire ? o.wire : "";
+      std::string msg;
+      const Errc e = attach_wire(spec, o.side, o.attach_timeout_ms, p->wire, msg);
+      if (e != Errc::kOk) return fail(static_cast<int>(e), msg);
+      if (!spec.empty() && mode == emu::Mode::kInline) mode = emu::Mode::kThreaded;
+      emu::Options eo;
+      eo.mode = mode;
+      eo.name = o.side == 0 ? "emu0" : "emu1";
+      auto d = emu::EmuDevice::open(p->wire, o.side, eo);
+      if (!d) return fail(d.error(), "rdmx_port_open(" + name + ")");
+      p->emu = d.value().get();
+      p->dev = std::move(d).value();
+      p->backend = backend_name(mode);
+    } else {
+      rdmx::dv::DvOptions dopt;
+      dopt.port = o.ib_port;
+      dopt.gid_index = o.gid_index;
+      auto d = rdmx::dv::DvDevice::open(name == "mlx5" ? std::string() : name, dopt);
+      if (!d) return fail(d.error(), "rdmx_port_open(" + name + ")");
+      p->dev = std::move(d).value();
+      p->backend = "mlx5";
+    }
+    if (int rc = finish_port(p.get(), o)) return rc;
+    *out = p.release();
+    return 0;
+  });
+}
+
+int rdmx_port_open_pair(const char* device, const rdmx_port_opts* opts_a,
+                        const rdmx_port_opts* opts_b, rdmx_port** a, rdmx_port** b) {
+  return guarded("rdmx_port_open_pair", [&]() -> int {
+    if (a) *a = nullptr;
+    if (b) *b = nullptr;
+    if (!device || !a || !b) return fail(RDMX_EINVAL, "rdmx_port_open_pair: NULL argument");
+    if ((opts_a && opts_a->size < sizeof(size_t)) || (opts_b && opts_b->size < sizeof(size_t)))
+      return fail(RDMX_EINVAL, "rdmx_port_open_pair: opts->size not set");
+    emu::Mode mode;
+    if (!is_emu_name(device, mode))
+      return fail(RDMX_ENOTSUP, std::string("rdmx_port_open_pair: \"") + device +
+                                    "\" is not an emulated device (emu, emu-threaded, emu-sink)");
+    const rdmx_port_opts oa = read_opts(opts_a, kPortDefaults);
+    const rdmx_port_opts ob = read_opts(opts_b, kPortDefaults);
+    if (int rc = check_port_opts(oa)) return rc;
+    if (int rc = check_port_opts(ob)) return rc;
+    emu::Options ea, eb;
+    ea.mode = eb.mode = mode;
+    ea.name = "emu0";
+    eb.name = "emu1";
+    auto pair = emu::make_pair(ea, eb);
+    if (!pair) return fail(pair.error(), "rdmx_port_open_pair");
+    auto pa = std::make_unique<rdmx_port>();
+    auto pb = std::make_unique<rdmx_port>();
+    pa->backend = pb->backend = backend_name(mode);
+    pa->emu = pair.value().a.get();
+    pb->emu = pair.value().b.get();
+    pa->dev = std::move(pair.value().a);
+    pb->dev = std::move(pair.value().b);
+    if (int rc = finish_port(pa.get(), oa)) return rc;
+    if (int rc = finish_port(pb.get(), ob)) return rc;
+    *a = pa.release();
+    *b = pb.release();
+    return 0;
+  });
+}
+
+void rdmx_port_close(rdmx_port* port) {
+  if (!port) return;
+  guarded("rdmx_port_close", [&]() -> int {
+    delete port;
+    return 0;
+  });
+}
+
+int rdmx_port_query(rdmx_port* p, rdmx_port_info* out) {
+  return guarded("rdmx_port_query", [&]() -> int {
+    if (!p || !out) return fail(RDMX_EINVAL, "rdmx_port_query: NULL argument");
+    std::lock_guard lk(p->mu);
+    std::memset(out, 0, sizeof(*out));
+    std::snprintf(out->device, sizeof(out->device), "%s", p->dev->name().c_str());
+    std::snprintf(out->backend, sizeof(out->backend), "%s", p->backend.c_str());
+    const mem::Arena& a = *p->arena;
+    out->arena_base = a.ptr(a.base());
+    out->arena_bytes = a.size();
+    out->data_bytes = a.data_end() - a.base();
+    out->page_size = a.page_size();
+    out->n_pages = a.n_pages();
+    out->lkey = a.lkey();
+    out->n_windows = p->pool->n_windows();
+    out->max_pages = p->pool->max_pages();
+    out->depot_windows = p->pool->depot_count();
+    out->free_pages = p->pages ? p->pages->n_free() : a.n_pages();
+    out->emu_checker_reports = p->emu ? p->emu->checker().total() : 0;
+    return 0;
+  });
+}
+
+void* rdmx_port_arena(const rdmx_port* p) {
+  return p ? p->arena->ptr(p->arena->base()) : nullptr;
+}
+
+uint32_t rdmx_port_lkey(const rdmx_port* p) {
+  return p ? p->arena->lkey() : 0;
+}
+
+int rdmx_port_check(rdmx_port* p) {
+  return guarded("rdmx_port_check", [&]() -> int {
+    if (!p) return fail(RDMX_EINVAL, "rdmx_port_check: NULL port");
+    std::lock_guard lk(p->mu);
+    auto r = p->pool->check_windows();
+    if (!r) return fail(r.error(), "rdmx_port_check");
+    return 0;
+  });
+}
+
+int rdmx_port_progress(rdmx_port* p) {
+  return guarded("rdmx_port_progress", [&]() -> int {
+    if (!p) return fail(RDMX_EINVAL, "rdmx_port_progress: NULL port");
+    return p->emu && p->emu->progress() ? 1 : 0;
+  });
+}
+
+// ---- Chunk pages -----------------------------------------------------------------------------
+
+int rdmx_pages_alloc(rdmx_port* p, uint64_t* pages, uint32_t n) {
+  return guarded("rdmx_pages_alloc", [&]() -> int {
+    if (!p || (!pages && n)) return fail(RDMX_EINVAL, "rdmx_pages_alloc: NULL argument");
+    std::lock_guard lk(p->mu);
+    if (!p->pages) p->pages = std::make_unique<mem::PageAllocator>(*p->arena);
+    const Errc e = p->pages->alloc_bulk({pages, n});
+    if (e != Errc::kOk)
+      return fail(static_cast<int>(e), "rdmx_pages_alloc: " + std::to_string(n) + " pages asked, " +
+                                           std::to_string(p->pages->n_free()) + " free");
+    return 0;
+  });
+}
+
+int rdmx_pages_free(rdmx_port* p, const uint64_t* pages, uint32_t n) {
+  return guarded("rdmx_pages_free", [&]() -> int {
+    if (!p || (!pages && n)) return fail(RDMX_EINVAL, "rdmx_pages_free: NULL argument");
+    std::lock_guard lk(p->mu);
+    if (!p->pages) return fail(RDMX_EINVAL, "rdmx_pages_free: no page was allocated");
+    const Errc e = p->pages->free_bulk({pages, n});
+    if (e != Errc::kOk)
+      return fail(static_cast<int>(e), std::string("rdmx_pages_free: ") +
+                                           (e == Errc::kNotInArena ? "not a data page of the arena"
+                                                                   : "page already free"));
+    return 0;
+  });
+}
+
+int rdmx_buf_pages(const rdmx_port* p, const void* addr, uint64_t len, uint64_t* pages,
+                   uint32_t max, uint32_t* first_byte_offset) {
+  if (!p || (!pages && max)) return -RDMX_EINVAL;
+  const mem::PageSpan s =
+      p->arena->to_pages(reinterpret_cast<uint64_t>(addr), len, {pages, size_t{max}});
+  if (!s.ok()) return neg(s.errc);
+  if (first_byte_offset) *first_byte_offset = s.first_offset;
+  return static_cast<int>(s.n_pages);
+}
+
+// ---- Poll cores ------------------------------------------------------------------------------
+
+void rdmx_core_opts_init(rdmx_core_opts* o) {
+  if (o) *o = kCoreDefaults;
+}
+
+int rdmx_core_create(rdmx_port* p, const rdmx_core_opts* opts, rdmx_core** out) {
+  return guarded("rdmx_core_create", [&]() -> int {
+    if (out) *out = nullptr;
+    if (!p || !out) return fail(RDMX_EINVAL, "rdmx_core_create: NULL argument");
+    if (opts && opts->size < sizeof(size_t))
+      return fail(RDMX_EINVAL, "rdmx_core_create: opts->size not set (use rdmx_core_opts_init)");
+    const rdmx_core_opts o = read_opts(opts, kCoreDefaults);
+    win::CoreConfig cc;
+    cc.cache_size = o.cache_size;
+    cc.qp.sq_wqebbs = o.sq_depth;
+    cc.qp.rq_wqes = o.rq_depth;
+    cc.qp.cq_cqes = o.cq_depth;
+    cc.qp.rq_sges = o.rq_sges;
+    cc.qp.max_inline_data = o.max_inline;
+    cc.signal_every = o.signal_every;
+    auto c = std::make_unique<rdmx_core>();
+    c->port = p;
+    c->max_pages = p->pool->max_pages();
+    c->scratch_pages = std::make_unique<uint64_t[]>(c->max_pages);
+    c->pend_cap = o.sq_depth + o.rq_depth + 1;
+    c->pend = std::make_unique<rdmx_completion[]>(c->pend_cap);
+    std::lock_guard lk(p->mu);
+    auto pc = win::PollCore::create(*p->pool, cc);
+    if (!pc) return fail(pc.error(), "rdmx_core_create");
+    c->pc = std::move(pc).value();
+    p->cores.push_back(c.get());
+    *out = c.release();
+    return 0;
+  });
+}
+
+void rdmx_core_destroy(rdmx_core* c) {
+  if (!c) return;
+  guarded("rdmx_core_destroy", [&]() -> int {
+    rdmx_port* p = c->port;
+    std::lock_guard lk(p->mu);
+    p->cores.erase(std::remove(p->cores.begin(), p->cores.end(), c), p->cores.end());
+    delete c;
+    return 0;
+  });
+}
+
+int rdmx_core_connect_info(rdmx_core* c, rdmx_connect_info* out) {
+  return guarded("rdmx_core_connect_info", [&]() -> int {
+    if (!c || !out) return fail(RDMX_EINVAL, "rdmx_core_connect_info: NULL argument");
+    std::lock_guard lk(c->port->mu);
+    encode(c->port->dev->local_info(c->pc->qp_handle()), out);
+    return 0;
+  });
+}
+
+int rdmx_core_connect(rdmx_core* c, const rdmx_connect_info* remote) {
+  return guarded("rdmx_core_connect", [&]() -> int {
+    if (!c || !remote) return fail(RDMX_EINVAL, "rdmx_core_connect: NULL argument");
+    rdmx::mlx5::ConnectInfo ci;
+    if (!decode(remote, ci))
+      return fail(RDMX_EINVAL, "rdmx_core_connect: not an rdmx_connect_info (bad magic/version)");
+    std::lock_guard lk(c->port->mu);
+    auto s = c->port->dev->connect(c->pc->qp_handle(), ci);
+    if (!s) return fail(s.error(), "rdmx_core_connect");
+    return 0;
+  });
+}
+
+int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b) {
+  return guarded("rdmx_core_connect_pair", [&]() -> int {
+    if (!a || !b || a == b) return fail(RDMX_EINVAL, "rdmx_core_connect_pair: bad cores");
+    auto s = emu::connect_qps(*a->port->dev, a->pc->qp_handle(), *b->port->dev, b->pc->qp_handle());
+    if (!s) return fail(s.error(), "rdmx_core_connect_pair");
+    return 0;
+  });
+}
+
+rdmx_port* rdmx_core_port(const rdmx_core* c) {
+  return c ? c->port : nullptr;
+}
+
+// ---- Windows ---------------------------------------------------------------------------------
+
+int rdmx_map(rdmx_core* c, const uint64_t* pages, uint32_t n_pages, uint32_t access,
+             uint32_t first_byte_offset, uint64_t length, rdmx_mapping* out) {
+  if (!c || !out || (!pages && n_pages)) return -RDMX_EINVAL;
+  const win::MapResult m = c->pc->map({pages, size_t{n_pages}}, access, first_byte_offset, length);
+  if (!m.ok()) return neg(m.errc);
+  fill_mapping(m, out);
+  return 0;
+}
+
+int rdmx_map_buf(rdmx_core* c, const void* addr, uint64_t len, uint32_t access, rdmx_mapping* out) {
+  if (!c || !out) return -RDMX_EINVAL;
+  uint32_t off = 0;
+  const int n = rdmx_buf_pages(c->port, addr, len, c->scratch_pages.get(), c->max_pages, &off);
+  if (n < 0) return n;
+  return rdmx_map(c, c->scratch_pages.get(), static_cast<uint32_t>(n), access, off, len, out);
+}
+
+size_t rdmx_map_burst(rdmx_core* c, const rdmx_map_req* reqs, size_t n, rdmx_mapping* out,
+                      int* err) {
+  if (err) *err = 0;
+  if (!c || ((!reqs || !out) && n)) {
+    if (err) *err = -RDMX_EINVAL;
+    return 0;
+  }
+  std::array<win::MapRequest, kBurstChunk> rq;
+  std::array<win::Window*, kBurstChunk> ws;
+  size_t done = 0;
+  while (done < n) {
+    const size_t k = std::min(kBurstChunk, n - done);
+    for (size_t i = 0; i < k; ++i) {
+      const rdmx_map_req& r = reqs[done + i];
+      if (!r.pages && r.n_pages) {
+        // Map what precedes the bad request, then stop at it.
+        if (i == 0) {
+          if (err) *err = -RDMX_EINVAL;
+          return done;
+        }
+        const size_t got = c->pc->map_burst({rq.data(), i}, {ws.data(), i});
+        for (size_t j = 0; j < got; ++j) fill_mapping(ws[j], &out[done + j]);
+        if (err) *err = got < i ? neg(c->pc->last_error()) : -RDMX_EINVAL;
+        return done + got;
+      }
+      rq[i] =
+          win::MapRequest{{r.pages, size_t{r.n_pages}}, r.access, r.first_byte_offset, r.length};
+    }
+    const size_t got = c->pc->map_burst({rq.data(), k}, {ws.data(), k});
+    for (size_t j = 0; j < got; ++j) fill_mapping(ws[j], &out[done + j]);
+    done += got;
+    if (got < k) {
+      if (err) *err = neg(c->pc->last_error());
+      return done;
+    }
+  }
+  return done;
+}
+
+int rdmx_unmap(rdmx_core* c, rdmx_window* w) {
+  if (!c || !w) return -RDMX_EINVAL;
+  return neg(c->pc->unmap(as_win(w)));
+}
+
+size_t rdmx_unmap_burst(rdmx_core* c, rdmx_window* const* ws, size_t n, int* err) {
+  if (err) *err = 0;
+  if (!c || (!ws && n)) {
+    if (err) *err = -RDMX_EINVAL;
+    return 0;
+  }
+  const size_t got = c->pc->unmap_burst(
+      {reinterpret_cast<win::Window* const*>(ws), n});  // rdmx_window* is a Window*
+  if (got < n && err) *err = neg(c->pc->last_error());
+  return got;
+}
+
+uint32_t rdmx_window_rkey(const rdmx_window* w) {
+  return w ? as_win(w)->rkey() : 0;
+}
+uint64_t rdmx_window_length(const rdmx_window* w) {
+  return w ? as_win(w)->length() : 0;
+}
+int rdmx_window_mapped(const rdmx_window* w) {
+  return w && as_win(w)->state() == win::WindowState::kMapped ? 1 : 0;
+}
+
+// ---- Work requests ---------------------------------------------------------------------------
+
+int rdmx_post_write(rdmx_core* c, const rdmx_sge* local, uint32_t n_sge, uint64_t raddr,
+                    uint32_t rkey, uint64_t cookie, unsigned flags) {
+  std::array<Sge, kMaxSges> s;
+  if (!c || !to_sges(local, n_sge, s)) return -RDMX_EINVAL;
+  return neg(c->pc->post_write({s.data(), n_sge}, raddr, rkey, cookie, flags & RDMX_POST_SIGNALED));
+}
+
+int rdmx_post_read(rdmx_core* c, const rdmx_sge* local, uint32_t n_sge, uint64_t raddr,
+                   uint32_t rkey, uint64_t cookie, unsigned flags) {
+  std::array<Sge, kMaxSges> s;
+  if (!c || !to_sges(local, n_sge, s)) return -RDMX_EINVAL;
+  return neg(c->pc->post_read({s.data(), n_sge}, raddr, rkey, cookie, flags & RDMX_POST_SIGNALED));
+}
+
+int rdmx_post_send(rdmx_core* c, const rdmx_sge* local, uint32_t n_sge, uint64_t cookie,
+                   unsigned flags) {
+  std::array<Sge, kMaxSges> s;
+  if (!c || !to_sges(local, n_sge, s)) return -RDMX_EINVAL;
+  return neg(c->pc->post_send({s.data(), n_sge}, cookie, flags & RDMX_POST_SIGNALED));
+}
+
+int rdmx_post_send_inv(rdmx_core* c, const rdmx_sge* local, uint32_t n_sge,
+                       uint32_t invalidate_rkey, uint64_t cookie, unsigned flags) {
+  std::array<Sge, kMaxSges> s;
+  if (!c || !to_sges(local, n_sge, s)) return -RDMX_EINVAL;
+  return neg(
+      c->pc->post_send_inv({s.data(), n_sge}, invalidate_rkey, cookie, flags & RDMX_POST_SIGNALED));
+}
+
+int rdmx_post_recv(rdmx_core* c, const rdmx_sge* local, uint32_t n_sge, uint64_t cookie) {
+  std::array<Sge, kMaxSges> s;
+  if (!c || !to_sges(local, n_sge, s)) return -RDMX_EINVAL;
+  return neg(c->pc->post_recv({s.data(), n_sge}, cookie));
+}
+
+void rdmx_flush(rdmx_core* c) {
+  if (c) c->pc->flush();
+}
+
+// ---- Completions -----------------------------------------------------------------------------
+
+int rdmx_poll(rdmx_core* c, rdmx_completion* out, int max) {
+  if (!c || (!out && max > 0)) return -RDMX_EINVAL;
+  int n = 0;
+  while (n < max && c->pend_count) out[n++] = pend_pop(c);
+  if (n < max) {
+    // The pending queue is empty here, and one poll completes at most the WQEs in flight.
+    c->pc->poll(static_cast<uint32_t>(max - n), [&](const Completion& x) {
+      if (n < max)
+        out[n++] = to_c(x);
+      else
+        pend_push(c, to_c(x));
+    });
+  }
+  return n;
+}
+
+int rdmx_poll_cb(rdmx_core* c, uint32_t max_cqes, rdmx_completion_fn fn, void* arg) {
+  if (!c || !fn) return -RDMX_EINVAL;
+  while (c->pend_count) {
+    const rdmx_completion x = pend_pop(c);
+    fn(arg, &x);
+  }
+  const uint32_t n = c->pc->poll(max_cqes, [&](const Completion& x) {
+    const rdmx_completion y = to_c(x);
+    fn(arg, &y);
+  });
+  return static_cast<int>(n);
+}
+
+// ---- Errors and recovery ---------------------------------------------------------------------
+
+int rdmx_core_in_error(const rdmx_core* c) {
+  return c && const_cast<rdmx_core*>(c)->pc->qp().in_error() ? 1 : 0;
+}
+
+int rdmx_core_recover(rdmx_core* c, const rdmx_connect_info* remote) {
+  return guarded("rdmx_core_recover", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_core_recover: NULL core");
+    std::lock_guard lk(c->port->mu);
+    if (remote) {
+      rdmx::mlx5::ConnectInfo ci;
+      if (!decode(remote, ci)) return fail(RDMX_EINVAL, "rdmx_core_recover: bad connect info");
+      auto s = c->port->dev->connect(c->pc->qp_handle(), ci);
+      if (!s) return fail(s.error(), "rdmx_core_recover: reconnect");
+    }
+    c->pend_count = c->pend_head = 0;
+    auto s = c->pc->recover();
+    if (!s) return fail(s.error(), "rdmx_core_recover");
+    return 0;
+  });
+}
+
+int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b) {
+  return guarded("rdmx_core_recover_pair", [&]() -> int {
+    if (!a || !b || a == b) return fail(RDMX_EINVAL, "rdmx_core_recover_pair: bad cores");
+    for (rdmx_core* c : {a, b}) {
+      c->pc->flush();
+      for (int spin = 0; spin < 100000; ++spin)
+        if (!c->pc->poll(64, [](const Completion&) {})) break;
+      c->pend_count = c->pend_head = 0;
+    }
+    auto s = emu::connect_qps(*a->port->dev, a->pc->qp_handle(), *b->port->dev, b->pc->qp_handle());
+    if (!s) return fail(s.error(), "rdmx_core_recover_pair: reconnect");
+    for (rdmx_core* c : {a, b}) {
+      auto r = c->pc->recover();
+      if (!r) return fail(r.error(), "rdmx_core_recover_pair");
+    }
+    return 0;
+  });
+}
+
+int rdmx_core_quiesce(rdmx_core* c, uint64_t max_spins) {
+  return guarded("rdmx_core_quiesce", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_core_quiesce: NULL core");
+    c->pc->flush();
+    if (!c->pc->quiesce(max_spins ? max_spins : 10'000'000))
+      return fail(RDMX_ETIMEDOUT, "rdmx_core_quiesce: " + std::to_string(c->pc->umrs_in_flight()) +
+                                      " UMRs still in flight");
+    return 0;
+  });
+}
+
+// ---- Statistics ------------------------------------------------------------------------------
+
+int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
+  if (!c || !out) return -RDMX_EINVAL;
+  rdmx_core_stats s{};
+  const win::CoreStats& k = c->pc->stats();
+  s.maps = k.maps;
+  s.inline_maps = k.inline_maps;
+  s.pointer_maps = k.pointer_maps;
+  s.unmaps = k.unmaps;
+  s.pages_mapped = k.pages_mapped;
+  s.cache_hits = k.cache_hits;
+  s.cache_misses = k.cache_misses;
+  s.depot_refills = k.depot_refills;
+  s.depot_flushes = k.depot_flushes;
+  s.windows_from_depot = k.windows_from_depot;
+  s.windows_to_depot = k.windows_to_depot;
+  s.exhausted = k.exhausted;
+  s.klm_waits = k.klm_waits;
+  s.remote_invalidations = k.remote_invalidations;
+  s.stale_invalidations = k.stale_invalidations;
+  s.foreign_invalidations = k.foreign_invalidations;
+  s.umr_completions = k.umr_completions;
+  s.umr_errors = k.umr_errors;
+  s.wqe_errors = k.wqe_errors;
+  s.recoveries = k.recoveries;
+  const auto& q = const_cast<rdmx_core*>(c)->pc->qp().stats();
+  s.cqes = q.cqes;
+  s.completions = q.completions;
+  for (uint32_t i = 0; i < win::kNumErrc; ++i) s.rejected[i] = k.errors[i];
+  s.umrs_in_flight = c->pc->umrs_in_flight();
+  s.cached_windows = c->pc->cache().len();
+  std::memcpy(out, &s, std::min(size, sizeof(s)));
+  return 0;
+}
+
+}  // extern "C"

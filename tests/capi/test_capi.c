@@ -1,0 +1,616 @@
+/* The C API from C (built with -std=c99 -Wall -Wextra -Werror): open/close, map -> peer WRITE and
+ * READ through the rkey -> unmap -> stale key fails, bursts, poll with an array and with a
+ * callback, SEND_WITH_INV, errors and their codes, user buffers, a two-process shm wire.
+ * Over the emulated device. Exit status 0 = pass. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <rdmx/rdmx.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_failures = 0;
+
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              rdmx_last_error());                                                              \
+      ++g_failures;                                                                            \
+    }                                                                                          \
+  } while (0)
+#define CHECK_RC(expr, want)                                                                     \
+  do {                                                                                           \
+    int rc_ = (expr);                                                                            \
+    if (rc_ != (want)) {                                                                         \
+      fprintf(stderr, "%s:%d: %s = %d (%s), want %d (%s); last error: %s\n", __FILE__, __LINE__, \
+              #expr, rc_, rdmx_errname(rc_), (want), rdmx_errname(want), rdmx_last_error());     \
+      ++g_failures;                                                                              \
+    }                                                                                            \
+  } while (0)
+#define REQUIRE(cond)                                                                            \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      fprintf(stderr, "%s:%d: REQUIRE failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              rdmx_last_error());                                                                \
+      exit(1);                                                                                   \
+    }                                                                                            \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Polls `c` until the completion with `cookie` arrives (others are dropped); its copy in *out. */
+static int wait_cookie(rdmx_core* c, uint64_t cookie, rdmx_completion* out) {
+  const double end = now_s() + 5.0;
+  while (now_s() < end) {
+    rdmx_completion wc[8];
+    int n = rdmx_poll(c, wc, 8);
+    int i;
+    for (i = 0; i < n; ++i) {
+      if (wc[i].cookie == cookie) {
+        *out = wc[i];
+        return 1;
+      }
+    }
+    if (n == 0) rdmx_port_progress(rdmx_core_port(c));
+  }
+  return 0;
+}
+
+/* Waits until the core's window operations completed. */
+static void settle(rdmx_core* c) {
+  rdmx_flush(c);
+  CHECK_RC(rdmx_core_quiesce(c, 0), 0);
+}
+
+struct rig {
+  rdmx_port* pa;
+  rdmx_port* pb;
+  rdmx_core* ca;
+  rdmx_core* cb;
+  uint8_t* b_mem; /* peer arena */
+  uint32_t b_lkey;
+};
+
+static void rig_open(struct rig* r, const char* device, const rdmx_port_opts* oa) {
+  memset(r, 0, sizeof(*r));
+  REQUIRE(rdmx_port_open_pair(device, oa, NULL, &r->pa, &r->pb) == 0);
+  REQUIRE(rdmx_core_create(r->pa, NULL, &r->ca) == 0);
+  REQUIRE(rdmx_core_create(r->pb, NULL, &r->cb) == 0);
+  REQUIRE(rdmx_core_connect_pair(r->ca, r->cb) == 0);
+  r->b_mem = (uint8_t*)rdmx_port_arena(r->pb);
+  r->b_lkey = rdmx_port_lkey(r->pb);
+}
+
+static void rig_close(struct rig* r) {
+  rdmx_port_info info;
+  CHECK_RC(rdmx_port_query(r->pa, &info), 0);
+  CHECK(info.emu_checker_reports == 0);
+  CHECK_RC(rdmx_port_query(r->pb, &info), 0);
+  CHECK(info.emu_checker_reports == 0);
+  rdmx_core_destroy(r->ca);
+  rdmx_core_destroy(r->cb);
+  rdmx_port_close(r->pa);
+  rdmx_port_close(r->pb);
+}
+
+/* Peer (B) one-sided op through (raddr, rkey); returns the completion status. */
+static int peer_op(struct rig* r, int write, uint32_t b_off, uint64_t raddr, uint32_t len,
+                   uint32_t rkey) {
+  static uint64_t cookie = 1000;
+  rdmx_sge s;
+  rdmx_completion wc;
+  s.addr = (uint64_t)(uintptr_t)(r->b_mem + b_off);
+  s.length = len;
+  s.lkey = r->b_lkey;
+  ++cookie;
+  if (write)
+    CHECK_RC(rdmx_post_write(r->cb, &s, 1, raddr, rkey, cookie, RDMX_POST_SIGNALED), 0);
+  else
+    CHECK_RC(rdmx_post_read(r->cb, &s, 1, raddr, rkey, cookie, RDMX_POST_SIGNALED), 0);
+  rdmx_flush(r->cb);
+  REQUIRE(wait_cookie(r->cb, cookie, &wc));
+  CHECK(wc.opcode == (write ? RDMX_OP_WRITE : RDMX_OP_READ));
+  return wc.status;
+}
+
+static void test_version_and_errors(void) {
+  rdmx_port* p = NULL;
+  rdmx_port* q = NULL;
+  rdmx_port_opts o;
+  CHECK(rdmx_version() == RDMX_VERSION);
+  CHECK(RDMX_VERSION ==
+        RDMX_MAKE_VERSION(RDMX_VERSION_MAJOR, RDMX_VERSION_MINOR, RDMX_VERSION_PATCH));
+  CHECK(strcmp(rdmx_version_string(), "0.1.0") == 0);
+  CHECK(strcmp(rdmx_strerror(-RDMX_ENOWINDOW), "no free window") == 0);
+  CHECK(strcmp(rdmx_strerror(RDMX_ENOWINDOW), "no free window") == 0);
+  CHECK(strcmp(rdmx_strerror(0), "success") == 0);
+  CHECK(strcmp(rdmx_strerror(-9999), "unknown error") == 0);
+  CHECK(strcmp(rdmx_errname(-RDMX_ETOOMANYPAGES), "too-many-pages") == 0);
+  CHECK(strcmp(rdmx_errname(-RDMX_EINTERNAL), "internal") == 0);
+  CHECK(strcmp(rdmx_syndrome_name(0x13), "remote-access") == 0);
+  CHECK(strcmp(rdmx_opcode_name(RDMX_OP_SEND_INV), "SEND_INV") == 0);
+
+  /* No RDMA hardware here: an mlx5 name is "no such device", with a message naming it. */
+  CHECK_RC(rdmx_port_open("mlx5_0", NULL, &p), -RDMX_ENODEV);
+  CHECK(p == NULL);
+  CHECK(strstr(rdmx_last_error(), "mlx5_0") != NULL);
+  CHECK_RC(rdmx_port_open_pair("mlx5_0", NULL, NULL, &p, &q), -RDMX_ENOTSUP);
+  CHECK_RC(rdmx_port_open(NULL, NULL, &p), -RDMX_EINVAL);
+  CHECK_RC(rdmx_port_open("emu", NULL, NULL), -RDMX_EINVAL);
+  rdmx_port_opts_init(&o);
+  o.wire = "tcp:nope";
+  CHECK_RC(rdmx_port_open("emu", &o, &p), -RDMX_EINVAL);
+  CHECK(strstr(rdmx_last_error(), "tcp:nope") != NULL);
+  rdmx_port_opts_init(&o);
+  o.page_size = 1000;
+  CHECK_RC(rdmx_port_open("emu", &o, &p), -RDMX_EINVAL);
+  rdmx_port_opts_init(&o);
+  o.size = 0; /* not initialised */
+  CHECK_RC(rdmx_port_open("emu", &o, &p), -RDMX_EINVAL);
+  rdmx_port_opts_init(&o);
+  o.side = 2;
+  CHECK_RC(rdmx_port_open("emu", &o, &p), -RDMX_EINVAL);
+  rdmx_port_opts_init(&o);
+  o.wire = "shm:rdmx-capi-absent";
+  o.side = 1;
+  o.attach_timeout_ms = 20;
+  CHECK_RC(rdmx_port_open("emu", &o, &p), -RDMX_ETIMEDOUT);
+  /* A smaller (older) options struct: the library reads only what the caller has. */
+  rdmx_port_opts_init(&o);
+  o.size = offsetof(rdmx_port_opts, arena_bytes);
+  CHECK_RC(rdmx_port_open("emu-sink", &o, &p), 0);
+  rdmx_port_close(p);
+  rdmx_port_close(NULL);
+  rdmx_core_destroy(NULL);
+  CHECK_RC(rdmx_poll(NULL, NULL, 0), -RDMX_EINVAL);
+  CHECK_RC(rdmx_unmap(NULL, NULL), -RDMX_EINVAL);
+}
+
+/* Map -> peer WRITE/READ through the rkey (sent in a message after the map) -> unmap -> the
+ * stale key fails and moves nothing -> recover. */
+static void test_map_write_read_unmap(const char* device) {
+  struct rig r;
+  uint64_t pages[4];
+  uint8_t* a_bytes[4];
+  rdmx_mapping m;
+  rdmx_sge s, rb;
+  rdmx_completion wc;
+  uint32_t msg[4];
+  uint32_t i, k;
+  const uint32_t off = 100, len = 4 * 4096 - 200;
+  rdmx_core_stats st;
+
+  rig_open(&r, device, NULL);
+  REQUIRE(rdmx_pages_alloc(r.pa, pages, 4) == 0);
+  for (k = 0; k < 4; ++k) {
+    a_bytes[k] = (uint8_t*)(uintptr_t)pages[k];
+    memset(a_bytes[k], 0xEE, 4096);
+  }
+  /* B posts a receive for the key message. */
+  rb.addr = (uint64_t)(uintptr_t)(r.b_mem + 65536);
+  rb.length = 64;
+  rb.lkey = r.b_lkey;
+  CHECK_RC(rdmx_post_recv(r.cb, &rb, 1, 7), 0);
+  rdmx_flush(r.cb);
+
+  CHECK_RC(rdmx_map(r.ca, pages, 4, RDMX_ACCESS_REMOTE_RW, off, len, &m), 0);
+  CHECK(m.iova == 0 && m.length == len && m.rkey == rdmx_window_rkey(m.window));
+  CHECK(rdmx_window_mapped(m.window) == 1);
+  CHECK(rdmx_window_length(m.window) == len);
+  /* The message with (rkey, iova, len), posted after the map on the same queue. */
+  msg[0] = m.rkey;
+  msg[1] = (uint32_t)m.iova;
+  msg[2] = (uint32_t)m.length;
+  msg[3] = 0;
+  {
+    uint8_t* a_arena = (uint8_t*)rdmx_port_arena(r.pa);
+    rdmx_port_info info;
+    REQUIRE(rdmx_port_query(r.pa, &info) == 0);
+    /* The message buffer: the last data page (the allocator hands out pages from the first). */
+    uint8_t* last = a_arena + info.data_bytes - 4096;
+    memcpy(last, msg, sizeof(msg));
+    s.addr = (uint64_t)(uintptr_t)last;
+    s.length = sizeof(msg);
+    s.lkey = rdmx_port_lkey(r.pa);
+    CHECK(strncmp(info.backend, "emu", 3) == 0);
+  }
+  CHECK_RC(rdmx_post_send(r.ca, &s, 1, 8, RDMX_POST_SIGNALED), 0);
+  rdmx_flush(r.ca);
+  REQUIRE(wait_cookie(r.cb, 7, &wc));
+  CHECK(wc.status == 0 && (wc.flags & RDMX_WC_RECV) && wc.opcode == RDMX_OP_RECV);
+  CHECK(wc.bytes == sizeof(msg));
+  memcpy(msg, r.b_mem + 65536, sizeof(msg));
+  CHECK(msg[0] == m.rkey && msg[2] == len);
+  REQUIRE(wait_cookie(r.ca, 8, &wc));
+  CHECK(wc.status == 0 && wc.opcode == RDMX_OP_SEND && (wc.flags & RDMX_WC_SIGNALED));
+
+  /* Peer WRITE of the whole window, then READ it back. */
+  for (i = 0; i < len; ++i) r.b_mem[i] = (uint8_t)(i * 7 + 3);
+  CHECK(peer_op(&r, 1, 0, msg[1], len, msg[0]) == 0);
+  for (i = 0; i < len; ++i) {
+    const uint32_t x = off + i;
+    if (a_bytes[x / 4096][x % 4096] != (uint8_t)(i * 7 + 3)) {
+      CHECK(!"peer WRITE landed in the mapped bytes");
+      break;
+    }
+  }
+  CHECK(a_bytes[0][off - 1] == 0xEE && a_bytes[3][4096 - 100] == 0xEE); /* untouched edges */
+  memset(r.b_mem + 131072, 0, len);
+  CHECK(peer_op(&r, 0, 131072, msg[1] + 10, len - 10, msg[0]) == 0);
+  CHECK(memcmp(r.b_mem + 131072, r.b_mem + 10, len - 10) == 0);
+
+  /* Unmap; once the invalidation executed the old key reaches nothing. */
+  CHECK_RC(rdmx_unmap(r.ca, m.window), 0);
+  CHECK_RC(rdmx_unmap(r.ca, m.window), -RDMX_ENOTMAPPED);
+  settle(r.ca);
+  CHECK(rdmx_window_mapped(m.window) == 0);
+  memset(r.b_mem, 0x55, 64);
+  CHECK(peer_op(&r, 1, 0, 0, 64, msg[0]) == 0x13); /* remote-access */
+  CHECK(a_bytes[0][off] == 3);                     /* nothing written */
+  CHECK(rdmx_core_in_error(r.cb) == 1);
+  CHECK_RC(rdmx_post_write(r.cb, &rb, 1, 0, msg[0], 1, 0), -RDMX_EQPERROR);
+  CHECK_RC(rdmx_core_recover_pair(r.ca, r.cb), 0);
+  CHECK(rdmx_core_in_error(r.cb) == 0);
+  /* A fresh mapping works again; the old key still fails (new key). */
+  CHECK_RC(rdmx_map_buf(r.ca, a_bytes[0] + 8, 100, RDMX_ACCESS_REMOTE_RW, &m), 0);
+  CHECK(m.rkey != msg[0]);
+  settle(r.ca);
+  CHECK(peer_op(&r, 1, 0, 0, 100, m.rkey) == 0);
+  CHECK(memcmp(a_bytes[0] + 8, r.b_mem, 100) == 0);
+  CHECK_RC(rdmx_unmap(r.ca, m.window), 0);
+  settle(r.ca);
+
+  CHECK_RC(rdmx_core_stats_get(r.ca, &st, sizeof(st)), 0);
+  CHECK(st.maps == 2 && st.unmaps == 2 && st.recoveries == 1);
+  CHECK(st.rejected[RDMX_ENOTMAPPED] == 1);
+  CHECK(st.umrs_in_flight == 0);
+  CHECK_RC(rdmx_pages_free(r.pa, pages, 4), 0);
+  CHECK_RC(rdmx_pages_free(r.pa, pages, 1), -RDMX_EINVAL);
+  CHECK_RC(rdmx_port_check(r.pa), 0);
+  rig_close(&r);
+}
+
+/* Bursts, bad map arguments, windows of another core, exhaustion. */
+struct cb_count {
+  int n;
+  int sends;
+  uint64_t last_cookie;
+};
+static void on_completion(void* arg, const rdmx_completion* c) {
+  struct cb_count* k = (struct cb_count*)arg;
+  ++k->n;
+  if (c->opcode == RDMX_OP_SEND) ++k->sends;
+  k->last_cookie = c->cookie;
+}
+
+static void test_bursts_and_errors(void) {
+  struct rig r;
+  rdmx_port_opts oa;
+  rdmx_core* c2 = NULL;
+  uint64_t pages[8], outside[1];
+  rdmx_map_req reqs[8];
+  rdmx_mapping maps[8], m;
+  rdmx_window* ws[8];
+  rdmx_sge s;
+  rdmx_completion wc[4];
+  struct cb_count k;
+  int err = 0, i, got, total;
+  size_t n;
+  int dummy = 0;
+
+  rdmx_port_opts_init(&oa);
+  oa.n_windows = 16;
+  oa.max_pages = 4;
+  oa.arena_bytes = 1 << 20;
+  rig_open(&r, "emu", &oa);
+  REQUIRE(rdmx_pages_alloc(r.pa, pages, 8) == 0);
+  for (i = 0; i < 8; ++i) {
+    reqs[i].pages = &pages[i];
+    reqs[i].n_pages = 1;
+    reqs[i].access = RDMX_ACCESS_REMOTE_RW;
+    reqs[i].first_byte_offset = 0;
+    reqs[i].length = 4096;
+    reqs[i].reserved = 0;
+  }
+  n = rdmx_map_burst(r.ca, reqs, 8, maps, &err);
+  CHECK(n == 8 && err == 0);
+  for (i = 0; i < 8; ++i) {
+    CHECK(maps[i].window != NULL && maps[i].length == 4096);
+    ws[i] = maps[i].window;
+  }
+  n = rdmx_unmap_burst(r.ca, ws, 8, &err);
+  CHECK(n == 8 && err == 0);
+  n = rdmx_unmap_burst(r.ca, ws, 8, &err);
+  CHECK(n == 0 && err == -RDMX_ENOTMAPPED);
+  settle(r.ca);
+  /* A burst stops at the first bad request. */
+  outside[0] = (uint64_t)(uintptr_t)&dummy;
+  reqs[3].pages = outside;
+  n = rdmx_map_burst(r.ca, reqs, 8, maps, &err);
+  CHECK(n == 3 && err == -RDMX_ENOTINARENA);
+  reqs[3].pages = NULL;
+  n = rdmx_map_burst(r.ca, reqs + 2, 4, maps + 3, &err);
+  CHECK(n == 1 && err == -RDMX_EINVAL);
+  for (i = 0; i < 4; ++i) ws[i] = maps[i].window;
+  n = rdmx_unmap_burst(r.ca, ws, 4, &err);
+  CHECK(n == 4 && err == 0);
+  settle(r.ca);
+
+  /* Single-map errors: nothing is posted. */
+  CHECK_RC(rdmx_map(r.ca, pages, 1, RDMX_ACCESS_REMOTE_RW, 0, 0, &m), -RDMX_EINVAL);
+  CHECK_RC(rdmx_map(r.ca, pages, 0, RDMX_ACCESS_REMOTE_RW, 0, 10, &m), -RDMX_EINVAL);
+  CHECK_RC(rdmx_map(r.ca, pages, 1, RDMX_ACCESS_REMOTE_WRITE, 0, 10, &m), -RDMX_EINVAL);
+  CHECK_RC(rdmx_map(r.ca, pages, 1, 0x100, 0, 10, &m), -RDMX_EINVAL);
+  CHECK_RC(rdmx_map(r.ca, pages, 1, RDMX_ACCESS_REMOTE_RW, 4096, 10, &m), -RDMX_ERANGE);
+  CHECK_RC(rdmx_map(r.ca, pages, 1, RDMX_ACCESS_REMOTE_RW, 0, 4097, &m), -RDMX_ERANGE);
+  CHECK_RC(rdmx_map(r.ca, pages, 5, RDMX_ACCESS_REMOTE_RW, 0, 5 * 4096, &m), -RDMX_ETOOMANYPAGES);
+  CHECK_RC(rdmx_map(r.ca, outside, 1, RDMX_ACCESS_REMOTE_RW, 0, 10, &m), -RDMX_ENOTINARENA);
+  CHECK_RC(rdmx_map(r.ca, NULL, 1, RDMX_ACCESS_REMOTE_RW, 0, 10, &m), -RDMX_EINVAL);
+  CHECK_RC(rdmx_map_buf(r.ca, &dummy, 4, RDMX_ACCESS_REMOTE_RW, &m), -RDMX_ENOTINARENA);
+  CHECK_RC(rdmx_map_buf(r.ca, (void*)(uintptr_t)pages[0], 5 * 4096, RDMX_ACCESS_REMOTE_RW, &m),
+           -RDMX_ETOOMANYPAGES);
+  CHECK_RC(rdmx_unmap(r.ca, (rdmx_window*)(void*)&dummy), -RDMX_EINVAL);
+  {
+    uint64_t pg[2];
+    uint32_t first = 9;
+    CHECK_RC(rdmx_buf_pages(r.pa, (const uint8_t*)(uintptr_t)pages[0] + 5, 10, pg, 2, &first), 1);
+    CHECK(pg[0] == pages[0] && first == 5);
+    CHECK_RC(rdmx_buf_pages(r.pa, (const void*)(uintptr_t)pages[0], 0, pg, 2, &first),
+             -RDMX_EINVAL);
+  }
+
+  /* A window belongs to the core that mapped it. */
+  REQUIRE(rdmx_core_create(r.pa, NULL, &c2) == 0);
+  CHECK_RC(rdmx_map(r.ca, pages, 1, RDMX_ACCESS_REMOTE_RW, 0, 10, &m), 0);
+  CHECK_RC(rdmx_unmap(c2, m.window), -RDMX_EWRONGCORE);
+  CHECK_RC(rdmx_unmap(r.ca, m.window), 0);
+  settle(r.ca);
+  rdmx_core_destroy(c2);
+
+  /* Exhaustion: 16 windows in the port. */
+  total = 0;
+  for (i = 0; i < 32; ++i) {
+    int rc = rdmx_map(r.ca, pages, 1, RDMX_ACCESS_REMOTE_RW, 0, 10, &maps[0]);
+    if (rc != 0) {
+      CHECK_RC(rc, -RDMX_ENOWINDOW);
+      break;
+    }
+    ++total;
+  }
+  CHECK(total == 16);
+  rdmx_flush(r.ca);
+
+  /* Work-request errors. */
+  s.addr = (uint64_t)(uintptr_t)rdmx_port_arena(r.pa);
+  s.length = 8;
+  s.lkey = rdmx_port_lkey(r.pa);
+  CHECK_RC(rdmx_post_send(r.ca, &s, 1, 1ull << 63, 0), -RDMX_EINVAL);
+  CHECK_RC(rdmx_post_send(r.ca, &s, 17, 1, 0), -RDMX_EINVAL);
+  CHECK_RC(rdmx_post_send(r.ca, NULL, 1, 1, 0), -RDMX_EINVAL);
+
+  /* Poll into a one-entry array and with a callback: 6 SENDs (B posted 6 receives), only the
+   * last signaled: 6 completions from one CQE. */
+  for (i = 0; i < 6; ++i) {
+    rdmx_sge rb;
+    rb.addr = (uint64_t)(uintptr_t)(r.b_mem + 4096 * i);
+    rb.length = 64;
+    rb.lkey = r.b_lkey;
+    CHECK_RC(rdmx_post_recv(r.cb, &rb, 1, 100 + (uint64_t)i), 0);
+  }
+  rdmx_flush(r.cb);
+  for (i = 0; i < 6; ++i) CHECK_RC(rdmx_post_send(r.ca, &s, 1, 200 + (uint64_t)i, i == 5), 0);
+  rdmx_flush(r.ca);
+  got = 0;
+  {
+    const double end = now_s() + 5;
+    while (got < 6 && now_s() < end) {
+      int nn = rdmx_poll(r.ca, wc, 1);
+      if (nn == 1) {
+        CHECK(wc[0].cookie == 200 + (uint64_t)got && wc[0].opcode == RDMX_OP_SEND);
+        CHECK(((wc[0].flags & RDMX_WC_SIGNALED) != 0) == (got == 5));
+        ++got;
+      }
+    }
+  }
+  CHECK(got == 6);
+  memset(&k, 0, sizeof(k));
+  {
+    const double end = now_s() + 5;
+    while (k.n < 6 && now_s() < end) rdmx_poll_cb(r.cb, 2, on_completion, &k);
+  }
+  CHECK(k.n == 6 && k.last_cookie == 105);
+  CHECK_RC(rdmx_poll_cb(r.cb, 2, NULL, &k), -RDMX_EINVAL);
+  CHECK_RC(rdmx_core_quiesce(r.ca, 0), 0);
+  rig_close(&r); /* closes with 16 windows still mapped: the core invalidates them */
+}
+
+/* The NVMe-oF reply: B answers with SEND_WITH_INV, which frees A's window on receipt. */
+static void test_send_with_invalidate(const char* device) {
+  struct rig r;
+  uint64_t page;
+  rdmx_mapping m;
+  rdmx_sge s, rb;
+  rdmx_completion wc;
+  rdmx_core_stats st;
+  rig_open(&r, device, NULL);
+  REQUIRE(rdmx_pages_alloc(r.pa, &page, 1) == 0);
+  rb.addr = page + 2048;
+  rb.length = 64;
+  rb.lkey = rdmx_port_lkey(r.pa);
+  CHECK_RC(rdmx_post_recv(r.ca, &rb, 1, 42), 0);
+  CHECK_RC(rdmx_map(r.ca, &page, 1, RDMX_ACCESS_REMOTE_RW, 0, 2048, &m), 0);
+  settle(r.ca);
+  s.addr = (uint64_t)(uintptr_t)r.b_mem;
+  s.length = 16;
+  s.lkey = r.b_lkey;
+  CHECK_RC(rdmx_post_send_inv(r.cb, &s, 1, m.rkey, 43, RDMX_POST_SIGNALED), 0);
+  rdmx_flush(r.cb);
+  REQUIRE(wait_cookie(r.ca, 42, &wc));
+  CHECK(wc.status == 0 && (wc.flags & RDMX_WC_INVALIDATED) && wc.imm == m.rkey);
+  CHECK(wc.bytes == 16);
+  REQUIRE(wait_cookie(r.cb, 43, &wc));
+  CHECK(wc.status == 0 && wc.opcode == RDMX_OP_SEND_INV);
+  CHECK(rdmx_window_mapped(m.window) == 0);
+  CHECK_RC(rdmx_unmap(r.ca, m.window), -RDMX_ENOTMAPPED);
+  CHECK(peer_op(&r, 1, 0, 0, 16, m.rkey) == 0x13);
+  CHECK_RC(rdmx_core_recover_pair(r.ca, r.cb), 0);
+  CHECK_RC(rdmx_core_stats_get(r.ca, &st, sizeof(st)), 0);
+  CHECK(st.remote_invalidations == 1);
+  /* A caller with an older, smaller stats struct gets only its part. */
+  {
+    rdmx_core_stats small;
+    memset(&small, 0xAB, sizeof(small));
+    CHECK_RC(rdmx_core_stats_get(r.ca, &small, offsetof(rdmx_core_stats, unmaps)), 0);
+    CHECK(small.maps == 1 && small.unmaps == 0xABABABABABABABABull);
+  }
+  rig_close(&r);
+}
+
+/* The caller's own buffer registered as the arena. */
+static void test_user_buffer(void) {
+  struct rig r;
+  rdmx_port_opts oa;
+  void* buf = NULL;
+  rdmx_mapping m;
+  rdmx_port_info info;
+  REQUIRE(posix_memalign(&buf, 4096, 64 * 4096) == 0);
+  memset(buf, 0, 64 * 4096);
+  rdmx_port_opts_init(&oa);
+  oa.user_buf = buf;
+  oa.user_buf_len = 64 * 4096 - 1;
+  CHECK_RC(rdmx_port_open_pair("emu", &oa, NULL, &r.pa, &r.pb), -RDMX_EINVAL);
+  oa.user_buf_len = 64 * 4096;
+  rig_open(&r, "emu", &oa);
+  CHECK(rdmx_port_arena(r.pa) == buf);
+  CHECK_RC(rdmx_port_query(r.pa, &info), 0);
+  CHECK(info.arena_base == buf && info.arena_bytes == 64 * 4096 && info.data_bytes <= 64 * 4096);
+  CHECK_RC(rdmx_map_buf(r.ca, (uint8_t*)buf + 4000, 200, RDMX_ACCESS_REMOTE_RW, &m), 0);
+  settle(r.ca);
+  memset(r.b_mem, 0x77, 200);
+  CHECK(peer_op(&r, 1, 0, m.iova, 200, m.rkey) == 0);
+  CHECK(((uint8_t*)buf)[4000] == 0x77 && ((uint8_t*)buf)[4199] == 0x77);
+  CHECK(((uint8_t*)buf)[3999] == 0 && ((uint8_t*)buf)[4200] == 0);
+  rig_close(&r);
+  free(buf);
+}
+
+/* Two processes over a shared-memory wire: connect infos exchanged through pipes. */
+static int shm_side(int side, const char* wire, int rfd, int wfd) {
+  rdmx_port* p = NULL;
+  rdmx_core* c = NULL;
+  rdmx_port_opts o;
+  rdmx_connect_info mine, peer;
+  rdmx_completion wc;
+  rdmx_sge s;
+  uint8_t* mem;
+  rdmx_port_opts_init(&o);
+  o.wire = wire;
+  o.side = side;
+  o.arena_bytes = 1 << 20;
+  if (rdmx_port_open("emu", &o, &p) != 0) return 10;
+  if (rdmx_core_create(p, NULL, &c) != 0) return 11;
+  if (rdmx_core_connect_info(c, &mine) != 0) return 12;
+  if (write(wfd, &mine, sizeof(mine)) != (ssize_t)sizeof(mine)) return 13;
+  if (read(rfd, &peer, sizeof(peer)) != (ssize_t)sizeof(peer)) return 14;
+  if (rdmx_core_connect(c, &peer) != 0) return 15;
+  mem = (uint8_t*)rdmx_port_arena(p);
+  s.addr = (uint64_t)(uintptr_t)mem;
+  s.length = 4096;
+  s.lkey = rdmx_port_lkey(p);
+  if (side == 1) {
+    rdmx_mapping m;
+    char go = 1;
+    uint32_t key[2];
+    /* Map one page, tell side 0 its key by SEND, wait for its SEND_WITH_INV reply. */
+    if (rdmx_post_recv(c, &s, 1, 1) != 0) return 16;
+    if (rdmx_map_buf(c, mem + 8192, 4096, RDMX_ACCESS_REMOTE_RW, &m) != 0) return 17;
+    key[0] = m.rkey;
+    key[1] = 4096;
+    memcpy(mem + 4096, key, sizeof(key));
+    s.addr += 4096;
+    s.length = sizeof(key);
+    if (write(wfd, &go, 1) != 1) return 18; /* side 0 posted its receive before we send */
+    if (read(rfd, &go, 1) != 1) return 19;
+    if (rdmx_post_send(c, &s, 1, 2, RDMX_POST_SIGNALED) != 0) return 20;
+    rdmx_flush(c);
+    if (!wait_cookie(c, 1, &wc) || wc.status || !(wc.flags & RDMX_WC_INVALIDATED)) return 21;
+    if (wc.imm != m.rkey || rdmx_window_mapped(m.window)) return 22;
+    if (mem[8192] != 0x5A || mem[8192 + 4095] != 0x5A) return 23;
+  } else {
+    char go;
+    uint32_t key[2];
+    if (rdmx_post_recv(c, &s, 1, 1) != 0) return 30;
+    rdmx_flush(c);
+    if (read(rfd, &go, 1) != 1) return 31;
+    if (write(wfd, &go, 1) != 1) return 32;
+    if (!wait_cookie(c, 1, &wc) || wc.status) return 33;
+    memcpy(key, mem, sizeof(key));
+    memset(mem + 65536, 0x5A, 4096);
+    s.addr = (uint64_t)(uintptr_t)(mem + 65536);
+    s.length = key[1];
+    if (rdmx_post_write(c, &s, 1, 0, key[0], 3, 0) != 0) return 34;
+    s.length = 0;
+    if (rdmx_post_send_inv(c, &s, 0, key[0], 4, RDMX_POST_SIGNALED) != 0) return 35;
+    rdmx_flush(c);
+    if (!wait_cookie(c, 4, &wc) || wc.status) return 36;
+  }
+  {
+    char bye = 0;
+    if (write(wfd, &bye, 1) != 1) return 40;
+    if (read(rfd, &bye, 1) != 1) return 41; /* both done before either closes */
+  }
+  rdmx_core_destroy(c);
+  rdmx_port_close(p);
+  return 0;
+}
+
+static void test_two_processes(void) {
+  int p2c[2], c2p[2], status = 0, rc;
+  char wire[64];
+  pid_t pid;
+  snprintf(wire, sizeof(wire), "shm:capi-test-%d", (int)getpid());
+  REQUIRE(pipe(p2c) == 0 && pipe(c2p) == 0);
+  pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(p2c[1]);
+    close(c2p[0]);
+    _exit(shm_side(1, wire, p2c[0], c2p[1]));
+  }
+  close(p2c[0]);
+  close(c2p[1]);
+  rc = shm_side(0, wire, c2p[0], p2c[1]);
+  CHECK_RC(rc, 0);
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fprintf(stderr, "child side failed at step %d\n", WEXITSTATUS(status));
+  close(p2c[1]);
+  close(c2p[0]);
+}
+
+int main(void) {
+  test_version_and_errors();
+  test_map_write_read_unmap("emu");
+  test_map_write_read_unmap("emu-threaded");
+  test_bursts_and_errors();
+  test_send_with_invalidate("emu");
+  test_send_with_invalidate("emu-threaded");
+  test_user_buffer();
+  test_two_processes();
+  if (g_failures) {
+    fprintf(stderr, "test_capi: %d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("test_capi: all checks passed (rdmx %s)\n", rdmx_version_string());
+  return 0;
+}
