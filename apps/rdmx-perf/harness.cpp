@@ -29,6 +29,13 @@ void callgrind_stop() noexcept {
   CALLGRIND_STOP_INSTRUMENTATION;
 #endif
 }
+void callgrind_dump(const std::string& what) noexcept {
+#ifdef RDMX_PERF_HAVE_CALLGRIND
+  CALLGRIND_DUMP_STATS_AT(what.c_str());
+#else
+  (void)what;
+#endif
+}
 bool on_valgrind() noexcept {
 #ifdef RDMX_PERF_HAVE_CALLGRIND
   return RUNNING_ON_VALGRIND != 0;
@@ -105,8 +112,12 @@ CaseResult* TestResult::find(const std::string& name) {
   return nullptr;
 }
 
-void add_ratio(CaseResult& a, const CaseResult& b) {
-  if (b.ns > 0) a.ratios.push_back(Ratio{b.name, a.ns / b.ns});
+void add_ratio(CaseResult& a, const CaseResult& b, bool by_p50) {
+  if (by_p50) {
+    if (b.lat.p50_ns > 0) a.ratios.push_back(Ratio{b.name + "@p50", a.lat.p50_ns / b.lat.p50_ns});
+  } else if (b.ns > 0) {
+    a.ratios.push_back(Ratio{b.name, a.ns / b.ns});
+  }
 }
 
 Latency summarize(std::vector<uint64_t>& v, double tsc_hz) {
@@ -162,7 +173,11 @@ std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_p
       if (rc.syscalls) rc.syscalls->start();
       if (rc.callgrind) callgrind_start();
       const uint64_t cyc = b.run(calls);
-      if (rc.callgrind) callgrind_stop();
+      if (rc.callgrind) {
+        callgrind_stop();
+        callgrind_dump(b.meta.name + " calls=" + std::to_string(calls) +
+                       " units=" + std::to_string(calls * burst));
+      }
       const uint64_t sys = rc.syscalls ? rc.syscalls->stop() : 0;
       acc[i].allocs += thread_allocs() - a0;
       acc[i].sys += sys;

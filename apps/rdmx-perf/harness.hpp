@@ -179,6 +179,9 @@ class Bench {
 
 void callgrind_start() noexcept;
 void callgrind_stop() noexcept;
+// Writes the counts collected so far to a callgrind.out.<pid>.<n> file named after `what`, and
+// zeroes them: one dump per case and round.
+void callgrind_dump(const std::string& what) noexcept;
 bool on_valgrind() noexcept;
 
 template <class Op>
@@ -219,7 +222,8 @@ Latency summarize(std::vector<uint64_t>& cycles, double tsc_hz);
 // Measures the cost of one stamp (median of stamped empty ops, in cycles).
 double measure_timer_overhead();
 
-// ratio helper: a.ratios += a.ns / b.ns
-void add_ratio(CaseResult& a, const CaseResult& b);
+// ratio helper: a.ratios += a.ns / b.ns (by_p50: a.lat.p50 / b.lat.p50, for round-trip tests
+// whose means are dominated by the device thread's preemptions; the peer name gets "@p50").
+void add_ratio(CaseResult& a, const CaseResult& b, bool by_p50 = false);
 
 }  // namespace rdmx::perf

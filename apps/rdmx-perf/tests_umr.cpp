@@ -247,8 +247,8 @@ TestResult test_umr_lat(Ctx& ctx) {
   rc.warmup = std::max<uint64_t>(1, rc.warmup / 10);
   t.cases = run_group(rc, g);
   core.quiesce();
-  add_ratio(t.cases[0], t.cases[2]);
-  add_ratio(t.cases[1], t.cases[2]);
+  add_ratio(t.cases[0], t.cases[2], true);
+  add_ratio(t.cases[1], t.cases[2], true);
   const auto es = n.dev->stats();
   t.notes.push_back("device thread pinned to CPU " + std::to_string(ctx.device_cpu) +
                     ", measuring lcore on CPU " + std::to_string(ctx.measure_cpu) +
