@@ -15,7 +15,7 @@ class CqWrap : public EmuTest, public ::testing::WithParamInterface<CqCase> {};
 TEST_P(CqWrap, OwnerBitAndCountersOverTenWraps) {
   mlx5::QpConfig cfg = small_cfg();
   cfg.cq_cqes = GetParam().cqes;
-  cfg.sq_wqebbs = 64;
+  cfg.sq_wqebbs = 256;
   open(GetParam().mode, cfg);
   const uint32_t n = cfg.cq_cqes;
   const uint64_t total = uint64_t{n} * 10 + 3;
@@ -24,7 +24,7 @@ TEST_P(CqWrap, OwnerBitAndCountersOverTenWraps) {
   uint32_t wqebb = 0;  // free-running SQ counter (2-WQEBB NOPs make it cross 65536 too)
   std::vector<uint16_t> idx_of;
   while (seen < total) {
-    const uint32_t burst = std::min<uint64_t>({16, total - posted, n});
+    const uint32_t burst = std::min<uint64_t>({100, total - posted, n});
     for (uint32_t i = 0; i < burst; ++i) {
       const uint8_t f = fm(a_, true);
       const uint32_t ds = (posted % 4 == 3) ? 1 : 8;
@@ -47,7 +47,11 @@ TEST_P(CqWrap, OwnerBitAndCountersOverTenWraps) {
       const mlx5_cqe64* c = &cqes[ci & (n - 1)];
       if (!prm::cqe_is_sw_owned(c, ci, n)) {
         ASSERT_LT(std::chrono::steady_clock::now(), end) << "no CQE at " << ci;
-        if (a_.dev->mode() == Mode::kInline) a_.dev->progress();
+        if (a_.dev->mode() == Mode::kInline) {
+          a_.dev->progress();
+        } else {
+          std::this_thread::yield();
+        }
         continue;
       }
       ASSERT_EQ(prm::cqe_owner(c), (ci / n) & 1) << ci;

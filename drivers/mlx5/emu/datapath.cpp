@@ -938,11 +938,15 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
         nak(PktOp::kNak, kSynRemAccess, true);
         return true;
       }
-      const XlateErr xe = walk(h.rkey, h.raddr, h.len, kRW,
-                               [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
-                                 std::memcpy(p, s.payload + done, k);
-                                 done += k;
-                               });
+      // The responder validates the RETH (R_Key, VA and the whole DMA length) on the first
+      // packet (IBA 9.7.5.1.3), so a multi-packet WRITE that runs past the mkey changes nothing.
+      XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW) : XlateErr::kOk;
+      if (xe == XlateErr::kOk)
+        xe = walk(h.rkey, h.raddr, h.len, kRW,
+                  [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
+                    std::memcpy(p, s.payload + done, k);
+                    done += k;
+                  });
       if (xe != XlateErr::kOk) {
         if (h.op == PktOp::kWriteImm) {
           uint32_t counter;
