@@ -1,0 +1,115 @@
+#!/bin/sh
+# Install test: `meson install` into a DESTDIR, then build and run programs against the installed
+# tree through pkg-config only (PKG_CONFIG_PATH into the DESTDIR, LD_LIBRARY_PATH for the run):
+#   - examples/blockd/blockd.c (C, librdmx.so via rdmx.pc), run over emu;
+#   - a C++ program on the C++ API (librdmx.a via rdmx-cpp.pc), run over emu.
+# Also checks the layout: SONAME, exported symbols, headers, apps, docs.
+#
+# usage: install_test.sh BUILD_DIR SOURCE_DIR MESON CC CXX SANITIZE
+set -eu
+build=$1 src=$2 meson=$3 cc=$4 cxx=$5 sanitize=$6
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-install.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
+
+# The sanitizer the tree was built with must be in the user's program too.
+san=""
+[ "$sanitize" != none ] && san="-fsanitize=$sanitize -fno-omit-frame-pointer"
+
+$meson install -C "$build" --destdir "$tmp" --no-rebuild --quiet >"$tmp.log" 2>&1 ||
+  { cat "$tmp.log" >&2; rm -f "$tmp.log"; fail "meson install"; }
+rm -f "$tmp.log"
+
+pc=$(find "$tmp" -name rdmx.pc -path '*pkgconfig*' | head -n 1)
+[ -n "$pc" ] || fail "no rdmx.pc installed"
+pcdir=$(dirname "$pc")
+[ -f "$pcdir/rdmx-cpp.pc" ] || fail "no rdmx-cpp.pc installed"
+# A DESTDIR install keeps prefix=/usr/local (or whatever was configured) in the .pc files; point
+# it into the DESTDIR, which is what a relocatable .pc (pkgconfig.relocatable) does by itself.
+for f in "$pcdir/rdmx.pc" "$pcdir/rdmx-cpp.pc"; do
+  grep -q '^prefix=${pcfiledir}' "$f" || sed -i "s|^prefix=|prefix=$tmp|" "$f"
+done
+export PKG_CONFIG_PATH="$pcdir"
+grep -q '^Requires.private:.*libdpdk.*libibverbs.*libmlx5.*librdmacm.*hwloc' "$pcdir/rdmx.pc" ||
+  fail "rdmx.pc lacks Requires.private for DPDK, rdma-core and hwloc"
+
+libdir=$(pkg-config --variable=libdir rdmx)
+incdir=$(pkg-config --variable=includedir rdmx)
+[ -f "$incdir/rdmx/rdmx.h" ] || fail "rdmx.h not installed in $incdir/rdmx"
+[ -f "$incdir/rdmx/win/poll_core.hpp" ] || fail "C++ headers not installed"
+[ -f "$incdir/rdmx/mlx5/prm/wqe.hpp" ] || fail "prm headers not installed"
+[ -f "$libdir/librdmx.a" ] || fail "librdmx.a not installed"
+soname=$(readelf -d "$libdir/librdmx.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = librdmx.so.0 ] || fail "SONAME is '$soname', want librdmx.so.0"
+[ -e "$libdir/librdmx.so.0" ] || fail "librdmx.so.0 link missing"
+leaked=$(nm -D --defined-only "$libdir/librdmx.so" | awk '$3 !~ /^rdmx_/ && $3 !~ /^RDMX_/ {print $3}')
+[ -z "$leaked" ] || fail "librdmx.so exports more than the C API: $(echo "$leaked" | head -n 5)"
+for app in rdmafwd rdmx-perf rdmx-wqe; do
+  find "$tmp" -type f -name "$app" -path '*/bin/*' | grep -q . || fail "app $app not installed"
+done
+find "$tmp" -path '*/doc/rdmx/guides/embedding.md' | grep -q . || fail "guides not installed"
+
+# 1. The example, as a C user builds it.
+cflags=$(pkg-config --cflags rdmx)
+libs=$(pkg-config --libs rdmx)
+# shellcheck disable=SC2086
+$cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/examples/blockd/blockd.c" -o "$tmp/blockd" \
+  $libs || fail "blockd does not build against the installed tree"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/blockd" --requests 300 \
+  >"$tmp/blockd.out" || { cat "$tmp/blockd.out"; fail "installed blockd failed"; }
+cat "$tmp/blockd.out"
+LD_LIBRARY_PATH="$libdir" ldd "$tmp/blockd" | grep -q "librdmx.so.0 => $libdir" ||
+  fail "blockd does not load the installed librdmx.so.0"
+
+# 2. The C++ API from the installed headers and librdmx.a.
+cat >"$tmp/cpp_user.cpp" <<'EOF'
+#include <cstdio>
+#include <rdmx/emu/emu.hpp>
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/mem/page_allocator.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+#include <rdmx/rdmx.h>
+struct Side {
+  std::unique_ptr<rdmx::mem::Arena> arena;
+  std::unique_ptr<rdmx::win::WindowPool> pool;
+  std::unique_ptr<rdmx::win::PollCore> core;
+};
+static bool make(rdmx::mlx5::Device& dev, Side& s) {
+  rdmx::mem::ArenaConfig ac;
+  ac.bytes = 1 << 20;
+  auto a = rdmx::mem::Arena::create(dev, ac);
+  if (!a) return false;
+  s.arena = std::move(a).value();
+  auto p = rdmx::win::WindowPool::create(dev, *s.arena, {});
+  if (!p) return false;
+  s.pool = std::move(p).value();
+  auto c = rdmx::win::PollCore::create(*s.pool, {});
+  if (!c) return false;
+  s.core = std::move(c).value();
+  return true;
+}
+int main() {
+  auto pair = rdmx::emu::make_pair();
+  if (!pair) return 1;
+  Side a, b;
+  if (!make(*pair->a, a) || !make(*pair->b, b)) return 2;
+  if (!rdmx::emu::connect_qps(*pair->a, a.core->qp_handle(), *pair->b, b.core->qp_handle()))
+    return 3;
+  rdmx::mem::PageAllocator pages(*a.arena);
+  uint64_t page = pages.alloc();
+  auto m = a.core->map({&page, 1}, rdmx::mlx5::kAccessLocalWrite, 0, 4096);
+  if (!m.ok()) return 4;
+  if (a.core->unmap(m.window) != rdmx::Errc::kOk) return 5;
+  if (!a.core->quiesce()) return 6;
+  std::printf("C++ API: mapped and unmapped window rkey 0x%x (rdmx %s)\n", m.rkey,
+              rdmx_version_string());
+  return 0;
+}
+EOF
+# shellcheck disable=SC2086
+$cxx -Wall -Wextra -Werror $san $(pkg-config --cflags rdmx-cpp) "$tmp/cpp_user.cpp" \
+  -o "$tmp/cpp_user" $(pkg-config --libs rdmx-cpp) || fail "C++ user does not build"
+"$tmp/cpp_user" || fail "C++ user failed"
+echo "install_test: ok (DESTDIR layout, rdmx.pc, rdmx-cpp.pc, blockd and a C++ user built and run)"
