@@ -1,0 +1,292 @@
+// Bad flows (suite 'security'): every misuse of map/unmap/post is refused with its specific Errc,
+// nothing is posted (the SQ producer does not move), no window is consumed, and the error is
+// counted in CoreStats::errors. Plus the parent MR's key (never handed out): what a peer that
+// guesses it can do.
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <vector>
+
+#include "rig.hpp"
+
+namespace rdmx::sectest {
+namespace {
+
+// Runs `f` and checks that it posted nothing and consumed no window on core `c`.
+struct NothingPosted {
+  explicit NothingPosted(PollCore& c)
+      : core(c), pi(c.qp().sq().pi()), cache(c.cache().len()), maps(c.stats().maps) {}
+  ~NothingPosted() {
+    EXPECT_EQ(core.qp().sq().pi(), pi) << "a refused call posted a WQE";
+    EXPECT_EQ(core.cache().len(), cache) << "a refused call took a window";
+    EXPECT_EQ(core.stats().maps, maps);
+  }
+  PollCore& core;
+  uint32_t pi, cache;
+  uint64_t maps;
+};
+
+std::vector<uint64_t> pages_of(Rig& r, uint32_t first, uint32_t n) {
+  std::vector<uint64_t> p;
+  for (uint32_t i = 0; i < n; ++i) p.push_back(r.a.arena->page_addr(first + i));
+  return p;
+}
+
+TEST(BadFlows, DoubleUnmap) {
+  Rig r;
+  PollCore& c = r.ca();
+  auto pages = pages_of(r, 0, 2);
+  MapResult m = c.map(pages, kRw, 0, 8192);
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+  {
+    NothingPosted np(c);
+    EXPECT_EQ(c.unmap(m.window), Errc::kNotMapped);  // before the invalidate completed
+  }
+  ASSERT_TRUE(r.settle(c));
+  {
+    NothingPosted np(c);
+    EXPECT_EQ(c.unmap(m.window), Errc::kNotMapped);  // after
+  }
+  EXPECT_EQ(c.stats().error_count(Errc::kNotMapped), 2u);
+  // A window never mapped (free in the cache / depot).
+  for (uint32_t i = 0; i < r.a.pool->n_windows(); ++i) {
+    Window& w = r.a.pool->window(i);
+    if (w.state() == win::WindowState::kMapped) continue;
+    NothingPosted np(c);
+    EXPECT_EQ(c.unmap(&w), Errc::kNotMapped);
+  }
+  auto cen = r.a.pool->check_windows();
+  ASSERT_TRUE(cen.ok()) << cen.error().message;
+  EXPECT_EQ(cen.value().mapped, 0u);
+}
+
+TEST(BadFlows, UnmapAfterRemoteInvalidation) {
+  Rig r;
+  PollCore& c = r.ca();
+  MapResult m = c.map(pages_of(r, 3, 1), kRw, 0, 4096);
+  ASSERT_TRUE(m.ok());
+  const Sge rbuf{r.a.arena->page_addr(0), 64, r.a.arena->lkey()};
+  ASSERT_EQ(c.post_recv({&rbuf, 1}, 9), Errc::kOk);
+  ASSERT_TRUE(r.settle(c));
+  ASSERT_EQ(r.cb().post_send_inv({}, m.rkey, 1, true), Errc::kOk);
+  bool sent = false, got = false;
+  ASSERT_TRUE(r.poll_until(
+      r.cb(), [&](const Completion& x) { sent |= x.ok(); }, [&] { return sent; }));
+  ASSERT_TRUE(r.poll_until(
+      c, [&](const Completion& x) { got |= x.recv && x.cqe_opcode == MLX5_CQE_RESP_SEND_INV; },
+      [&] { return got; }));
+  {
+    NothingPosted np(c);
+    EXPECT_EQ(c.unmap(m.window), Errc::kNotMapped);
+  }
+  // The notice arriving a second time (e.g. through another core) is stale.
+  EXPECT_EQ(c.remote_invalidated(m.rkey), Errc::kNotMapped);
+  auto cen = r.a.pool->check_windows();
+  ASSERT_TRUE(cen.ok()) << cen.error().message;
+  EXPECT_EQ(cen.value().mapped, 0u);
+}
+
+TEST(BadFlows, MapOfPagesOutsideTheArena) {
+  RigConfig rc;
+  rc.a_max_pages = 64;  // > the inline limit: the pool reserves KLM arrays at the arena's tail
+  Rig r(rc);
+  PollCore& c = r.ca();
+  const mem::Arena& ar = *r.a.arena;
+  ASSERT_LT(ar.data_end(), ar.base() + ar.size()) << "expected a reserved tail";
+  const uint64_t good = ar.page_addr(1);
+  const uint64_t bad[] = {
+      0,
+      ar.base() - 4096,                // the page before the arena
+      ar.base() + 1,                   // misaligned
+      good + 2048,                     // misaligned inside a page
+      ar.data_end(),                   // the reserved tail (KLM arrays): registered, never mappable
+      ar.base() + ar.size() - 4096,    // last page of the tail
+      ar.base() + ar.size(),           // just past the registration
+      r.b.arena->page_addr(0),         // another host's arena
+      reinterpret_cast<uint64_t>(&c),  // process memory
+      ~uint64_t{0} & ~uint64_t{4095},  // top of the address space
+  };
+  for (uint64_t b : bad) {
+    NothingPosted np(c);
+    const uint64_t one[] = {b};
+    EXPECT_EQ(c.map(one, kRw, 0, 4096).errc, Errc::kNotInArena) << std::hex << b;
+    const uint64_t last_bad[] = {good, good, b};  // only the last entry is bad
+    EXPECT_EQ(c.map(last_bad, kRw, 0, 3 * 4096).errc, Errc::kNotInArena) << std::hex << b;
+  }
+  EXPECT_EQ(c.stats().error_count(Errc::kNotInArena), 2 * std::size(bad));
+}
+
+TEST(BadFlows, MapWithMorePagesThanTheWindowHolds) {
+  Rig r;  // max_pages 16
+  PollCore& c = r.ca();
+  std::vector<uint64_t> pages = pages_of(r, 0, 17);
+  {
+    NothingPosted np(c);
+    EXPECT_EQ(c.map(pages, kRw, 0, 17 * 4096).errc, Errc::kTooManyPages);
+  }
+  std::vector<uint64_t> huge(1u << 20, r.a.arena->page_addr(0));
+  {
+    NothingPosted np(c);
+    EXPECT_EQ(c.map(huge, kRw, 0, uint64_t{1} << 32).errc, Errc::kTooManyPages);
+  }
+  EXPECT_EQ(c.map({pages.data(), 16}, kRw, 0, 16 * 4096).errc, Errc::kOk);
+}
+
+TEST(BadFlows, MapArgumentErrors) {
+  Rig r;
+  PollCore& c = r.ca();
+  auto p2 = pages_of(r, 4, 2);
+  struct Case {
+    std::vector<uint64_t> pages;
+    uint32_t access, off;
+    uint64_t len;
+    Errc want;
+  };
+  const Case cases[] = {
+      {{}, kRw, 0, 4096, Errc::kInvalidArgument},                 // no pages
+      {p2, kRw, 0, 0, Errc::kInvalidArgument},                    // length 0
+      {p2, 1u << 20, 0, 8192, Errc::kInvalidArgument},            // unknown access
+      {p2, kAccessRemoteWrite, 0, 8192, Errc::kInvalidArgument},  // RW without LW
+      {p2, kAccessRemoteWrite | kAccessRemoteRead, 0, 8192, Errc::kInvalidArgument},
+      {p2, mlx5::kAccessRemoteAtomic, 0, 8192, Errc::kInvalidArgument},  // atomic w/o LW
+      {p2, kRw, 4096, 4096, Errc::kOutOfRange},                          // offset = page
+      {p2, kRw, ~0u, 1, Errc::kOutOfRange},                              // huge offset
+      {p2, kRw, 0, 8193, Errc::kOutOfRange},                             // past last page
+      {p2, kRw, 100, 8192 - 99, Errc::kOutOfRange},
+      {p2, kRw, 0, 4096, Errc::kOutOfRange},                    // does not reach the last page
+      {p2, kRw, 0, ~uint64_t{0}, Errc::kOutOfRange},            // 2^64 - 1
+      {p2, kRw, 4095, ~uint64_t{0} - 4000, Errc::kOutOfRange},  // off + len wraps
+  };
+  for (const Case& k : cases) {
+    NothingPosted np(c);
+    EXPECT_EQ(c.map(k.pages, k.access, k.off, k.len).errc, k.want)
+        << "pages " << k.pages.size() << " access 0x" << std::hex << k.access << " off " << k.off
+        << " len " << k.len;
+    EXPECT_EQ(c.last_error(), k.want);
+  }
+}
+
+TEST(BadFlows, WrongCoreAndForeignWindows) {
+  RigConfig rc;
+  rc.n_cores = 2;
+  Rig r(rc);
+  PollCore& c0 = r.ca(0);
+  PollCore& c1 = r.ca(1);
+  MapResult m = c0.map(pages_of(r, 0, 1), kRw, 0, 4096);
+  ASSERT_TRUE(m.ok());
+  {
+    NothingPosted np0(c0), np1(c1);
+    EXPECT_EQ(c1.unmap(m.window), Errc::kWrongCore);
+    EXPECT_EQ(c1.remote_invalidated(m.rkey), Errc::kWrongCore);
+  }
+  // Not windows of this pool at all.
+  Window* foreign = &r.b.pool->window(0);
+  auto* inside = reinterpret_cast<Window*>(reinterpret_cast<uint8_t*>(m.window) + 8);
+  for (Window* w : {foreign, static_cast<Window*>(nullptr), inside}) {
+    NothingPosted np(c0);
+    EXPECT_EQ(c0.unmap(w), Errc::kInvalidArgument);
+  }
+  EXPECT_EQ(c0.unmap(m.window), Errc::kOk);
+  ASSERT_TRUE(r.settle(c0));
+}
+
+TEST(BadFlows, InternalCookieBitAndTooManySges) {
+  Rig r;
+  PollCore& c = r.ca();
+  const Sge s{r.a.arena->base(), 8, r.a.arena->lkey()};
+  std::vector<Sge> many(17, s);
+  NothingPosted np(c);
+  EXPECT_EQ(c.post_write({&s, 1}, 0, 0, win::kInternalCookie | 1), Errc::kInvalidArgument);
+  EXPECT_EQ(c.post_read({&s, 1}, 0, 0, win::kInternalCookie), Errc::kInvalidArgument);
+  EXPECT_EQ(c.post_send({&s, 1}, ~uint64_t{0}), Errc::kInvalidArgument);
+  EXPECT_EQ(c.post_send(many, 1), Errc::kInvalidArgument);
+  EXPECT_EQ(c.post_recv(many, 1), Errc::kInvalidArgument);
+}
+
+TEST(BadFlows, EverythingRefusedOnAQpInError) {
+  Rig r;
+  PollCore& c = r.ca();
+  MapResult m = c.map(pages_of(r, 0, 1), kRw, 0, 4096);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(r.settle(c));
+  ASSERT_TRUE(r.pair.a->faults().qp_to_error(c.qp_handle()).ok());
+  // Anything posted now flushes; the error CQE is what tells the core.
+  const Sge s{r.a.arena->base(), 8, r.a.arena->lkey()};
+  ASSERT_EQ(c.post_send({&s, 1}, 5, true), Errc::kOk);
+  int flushed = 0;
+  ASSERT_TRUE(r.poll_until(
+      c, [&](const Completion& x) { flushed += x.cookie == 5 && x.status == kFlushErr; },
+      [&] { return c.qp().in_error(); }));
+  EXPECT_EQ(flushed, 1);
+  {
+    NothingPosted np(c);
+    EXPECT_EQ(c.map(pages_of(r, 1, 1), kRw, 0, 4096).errc, Errc::kQpError);
+    EXPECT_EQ(c.unmap(m.window), Errc::kQpError);
+    EXPECT_EQ(c.post_write({&s, 1}, 0, m.rkey, 1), Errc::kQpError);
+    EXPECT_EQ(c.post_read({&s, 1}, 0, m.rkey, 1), Errc::kQpError);
+    EXPECT_EQ(c.post_send({&s, 1}, 1), Errc::kQpError);
+    EXPECT_EQ(c.post_send_inv({&s, 1}, 0x1234, 1), Errc::kQpError);
+    EXPECT_EQ(c.post_recv({&s, 1}, 1), Errc::kQpError);
+  }
+  EXPECT_EQ(c.stats().error_count(Errc::kQpError), 7u);
+  r.recover_both();
+  EXPECT_EQ(c.map(pages_of(r, 1, 1), kRw, 0, 4096).errc, Errc::kOk);
+  ASSERT_TRUE(r.settle(c));
+}
+
+// The parent MR (the arena) is registered with every access right (ArenaConfig::access default),
+// because emu, stricter than the hardware, requires each KLM leaf to grant what the window grants.
+// Its rkey is never handed out: no window shares its mkey index, no API returns it. This test
+// shows what a peer that guesses it can do, and that the exposure ends at the arena's bounds.
+TEST(ParentKey, WhatAGuessedParentKeyReaches) {
+  Rig r;
+  const mlx5::MrInfo& mr = r.a.arena->mr();
+  for (uint32_t i = 0; i < r.a.pool->n_windows(); ++i)
+    EXPECT_NE(r.a.pool->window(i).mkey_index(), mr.rkey >> 8);
+  auto peer = [&](bool write, uint64_t raddr, uint32_t len) {
+    const Sge s{r.b.arena->base(), len, r.b.arena->lkey()};
+    EXPECT_EQ(write ? r.cb().post_write({&s, 1}, raddr, mr.rkey, 77, true)
+                    : r.cb().post_read({&s, 1}, raddr, mr.rkey, 77, true),
+              Errc::kOk);
+    uint8_t st = 0xff;
+    EXPECT_TRUE(r.poll_until(
+        r.cb(), [&](const Completion& x) { st = x.cookie == 77 ? x.status : st; },
+        [&] { return st != 0xff; }));
+    if (st) r.recover_peer();
+    return st;
+  };
+  const uint64_t base = r.a.arena->base(), size = r.a.arena->size();
+  const uint8_t in_read = peer(false, base + 4096, 64);
+  const uint8_t in_write = peer(true, base + size - 64, 64);
+  std::printf(
+      "parent MR rkey 0x%08x (index %u, variant %u): peer READ inside the arena -> 0x%02x, "
+      "WRITE -> 0x%02x (0 = allowed: a guessed parent key reaches the whole %zu-byte arena)\n",
+      mr.rkey, mr.rkey >> 8, mr.rkey & 0xff, in_read, in_write, static_cast<size_t>(size));
+  // Never beyond the registration.
+  EXPECT_EQ(peer(false, base - 1, 2), kRemAccess);
+  EXPECT_EQ(peer(true, base + size - 1, 2), kRemAccess);
+  EXPECT_EQ(peer(true, base - 4096, 64), kRemAccess);
+  EXPECT_EQ(peer(false, base + size, 1), kRemAccess);
+  EXPECT_EQ(peer(false, ~uint64_t{0} - 8, 64), kRemAccess);
+
+  // A parent MR with local access only would close this; over emu the windows then refuse
+  // remote access too (emu checks every KLM leaf's rights), so it is not the default.
+  RigConfig rc;
+  rc.a_parent_access = kAccessLocalWrite;
+  Rig l(rc);
+  const uint64_t page[] = {l.a.arena->page_addr(0)};
+  MapResult m = l.ca().map(page, kRw, 0, 4096);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(l.settle(l.ca()));
+  const Sge s{l.b.arena->base(), 64, l.b.arena->lkey()};
+  ASSERT_EQ(l.cb().post_read({&s, 1}, 0, m.rkey, 1, true), Errc::kOk);
+  uint8_t st = 0xff;
+  ASSERT_TRUE(l.poll_until(
+      l.cb(), [&](const Completion& x) { st = x.status; }, [&] { return st != 0xff; }));
+  std::printf("local-only parent MR: READ through an RW window -> 0x%02x\n", st);
+}
+
+}  // namespace
+}  // namespace rdmx::sectest
