@@ -44,6 +44,14 @@ class SqWriter {
   void init(const SqDesc& d, uint32_t qpn, uint32_t signal_every);
   // After a QP reset (device counters return to 0): forget everything posted.
   void reset() noexcept;
+  // Setup path, for tools and tests: continue as if `pi` WQEBBs had been posted and completed
+  // and the last WQE left `fm_cache` as the fence the next WQE inherits (0 or
+  // prm::kFenceInitiatorSmall after a UMR). Nothing is in flight afterwards.
+  void restart_at(uint32_t pi, uint8_t fm_cache) noexcept {
+    pi_ = ci_ = db_pi_ = pi;
+    unsignaled_ = 0;
+    fm_cache_ = fm_cache;
+  }
 
   uint32_t qpn() const noexcept { return qpn_; }
   uint32_t wqe_cnt() const noexcept { return n_; }

@@ -198,6 +198,83 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
+// --------------------------------------------------------------------------------------------
+// Verbs-shaped UMR builders: the WQEs rdma-core's providers/mlx5/qp.c builds for
+// mlx5dv_wr_mr_list, mlx5dv_wr_mr_interleaved and ibv_wr_local_inv (mlx5-umr.md section 3).
+// Used by rdmx-wqe; the window hot path uses build_umr_map_inline above.
+// --------------------------------------------------------------------------------------------
+
+// One KLM of a generic translation list: `byte_count` bytes of `mkey` starting at `address`.
+struct Klm {
+  uint64_t address = 0;
+  uint32_t byte_count = 0;
+  uint32_t mkey = 0;
+};
+
+// One entry of an interleaved (repeat-block) layout: `byte_count` bytes of `mkey` at `address`,
+// then the next repetition starts `stride` (= bytes + skip) bytes further.
+struct RepeatEntry {
+  uint64_t address = 0;
+  uint16_t byte_count = 0;
+  uint16_t stride = 0;
+  uint32_t mkey = 0;
+};
+
+// Common head of the verbs UMRs: the target mkey (ctrl imm; its low byte is the new key) and
+// the mkc access byte (MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_*; local read is not written).
+struct UmrVerbsHead {
+  uint32_t qpn = 0;
+  uint16_t wqe_index = 0;
+  uint8_t fm_ce_se = 0;
+  uint32_t mkey = 0;
+  uint8_t access = 0;
+};
+
+// Inline translation size in octowords (16 B) of a list of n KLMs / of n repeat entries plus
+// the repeat-block header, padded to 64 bytes (rdma-core: align(xlat_size, 64) / 16).
+constexpr uint32_t klm_list_octowords(uint32_t n) noexcept {
+  return align4(n);
+}
+constexpr uint32_t repeat_block_octowords(uint32_t n) noexcept {
+  return align4(n + 1);
+}
+
+//  mr_list UMR (mlx5dv_wr_mr_list): DS = 8 + align4(N)
+//  +------+-----------------------------------+------------------------------+---------------+
+//  | ctrl | umr ctrl                          | mkey ctx                     | KLM x N, zero |
+//  | UMR  | flags INLINE, octowords align4(N) | free 0, access, qpn 0xffffff,| padded to a   |
+//  | imm= | mask FREE|KEY|LEN|LW|RR|RW|A      | key = mkey & 0xff,           | multiple of 4 |
+//  | mkey |      (0x203c2001)                 | len = sum of byte_count      |               |
+//  +------+-----------------------------------+------------------------------+---------------+
+//  start_addr is not in the mask: the mkey stays zero-based. N may be 0 (len 0, 8 DS).
+uint32_t build_umr_klm_list(RingCursor& cur, const UmrVerbsHead& h,
+                            std::span<const Klm> klms) noexcept;
+
+//  mr_interleaved UMR (mlx5dv_wr_mr_interleaved): DS = 8 + align4(N + 1)
+//  ctrl | umr ctrl {INLINE, octowords align4(N+1), mask 0x203c2001} |
+//  mkey ctx {len = sum(byte_count) * repeat_count} |
+//  repeat block {BE32 sum(byte_count), BE32 op 0x400, BE32 repeat_count, BE16 0, BE16 N} |
+//  entries {BE16 stride, BE16 byte_count, BE32 mkey, BE64 address} x N, zero padded to 64 B.
+inline constexpr uint32_t kRepeatBlockOp = 0x400;
+uint32_t build_umr_interleaved(RingCursor& cur, const UmrVerbsHead& h, uint32_t repeat_count,
+                               std::span<const RepeatEntry> entries) noexcept;
+
+//  LOCAL_INV as rdma-core builds it (ibv_wr_local_inv -> set_bind_wr with length 0): 8 DS
+//  ctrl {UMR, imm = invalidate key} |
+//  umr ctrl {flags INLINE|TRANSLATION_OFFSET|CHECK_QPN = 0x98, octowords 0,
+//            mask FREE|KEY|QPN = 0x20006000} |
+//  mkey ctx {free = 1, qpn = 0xffffff, key = 0}
+//  It differs from build_umr_invalidate: CHECK_QPN and the QPN/KEY mask bits are set and the
+//  key byte is rewritten to 0.
+inline constexpr uint8_t kLocalInvUmrFlags = MLX5_WQE_UMR_CTRL_FLAG_INLINE |
+                                             MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET |
+                                             MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN;
+inline constexpr uint64_t kLocalInvMask = MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE |
+                                          MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
+                                          MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN;
+uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                         uint32_t invalidate_key) noexcept;
+
 //  RDMA WRITE / WRITE_IMM / READ WQE: ctrl | raddr | data x n. DS = 2 + n.
 uint32_t build_rdma(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wqe_index,
                     uint8_t fm_ce_se, uint64_t raddr, uint32_t rkey, std::span<const Sge> sges,
