@@ -1,0 +1,168 @@
+// Help texts of rdmx-wqe (kept beside the code they describe; doc/guides/rdmx-wqe.md has the
+// long form with examples).
+#include "tool.hpp"
+
+namespace rdmx::wqetool {
+
+std::string_view usage_text() {
+  return R"(usage: rdmx-wqe encode [--input FILE]
+       rdmx-wqe decode [--pretty] [--input FILE] [WQEBB_HEX ...]
+       rdmx-wqe encode --help | decode --help | --help
+
+Encodes verbs-shaped work requests to the exact mlx5 send-WQE bytes rdmx writes, and decodes
+WQE bytes back to named fields. Both directions use rdmx's own PRM builders and decoder
+(drivers/mlx5/prm), the code of the data path and of the emulated device.
+
+  encode   one JSON request per input line -> one JSON result per line
+  decode   WQEBBs as hex -> every segment's fields (JSON, or a table with --pretty)
+
+Exit status: 0 when every line was accepted, 1 when any line was rejected (the error is on
+that line's output), 2 on a usage error. See encode --help and decode --help.
+)";
+}
+
+std::string_view encode_help_text() {
+  return R"(usage: rdmx-wqe encode [--input FILE]
+
+Reads one JSON object per line (standard input, or FILE) and writes one JSON object per line.
+
+REQUEST (one batch, as between ibv_wr_start and ibv_wr_complete on an mlx5 RC QP)
+  qpn               QP number (24 bits)
+  sq_wqe_cnt        send ring size in 64-byte WQEBBs, a power of two (1..65536)
+  sq_pi             free-running producer counter before the batch (32 bits); ring slot =
+                    sq_pi & (sq_wqe_cnt - 1), WQE index = sq_pi & 0xffff (wraps at 0xffff)
+  fm_cache          fence mode the next WQE inherits: 0, or 32 (INITIATOR_SMALL) after a UMR;
+                    optional, default 0 (also 64, 96, 128 accepted)
+  max_inline_data   the QP's inline capacity in bytes: bounds inline data and inline
+                    translation lists
+  max_send_sge      optional: the QP's max_send_sge (more sges -> ENOMEM); default: no limit
+                    beyond the 63-DS WQE size
+  mkey_update_tag   optional, default true: the context reports MKEY_UPDATE_TAG (every kernel
+                    since 2022), so an mkey whose low byte (tag) is not 0 may be configured;
+                    false -> such an mr_list/mr_interleaved is EOPNOTSUPP, as rdma-core
+  rdmx_signal_last  optional, default false: show the ring after rdmx's doorbell step, which
+                    sets CQ_UPDATE on the batch's last WQE when it is unsignaled
+  wrs               array of work requests, posted in order
+
+WORK REQUEST (every op): op, and the ibv wr_flags
+  signaled          IBV_SEND_SIGNALED -> CQ_UPDATE (fm_ce_se 0x08)
+  fence             IBV_SEND_FENCE -> fence mode 0x80 (replaces the inherited fm_cache)
+  solicited         IBV_SEND_SOLICITED -> fm_ce_se 0x02
+  inline            IBV_SEND_INLINE; required (true) by mr_list and mr_interleaved
+  wr_id             accepted and ignored (not part of the WQE)
+
+OPS
+  mr_list           mlx5dv_wr_mr_list: mkey, access_flags, entries [{lkey, addr, length}],
+                    optional mkey_max_entries (the mkey's num_desc)
+                    -> UMR: ctrl(imm = mkey) | UMR ctrl {INLINE, klm_octowords = align4(N),
+                    mask FREE|KEY|LEN|LW|RR|RW|A = 0x203c2001} | mkey ctx {free 0, access,
+                    qpn 0xffffff, key = mkey & 0xff, len = sum of lengths} | N KLMs padded
+                    with zeroes to a multiple of 4.  DS = 8 + align4(N).  N = 0 is allowed.
+                    At most min((max_inline_data + 4) / 16, mkey_max_entries) entries.
+  mr_interleaved    mlx5dv_wr_mr_interleaved: mkey, access_flags, repeat_count,
+                    interleaved [{lkey, addr, bytes_count, bytes_skip}], optional
+                    mkey_max_entries
+                    -> as mr_list, but the translation is a repeat block {byte_count = sum of
+                    bytes_count, op 0x400, repeat_count, num_ent} followed by entries {stride =
+                    bytes_count + bytes_skip, bytes_count, lkey, addr}, padded to 64 bytes; len
+                    = sum(bytes_count) * repeat_count.  DS = 8 + align4(N + 1).  At most
+                    min((max_inline_data + 4) / 16 - 1, mkey_max_entries) entries.
+  rdma_write        remote_addr, rkey, data            -> RDMA_WRITE (0x08): ctrl|raddr|data
+  rdma_write_imm    remote_addr, rkey, imm_data, data  -> RDMA_WRITE_IMM (0x09)
+  rdma_read         remote_addr, rkey, sges            -> RDMA_READ (0x10)
+  send              data                               -> SEND (0x0a): ctrl|data
+  send_imm          imm_data, data                     -> SEND_IMM (0x0b)
+  send_inv          invalidate_rkey, data              -> SEND_INVAL (0x01), imm = the rkey
+  local_inv         invalidate_rkey                    -> UMR (rdma-core's LOCAL_INV):
+                    ctrl(imm = the key) | UMR ctrl {INLINE|TRANSLATION_OFFSET|CHECK_QPN = 0x98,
+                    octowords 0, mask FREE|KEY|QPN = 0x20006000} | mkey ctx {free 1, qpn
+                    0xffffff, key 0}.  8 DS.
+  data              "sges": [{lkey, addr, length}] (ibv_wr_set_sge_list; zero-length entries
+                    take no segment, as in rdma-core) or "inline_data_hex": "..." (ibv_wr_set_
+                    inline_data; 0 bytes add no segment; more than max_inline_data -> ENOMEM);
+                    neither = no data segment.
+  access_flags      raw ibv_access_flags: LOCAL_WRITE 1, REMOTE_WRITE 2, REMOTE_READ 4,
+                    REMOTE_ATOMIC 8 (others -> EINVAL); written as the mkc bits LW RW RR A.
+                    Local read is not written (granted when the mkey was created).
+  imm_data          host-order number, written big-endian (verbs takes it already in network
+                    order).
+  Numbers may be JSON integers or strings "0x..." / decimal. Unknown fields are EINVAL.
+
+FENCES: every UMR (mr_list, mr_interleaved, local_inv) makes the next WQE inherit fence mode
+INITIATOR_SMALL (0x20); "fence": true gives 0x80 instead. The UMR itself carries only what it
+inherited.
+
+OUTPUT
+  {"rc": 0, "sq_pi_after": N, "wqebbs": ["<128 hex>", ...], "doorbell_record": N}
+  wqebbs are in ring order from slot sq_pi & (sq_wqe_cnt - 1), wrapping at the ring end;
+  doorbell_record is the host value of the send doorbell record, sq_pi_after & 0xffff (null
+  for an empty batch: no doorbell is rung).
+  A rejected batch prints {"rc": "ENOMEM"|"EINVAL"|"EOPNOTSUPP", "error": "..."} and no bytes:
+  ENOMEM     a list longer than the inline capacity or mkey_max_entries, inline data longer
+             than max_inline_data, more sges than max_send_sge, a WQE over 63 DS, or a batch
+             larger than the ring
+  EINVAL     bad JSON, a missing/unknown field, a value out of range, bad access_flags
+  EOPNOTSUPP an unknown op, mr_list/mr_interleaved without "inline": true, a non-zero mkey tag
+             with mkey_update_tag false
+
+WHERE RDMX DIFFERS FROM RDMA-CORE'S BYTES (on purpose)
+  - Bytes rdma-core leaves as they were in the ring, rdmx writes as zeroes: the ctrl imm of
+    ops without an immediate (ibv_wr_* API), the mkey-context fields LOCAL_INV does not set,
+    and the pad after inline data. The device ignores all of them.
+  - mr_interleaved: bytes_count and bytes_count + bytes_skip must fit their 16-bit fields
+    (EINVAL); rdma-core truncates them silently.
+  - Ring room is counted in WQEBBs against sq_wqe_cnt (ring assumed empty); rdma-core counts
+    work requests against max_post. A WQE over 63 DS is ENOMEM (rdma-core relies on the QP's
+    max_inline_data to keep it smaller).
+  - rdmx's data path rings the doorbell with SqWriter, which signals the last WQE of a burst if
+    it is unsignaled (see rdmx_signal_last); rdma-core leaves it unsignaled.
+  - rdmx's window data path does not use these verbs UMRs: its map (prm::build_umr_map_inline)
+    writes one KLM per chunk page, may set START_ADDR (the window's IOVA) and a free-state
+    check, and its unmap (prm::build_umr_invalidate) writes flags INLINE, mask FREE only and
+    keeps the key. rdmx-wqe's local_inv is rdma-core's form (0x98, FREE|KEY|QPN, key 0).
+)";
+}
+
+std::string_view decode_help_text() {
+  return R"(usage: rdmx-wqe decode [--pretty] [--input FILE] [WQEBB_HEX ...]
+
+Decodes WQEBBs given as hex: as arguments (each a multiple of 128 hex digits; all arguments
+form one list), or one line per list on standard input / FILE. A line is a JSON array of hex
+strings, an encode result ({"rc":0,"wqebbs":[...]}; so `encode | decode` works), or hex
+words separated by spaces. The WQEBBs are read in the order given starting with a WQE's first
+WQEBB (encode prints them in ring order from sq_pi, so a WQE that wraps reads straight on).
+
+OUTPUT (JSON, one line per input) {"rc": 0, "wqes": [WQE, ...]} where each WQE has
+  wqebb, n_wqebb    position in the list and size in WQEBBs
+  ctrl              opcode (name) and opcode_value, opmod, wqe_index, qpn, ds, signature,
+                    fm_ce_se, fence (none | initiator-small | fence | strong-ordering |
+                    small-and-fence), ce (error-only | first-error-only | always |
+                    always+eqe), signaled (CQ_UPDATE), solicited, imm and imm_meaning (mkey
+                    for a UMR, invalidate_rkey, imm_data, unused)
+  umr_ctrl          flags and flag_names (INLINE, CHECK_FREE(fail-if-not-free),
+                    CHECK_NOT_FREE(fail-if-free), TRANSLATION_OFFSET, CHECK_QPN),
+                    klm_octowords, translation_offset, mkey_mask and mkey_mask_names (LEN,
+                    PAGE_SIZE, START_ADDR, PD, EN_RINVAL, SIG_ERR, BSF_EN, KEY, QPN, LR, LW, RR,
+                    RW, A, SMALL_FENCE, RELAXED_ORDERING_WRITE, FREE, ...)
+  mkey_ctx          free, access_mode, umr_en, access and access_names (A RW RR LW LR), qpn,
+                    key (tag), flags_pd, start_addr, len, translations_octword_size,
+                    log_page_size
+  klms              inline KLM entries {byte_count, mkey, address}; translation_pad = the
+                    trailing zero entries (at most 3) that pad the list to 64 bytes
+  repeat_block      when the first translation entry has op 0x400 and a num_ent that matches
+                    klm_octowords: {byte_count, op, repeat_count, num_ent, entries [{stride,
+                    byte_count, mkey, address}]}
+  klm_pointer       pointer-mode UMR: {byte_count, mkey (lkey of the KLM array), address}
+  raddr             {remote_addr, rkey}
+  sges              data segments {length, lkey, addr}
+  inline            {byte_count, data_hex}
+With --pretty: a table per WQE with each field's byte offset inside the WQE and its meaning.
+
+Errors ({"rc": "EINVAL", "error": "...", "wqes": [decoded so far]}, exit status 1): bad hex,
+a length that is not whole WQEBBs, ds 0, a WQE longer than the WQEBBs given, an unknown
+opcode, a UMR whose klm_octowords does not match ds, inline data running past ds.
+The decoder never reads outside the bytes given.
+)";
+}
+
+}  // namespace rdmx::wqetool
