@@ -7,7 +7,7 @@
  *
  *   blockd                                   both sides in one process (two emu ports)
  *   blockd --wire shm:NAME --role server     two processes over a shared-memory wire
- *   blockd --wire shm:NAME --role client
+ *   blockd --wire shm:NAME --role client     (same --blocks/--qd/--max-io on both sides)
  * Options: --device emu|emu-threaded|mlx5_0  --blocks N  --requests N  --qd N  --max-io BLOCKS
  * Exit: 0 ok, 1 data or protocol error, 2 usage, 3 no device. */
 #define _POSIX_C_SOURCE 200809L
@@ -17,12 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define BLK 4096u
-#define MSG 64u
-enum { OP_READ = 1, OP_WRITE = 2, OP_STOP = 3 };
-#define COOKIE(kind, slot) (((uint64_t)(kind) << 32) | (slot))
+#define MSG 64u  /* message slot */
+#define MAXQ 64u /* message slots per side */
+enum { OP_READ = 1, OP_WRITE, OP_STOP };
+enum { K_RECV, K_READ, K_SEND, K_WRITE }; /* what a cookie's upper half says */
+#define COOKIE(k, i) (((uint64_t)(k) << 32) | (i))
 
 struct req {
   uint32_t op, tag, nblk, rkey;
@@ -32,413 +33,305 @@ struct rsp {
   uint32_t tag;
   int32_t status;
 };
+struct side {
+  rdmx_port* port;
+  rdmx_core* core;
+  uint8_t *mem, *rx, *tx; /* data, then MAXQ receive slots, then MAXQ send slots */
+};
+
+static uint64_t g_blocks = 1024, g_requests = 20000, g_max_io = 16;
+static uint32_t g_qd = 8;
 
 static double now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
-static int die(const char* what, int rc) {
-  fprintf(stderr, "blockd: %s: %s (%s)\n", what, rdmx_strerror(rc), rdmx_last_error());
+/* Exits when rc < 0: with rdmx's message, or with `why`. Exit 3 when there is no such device. */
+static void check(int rc, const char* what, const char* why) {
+  if (rc >= 0) return;
+  fprintf(stderr, "blockd: %s: %s (%s)\n", what, why ? why : rdmx_strerror(rc), rdmx_last_error());
   exit(rc == -RDMX_ENODEV ? 3 : 1);
 }
-#define TRY(call)                 \
-  do {                            \
-    int rc_ = (call);             \
-    if (rc_ < 0) die(#call, rc_); \
-  } while (0)
+#define TRY(call) check((call), #call, NULL)
+#define fatal(who, why) check(-1, (who), (why))
 
-static rdmx_sge sge(rdmx_port* p, void* addr, uint32_t len) {
-  rdmx_sge s = {(uint64_t)(uintptr_t)addr, len, rdmx_port_lkey(p)};
-  return s;
+static rdmx_sge sge(const struct side* s, void* addr, uint32_t len) {
+  rdmx_sge x = {(uint64_t)(uintptr_t)addr, len, rdmx_port_lkey(s->port)};
+  return x;
+}
+static void post_recv(struct side* s, uint32_t i) {
+  rdmx_sge r = sge(s, s->rx + i * MSG, MSG);
+  TRY(rdmx_post_recv(s->core, &r, 1, COOKIE(K_RECV, i)));
+}
+/* Sends `len` bytes from send slot i; with `inv`, as SEND_WITH_INV of the peer's window `rkey`. */
+static void send_msg(struct side* s, uint32_t i, const void* msg, uint32_t len, int inv,
+                     uint32_t rkey) {
+  rdmx_sge t = sge(s, s->tx + i * MSG, len);
+  memcpy(s->tx + i * MSG, msg, len);
+  TRY(inv ? rdmx_post_send_inv(s->core, &t, 1, rkey, COOKIE(K_SEND, i), 0)
+          : rdmx_post_send(s->core, &t, 1, COOKIE(K_SEND, i), 0));
+}
+static int poll_ok(struct side* s, rdmx_completion* wc) {
+  int n = rdmx_poll(s->core, wc, 16), i;
+  for (i = 0; i < n; ++i)
+    if (wc[i].status) fatal(rdmx_opcode_name(wc[i].opcode), rdmx_syndrome_name(wc[i].status));
+  return n;
 }
 
 /* ---- Server -------------------------------------------------------------------------------- */
-struct server {
-  rdmx_port* port;
-  rdmx_core* core;
-  uint8_t* vol;
-  uint64_t blocks;
-  uint8_t *rx, *tx; /* qd+1 receive slots, qd+1 reply slots (MSG bytes each) */
-  uint32_t slots;
-  int stopped;
-  uint64_t served;
-  struct req pending[64]; /* client writes: the READ is in flight */
-};
+static struct side S;
+static struct req g_pending[MAXQ]; /* client writes whose RDMA READ is in flight */
+static int g_srv_state;            /* 2: the reply to STOP has left */
 
-static void server_post_recv(struct server* s, uint32_t i) {
-  rdmx_sge r = sge(s->port, s->rx + i * MSG, MSG);
-  TRY(rdmx_post_recv(s->core, &r, 1, COOKIE(0, i)));
-}
-static void server_reply(struct server* s, const struct req* q, int32_t status) {
+static void reply(const struct req* q, int32_t status) {
   struct rsp r = {q->tag, status};
-  rdmx_sge t = sge(s->port, s->tx + q->tag * MSG, sizeof r);
-  memcpy(s->tx + q->tag * MSG, &r, sizeof r);
-  if (q->op == OP_STOP)
-    TRY(rdmx_post_send(s->core, &t, 1, COOKIE(2, q->tag), 0));
-  else
-    TRY(rdmx_post_send_inv(s->core, &t, 1, q->rkey, COOKIE(2, q->tag), 0));
-  ++s->served;
+  send_msg(&S, q->tag, &r, sizeof r, q->op != OP_STOP, q->rkey);
 }
 
-static void server_step(struct server* s) {
+static void server_step(void) {
   rdmx_completion wc[16];
-  int n = rdmx_poll(s->core, wc, 16), i;
+  int n = poll_ok(&S, wc), i;
   for (i = 0; i < n; ++i) {
-    uint32_t slot = (uint32_t)wc[i].cookie, kind = (uint32_t)(wc[i].cookie >> 32);
-    if (wc[i].status) {
-      fprintf(stderr, "server: %s failed: %s\n", rdmx_opcode_name(wc[i].opcode),
-              rdmx_syndrome_name(wc[i].status));
-      exit(1);
-    }
-    if (kind == 2 && slot == s->slots - 1) s->stopped = 2; /* the STOP reply left */
-    if (kind == 1) { /* the READ of a client write landed in the volume: reply */
-      server_reply(s, &s->pending[slot], 0);
-    } else if (kind == 0) { /* a request */
-      struct req q;
-      memcpy(&q, s->rx + slot * MSG, sizeof q);
-      server_post_recv(s, slot);
-      if (q.tag >= s->slots) {
-        fprintf(stderr, "server: bad tag\n");
-        exit(1);
-      }
-      if (q.op == OP_STOP) {
-        server_reply(s, &q, 0);
-        s->stopped = 1;
-        continue;
-      }
-      if (q.lba + q.nblk > s->blocks || q.len != (uint64_t)q.nblk * BLK || q.nblk == 0) {
-        server_reply(s, &q, -RDMX_ERANGE);
-        continue;
-      }
-      rdmx_sge d = sge(s->port, s->vol + q.lba * BLK, (uint32_t)q.len);
-      if (q.op == OP_READ) { /* volume -> client window, then the reply (ordered after it) */
-        TRY(rdmx_post_write(s->core, &d, 1, q.iova, q.rkey, COOKIE(3, q.tag), 0));
-        server_reply(s, &q, 0);
-      } else { /* client window -> volume; reply once the data is here */
-        s->pending[q.tag] = q;
-        TRY(rdmx_post_read(s->core, &d, 1, q.iova, q.rkey, COOKIE(1, q.tag), RDMX_POST_SIGNALED));
-      }
+    const uint32_t k = (uint32_t)(wc[i].cookie >> 32), slot = (uint32_t)wc[i].cookie;
+    struct req q;
+    if (k == K_SEND && slot == g_qd) g_srv_state = 2;
+    if (k == K_READ) reply(&g_pending[slot], 0); /* a client write's data is in the volume */
+    if (k != K_RECV) continue;
+    memcpy(&q, S.rx + slot * MSG, sizeof q);
+    post_recv(&S, slot);
+    if (q.tag > g_qd) fatal("server", "bad tag");
+    rdmx_sge d = sge(&S, S.mem + q.lba * BLK, (uint32_t)q.len);
+    if (q.op == OP_STOP) {
+      reply(&q, 0);
+    } else if (q.nblk == 0 || q.lba + q.nblk > g_blocks || q.len != (uint64_t)q.nblk * BLK) {
+      reply(&q, -RDMX_ERANGE);
+    } else if (q.op == OP_READ) { /* volume -> client window; the reply is ordered after it */
+      TRY(rdmx_post_write(S.core, &d, 1, q.iova, q.rkey, COOKIE(K_WRITE, q.tag), 0));
+      reply(&q, 0);
+    } else { /* client window -> volume; the reply waits for the READ's completion */
+      g_pending[q.tag] = q;
+      TRY(rdmx_post_read(S.core, &d, 1, q.iova, q.rkey, COOKIE(K_READ, q.tag), RDMX_POST_SIGNALED));
     }
   }
-  if (n) rdmx_flush(s->core);
+  if (n) rdmx_flush(S.core);
 }
 
 /* ---- Client -------------------------------------------------------------------------------- */
-struct slot {
-  uint32_t busy, issued, rkey, op, nblk;
-  uint64_t lba;
+static struct side C;
+static struct slot {
+  int busy;
+  uint32_t op, nblk, rkey;
+  uint64_t lba, issued;
   double t0;
   rdmx_window* w;
-};
-struct client {
-  rdmx_port* port;
-  rdmx_core* core;
-  uint8_t *bufs, *tx, *rx;
-  uint64_t blocks, part, max_io, per_slot_random;
-  uint32_t qd, *gen; /* generation of every block's content */
-  struct slot s[64];
-  uint64_t done, bytes;
-  int stop_sent, stopped;
-  double* lat;
-  uint64_t n_lat;
-};
+} g_slot[MAXQ];
+static uint32_t* g_gen; /* per block: how many times the client wrote it */
+static double* g_lat;
+static uint64_t g_done, g_bytes;
+static int g_cli_state; /* 1: STOP sent, 2: its reply arrived */
 
 static uint8_t pattern(uint64_t lba, uint32_t gen, uint32_t i) {
   return (uint8_t)(lba * 131 + gen * 31 + i * 7 + (i >> 8));
 }
+#define buf_of(t) (C.mem + (uint64_t)(t)*g_max_io * BLK) /* slot t's I/O buffer */
 
-static void client_send(struct client* c, uint32_t t, const struct req* q) {
-  rdmx_sge m = sge(c->port, c->tx + t * MSG, sizeof *q);
-  memcpy(c->tx + t * MSG, q, sizeof *q);
-  TRY(rdmx_post_send(c->core, &m, 1, COOKIE(1, t), 0));
-}
-
-/* Per slot: fill its partition with writes, then random reads/writes, then read it all back. */
-static int client_issue(struct client* c, uint32_t t) {
-  struct slot* s = &c->s[t];
-  const uint64_t fill = (c->part + c->max_io - 1) / c->max_io, base = t * c->part;
-  uint64_t k = s->issued, off;
+/* Slot t owns one part of the volume: it fills it, does random reads and writes, then reads it
+ * all back. Returns 0 when the slot is done. */
+static int issue(uint32_t t) {
+  struct slot* s = &g_slot[t];
+  const uint64_t part = g_blocks / g_qd, fill = (part + g_max_io - 1) / g_max_io;
+  const uint64_t rnd = g_requests / g_qd, k = s->issued++;
+  const int seq = k < fill || k >= fill + rnd;
+  uint64_t off = k < fill ? k * g_max_io : (k - fill - rnd) * g_max_io;
+  uint32_t b, i;
   rdmx_mapping m;
-  uint8_t* buf = c->bufs + (uint64_t)t * c->max_io * BLK;
-  uint32_t i, b;
-  struct req q;
-  if (k < fill) {
-    s->op = OP_WRITE;
-    off = k * c->max_io;
-  } else if (k < fill + c->per_slot_random) {
-    s->op = rand() % 2 ? OP_READ : OP_WRITE;
-    off = (uint64_t)rand() % c->part;
-  } else if (k < 2 * fill + c->per_slot_random) {
-    s->op = OP_READ;
-    off = (k - fill - c->per_slot_random) * c->max_io;
-  } else
-    return 0;
-  s->nblk =
-      (uint32_t)(k < fill || k >= fill + c->per_slot_random ? c->max_io
-                                                            : 1 + (uint64_t)rand() % c->max_io);
-  if (off + s->nblk > c->part) s->nblk = (uint32_t)(c->part - off);
-  s->lba = base + off;
-  if (s->op == OP_WRITE)
-    for (b = 0; b < s->nblk; ++b)
-      for (i = 0; i < BLK; ++i) buf[b * BLK + i] = pattern(s->lba + b, c->gen[s->lba + b] + 1, i);
+  if (k >= 2 * fill + rnd) return 0;
+  s->op = k < fill ? OP_WRITE : !seq && rand() % 2 ? OP_WRITE : OP_READ;
+  s->nblk = seq ? (uint32_t)g_max_io : 1 + (uint32_t)((uint64_t)rand() % g_max_io);
+  if (!seq) off = (uint64_t)rand() % part;
+  if (off + s->nblk > part) s->nblk = (uint32_t)(part - off);
+  s->lba = t * part + off;
+  for (b = 0; s->op == OP_WRITE && b < s->nblk; ++b)
+    for (i = 0; i < BLK; ++i)
+      buf_of(t)[b * BLK + i] = pattern(s->lba + b, g_gen[s->lba + b] + 1, i);
   s->t0 = now_us();
-  /* The server WRITEs into the window for a read and READs it for a write: grant just that. */
-  TRY(rdmx_map_buf(c->core, buf, (uint64_t)s->nblk * BLK,
+  /* The server WRITEs into the window for a read and READs it for a write: grant only that. */
+  TRY(rdmx_map_buf(C.core, buf_of(t), (uint64_t)s->nblk * BLK,
                    s->op == OP_READ ? RDMX_ACCESS_LOCAL_WRITE | RDMX_ACCESS_REMOTE_WRITE
                                     : RDMX_ACCESS_REMOTE_READ,
                    &m));
-  q.op = s->op;
-  q.tag = t;
-  q.nblk = s->nblk;
-  q.rkey = m.rkey;
-  q.lba = s->lba;
-  q.iova = m.iova;
-  q.len = m.length;
-  client_send(c, t, &q); /* after the map on the same queue: the rkey is valid when it arrives */
+  struct req q = {s->op, t, s->nblk, m.rkey, s->lba, m.iova, m.length};
+  send_msg(&C, t, &q, sizeof q, 0, 0); /* after the map on the same queue: valid on arrival */
   s->rkey = m.rkey;
   s->w = m.window;
-  s->busy = 1;
-  ++s->issued;
   return 1;
 }
 
-static void client_done(struct client* c, struct rsp r, const rdmx_completion* wc) {
-  const uint32_t t = r.tag;
-  struct slot* s = &c->s[t];
-  uint8_t* buf = c->bufs + (uint64_t)t * c->max_io * BLK;
+static void complete(const rdmx_completion* wc, const struct rsp* r) {
+  struct slot* s = &g_slot[r->tag];
   uint32_t b, i;
-  if (r.status || !s->busy) {
-    fprintf(stderr, "client: request failed: %d\n", r.status);
-    exit(1);
-  }
-  /* The reply freed our window (SEND_WITH_INV): nothing to unmap. */
-  if (!(wc->flags & RDMX_WC_INVALIDATED) || wc->imm != s->rkey || rdmx_window_mapped(s->w)) {
-    fprintf(stderr, "client: reply did not invalidate the window\n");
-    exit(1);
-  }
+  if (r->status || !s->busy) fatal("client", "request failed");
+  /* The reply was a SEND_WITH_INV of our rkey: the window is already free, nothing to unmap. */
+  if (!(wc->flags & RDMX_WC_INVALIDATED) || wc->imm != s->rkey || rdmx_window_mapped(s->w))
+    fatal("client", "the reply did not free the window");
   for (b = 0; b < s->nblk; ++b) {
-    if (s->op == OP_WRITE) {
-      ++c->gen[s->lba + b];
-      continue;
-    }
-    for (i = 0; i < BLK; ++i)
-      if (buf[b * BLK + i] != pattern(s->lba + b, c->gen[s->lba + b], i)) {
-        fprintf(stderr, "client: block %llu byte %u differs\n", (unsigned long long)(s->lba + b),
-                i);
-        exit(1);
-      }
+    const uint64_t lba = s->lba + b;
+    if (s->op == OP_WRITE) ++g_gen[lba];
+    for (i = 0; s->op == OP_READ && i < BLK; ++i)
+      if (buf_of(r->tag)[b * BLK + i] != pattern(lba, g_gen[lba], i))
+        fatal("client", "a read returned wrong data");
   }
-  c->lat[c->n_lat++] = now_us() - s->t0;
-  c->bytes += (uint64_t)s->nblk * BLK;
-  ++c->done;
+  g_lat[g_done++] = now_us() - s->t0;
+  g_bytes += (uint64_t)s->nblk * BLK;
   s->busy = 0;
 }
 
-static void client_step(struct client* c) {
+static void client_step(void) {
   rdmx_completion wc[16];
-  int n = rdmx_poll(c->core, wc, 16), i, idle = 1;
-  uint32_t t;
+  int n = poll_ok(&C, wc), i, busy = 0;
   for (i = 0; i < n; ++i) {
-    if (wc[i].status) {
-      fprintf(stderr, "client: %s failed: %s\n", rdmx_opcode_name(wc[i].opcode),
-              rdmx_syndrome_name(wc[i].status));
-      exit(1);
-    }
-    if (!(wc[i].flags & RDMX_WC_RECV)) continue;
-    /* Replies fill receive buffers in arrival order: the tag names the request. */
+    const uint32_t slot = (uint32_t)wc[i].cookie;
     struct rsp r;
-    rdmx_sge rb = sge(c->port, c->rx + wc[i].cookie * MSG, MSG);
-    memcpy(&r, c->rx + wc[i].cookie * MSG, sizeof r);
-    if (r.tag == c->qd) {
-      c->stopped = 1;
-      continue;
-    }
-    if (r.tag > c->qd) {
-      fprintf(stderr, "client: bad tag\n");
-      exit(1);
-    }
-    client_done(c, r, &wc[i]);
-    TRY(rdmx_post_recv(c->core, &rb, 1, wc[i].cookie));
+    if (!(wc[i].flags & RDMX_WC_RECV)) continue;
+    /* Replies fill the receives in arrival order: the tag names the request. */
+    memcpy(&r, C.rx + slot * MSG, sizeof r);
+    post_recv(&C, slot);
+    if (r.tag > g_qd) fatal("client", "bad tag");
+    if (r.tag < g_qd) complete(&wc[i], &r);
+    if (r.tag == g_qd) g_cli_state = 2;
   }
-  for (t = 0; t < c->qd; ++t) {
-    if (!c->s[t].busy) c->s[t].busy = client_issue(c, t);
-    idle &= !c->s[t].busy;
+  for (uint32_t t = 0; t < g_qd; ++t) {
+    if (!g_slot[t].busy) g_slot[t].busy = issue(t);
+    busy |= g_slot[t].busy;
   }
-  if (idle && !c->stop_sent) { /* all done: tell the server (reply lands in slot qd) */
-    struct req q = {OP_STOP, c->qd, 0, 0, 0, 0, 0};
-    client_send(c, 0, &q);
-    c->stop_sent = 1;
+  if (!busy && !g_cli_state) { /* all done: stop the server */
+    struct req q = {OP_STOP, g_qd, 0, 0, 0, 0, 0};
+    send_msg(&C, g_qd, &q, sizeof q, 0, 0);
+    g_cli_state = 1;
   }
-  rdmx_flush(c->core);
+  rdmx_flush(C.core);
 }
 
-static int cmp_d(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
+/* ---- Setup ---------------------------------------------------------------------------------- */
+/* Two processes: write ours to /dev/shm/blockd-NAME.MINE, read theirs from .THEIRS. */
+static void rendezvous(const char* name, const char* mine, const char* theirs, const void* data,
+                       void* peer, size_t len) {
+  char path[256], tmp[300];
+  struct timespec ms = {0, 1000000};
+  FILE* f;
+  int i;
+  snprintf(path, sizeof path, "/dev/shm/blockd-%s.%s", name, mine);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (!(f = fopen(tmp, "wb")) || fwrite(data, len, 1, f) != 1 || fclose(f) || rename(tmp, path))
+    fatal(path, "cannot write");
+  snprintf(path, sizeof path, "/dev/shm/blockd-%s.%s", name, theirs);
+  for (i = 0; i < 10000 && !(f = fopen(path, "rb")); ++i) nanosleep(&ms, NULL);
+  if (!f || fread(peer, len, 1, f) != 1) fatal(path, "the peer did not answer");
+  fclose(f);
+  remove(path);
+}
+
+static void setup(struct side* s, uint64_t data_bytes) {
+  s->mem = rdmx_port_arena(s->port);
+  s->rx = s->mem + data_bytes;
+  s->tx = s->rx + MAXQ * MSG;
+  TRY(rdmx_core_create(s->port, NULL, &s->core));
+}
+
+static int cmp(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
 }
 
-/* ---- Two processes: connect infos through files in /dev/shm ------------------------------- */
-struct hello {
-  rdmx_connect_info ci;
-  uint64_t blocks;
-};
-
-static void put_file(const char* wire, const char* who, const struct hello* h) {
-  char path[256], tmp[264];
-  FILE* f;
-  snprintf(path, sizeof path, "/dev/shm/blockd-%s.%s", wire, who);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (!(f = fopen(tmp, "wb")) || fwrite(h, sizeof *h, 1, f) != 1 || fclose(f) ||
-      rename(tmp, path)) {
-    perror(path);
-    exit(1);
-  }
-}
-static void get_file(const char* wire, const char* who, struct hello* h) {
-  char path[256];
-  FILE* f = NULL;
-  int i;
-  snprintf(path, sizeof path, "/dev/shm/blockd-%s.%s", wire, who);
-  struct timespec ms = {0, 1000000};
-  for (i = 0; i < 10000 && !(f = fopen(path, "rb")); ++i) nanosleep(&ms, NULL);
-  if (!f || fread(h, sizeof *h, 1, f) != 1) {
-    fprintf(stderr, "blockd: no %s\n", path);
-    exit(1);
-  }
-  fclose(f);
-  unlink(path);
-}
-
 int main(int argc, char** argv) {
-  const char *device = "emu", *wire = NULL, *role = "both";
-  uint64_t blocks = 1024, requests = 20000, max_io = 16;
-  uint32_t qd = 8, t;
-  int i, is_srv, is_cli;
-  struct server s;
-  struct client c;
+  static const char* names[] = {"--device",   "--wire", "--role",  "--blocks",
+                                "--requests", "--qd",   "--max-io"};
+  const char* arg[] = {"emu", NULL, "both", "1024", "20000", "8", "16"};
+  const char *device, *wire, *role;
   rdmx_port_opts os, oc;
+  rdmx_port_info info;
+  int i, j, srv, cli;
   for (i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--device"))
-      device = argv[i + 1];
-    else if (!strcmp(argv[i], "--wire"))
-      wire = argv[i + 1];
-    else if (!strcmp(argv[i], "--role"))
-      role = argv[i + 1];
-    else if (!strcmp(argv[i], "--blocks"))
-      blocks = strtoull(argv[i + 1], NULL, 0);
-    else if (!strcmp(argv[i], "--requests"))
-      requests = strtoull(argv[i + 1], NULL, 0);
-    else if (!strcmp(argv[i], "--qd"))
-      qd = (uint32_t)strtoul(argv[i + 1], NULL, 0);
-    else if (!strcmp(argv[i], "--max-io"))
-      max_io = strtoull(argv[i + 1], NULL, 0);
-    else
-      break;
+    for (j = 0; j < 7 && strcmp(argv[i], names[j]); ++j) continue;
+    if (j == 7) break;
+    arg[j] = argv[i + 1];
   }
-  is_srv = strcmp(role, "client") != 0;
-  is_cli = strcmp(role, "server") != 0;
-  if (i < argc || !qd || qd > 63 || !max_io || max_io > 16 || blocks < qd * max_io ||
-      (!is_srv && !is_cli) || (wire && strncmp(wire, "shm:", 4)) ||
-      (!wire && !(is_srv && is_cli))) {
+  device = arg[0], wire = arg[1], role = arg[2];
+  g_blocks = strtoull(arg[3], NULL, 0), g_requests = strtoull(arg[4], NULL, 0);
+  g_qd = (uint32_t)strtoul(arg[5], NULL, 0), g_max_io = strtoull(arg[6], NULL, 0);
+  srv = strcmp(role, "client") != 0;
+  cli = strcmp(role, "server") != 0;
+  if (i < argc || !g_qd || g_qd >= MAXQ || !g_max_io || g_max_io > 16 ||
+      g_blocks < g_qd * g_max_io || (wire == NULL) != (srv && cli) ||
+      (wire && strncmp(wire, "shm:", 4))) {
     fprintf(stderr,
             "usage: blockd [--wire shm:NAME --role server|client] [--device D] "
             "[--blocks N] [--requests N] [--qd 1..63] [--max-io 1..16]\n");
     return 2;
   }
-  memset(&s, 0, sizeof s);
-  memset(&c, 0, sizeof c);
   rdmx_port_opts_init(&os);
   rdmx_port_opts_init(&oc);
-  os.arena_bytes = blocks * BLK + 2 * 64 * MSG;      /* volume + message slots */
-  oc.arena_bytes = qd * max_io * BLK + 2 * 64 * MSG; /* I/O buffers + message slots */
-  oc.n_windows = os.n_windows = 4 * qd;
-  if (!wire) {
-    TRY(rdmx_port_open_pair(device, &os, &oc, &s.port, &c.port));
-  } else {
-    os.wire = oc.wire = wire;
-    oc.side = 1;
-    TRY(rdmx_port_open(device, is_srv ? &os : &oc, is_srv ? &s.port : &c.port));
+  os.arena_bytes = g_blocks * BLK + 2 * MAXQ * MSG;        /* the volume, messages */
+  oc.arena_bytes = g_qd * g_max_io * BLK + 2 * MAXQ * MSG; /* I/O buffers, messages */
+  os.n_windows = oc.n_windows = 4 * g_qd;
+  os.wire = oc.wire = wire; /* emu; NULL: one process, the pair's own wire */
+  oc.side = 1;
+  if (!wire && !strncmp(device, "emu", 3))
+    TRY(rdmx_port_open_pair(device, &os, &oc, &S.port, &C.port));
+  if (wire || strncmp(device, "emu", 3)) { /* one side here; or a NIC: two ports on it */
+    if (srv) TRY(rdmx_port_open(device, &os, &S.port));
+    if (cli) TRY(rdmx_port_open(device, &oc, &C.port));
   }
-  if (is_srv) {
-    s.vol = rdmx_port_arena(s.port);
-    s.blocks = blocks;
-    s.rx = s.vol + blocks * BLK;
-    s.tx = s.rx + 64 * MSG;
-    s.slots = qd + 1;
-    TRY(rdmx_core_create(s.port, NULL, &s.core));
+  if (srv) setup(&S, g_blocks * BLK);
+  if (cli) setup(&C, (uint64_t)g_qd * g_max_io * BLK);
+  if (!wire) TRY(rdmx_core_connect_pair(S.core, C.core));
+  if (wire) {
+    rdmx_connect_info mine, peer;
+    TRY(rdmx_core_connect_info(srv ? S.core : C.core, &mine));
+    rendezvous(wire + 4, role, srv ? "client" : "server", &mine, &peer, sizeof mine);
+    TRY(rdmx_core_connect(srv ? S.core : C.core, &peer));
   }
-  if (is_cli) {
-    c.bufs = rdmx_port_arena(c.port);
-    c.tx = c.bufs + qd * max_io * BLK;
-    c.rx = c.tx + 64 * MSG;
-    c.qd = qd;
-    TRY(rdmx_core_create(c.port, NULL, &c.core));
+  g_gen = calloc(g_blocks, sizeof *g_gen); /* the client's model of the volume */
+  g_lat = malloc(sizeof(double) * (2 * g_blocks + g_requests + MAXQ));
+  if (!g_gen || !g_lat) fatal("client", "out of memory");
+  for (uint32_t t = 0; t <= g_qd; ++t) { /* one receive per request slot, one for the STOP */
+    if (srv) post_recv(&S, t);
+    if (cli) post_recv(&C, t);
   }
-  if (!wire) {
-    TRY(rdmx_core_connect_pair(s.core, c.core));
-  } else { /* server: its info; client: reads it, connects, answers; server connects, "ready" */
-    struct hello h, peer;
-    const char* name = wire + 4;
-    h.blocks = blocks;
-    TRY(rdmx_core_connect_info(is_srv ? s.core : c.core, &h.ci));
-    put_file(name, is_srv ? "server" : "client", &h);
-    get_file(name, is_srv ? "client" : "server", &peer);
-    TRY(rdmx_core_connect(is_srv ? s.core : c.core, &peer.ci));
-    if (is_cli) blocks = peer.blocks;
+  if (srv) rdmx_flush(S.core);
+  if (cli) rdmx_flush(C.core);
+  if (wire) { /* both sides' receives are posted before the first request */
+    char me = 1, them;
+    rendezvous(wire + 4, srv ? "server-ready" : "client-ready",
+               srv ? "client-ready" : "server-ready", &me, &them, 1);
   }
-  if (is_srv) {
-    for (t = 0; t < s.slots; ++t) server_post_recv(&s, t);
-    rdmx_flush(s.core);
+  const double t0 = now_us();
+  while ((cli && g_cli_state != 2) || (srv && g_srv_state != 2)) {
+    if (srv) server_step();
+    if (cli) client_step();
   }
-  if (wire && is_srv) put_file(wire + 4, "ready", &(struct hello){{{0}}, 0});
-  if (wire && is_cli) {
-    struct hello r;
-    get_file(wire + 4, "ready", &r);
-  }
-  if (is_cli) {
-    rdmx_sge r;
-    c.blocks = blocks;
-    c.part = blocks / qd;
-    c.max_io = max_io;
-    c.per_slot_random = requests / qd;
-    c.gen = calloc(blocks, sizeof *c.gen);
-    c.lat = malloc(sizeof(double) * (2 * blocks + requests + 64));
-    for (t = 0; t <= qd; ++t) {
-      r = sge(c.port, c.rx + t * MSG, MSG);
-      TRY(rdmx_post_recv(c.core, &r, 1, t));
-    }
-    rdmx_flush(c.core);
-  }
-  double t0 = now_us();
-  while ((is_cli && !c.stopped) || (is_srv && s.stopped != 2)) {
-    if (is_srv) server_step(&s);
-    if (is_cli) client_step(&c);
-  }
-  double el = now_us() - t0;
-  if (is_cli) {
+  const double el = now_us() - t0;
+  TRY(rdmx_port_query(srv ? S.port : C.port, &info));
+  if (cli) {
     rdmx_core_stats st;
-    qsort(c.lat, c.n_lat, sizeof(double), cmp_d);
-    TRY(rdmx_core_stats_get(c.core, &st, sizeof st));
-    printf("blockd: %llu requests (%llu blocks of 4 KiB, qd %u) verified end to end over %s\n",
-           (unsigned long long)c.done, (unsigned long long)(c.bytes / BLK), qd, device);
+    TRY(rdmx_core_stats_get(C.core, &st, sizeof st));
+    qsort(g_lat, g_done, sizeof(double), cmp);
+    printf("blockd: %llu requests, %llu blocks of 4 KiB, qd %u, verified end to end over %s\n",
+           (unsigned long long)g_done, (unsigned long long)(g_bytes / BLK), g_qd, info.backend);
     printf("blockd: %.0f IOPS, %.1f MiB/s; latency us: p50 %.1f  p99 %.1f  max %.1f\n",
-           (double)c.done / el * 1e6, (double)c.bytes / el * 1e6 / (1 << 20), c.lat[c.n_lat / 2],
-           c.lat[c.n_lat * 99 / 100], c.lat[c.n_lat - 1]);
-    printf(
-        "blockd: client windows: %llu maps, %llu freed by the server's SEND_WITH_INV, %llu "
-        "unmaps\n",
-        (unsigned long long)st.maps, (unsigned long long)st.remote_invalidations,
-        (unsigned long long)st.unmaps);
-    if (st.maps != c.done || st.remote_invalidations != c.done) return 1;
-    free(c.gen);
-    free(c.lat);
+           (double)g_done / el * 1e6, (double)g_bytes / el * 1e6 / (1 << 20), g_lat[g_done / 2],
+           g_lat[g_done * 99 / 100], g_lat[g_done - 1]);
+    printf("blockd: windows: %llu maps, %llu freed by SEND_WITH_INV, %llu unmaps\n",
+           (unsigned long long)st.maps, (unsigned long long)st.remote_invalidations,
+           (unsigned long long)st.unmaps);
+    if (st.maps != g_done || st.remote_invalidations != g_done) fatal("client", "window count");
+  } else {
+    printf("blockd: server done over %s\n", info.backend);
   }
-  if (is_srv && !is_cli)
-    printf("blockd: server served %llu requests\n", (unsigned long long)s.served);
-  rdmx_core_destroy(s.core);
-  rdmx_core_destroy(c.core);
-  rdmx_port_close(s.port);
-  rdmx_port_close(c.port);
+  rdmx_port_close(S.port); /* closes its core too */
+  rdmx_port_close(C.port);
+  free(g_gen);
+  free(g_lat);
   return 0;
 }
