@@ -141,6 +141,8 @@ struct RigConfig {
   uint32_t signal_every = kDefaultSignalEvery;
   bool checker_fatal = false;
   uint32_t a_parent_access = mlx5::kAccessAll;  // access of A's arena (the parent MR)
+  uint32_t retry_cnt = 7;                       // emu transport model
+  uint32_t transport_timeout_ms = 2000;
 };
 
 class Rig {
@@ -149,6 +151,8 @@ class Rig {
     emu::Options o;
     o.mode = c.mode;
     o.checker_fatal = c.checker_fatal;
+    o.retry_cnt = c.retry_cnt;
+    o.transport_timeout_ms = c.transport_timeout_ms;
     pair = take(emu::make_pair(o, o));
     make_side(*pair.a, a, c.a_windows, c.a_max_pages, c.a_arena_pages, c.a_parent_access);
     make_side(*pair.b, b, 4, 4, c.b_arena_pages, mlx5::kAccessAll);
