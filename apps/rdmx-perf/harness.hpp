@@ -5,7 +5,8 @@
 //  - bulk phase: each case runs `rounds` rounds of `iterations / rounds` operations between two
 //    TSC reads; the cases of a group are interleaved round by round (A B C A B C ...), so a
 //    noisy neighbour or a frequency change hits every case of the group alike. The figure of a
-//    case is the median of its rounds (mean per round = cycles / ops).
+//    case is the median of ~2048-unit chunks over all rounds (each chunk timed on its own), so a
+//    preemption is an outlier, not an offset; the plain mean over everything is kept too.
 //  - stamped phase: the TSC is read after every operation into a preallocated array; the
 //    differences (minus the timer's own cost, measured the same way around an empty operation)
 //    give min, p50, p99, p99.9 and max, and fill the histogram.
@@ -124,8 +125,8 @@ struct CaseResult {
   uint64_t bytes = 0;
   uint32_t burst = 1;            // units per call
   uint64_t ops = 0;              // units measured in the bulk phase (all rounds)
-  std::vector<double> round_ns;  // mean ns per unit of every round
-  double ns = 0;                 // median of round_ns: the figure of the case
+  std::vector<double> round_ns;  // per round: median chunk's mean ns per unit
+  double ns = 0;                 // median over every chunk of every round: the case's figure
   double best_ns = 0;            // min of round_ns
   double cycles = 0;             // ns in cycles
   double ops_per_s = 0;
