@@ -1,0 +1,181 @@
+// libFuzzer target: PollCore::map()'s argument validator against a real window pool over an
+// inline emu device pair. Random page lists (arena pages, pages +/- a few bytes, the reserved KLM
+// tail, addresses around the arena, raw 64-bit values), offsets, lengths and access bits.
+// Must hold for every input:
+//   - no crash, no sanitizer report;
+//   - a request the reference rules reject is refused, posts nothing (SQ producer unchanged)
+//     and takes no window;
+//   - a request the rules accept is mapped (unless the SQ/windows are momentarily exhausted),
+//     and the device's mkey then holds exactly `length` bytes, not free; after unmap it is free;
+//   - the emu PRM checker never reports.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <rdmx/emu/emu.hpp>
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+namespace {
+
+using namespace rdmx;
+
+constexpr uint32_t kMaxPages = 64;  // > the inline limit: pointer mode and a reserved KLM tail
+
+struct Harness {
+  emu::DevicePair pair;
+  std::unique_ptr<mem::Arena> arena_a, arena_b;
+  std::unique_ptr<win::WindowPool> pool_a, pool_b;
+  std::unique_ptr<win::PollCore> core, peer;
+  Harness() {
+    emu::Options o;
+    auto p = emu::make_pair(o, o);
+    if (!p.ok()) __builtin_trap();
+    pair = std::move(p.value());
+    mem::ArenaConfig ac;
+    ac.bytes = 128 * 4096;
+    auto a = mem::Arena::create(*pair.a, ac);
+    auto b = mem::Arena::create(*pair.b, ac);
+    if (!a.ok() || !b.ok()) __builtin_trap();
+    arena_a = std::move(a.value());
+    arena_b = std::move(b.value());
+    win::PoolConfig pc;
+    pc.n_windows = 8;
+    pc.max_pages = kMaxPages;
+    auto pa = win::WindowPool::create(*pair.a, *arena_a, pc);
+    pc.max_pages = 4;
+    auto pb = win::WindowPool::create(*pair.b, *arena_b, pc);
+    if (!pa.ok() || !pb.ok()) __builtin_trap();
+    pool_a = std::move(pa.value());
+    pool_b = std::move(pb.value());
+    win::CoreConfig cc;
+    cc.cache_size = 4;
+    cc.qp.sq_wqebbs = 256;
+    cc.qp.rq_wqes = 4;
+    cc.qp.cq_cqes = 512;
+    auto c = win::PollCore::create(*pool_a, cc);
+    auto d = win::PollCore::create(*pool_b, cc);
+    if (!c.ok() || !d.ok()) __builtin_trap();
+    core = std::move(c.value());
+    peer = std::move(d.value());
+    if (!emu::connect_qps(*pair.a, core->qp_handle(), *pair.b, peer->qp_handle()).ok())
+      __builtin_trap();
+  }
+  void settle() {
+    core->flush();
+    for (int i = 0; i < 1000 && core->umrs_in_flight(); ++i)
+      core->poll(64, [](const mlx5::Completion&) {});
+    if (core->umrs_in_flight()) __builtin_trap();
+  }
+};
+
+// The documented rules of map() (poll_core.hpp), independently: true = must be accepted.
+bool valid(const mem::Arena& ar, const std::vector<uint64_t>& pages, uint32_t access, uint32_t off,
+           uint64_t len) {
+  const uint64_t n = pages.size(), ps = ar.page_size();
+  if (n == 0 || n > kMaxPages || len == 0) return false;
+  if (access & ~uint32_t{mlx5::kAccessAll}) return false;
+  if ((access & (mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic)) &&
+      !(access & mlx5::kAccessLocalWrite))
+    return false;
+  if (off >= ps) return false;
+  // The bytes [off, off + len) lie in the n pages and reach into the last one.
+  const unsigned __int128 end = static_cast<unsigned __int128>(off) + len;
+  if (end > static_cast<unsigned __int128>(n) * ps) return false;
+  if (end <= static_cast<unsigned __int128>(n - 1) * ps) return false;
+  for (uint64_t p : pages) {
+    if (p < ar.base() || p >= ar.data_end() || (p - ar.base()) % ps != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static Harness* h = new Harness();
+  FuzzedDataProvider fdp(data, size);
+  const mem::Arena& ar = *h->arena_a;
+  win::PollCore& c = *h->core;
+  for (int req = 0; req < 8 && fdp.remaining_bytes() > 0; ++req) {
+    const uint32_t n = fdp.ConsumeIntegralInRange<uint32_t>(0, kMaxPages + 6);
+    std::vector<uint64_t> pages(n);
+    for (auto& p : pages) {
+      const uint64_t some_page = ar.page_addr(fdp.ConsumeIntegral<uint32_t>() % ar.n_pages());
+      switch (fdp.ConsumeIntegral<uint8_t>() % 8) {
+        case 5:
+          p = fdp.ConsumeIntegral<uint64_t>();
+          break;
+        case 6:
+          p = some_page + static_cast<uint64_t>(fdp.ConsumeIntegralInRange<int64_t>(-4097, 4097));
+          break;
+        case 7: {
+          const uint64_t edges[] = {ar.data_end(),         ar.base() + ar.size() - 4096,
+                                    ar.base() + ar.size(), ar.base() - 4096,
+                                    h->arena_b->base(),    0};
+          p = edges[fdp.ConsumeIntegral<uint8_t>() % 6];
+          break;
+        }
+        default:
+          p = some_page;
+      }
+    }
+    uint32_t access;
+    if (fdp.ConsumeBool()) {
+      const uint32_t common[] = {
+          mlx5::kAccessRemoteRead,
+          mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite,
+          mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead,
+          mlx5::kAccessRemoteWrite,
+          mlx5::kAccessAll,
+          0};
+      access = common[fdp.ConsumeIntegral<uint8_t>() % 6];
+    } else {
+      access = fdp.ConsumeIntegral<uint32_t>();
+    }
+    const uint32_t off = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<uint32_t>(0, 4200)
+                                           : fdp.ConsumeIntegral<uint32_t>();
+    uint64_t len;
+    const int64_t delta = fdp.ConsumeIntegralInRange<int64_t>(-2, 2);
+    switch (fdp.ConsumeIntegral<uint8_t>() % 4) {
+      case 0:
+        len = uint64_t{n} * 4096 - off + static_cast<uint64_t>(delta);
+        break;
+      case 1:
+        len = (n ? uint64_t{n - 1} * 4096 : 0) - off + 1 + static_cast<uint64_t>(delta);
+        break;
+      case 2:
+        len = fdp.ConsumeIntegralInRange<uint64_t>(0, uint64_t{kMaxPages + 1} * 4096);
+        break;
+      default:
+        len = fdp.ConsumeIntegral<uint64_t>();
+    }
+
+    const bool ok_ref = valid(ar, pages, access, off, len);
+    const uint32_t pi = c.qp().sq().pi();
+    const uint32_t cached = c.cache().len();
+    win::MapResult m = c.map(pages, access, off, len);
+    if (!m.ok()) {
+      if (c.qp().sq().pi() != pi || c.cache().len() != cached) __builtin_trap();  // posted
+      if (ok_ref && m.errc != Errc::kNoRoom && m.errc != Errc::kNoWindow && m.errc != Errc::kBusy)
+        __builtin_trap();  // a valid request refused
+      if (!ok_ref && (m.errc == Errc::kOk || m.errc == Errc::kNoRoom || m.errc == Errc::kNoWindow ||
+                      m.errc == Errc::kBusy))
+        __builtin_trap();  // an invalid request refused for the wrong reason
+      continue;
+    }
+    if (!ok_ref) __builtin_trap();  // an invalid request was mapped
+    h->settle();
+    const auto v = h->pair.a->inspect_mkey(m.rkey);
+    if (!v.exists || v.free || v.len != len || v.tag != static_cast<uint8_t>(m.rkey))
+      __builtin_trap();
+    if (c.unmap(m.window) != Errc::kOk) __builtin_trap();
+    h->settle();
+    if (!h->pair.a->inspect_mkey(m.rkey).free) __builtin_trap();
+  }
+  if (h->pair.a->checker().total() != 0) __builtin_trap();
+  return 0;
+}
