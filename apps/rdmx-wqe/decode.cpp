@@ -132,7 +132,7 @@ std::vector<std::string> access_names(uint8_t a) {
 const char* access_mode_name(uint8_t m) {
   switch (m) {
     case 0:
-      return "PA/unchanged";
+      return "PA";
     case prm::kAccessModeMtt:
       return "MTT";
     case prm::kAccessModeKlm:
@@ -270,18 +270,27 @@ void describe(const prm::DecodedWqe& d, const void* ring, uint32_t ring_wqebbs, 
                          {"len", m.len},
                          {"translations_octword_size", m.translations_octword_size},
                          {"log_page_size", m.log_page_size}};
-    t.row(0x40, "mkey_ctx", "free", m.free ? "1" : "0", m.free ? "mkey invalid" : "mkey valid");
-    t.row(0x40, "mkey_ctx", "access_mode", hex(m.access_mode, 2), access_mode_name(m.access_mode));
+    // Fields the mask does not cover are ignored by the device: say so in the table.
+    const auto in = [&](uint64_t bits, std::string note) {
+      if (u.mkey_mask & bits) return note;
+      return note + (note.empty() ? "" : " ") + "(not in mask: ignored)";
+    };
+    const uint64_t acc_bits = 0x1full << 17;  // LR LW RR RW A (bits 17-21)
+    t.row(0x40, "mkey_ctx", "free", m.free ? "1" : "0",
+          in(1ull << 29, m.free ? "mkey invalid" : "mkey valid"));
+    t.row(0x40, "mkey_ctx", "access_mode", hex(m.access_mode, 2),
+          std::string(access_mode_name(m.access_mode)) + " (set at create)");
     t.row(0x42, "mkey_ctx", "access", hex(m.access, 2),
-          join(access_names(m.access)) + (m.umr_en ? " umr_en" : ""));
-    t.row(0x44, "mkey_ctx", "qpn", hex(m.qpn, 6), m.qpn == prm::kMkeyQpnNone ? "no QP" : "");
-    t.row(0x47, "mkey_ctx", "key", hex(m.key, 2), "mkey_7_0 (tag)");
-    t.row(0x4c, "mkey_ctx", "flags_pd", hex(m.flags_pd, 8));
-    t.row(0x50, "mkey_ctx", "start_addr", hex(m.start_addr, 16));
-    t.row(0x58, "mkey_ctx", "len", std::to_string(m.len), hex(m.len));
+          in(acc_bits, join(access_names(m.access)) + (m.umr_en ? " umr_en" : "")));
+    t.row(0x44, "mkey_ctx", "qpn", hex(m.qpn, 6),
+          in(1ull << 14, m.qpn == prm::kMkeyQpnNone ? "no QP" : ""));
+    t.row(0x47, "mkey_ctx", "key", hex(m.key, 2), in(1ull << 13, "mkey_7_0 (tag)"));
+    t.row(0x4c, "mkey_ctx", "flags_pd", hex(m.flags_pd, 8), in((1ull << 7) | (1ull << 8), ""));
+    t.row(0x50, "mkey_ctx", "start_addr", hex(m.start_addr, 16), in(1ull << 6, ""));
+    t.row(0x58, "mkey_ctx", "len", std::to_string(m.len), in(1ull << 0, hex(m.len)));
     t.row(0x74, "mkey_ctx", "translations_octword_size",
-          std::to_string(m.translations_octword_size));
-    t.row(0x7b, "mkey_ctx", "log_page_size", std::to_string(m.log_page_size));
+          std::to_string(m.translations_octword_size), "(set at create)");
+    t.row(0x7b, "mkey_ctx", "log_page_size", std::to_string(m.log_page_size), in(1ull << 1, ""));
 
     if (is_repeat_block(d)) {
       const prm::KlmFields& h = d.klm[0];
