@@ -515,12 +515,12 @@ struct ChildResult {
   bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
   bool skipped() const { return WIFEXITED(status) && WEXITSTATUS(status) == 77; }
   bool killed_by_sigsys() const { return WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS; }
-  std::string describe() const {
-    std::string s = WIFEXITED(status)     ? "exit " + std::to_string(WEXITSTATUS(status))
-                    : WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                          : "status " + std::to_string(status);
-    return s + "; stderr:\n" + err;
+  std::string status_text() const {
+    return WIFEXITED(status)     ? "exit " + std::to_string(WEXITSTATUS(status))
+           : WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                 : "status " + std::to_string(status);
   }
+  std::string describe() const { return status_text() + "; stderr:\n" + err; }
 };
 
 // Runs body() in a child process; its return value is the exit code. Stderr is captured (and
@@ -547,7 +547,8 @@ ChildResult run_child(const std::function<int()>& body) {
   while ((n = read(fds[0], buf, sizeof(buf))) > 0) r.err.append(buf, static_cast<size_t>(n));
   close(fds[0]);
   EXPECT_EQ(waitpid(pid, &r.status, 0), pid);
-  std::fprintf(stdout, "--- child (%s) ---\n%s", r.describe().substr(0, 12).c_str(), r.err.c_str());
+  std::fprintf(stdout, "--- child (%s), its stderr: ---\n%s", r.status_text().c_str(),
+               r.err.c_str());
   return r;
 }
 
