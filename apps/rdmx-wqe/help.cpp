@@ -96,7 +96,8 @@ OUTPUT
   {"rc": 0, "sq_pi_after": N, "wqebbs": ["<128 hex>", ...], "doorbell_record": N}
   wqebbs are in ring order from slot sq_pi & (sq_wqe_cnt - 1), wrapping at the ring end;
   doorbell_record is the host value of the send doorbell record, sq_pi_after & 0xffff (null
-  for an empty batch: no doorbell is rung).
+  for an empty batch: no doorbell is rung). Bytes of the last WQEBB past a WQE's ds are not
+  part of it and are printed as zeroes.
   A rejected batch prints {"rc": "ENOMEM"|"EINVAL"|"EOPNOTSUPP", "error": "..."} and no bytes:
   ENOMEM     a list longer than the inline capacity or mkey_max_entries, inline data longer
              than max_inline_data, more sges than max_send_sge, a WQE over 63 DS, or a batch
@@ -110,16 +111,20 @@ WHERE RDMX DIFFERS FROM RDMA-CORE'S BYTES (on purpose)
     ops without an immediate (ibv_wr_* API), the mkey-context fields LOCAL_INV does not set,
     and the pad after inline data. The device ignores all of them.
   - mr_interleaved: bytes_count and bytes_count + bytes_skip must fit their 16-bit fields
-    (EINVAL); rdma-core truncates them silently.
+    (EINVAL); rdma-core truncates them silently. With max_inline_data < 12 no interleaved
+    entry fits (rdma-core's size_t arithmetic wraps there and sets no limit).
   - Ring room is counted in WQEBBs against sq_wqe_cnt (ring assumed empty); rdma-core counts
     work requests against max_post. A WQE over 63 DS is ENOMEM (rdma-core relies on the QP's
     max_inline_data to keep it smaller).
   - rdmx's data path rings the doorbell with SqWriter, which signals the last WQE of a burst if
     it is unsignaled (see rdmx_signal_last); rdma-core leaves it unsignaled.
-  - rdmx's window data path does not use these verbs UMRs: its map (prm::build_umr_map_inline)
-    writes one KLM per chunk page, may set START_ADDR (the window's IOVA) and a free-state
-    check, and its unmap (prm::build_umr_invalidate) writes flags INLINE, mask FREE only and
-    keeps the key. rdmx-wqe's local_inv is rdma-core's form (0x98, FREE|KEY|QPN, key 0).
+  - rdmx's window data path (lib/window) does not post these verbs UMRs. Its map
+    (prm::build_umr_map_inline / _pointer) writes one KLM per chunk page of one parent lkey,
+    sets CHECK_FREE (the window must be unmapped first), rotates the key byte on every map, may
+    carry the device's umr_fence on the UMR itself, and uses a 9-DS pointer-mode UMR for lists
+    longer than the inline limit. Its unmap (prm::build_umr_invalidate) writes flags INLINE,
+    mask FREE only and keeps the key. rdmx-wqe's ops are rdma-core's forms: mr_list has no
+    free-state check, local_inv is 0x98 / FREE|KEY|QPN / key 0.
 )";
 }
 
