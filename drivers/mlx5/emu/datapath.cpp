@@ -1210,7 +1210,17 @@ bool Engine::rx_responses() noexcept {
 
 // ---- one poll ---------------------------------------------------------------------------------
 bool Engine::progress() {
+  bool pending = false;
   std::lock_guard<std::mutex> g(mu_);
+  return poll_locked(&pending);
+}
+
+bool Engine::poll(bool* pending) {
+  std::lock_guard<std::mutex> g(mu_);
+  return poll_locked(pending);
+}
+
+bool Engine::poll_locked(bool* pending) {
   ++poll_count_;
   ++st_.polls;
   bool work = false;
@@ -1219,8 +1229,13 @@ bool Engine::progress() {
     work |= stream_reads();
     work |= rx_requests();
   }
-  for (auto& [qpn, q] : qps_) work |= poll_sq(*q);
+  bool wait = false;
+  for (auto& [qpn, q] : qps_) {
+    work |= poll_sq(*q);
+    wait |= !q->inflight.empty() || !q->reads.empty() || q->recv_active;
+  }
   if (work) ++st_.busy_polls;
+  *pending |= wait;
   return work;
 }
 

@@ -529,29 +529,34 @@ Status Engine::fault_corrupt(uint32_t qpn) {
 // ---- threads and pumping ----------------------------------------------------------------------
 Status Engine::start() {
   if (opt_.mode != Mode::kThreaded) return Status{};
-  if (run_.exchange(true)) return Status{};
-  thr_ = std::thread([this] { thread_main(); });
+  std::lock_guard<std::mutex> g(bind_mu());
+  if (runner_ && runner_ != own_.get())
+    return make_error(Errc::kBusy, "emu: " + opt_.name +
+                                       " is served by a DeviceThread (stop() the device to take "
+                                       "it off that thread first)");
+  if (own_) return Status{};
+  ThreadOptions to;
+  to.cpu = opt_.cpu;
+  to.name = "emu:" + opt_.name;
+  to.idle_spin = opt_.idle_spin;
+  to.idle_sleep_us = opt_.idle_sleep_us;
+  to.idle_yield = opt_.idle_yield;
+  auto r = std::make_unique<Runner>(std::vector<Engine*>{this}, to);
+  if (Status s = r->run(); !s.ok()) return s;
+  own_ = std::move(r);
+  runner_ = own_.get();
   return Status{};
 }
 
 void Engine::stop() {
-  if (!run_.exchange(false)) return;
-  if (thr_.joinable()) thr_.join();
-}
-
-void Engine::thread_main() {
-  uint32_t idle = 0;
-  while (run_.load(std::memory_order_acquire)) {
-    if (progress()) {
-      idle = 0;
-      continue;
-    }
-    if (++idle < opt_.idle_spin) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(opt_.idle_sleep_us));
-    }
+  std::lock_guard<std::mutex> g(bind_mu());
+  if (!runner_) return;
+  if (runner_ == own_.get()) {
+    own_.reset();  // stops and joins
+  } else {
+    runner_->remove(this);
   }
+  runner_ = nullptr;
 }
 
 void Engine::doorbell_hook(void* ctx) noexcept {
@@ -601,8 +606,10 @@ Result<std::unique_ptr<EmuDevice>> EmuDevice::open(std::shared_ptr<Wire> wire, i
   Status s = eng->attach();
   if (!s.ok()) return s.error();
   std::unique_ptr<EmuDevice> d(new EmuDevice(std::move(eng)));
-  s = d->start();
-  if (!s.ok()) return s.error();
+  if (opt.start_thread) {
+    s = d->start();
+    if (!s.ok()) return s.error();
+  }
   return d;
 }
 

@@ -179,6 +179,9 @@ class Engine {
 
   // data path
   bool progress();  // one poll, under mu_
+  // One poll; *pending |= this device waits for something no new doorbell brings (a response,
+  // a read to stream, a multi-packet receive, a delayed completion, an RNR back-off).
+  bool poll(bool* pending);
   static void doorbell_hook(void* ctx) noexcept;
 
   const Options& opt() const noexcept { return opt_; }
@@ -191,7 +194,6 @@ class Engine {
   QpCtx* find_qp(uint32_t qpn) noexcept;
   uint32_t alloc_mkey_index();
   void reset_qp_locked(QpCtx& q);
-  void thread_main();
   void pump_inline() noexcept;
 
   // --- mkeys (datapath.cpp)
@@ -244,6 +246,8 @@ class Engine {
 
   friend class rdmx::emu::EmuDevice;
   friend class rdmx::emu::Faults;
+  friend class rdmx::emu::DeviceThread;
+  friend class Runner;
 
   std::shared_ptr<Wire> wire_;
   int side_;
@@ -268,9 +272,47 @@ class Engine {
   prm::DecodedWqe dw2_;  // second scratch (transmit / response paths)
   std::vector<uint8_t> scratch_;
 
-  // threaded mode
+  bool poll_locked(bool* pending);
+
+  // threaded mode: the thread that runs this device (bind_mu() guards both)
+  std::unique_ptr<Runner> own_;  // the device's own thread (EmuDevice::start)
+  Runner* runner_ = nullptr;     // own_ or a DeviceThread's runner; nullptr: none
+};
+
+// ---- device threads (thread.cpp) ---------------------------------------------------------------
+// Guards Engine::own_/runner_ and the binding of engines to runners (control path only).
+std::mutex& bind_mu() noexcept;
+
+class Runner {
+ public:
+  Runner(std::vector<Engine*> engs, const ThreadOptions& opt);
+  ~Runner();
+  // Starts the thread; when opt.cpu >= 0 the thread pins itself before its first poll and the
+  // pinning result comes back here (on failure the thread exits and this returns the error).
+  Status run();
+  void stop();  // joins
+  // Takes `e` off the list; when the thread runs, waits for the current round to end.
+  void remove(Engine* e);
+  bool running() const noexcept { return run_.load(std::memory_order_acquire); }
+  size_t size();
+  std::vector<Engine*> engines();
+  const ThreadOptions& opt() const noexcept { return opt_; }
+  DeviceThreadStats stats() const noexcept;
+  std::thread::native_handle_type native_handle() { return thr_.native_handle(); }
+
+ private:
+  void loop();
+  static void bump(std::atomic<uint64_t>& c) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  ThreadOptions opt_;
+  std::mutex list_mu_;  // held by the thread for one round; control path edits the list
+  std::vector<Engine*> engs_;
+  std::atomic<uint32_t> waiters_{0};  // control-path threads waiting for list_mu_
   std::thread thr_;
   std::atomic<bool> run_{false};
+  std::atomic<uint64_t> rounds_{0}, busy_{0}, pending_{0}, sleeps_{0};
 };
 
 }  // namespace rdmx::emu::detail

@@ -8,15 +8,19 @@
 // (missing fence after a UMR, doorbell misuse, CQ overrun, ...). See doc/guides/emu.md.
 //
 // Threading: every public method may be called from any thread; the device serialises them
-// with one mutex per device. None of this is hot-path code of the application: the hot path is
-// the QueuePair writing rings, exactly as on hardware.
+// with one mutex per device. In threaded mode a device runs on its own thread (EmuDevice::start)
+// or on a DeviceThread shared with other devices and pinned to a chosen CPU. None of this is
+// hot-path code of the application: the hot path is the QueuePair writing rings, exactly as on
+// hardware.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <rdmx/core/result.hpp>
@@ -47,6 +51,76 @@ struct Options {
   // Threaded mode: idle polls before the device thread starts sleeping idle_sleep_us per poll.
   uint32_t idle_spin = 256;
   uint32_t idle_sleep_us = 20;
+  // Threaded mode, the device's own thread (EmuDevice::start(); see DeviceThread for a thread
+  // that serves several devices):
+  int cpu = -1;              // >= 0: pin the thread to this CPU (open()/start() fail if it can't)
+  bool start_thread = true;  // open() starts the own thread; false: a DeviceThread (or your
+                             // progress() calls) drives the device
+  bool idle_yield = true;    // spin with sched_yield() (a thread sharing its CPU); false: pause
+};
+
+// ---- Device threads ------------------------------------------------------------------------
+class EmuDevice;
+namespace detail {
+class Runner;
+}
+
+// How a device thread polls. Idle backoff: while a round (one progress() of every device) does
+// work, or any device still waits for something that needs no new doorbell (a response, a read
+// to stream, a delayed completion, an RNR back-off), the thread polls again at once: it never
+// sleeps with work pending. After `idle_spin` consecutive empty rounds it sleeps idle_sleep_us
+// (plus the kernel's timer slack, 50 us by default) between rounds until a round finds work.
+// Spinning costs a CPU; sleeping adds up to idle_sleep_us + slack to the first doorbell after an
+// idle period. Between rounds the busy loop makes no system call (a pause instruction; no
+// yield unless idle_yield).
+struct ThreadOptions {
+  int cpu = -1;                   // >= 0: pin with pthread_setaffinity_np (start fails if not)
+  std::string name = "rdmx-emu";  // thread name (the kernel keeps 15 characters)
+  uint32_t idle_spin = 4096;      // empty rounds before sleeping (0: sleep at once)
+  uint32_t idle_sleep_us = 20;    // sleep per empty round after idle_spin (0: never sleep)
+  bool idle_yield = false;        // spin with sched_yield() instead of pause (CPU shared with
+                                  // other busy threads)
+};
+
+struct DeviceThreadStats {
+  uint64_t rounds = 0;          // polls of every device
+  uint64_t busy_rounds = 0;     // rounds that did work
+  uint64_t pending_rounds = 0;  // empty rounds with work pending (no sleep allowed)
+  uint64_t sleeps = 0;          // idle sleeps
+};
+
+// One thread that runs several threaded-mode EmuDevices: each round calls progress() on every
+// device (round robin, starting one device later each round). The devices must be kThreaded and
+// run by no other thread: open them with Options::start_thread = false (or stop() them first).
+// EmuDevice::stop() on a served device takes it off this thread (after the current round); its
+// destructor does the same, so devices and the DeviceThread may go in any order. Control path.
+class DeviceThread {
+ public:
+  // Starts the thread (pinned first when opt.cpu >= 0). Errors: kInvalidArgument (no devices,
+  // a device twice, a device not in kThreaded mode, a CPU it cannot be pinned to), kBusy (a
+  // device already run by a thread).
+  static Result<std::unique_ptr<DeviceThread>> start(std::span<EmuDevice* const> devs,
+                                                     const ThreadOptions& opt = ThreadOptions{});
+  ~DeviceThread();  // stops the thread and releases the devices (EmuDevice::start() works again)
+  DeviceThread(const DeviceThread&) = delete;
+  DeviceThread& operator=(const DeviceThread&) = delete;
+
+  // Stops and joins the thread; the devices stay bound to it and do not run (their doorbells
+  // wait; a request outstanding longer than Options::transport_timeout_ms fails on restart).
+  void stop();
+  // Runs the thread again after stop() (same devices, same options, pinned again).
+  Status restart();
+  bool running() const noexcept;
+  // Devices still served (EmuDevice::stop() or destruction takes one off).
+  size_t size() const;
+  const ThreadOptions& options() const noexcept;
+  DeviceThreadStats stats() const noexcept;
+  // The running thread (for pthread_getaffinity_np and the like); undefined when not running.
+  std::thread::native_handle_type native_handle();
+
+ private:
+  explicit DeviceThread(std::unique_ptr<detail::Runner> r);
+  std::unique_ptr<detail::Runner> r_;
 };
 
 // Joins two emulated ports (side 0 and side 1). Opaque; see wire.hpp in the sources.
@@ -183,8 +257,10 @@ class EmuDevice final : public mlx5::Device {
   // every doorbell; call it yourself to release delayed completions or to drive an inline device
   // on a shared-memory wire.
   bool progress();
-  // Threaded mode: start/stop the device thread (open() starts it; the destructor stops it).
-  // A stopped device does not run and burns no CPU; doorbells wait until start().
+  // Threaded mode: start/stop the device's own thread (open() starts it unless
+  // Options::start_thread is false; the destructor stops it). A stopped device does not run and
+  // burns no CPU; doorbells wait until start(). stop() on a device a DeviceThread serves takes
+  // it off that thread; start() on it fails with kBusy.
   Status start();
   void stop();
 
@@ -203,6 +279,7 @@ class EmuDevice final : public mlx5::Device {
   MkeyView inspect_mkey(uint32_t mkey) const;
 
  private:
+  friend class DeviceThread;
   explicit EmuDevice(std::unique_ptr<detail::Engine> eng);
   std::unique_ptr<detail::Engine> eng_;
   Faults faults_;
