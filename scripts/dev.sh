@@ -56,6 +56,9 @@ case "$cmd" in
     install_deps
     build
     dir="${BUILD_DIR:-build}"
+    if [ "${SANITIZE:-none}" = thread ]; then
+      export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp halt_on_error=1 ${TSAN_OPTIONS:-}"
+    fi
     rc=0
     meson test -C "$dir" --print-errorlogs --num-processes 2 ${MESON_TEST_ARGS:-} || rc=$?
     python3 scripts/test-summary.py "$dir/meson-logs/testlog.json"

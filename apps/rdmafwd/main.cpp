@@ -352,6 +352,7 @@ int main(int argc, char** argv) {
     auto pl = rt::plan(topo.value(), a.prm.nb_cores, threaded_emu, 0, slots);
     if (pl) {
       for (const auto& s : pl.value().poll) a.lcores.push_back(s.lcore_id);
+      a.prm.device_cpu = pl.value().device_thread_cpu;
       a.topology_text = rt::format_topology(topo.value(), &loc, &pl.value());
     } else {
       a.topology_text = rt::format_topology(topo.value(), &loc, nullptr);
@@ -384,6 +385,7 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
   a.launcher = std::move(launcher).value();
+  a.published.store(true, std::memory_order_release);
   register_telemetry();
 
   // Banner: what runs where.
@@ -401,14 +403,27 @@ int main(int argc, char** argv) {
   const char* who = a.prm.role == Role::kServer   ? "server core p"
                     : a.prm.role == Role::kClient ? "client core c"
                                                   : "client c + peer p + relay r + sink s";
+  std::string dev_threads;
+  if (threaded_emu) {
+    if (a.tb->emu_thread) {
+      const int cpu = a.tb->emu_thread->options().cpu;
+      dev_threads = a.tb->emu_thread->size() == 2 ? "; 1 emu device thread (both ports)"
+                                                  : "; 1 emu device thread";
+      dev_threads += cpu >= 0 ? " on cpu " + std::to_string(cpu) : ", placed by the kernel";
+      if (cpu >= 0)
+        for (const auto& s : slots)
+          if (s.cpu == static_cast<unsigned>(cpu) && s.is_main)
+            dev_threads += " (shared with the main lcore, mostly asleep while forwarding)";
+    } else {
+      dev_threads = a.prm.role == Role::kBoth
+                        ? "; 2 emu device threads (one per port), placed by the kernel"
+                        : "; 1 emu device thread, placed by the kernel";
+    }
+  }
   std::fprintf(out,
                "rdmafwd: cores: main lcore %u = setup, statistics, prompt, telemetry; poll %s "
                "(each lane polls %s)%s\n",
-               a.main_lcore, polls.c_str(), who,
-               threaded_emu ? (a.prm.role == Role::kBoth
-                                   ? "; 2 emu device threads (one per port), placed by the kernel"
-                                   : "; 1 emu device thread, placed by the kernel")
-                            : "");
+               a.main_lcore, polls.c_str(), who, dev_threads.c_str());
   if (!a.telemetry_path.empty())
     std::fprintf(out, "rdmafwd: telemetry: %s (/rdmx/stats, /rdmx/config, /rdmx/windows)\n",
                  a.telemetry_path.c_str());

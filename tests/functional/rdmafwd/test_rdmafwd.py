@@ -231,4 +231,9 @@ CASES = {
 
 if __name__ == "__main__":
     binary, name = sys.argv[1], sys.argv[2]
+    if name.startswith("strict-") and os.environ.get("RDMX_SANITIZE") == "thread":
+        # TSan's runtime makes its own system calls (futex, mmap) on the poll thread, which
+        # strict mode rightly reports; the proof is made by the normal and ASan builds.
+        print("skipped under TSan: its runtime makes system calls on the poll thread")
+        sys.exit(77)
     CASES[name](binary)
