@@ -49,7 +49,7 @@ TEST_P(Soak, FaultsNothingLostNothingLeaked) {
     c.a_arena_pages = 256;
     c.b_arena_pages = 64;
     c.retry_cnt = 2;
-    c.transport_timeout_ms = 20;
+    c.transport_timeout_ms = 2000;  // slow sanitizer builds: no spurious timeouts
     Rig r(c);
     Workload w(r, 42 + static_cast<uint64_t>(GetParam()), tot);
     w.quiet = true;
@@ -132,9 +132,13 @@ TEST_P(Soak, FaultsNothingLostNothingLeaked) {
   EXPECT_EQ(tot.verify_failures, 0u);
   EXPECT_EQ(leaked, 0u);
   EXPECT_GT(rounds, 2u);
+  // Under ASan freed memory sits in the quarantine (256 MiB by default): RSS is not a leak signal
+  // there (LeakSanitizer is); under TSan and in plain builds it is.
+#if !defined(__SANITIZE_ADDRESS__)
   if (rss_start) {
     EXPECT_LE(rss_end, rss_start + 16 * 1024) << "RSS grew by more than 16 MiB";
   }
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Soak, ::testing::Values(emu::Mode::kInline, emu::Mode::kThreaded),
