@@ -26,6 +26,7 @@ struct App {
   bool quit = false;
 
   std::atomic<bool> running{false};
+  std::atomic<bool> published{false};  // main: the testbed and launcher exist (see main.cpp)
   std::atomic<uint64_t> run_start_tsc{0};
   std::atomic<uint64_t> run_cycles{0};  // forwarding time of finished runs since `clear stats`
   Snapshot base;                        // `clear stats`

@@ -47,6 +47,10 @@ std::string usage_text(const std::string& prog) {
   u += "  --wire NAME            shared-memory wire name (/dev/shm/rdmx-emu-NAME)\n";
   u += "  --no-verify            do not check payload contents\n";
   u += "  --show-topology        print the machine topology and the core placement\n";
+  u += "  --emu-threads MODE     shared (default): one emu device thread for both ports, pinned\n"
+       "                         to the placement's device CPU; per-port: a thread per port,\n"
+       "                         placed by the kernel\n";
+  u += "  --emu-idle-spin N      shared emu thread: empty polls before it sleeps (default 4096)\n";
   u += "  --strict-no-syscalls   poll lcores run under a seccomp filter: any system call in the\n"
        "                         forwarding loop ends the process\n";
   u += "  -h, --help             this text\n";
@@ -190,6 +194,17 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
       p.show_topology = true;
     } else if (a == "--strict-no-syscalls" && flag()) {
       p.strict = true;
+    } else if (a == "--emu-threads") {
+      if (!need(v)) return fail("option --emu-threads needs a value");
+      if (v == "shared")
+        p.emu_thread_per_port = false;
+      else if (v == "per-port")
+        p.emu_thread_per_port = true;
+      else
+        return fail("option --emu-threads: '" + v + "' is neither shared nor per-port");
+    } else if (a == "--emu-idle-spin") {
+      if (!(err = num(0, UINT32_MAX, tmp)).empty()) return fail(err);
+      p.emu_idle_spin = static_cast<uint32_t>(tmp);
     } else if (a == "--corrupt-every") {  // hidden: tests of the rpc verification
       if (!(err = num(1, UINT64_MAX, p.corrupt_every)).empty()) return fail(err);
     } else if (has_val) {

@@ -61,8 +61,11 @@ struct Params {
   std::string wire;  // two-process mode: shared-memory wire name
   bool verify = true;
   bool show_topology = false;
-  bool strict = false;         // --strict-no-syscalls
-  uint64_t corrupt_every = 0;  // hidden (tests): the server flips a payload byte every N RPCs
+  bool strict = false;               // --strict-no-syscalls
+  uint64_t corrupt_every = 0;        // hidden (tests): the server flips a payload byte every N RPCs
+  bool emu_thread_per_port = false;  // --emu-threads per-port: each emu port its own thread
+  uint32_t emu_idle_spin = 4096;     // --emu-idle-spin: shared device thread's empty rounds
+  int device_cpu = -1;               // not an option: the placement's CPU for the emu device thread
 };
 
 // What parse_params() decided: run, print help and exit 0, or fail with exit 2.

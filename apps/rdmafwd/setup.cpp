@@ -1,8 +1,9 @@
 // rdmafwd setup (control path: allocates, may block, returns Result).
 //
 // Single process: two devices joined by a wire — emu: side 0 (A) and side 1 (B) of an
-// in-process wire, each with its own device thread; dv: the named device opened twice (two
-// contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
+// in-process wire, both run by ONE emu::DeviceThread pinned to the placement's device CPU
+// (--emu-threads per-port: a thread per port, placed by the kernel); dv: the named device opened
+// twice (two contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
 // c (A) <-> p (B) and r (B) <-> s (A). Two-process mode: the server opens side 0 of a
 // shared-memory wire and has p only, the client attaches side 1 and has c only; they exchange
 // their QP's ConnectInfo (and the client's sizes) through two small files in /dev/shm.
@@ -212,6 +213,7 @@ Testbed::~Testbed() {
   pool_b.reset();
   arena_a.reset();
   arena_b.reset();
+  emu_thread.reset();
   dev_a.reset();
   dev_b.reset();
   wire.reset();
@@ -270,6 +272,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   if (emu_dev) {
     emu::Options o;
     o.mode = p.device == "emu-sink" ? emu::Mode::kSink : emu::Mode::kThreaded;
+    const bool shared_thread = o.mode == emu::Mode::kThreaded && !p.emu_thread_per_port;
+    o.start_thread = !shared_thread;
     if (p.role == Role::kBoth) {
       tb->wire = emu::make_wire();
     } else if (p.role == Role::kServer) {
@@ -304,11 +308,25 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
       tb->emu_b = d.value().get();
       tb->dev_b = std::move(d).value();
     }
+    std::string threads;
+    if (shared_thread) {
+      std::vector<emu::EmuDevice*> devs;
+      for (emu::EmuDevice* d : {tb->emu_a, tb->emu_b})
+        if (d) devs.push_back(d);
+      emu::ThreadOptions to;
+      to.cpu = p.device_cpu;
+      to.idle_spin = p.emu_idle_spin;
+      auto t = emu::DeviceThread::start(devs, to);
+      if (!t) return wrap(t.error(), "emu device thread");
+      tb->emu_thread = std::move(t).value();
+      threads = devs.size() == 2 ? ", one device thread for both ports" : ", one device thread";
+    } else if (o.mode == emu::Mode::kThreaded) {
+      threads = p.role == Role::kBoth ? ", one device thread per port" : ", one device thread";
+    }
     tb->notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(o.mode) +
                         (p.role == Role::kBoth
-                             ? "), two ports joined by an in-process wire, "
-                               "one device thread per port"
-                             : "), shared-memory wire /dev/shm/rdmx-emu-" + p.wire));
+                             ? "), two ports joined by an in-process wire" + threads
+                             : "), shared-memory wire /dev/shm/rdmx-emu-" + p.wire + threads));
   } else {
     dv::DvOptions dopt;
     auto a = dv::DvDevice::open(p.device, dopt);

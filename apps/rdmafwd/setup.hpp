@@ -17,6 +17,7 @@ struct Testbed {
   std::unique_ptr<mlx5::Device> dev_a, dev_b;  // side A: client/source/sink, B: peer/relay
   emu::EmuDevice* emu_a = nullptr;
   emu::EmuDevice* emu_b = nullptr;
+  std::unique_ptr<emu::DeviceThread> emu_thread;  // threaded emu, shared: runs emu_a and emu_b
   std::unique_ptr<mem::Arena> arena_a, arena_b;
   std::unique_ptr<win::WindowPool> pool_a, pool_b;
   std::vector<std::unique_ptr<win::PollCore>> cores;  // before the pools go
