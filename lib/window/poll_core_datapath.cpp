@@ -1,5 +1,8 @@
 // PollCore hot path: map/unmap UMRs, data WQEs, completions of the window layer's own WQEs.
 // Setup and recovery are in poll_core.cpp.
+#include <algorithm>
+#include <bit>
+
 #include <rdmx/mlx5/prm/wqe.hpp>
 #include <rdmx/win/poll_core.hpp>
 
@@ -13,8 +16,8 @@ constexpr uint32_t kKnownAccess = mlx5::kAccessAll;
 constexpr uint32_t kNeedsLocalWrite = mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic;
 }  // namespace
 
-Errc PollCore::validate(std::span<const uint64_t> pages, uint32_t access,
-                        uint32_t first_byte_offset, uint64_t length) const noexcept {
+Errc PollCore::validate_slow(std::span<const uint64_t> pages, uint32_t access,
+                             uint32_t first_byte_offset, uint64_t length) const noexcept {
   const uint64_t n = pages.size();
   if (n == 0) return Errc::kInvalidArgument;
   if (n > max_pages_) return Errc::kTooManyPages;
@@ -31,6 +34,32 @@ Errc PollCore::validate(std::span<const uint64_t> pages, uint32_t access,
   for (uint64_t p : pages)
     if (!arena_.is_page(p)) return Errc::kNotInArena;
   return Errc::kOk;
+}
+
+Errc PollCore::validate(std::span<const uint64_t> pages, uint32_t access,
+                        uint32_t first_byte_offset, uint64_t length) const noexcept {
+  // The checks of validate_slow, evaluated all at once without early exits (unsigned
+  // arithmetic: the terms that make no sense when an earlier one fails are harmless). When any
+  // fails, validate_slow names the first one in its order.
+  const uint64_t n = pages.size();
+  const uint64_t ps = arena_.page_size();
+  const bool bad =
+      (n - 1 >= max_pages_) | ((access & ~kKnownAccess) != 0) |
+      (((access & kNeedsLocalWrite) != 0) & ((access & mlx5::kAccessLocalWrite) == 0)) |
+      (length == 0) | (first_byte_offset >= ps) | (length > n * ps - first_byte_offset) |
+      (first_byte_offset + length <= (n - 1) * ps);
+  if (bad) [[unlikely]]
+    return validate_slow(pages, access, first_byte_offset, length);
+  // Arena::is_page for every page, without a branch per page: p is a chunk page iff
+  // d = p - base is a multiple of the page size below data_end - base. Rotating d right by the
+  // page shift moves any misaligned low bits to the top, so d is a chunk page iff
+  // rotr(d, shift) < ceil((data_end - base) / page_size). Keep the largest, test it once.
+  const uint64_t base = arena_.base();
+  const uint32_t shift = arena_.page_shift();
+  const uint64_t limit = (arena_.data_end() - base + ps - 1) >> shift;
+  uint64_t worst = 0;
+  for (uint64_t p : pages) worst = std::max(worst, std::rotr(p - base, static_cast<int>(shift)));
+  return worst < limit ? Errc::kOk : Errc::kNotInArena;
 }
 
 uint32_t PollCore::refill_from_depot() noexcept {

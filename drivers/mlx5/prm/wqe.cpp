@@ -6,34 +6,46 @@ namespace rdmx::mlx5::prm {
 
 namespace {
 
-// Writes KLM entries [from, to) of the page list at `out`. Middle entries all cover a whole
-// page, so their byte_count and mkey words are constants computed once; only the address is
-// swapped per entry.
-inline void klm_run(mlx5_wqe_umr_klm_seg* out, const UmrMap& m, uint32_t from, uint32_t to,
-                    uint32_t n) noexcept {
-  const uint32_t lkey_be = detail::bswap(m.parent_lkey);
-  const uint32_t page_be = detail::bswap(m.page_size);
-  for (uint32_t i = from; i < to; ++i, ++out) {
-    uint64_t addr = m.pages[i];
-    uint32_t bytes = m.page_size;
-    if (i == 0 || i == n - 1) [[unlikely]] {
-      // First and last entries: partial pages.
-      const uint64_t start = (i == 0) ? m.first_offset : 0;
-      const uint64_t before = (i == 0) ? 0 : (m.page_size - m.first_offset) + uint64_t(i - 1) * m.page_size;
-      const uint64_t left = m.length - before;
-      bytes = static_cast<uint32_t>(std::min<uint64_t>(m.page_size - start, left));
-      addr += start;
-      store_be(&out->byte_count, bytes);
-    } else {
-      out->byte_count = page_be;
-    }
-    out->mkey = lkey_be;
-    store_be(&out->address, addr);
+// Entries [from, to) of the KLM list of a chunk-page map, zero padding (entries >= n) included.
+// The first and last entries may cover part of a page and are written on their own; every
+// middle entry is one whole page: 8 constant bytes {byte_count = page_size, mkey = parent lkey}
+// and the swapped page address. Everything the loop needs is in locals, so the stores (which may
+// alias anything) do not make the compiler reload the request per entry.
+void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m) noexcept {
+  const uint64_t* const pages = m.pages.data();
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  const uint64_t ps = m.page_size;
+  const uint32_t lkey = m.parent_lkey;
+  uint32_t i = from;
+  if (i == 0 && i < to && n != 0) {
+    // First entry: from first_offset to the page's end, or less when that is all there is.
+    const uint64_t bytes = std::min<uint64_t>(ps - m.first_offset, m.length);
+    set_klm(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), static_cast<uint32_t>(bytes), lkey,
+            pages[0] + m.first_offset);
+    out += kKlmBytes;
+    ++i;
   }
-}
-
-inline void zero_pad(mlx5_wqe_umr_klm_seg* out, uint32_t count) noexcept {
-  std::memset(out, 0, size_t{count} * sizeof(*out));
+  const uint32_t mid_end = std::min(to, n - (n != 0));
+  if (i < mid_end) {
+    // {byte_count, mkey} as the 8 bytes they are in the WQE (two big-endian words).
+    const uint64_t head =
+        uint64_t{detail::bswap(m.page_size)} | (uint64_t{detail::bswap(lkey)} << 32);
+    for (; i < mid_end; ++i, out += kKlmBytes) {
+      const uint64_t addr = detail::bswap(pages[i]);
+      std::memcpy(out, &head, sizeof(head));
+      std::memcpy(out + 8, &addr, sizeof(addr));
+    }
+  }
+  if (i < to && i + 1 == n) {
+    // Last entry (n > 1 here): what is left of `length` after the pages before it.
+    const uint64_t before = (ps - m.first_offset) + uint64_t(n - 2) * ps;
+    const uint64_t bytes = std::min<uint64_t>(ps, m.length - before);
+    set_klm(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), static_cast<uint32_t>(bytes), lkey,
+            pages[i]);
+    out += kKlmBytes;
+    ++i;
+  }
+  if (i < to) std::memset(out, 0, size_t{to - i} * kKlmBytes);
 }
 
 }  // namespace
@@ -42,13 +54,9 @@ uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept {
   const uint32_t n = static_cast<uint32_t>(m.pages.size());
   const uint32_t total = align4(n);
   uint32_t i = 0;
-  while (i < total) {
-    const uint32_t room = cur.contiguous() / kKlmBytes;
-    const uint32_t run_end = std::min(total, i + room);
-    auto* out = reinterpret_cast<mlx5_wqe_umr_klm_seg*>(cur.here());
-    const uint32_t real_end = std::min(run_end, n);
-    if (real_end > i) klm_run(out, m, i, real_end, n);
-    if (run_end > std::max(i, n)) zero_pad(out + (std::max(i, n) - i), run_end - std::max(i, n));
+  while (i < total) {  // at most twice: once before the ring's end, once after it
+    const uint32_t run_end = std::min(total, i + cur.contiguous() / kKlmBytes);
+    klm_range(cur.here(), i, run_end, m);
     cur.advance((run_end - i) * kKlmBytes);
     i = run_end;
   }
@@ -57,8 +65,7 @@ uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept {
 
 uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m) noexcept {
   const uint32_t n = static_cast<uint32_t>(m.pages.size());
-  klm_run(out, m, 0, n, n);
-  zero_pad(out + n, align4(n) - n);
+  klm_range(reinterpret_cast<uint8_t*>(out), 0, align4(n), m);
   return n;
 }
 
@@ -103,8 +110,8 @@ uint32_t build_umr_map_pointer(RingCursor& cur, const UmrMap& m, uint64_t klm_ad
   return kUmrPointerDs;
 }
 
-uint32_t build_umr_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index,
-                              uint8_t fm_ce_se, uint32_t mkey, uint8_t check) noexcept {
+uint32_t build_umr_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                              uint32_t mkey, uint8_t check) noexcept {
   set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, MLX5_OPCODE_UMR, 0, qpn, kUmrHeaderDs,
            fm_ce_se, Be32::from_host(mkey));
   auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(cur.here());
@@ -245,8 +252,7 @@ uint32_t build_inline(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wq
 
 uint32_t build_nop(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
                    uint32_t ds) noexcept {
-  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, MLX5_OPCODE_NOP, 0, qpn, ds, fm_ce_se,
-           Be32{});
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, MLX5_OPCODE_NOP, 0, qpn, ds, fm_ce_se, Be32{});
   for (uint32_t i = 1; i < ds; ++i) std::memset(cur.take<mlx5_wqe_data_seg>(), 0, 16);
   return ds;
 }
@@ -255,7 +261,8 @@ void build_recv(void* slot, uint32_t stride, std::span<const Sge> sges) noexcept
   auto* d = static_cast<mlx5_wqe_data_seg*>(slot);
   const uint32_t max = stride / 16;
   uint32_t i = 0;
-  for (; i < sges.size() && i < max; ++i) set_data(&d[i], sges[i].length, sges[i].lkey, sges[i].addr);
+  for (; i < sges.size() && i < max; ++i)
+    set_data(&d[i], sges[i].length, sges[i].lkey, sges[i].addr);
   if (i < max) set_data(&d[i], 0, MLX5_INVALID_LKEY, 0);
 }
 

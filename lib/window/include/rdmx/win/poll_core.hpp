@@ -153,6 +153,8 @@ class PollCore {
 
   Errc validate(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
                 uint64_t length) const noexcept;
+  [[gnu::cold]] Errc validate_slow(std::span<const uint64_t> pages, uint32_t access,
+                                   uint32_t first_byte_offset, uint64_t length) const noexcept;
   Window* get_window(bool pointer, Errc& why) noexcept;
   Errc post_umr_invalidate(Window* w, uint8_t fence) noexcept;
   Errc post_data(uint8_t opcode, std::span<const mlx5::prm::Sge> local, uint64_t raddr,
