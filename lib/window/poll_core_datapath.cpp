@@ -1,6 +1,7 @@
 // PollCore hot path: map/unmap UMRs, data WQEs, completions of the window layer's own WQEs.
 // Setup and recovery are in poll_core.cpp.
 #include <algorithm>
+#include <array>
 #include <bit>
 
 #include <rdmx/mlx5/prm/wqe.hpp>
@@ -98,7 +99,7 @@ void PollCore::flush_to_depot() noexcept {
   }
 }
 
-Window* PollCore::get_window(bool pointer, Errc& why) noexcept {
+Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
   if (cache_.len() == 0) {
     ++stats_.cache_misses;
     if (refill_from_depot() == 0) {
@@ -141,11 +142,19 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
     r.errc = reject(Errc::kNoRoom);
     return r;
   }
-  Errc why = Errc::kOk;
-  Window* w = get_window(pointer, why);
-  if (!w) [[unlikely]] {
-    r.errc = reject(why);
-    return r;
+  // The top of the cache, unless it is empty or (pointer mode) its KLM array is still in use.
+  Window* w;
+  const uint32_t len = cache_.len();
+  if (len != 0 && !(pointer && cache_.at(len - 1)->klm_busy_)) [[likely]] {
+    ++stats_.cache_hits;
+    w = cache_.pop();
+  } else {
+    Errc why = Errc::kOk;
+    w = get_window_slow(pointer, why);
+    if (!w) [[unlikely]] {
+      r.errc = reject(why);
+      return r;
+    }
   }
 
   const uint8_t key = static_cast<uint8_t>(w->key_ + 1);  // never the key just retired
@@ -154,8 +163,8 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
   m.wqe_index = sq.wqe_index();
   m.fm_ce_se = sq.next_fm_ce_se(false, umr_fence_);
   m.mkey = w->mkey_base_ | key;
-  m.access = mlx5::mkc_access_bits(access);
-  m.start_addr = 0;  // zero-based IOVA: START_ADDR is not in the mask
+  m.access = kMkcAccess[access];  // access < 16: validated
+  m.start_addr = 0;               // zero-based IOVA: START_ADDR is not in the mask
   m.parent_lkey = parent_lkey_;
   m.page_size = arena_.page_size();
   m.first_offset = first_byte_offset;

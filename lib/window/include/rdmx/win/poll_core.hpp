@@ -12,6 +12,7 @@
 //   core.unmap(m.window); core.flush();
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -155,7 +156,24 @@ class PollCore {
                 uint64_t length) const noexcept;
   [[gnu::cold]] Errc validate_slow(std::span<const uint64_t> pages, uint32_t access,
                                    uint32_t first_byte_offset, uint64_t length) const noexcept;
-  Window* get_window(bool pointer, Errc& why) noexcept;
+  // A window for map() when the top of the cache cannot be taken: refills from the depot,
+  // skips windows whose KLM array is busy. nullptr (why = kNoWindow or kBusy) when none.
+  Window* get_window_slow(bool pointer, Errc& why) noexcept;
+  // mlx5::mkc_access_bits as a table over the 16 access masks validate() lets through (an
+  // out-of-line call per map otherwise). PollCore::create checks every entry against it.
+  static constexpr std::array<uint8_t, 16> kMkcAccess = [] {
+    static_assert(mlx5::kAccessAll == 0xf);
+    std::array<uint8_t, 16> t{};
+    for (uint32_t a = 0; a < t.size(); ++a) {
+      uint8_t b = 0;
+      if (a & mlx5::kAccessLocalWrite) b |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE;
+      if (a & mlx5::kAccessRemoteWrite) b |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
+      if (a & mlx5::kAccessRemoteRead) b |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ;
+      if (a & mlx5::kAccessRemoteAtomic) b |= MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC;
+      t[a] = b;
+    }
+    return t;
+  }();
   Errc post_umr_invalidate(Window* w, uint8_t fence) noexcept;
   Errc post_data(uint8_t opcode, std::span<const mlx5::prm::Sge> local, uint64_t raddr,
                  uint32_t rkey, Be32 imm, uint64_t cookie, bool signal) noexcept;

@@ -3,10 +3,15 @@
 // Layouts are <infiniband/mlx5dv.h>'s; every multi-byte field is big-endian.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <span>
+
+#if defined(__SSSE3__)
+#include <tmmintrin.h>
+#endif
 
 #include <infiniband/mlx5dv.h>
 #include <rdmx/core/assert.hpp>
@@ -107,11 +112,11 @@ inline void set_umr_ctrl(mlx5_wqe_umr_ctrl_seg* u, uint8_t flags, uint16_t klm_o
 // Fields of an mkey context a UMR writes.
 struct MkeyCtx {
   bool free = false;
-  uint8_t access = 0;        // MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_* bits
-  uint8_t access_mode = 0;   // kAccessModeKlm etc. (0 = leave zero, as rdma-core's UMR does)
-  uint8_t key = 0;           // mkey_7_0 (tag)
+  uint8_t access = 0;       // MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_* bits
+  uint8_t access_mode = 0;  // kAccessModeKlm etc. (0 = leave zero, as rdma-core's UMR does)
+  uint8_t key = 0;          // mkey_7_0 (tag)
   uint32_t qpn = kMkeyQpnNone;
-  uint32_t flags_pd = 0;     // kMkcFlag* | pd
+  uint32_t flags_pd = 0;  // kMkcFlag* | pd
   uint64_t start_addr = 0;
   uint64_t len = 0;
   uint32_t translations_octword_size = 0;
@@ -125,8 +130,8 @@ struct MkeyCtx {
 //  +----+----+------+--+----------+----+---------+-----------+-----+----+---------+----+--+
 inline void set_mkey_ctx(mlx5_wqe_mkey_context_seg* m, const MkeyCtx& c) noexcept {
   std::memset(m, 0, sizeof(*m));
-  m->free = static_cast<uint8_t>((c.free ? MLX5_WQE_MKEY_CONTEXT_FREE : 0) |
-                                 ((c.access_mode >> 2) << 2));
+  m->free =
+      static_cast<uint8_t>((c.free ? MLX5_WQE_MKEY_CONTEXT_FREE : 0) | ((c.access_mode >> 2) << 2));
   m->access_flags = static_cast<uint8_t>(c.access | (c.access_mode & kMkcAccessModeLowMask));
   store_be(&m->qpn_mkey, (c.qpn << 8) | c.key);
   store_be(&m->flags_pd, c.flags_pd);
@@ -143,6 +148,66 @@ inline void set_inline_hdr(mlx5_wqe_inl_data_seg* s, uint32_t byte_count) noexce
 }
 
 // --------------------------------------------------------------------------------------------
+// Whole-word writers for the hot UMRs. The segments above store field by field (memset, then
+// each field, each a separate store); the map and unmap UMRs instead assemble each 8-byte word of
+// their fixed 128-byte head from its big-endian fields in registers and store it once. Constant
+// words fold to immediates; all-zero words are plain zero stores.
+// --------------------------------------------------------------------------------------------
+
+// Stores `v` as the 8 bytes at `p` (host order: v is already the bytes, low byte first).
+inline void put_u64(uint8_t* p, uint64_t v) noexcept {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// Control segment bytes 0-7: opmod_idx_opcode | qpn_ds.
+constexpr uint64_t ctrl_word0(uint16_t wqe_index, uint8_t opcode, uint8_t opmod, uint32_t qpn,
+                              uint32_t ds) noexcept {
+  return uint64_t{detail::bswap((uint32_t{opmod} << 24) | (uint32_t{wqe_index} << 8) | opcode)} |
+         (uint64_t{detail::bswap((qpn << 8) | (ds & kCtrlDsMask))} << 32);
+}
+// Control segment bytes 8-15: signature 0 | dci_stream_channel_id 0 | fm_ce_se | imm.
+constexpr uint64_t ctrl_word1(uint8_t fm_ce_se, Be32 imm) noexcept {
+  return (uint64_t{fm_ce_se} << 24) | (uint64_t{imm.raw()} << 32);
+}
+// UMR control segment bytes 0-7: flags | reserved(3) | klm_octowords | translation_offset 0.
+constexpr uint64_t umr_ctrl_word0(uint8_t flags, uint16_t klm_octowords) noexcept {
+  return uint64_t{flags} | (uint64_t{detail::bswap(klm_octowords)} << 32);
+}
+// Mkey context bytes 0-7: free | reserved | access_flags | sf 0 | qpn_mkey (qpn 0xffffff, key).
+// (access_mode 0 as in set_mkey_ctx with MkeyCtx::access_mode = 0.)
+constexpr uint64_t mkc_word0(bool free, uint8_t access, uint8_t key) noexcept {
+  return uint64_t{free ? uint8_t{MLX5_WQE_MKEY_CONTEXT_FREE} : uint8_t{0}} |
+         (uint64_t{access} << 16) | (uint64_t{detail::bswap((kMkeyQpnNone << 8) | key)} << 32);
+}
+
+//  The 128-byte head of a UMR WQE as map and invalidate write it: two WQEBBs, the second
+//  possibly wrapped to the ring's start. Bytes not named are zero.
+//  WQEBB 0: ctrl {ctrl0, ctrl1} | umr ctrl {umr0, mkey_mask, 32 x 0}
+//  WQEBB 1: mkey ctx {mkc0, reserved2 0 + flags_pd 0, start_addr, len, 32 x 0}
+//  Same bytes as set_ctrl + set_umr_ctrl + set_mkey_ctx with {qpn 0xffffff, access_mode 0,
+//  flags_pd 0, translations_octword_size 0, log_page_size 0}. The cursor must be at a WQEBB
+//  boundary (a WQE start); it is left after the mkey context.
+inline void write_umr_head(RingCursor& cur, uint64_t ctrl0, uint64_t ctrl1, uint64_t umr0,
+                           uint64_t mkey_mask, uint64_t mkc0, uint64_t start_addr,
+                           uint64_t len) noexcept {
+  RDMX_DEBUG_ASSERT(cur.offset() % RingCursor::kWqebbBytes == 0);
+  uint8_t* b0 = cur.here();
+  cur.advance(RingCursor::kWqebbBytes);
+  uint8_t* b1 = cur.here();
+  cur.advance(RingCursor::kWqebbBytes);
+  put_u64(b0, ctrl0);
+  put_u64(b0 + 8, ctrl1);
+  put_u64(b0 + 16, umr0);
+  put_u64(b0 + 24, detail::bswap(mkey_mask));
+  std::memset(b0 + 32, 0, 32);
+  put_u64(b1, mkc0);
+  put_u64(b1 + 8, 0);
+  put_u64(b1 + 16, detail::bswap(start_addr));
+  put_u64(b1 + 24, detail::bswap(len));
+  std::memset(b1 + 32, 0, 32);
+}
+
+// --------------------------------------------------------------------------------------------
 // Composed WQE builders. Each writes one whole WQE at the cursor and returns its DS count.
 // --------------------------------------------------------------------------------------------
 
@@ -152,16 +217,16 @@ struct UmrMap {
   uint32_t qpn = 0;
   uint16_t wqe_index = 0;
   uint8_t fm_ce_se = 0;
-  uint32_t mkey = 0;           // index<<8 | new key
-  uint8_t access = 0;          // mkc access bits
-  uint64_t start_addr = 0;     // the window's IOVA
+  uint32_t mkey = 0;        // index<<8 | new key
+  uint8_t access = 0;       // mkc access bits
+  uint64_t start_addr = 0;  // the window's IOVA
   uint32_t parent_lkey = 0;
   uint32_t page_size = 0;
-  uint32_t first_offset = 0;   // offset of the first byte in pages[0]
-  uint64_t length = 0;         // bytes mapped in all
+  uint32_t first_offset = 0;        // offset of the first byte in pages[0]
+  uint64_t length = 0;              // bytes mapped in all
   std::span<const uint64_t> pages;  // page addresses (page_size aligned)
-  uint8_t check = 0;           // kUmrFlagFailIfNotFree / kUmrFlagFailIfFree / 0
-  bool set_start_addr = false; // write START_ADDR (else the mkey keeps its start address)
+  uint8_t check = 0;                // kUmrFlagFailIfNotFree / kUmrFlagFailIfFree / 0
+  bool set_start_addr = false;      // write START_ADDR (else the mkey keeps its start address)
 };
 
 // The mask a map writes: free (to valid), key, length, every access bit (so access is exactly
@@ -173,24 +238,135 @@ inline constexpr uint64_t kMapMask =
     MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC;
 
 // Writes the KLM list for a chunk-page map at the cursor, zero-padded to a multiple of 4
-// entries. Returns the number of entries written (before padding).
-uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept;
-// The same list into plain memory (pointer mode); `out` holds align4(n) entries.
-uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m) noexcept;
+// entries. Returns the number of entries written (before padding). Inline: the per-page loop is
+// the hot path's only part that grows with the map (SSSE3 where the includer is built with it).
+// The same list into plain memory (pointer mode): write_page_klms(out, m); `out` holds
+// align4(n) entries.
+namespace klm_impl {
+
+// Entries [from, to) of the KLM list of a chunk-page map, zero padding (entries >= n) included.
+// The first and last entries may cover part of a page and are written on their own; every
+// middle entry is one whole page: 8 constant bytes {byte_count = page_size, mkey = parent lkey}
+// and the swapped page address. Everything the loop needs is in locals, so the stores (which may
+// alias anything) do not make the compiler reload the request per entry.
+inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m) noexcept {
+  const uint64_t* const pages = m.pages.data();
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  const uint64_t ps = m.page_size;
+  const uint32_t lkey = m.parent_lkey;
+  uint32_t i = from;
+  if (i == 0 && i < to && n != 0) {
+    // First entry: from first_offset to the page's end, or less when that is all there is.
+    const uint64_t bytes = std::min<uint64_t>(ps - m.first_offset, m.length);
+    set_klm(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), static_cast<uint32_t>(bytes), lkey,
+            pages[0] + m.first_offset);
+    out += kKlmBytes;
+    ++i;
+  }
+  const uint32_t mid_end = std::min(to, n - (n != 0));
+  if (i < mid_end) {
+    // {byte_count, mkey} as the 8 bytes they are in the WQE (two big-endian words).
+    const uint64_t head =
+        uint64_t{detail::bswap(m.page_size)} | (uint64_t{detail::bswap(lkey)} << 32);
+#if defined(__SSSE3__)
+    // Two entries per step: one 16-byte load of two addresses, one pshufb swaps both, each
+    // entry one 16-byte store of {head, address}.
+    const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
+    const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
+      const __m128i a =
+          _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i)), swap64);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
+    }
+#endif
+    for (; i < mid_end; ++i, out += kKlmBytes) {
+      const uint64_t addr = detail::bswap(pages[i]);
+      std::memcpy(out, &head, sizeof(head));
+      std::memcpy(out + 8, &addr, sizeof(addr));
+    }
+  }
+  if (i < to && i + 1 == n) {
+    // Last entry (n > 1 here): what is left of `length` after the pages before it.
+    const uint64_t before = (ps - m.first_offset) + uint64_t(n - 2) * ps;
+    const uint64_t bytes = std::min<uint64_t>(ps, m.length - before);
+    set_klm(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), static_cast<uint32_t>(bytes), lkey,
+            pages[i]);
+    out += kKlmBytes;
+    ++i;
+  }
+  if (i < to) std::memset(out, 0, size_t{to - i} * kKlmBytes);
+}
+
+}  // namespace klm_impl
+
+inline uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  const uint32_t total = align4(n);
+  uint32_t i = 0;
+  while (i < total) {  // at most twice: once before the ring's end, once after it
+    const uint32_t run_end = std::min(total, i + cur.contiguous() / kKlmBytes);
+    klm_impl::klm_range(cur.here(), i, run_end, m);
+    cur.advance((run_end - i) * kKlmBytes);
+    i = run_end;
+  }
+  return n;
+}
+
+inline uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  klm_impl::klm_range(reinterpret_cast<uint8_t*>(out), 0, align4(n), m);
+  return n;
+}
+
+// The 128-byte head of a map (ctrl | umr ctrl | mkey ctx): flags = INLINE or 0 (pointer mode),
+// plus m.check; START_ADDR in the mask only when m.set_start_addr. Inline: the hot path builds
+// it in registers (write_umr_head).
+inline void write_umr_map_head(RingCursor& cur, const UmrMap& m, uint32_t ds, uint8_t flags,
+                               uint16_t octowords) noexcept {
+  const uint64_t mask =
+      m.set_start_addr ? kMapMask | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR : kMapMask;
+  write_umr_head(cur, ctrl_word0(m.wqe_index, MLX5_OPCODE_UMR, 0, m.qpn, ds),
+                 ctrl_word1(m.fm_ce_se, Be32::from_host(m.mkey)),
+                 umr_ctrl_word0(static_cast<uint8_t>(flags | m.check), octowords), mask,
+                 mkc_word0(false, m.access, static_cast<uint8_t>(m.mkey & 0xff)), m.start_addr,
+                 m.length);
+}
 
 //  Inline UMR map WQE: ctrl | umr ctrl | mkey ctx | KLM x align4(N)
 //  DS = 8 + align4(N) (N <= kMaxInlineKlm).
-uint32_t build_umr_map_inline(RingCursor& cur, const UmrMap& m) noexcept;
+inline uint32_t build_umr_map_inline(RingCursor& cur, const UmrMap& m) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  RDMX_DEBUG_ASSERT(n <= kMaxInlineKlm);
+  const uint32_t ds = umr_inline_ds(n);
+  write_umr_map_head(cur, m, ds, MLX5_WQE_UMR_CTRL_FLAG_INLINE, static_cast<uint16_t>(align4(n)));
+  write_page_klms(cur, m);
+  return ds;
+}
 
 //  Pointer-mode UMR map WQE: ctrl | umr ctrl | mkey ctx | data seg -> KLM array. 9 DS.
 //  The caller has written the KLM array (2 KiB aligned) in registered memory `klm_lkey`.
-uint32_t build_umr_map_pointer(RingCursor& cur, const UmrMap& m, uint64_t klm_addr,
-                               uint32_t klm_lkey) noexcept;
+inline uint32_t build_umr_map_pointer(RingCursor& cur, const UmrMap& m, uint64_t klm_addr,
+                                      uint32_t klm_lkey) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  write_umr_map_head(cur, m, kUmrPointerDs, 0, static_cast<uint16_t>(align4(n)));
+  // Pointer to the KLM array: byte_count = array bytes rounded to 64 (kernel convention).
+  const uint32_t bytes = (align4(n) * kKlmBytes + 63u) & ~63u;
+  set_data(cur.take<mlx5_wqe_data_seg>(), bytes, klm_lkey, klm_addr);
+  return kUmrPointerDs;
+}
 
 //  Invalidate (unmap) UMR WQE: ctrl | umr ctrl {mask FREE} | mkey ctx {free=1}. 8 DS.
 //  check = kUmrFlagFailIfFree makes the device refuse to free an already free mkey.
-uint32_t build_umr_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index,
-                              uint8_t fm_ce_se, uint32_t mkey, uint8_t check) noexcept;
+inline uint32_t build_umr_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index,
+                                     uint8_t fm_ce_se, uint32_t mkey, uint8_t check) noexcept {
+  write_umr_head(cur, ctrl_word0(wqe_index, MLX5_OPCODE_UMR, 0, qpn, kUmrHeaderDs),
+                 ctrl_word1(fm_ce_se, Be32::from_host(mkey)),
+                 umr_ctrl_word0(static_cast<uint8_t>(MLX5_WQE_UMR_CTRL_FLAG_INLINE | check), 0),
+                 MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE,
+                 mkc_word0(true, 0, static_cast<uint8_t>(mkey & 0xff)), 0, 0);
+  return kUmrHeaderDs;
+}
 
 struct Sge {
   uint64_t addr = 0;
