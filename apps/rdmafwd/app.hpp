@@ -26,7 +26,10 @@ struct App {
   bool quit = false;
 
   std::atomic<bool> running{false};
-  std::atomic<bool> published{false};  // main: the testbed and launcher exist (see main.cpp)
+  // Set (release) once the testbed and prm are complete; telemetry handlers, which run on
+  // DPDK's telemetry thread, answer nothing before they see it (acquire). DPDK's own locks are
+  // invisible to TSan, so this is the happens-before edge the sanitizer can check.
+  std::atomic<bool> published{false};
   std::atomic<uint64_t> run_start_tsc{0};
   std::atomic<uint64_t> run_cycles{0};  // forwarding time of finished runs since `clear stats`
   Snapshot base;                        // `clear stats`

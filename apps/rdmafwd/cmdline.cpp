@@ -176,7 +176,10 @@ void do_set_fwd(void* parsed, cmdline* cl, void*) {
     say(cl, "error: " + e + "\n");
     return;
   }
-  a.prm.fwd = p.fwd;
+  {
+    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmx/config reads prm
+    a.prm.fwd = p.fwd;
+  }
   say(cl, "fwd set to " + p.fwd + " (" + find_engine(p.fwd)->what + ")\n");
 }
 
@@ -221,7 +224,10 @@ void do_set_num(void* parsed, cmdline* cl, void*) {
     say(cl, "error: " + e + "\n");
     return;
   }
-  a.prm = p;
+  {
+    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmx/config reads prm
+    a.prm = p;
+  }
   say(cl, what + " set to " + std::to_string(c->n) + "\n");
 }
 

@@ -36,7 +36,7 @@ void add_lane(rte_tel_data* d, const LaneSnap& s, double secs) {
 
 int cmd_stats(const char*, const char* params, rte_tel_data* d) {
   App& a = app();
-  if (!a.tb) return -1;
+  if (!a.published.load(std::memory_order_acquire) || !a.tb) return -1;
   const Snapshot s = a.stats();
   const double secs = a.seconds();
   rte_tel_data_start_dict(d);
@@ -56,6 +56,8 @@ int cmd_stats(const char*, const char* params, rte_tel_data* d) {
 
 int cmd_config(const char*, const char*, rte_tel_data* d) {
   App& a = app();
+  if (!a.published.load(std::memory_order_acquire)) return -1;
+  std::lock_guard<std::mutex> g(a.mu);  // the prompt's `set` commands write prm under it
   rte_tel_data_start_dict(d);
   rte_tel_data_add_dict_string(d, "fwd", a.prm.fwd.c_str());
   rte_tel_data_add_dict_string(d, "device", a.prm.device.c_str());
@@ -75,6 +77,7 @@ int cmd_config(const char*, const char*, rte_tel_data* d) {
 // The census of the last time no lane ran (it cannot be taken while cores run).
 int cmd_windows(const char*, const char*, rte_tel_data* d) {
   App& a = app();
+  if (!a.published.load(std::memory_order_acquire)) return -1;
   rte_tel_data_start_dict(d);
   std::lock_guard<std::mutex> g(a.mu);
   for (const Testbed::PoolCensus& pc : a.census) {
