@@ -18,6 +18,7 @@
 #include <rdmx/rt/topology.hpp>
 
 #include "app.hpp"
+#include "faults.hpp"
 
 namespace rdmafwd {
 
@@ -35,48 +36,80 @@ namespace {
 
 int lane_main(rt::CoreContext& ctx) {
   App& a = app();
-  Lane& l = *a.tb->lanes[ctx.index()];
+  Testbed& tb = *a.tb;
+  Lane& l = *tb.lanes[ctx.index()];
   const Engine* e = l.cfg.engine;
   l.draining = false;
   l.drain_deadline = 0;
   l.st.issuing.set(1);
+  l.issued_base = l.st.issued.get();
   if (!e->start(l)) {
     io_failed_public(l);
     l.st.issuing.set(0);
     return -1;
   }
+  fault_start(l);
   const uint64_t hz = rte_get_tsc_hz();
-  const uint64_t errors_before = l.st.io_errors.get();
+  const bool can_recover = !l.remote_peer && !l.remote_client;
+  // A QP error: recover both ends (single process) or stop the lane (two-process mode).
+  auto on_error = [&] {
+    if (l.dead) return;
+    if (!can_recover) {
+      l.dead = true;
+      l.st.failed.set(1);
+      return;
+    }
+    (void)recover_lane(l, tb);
+    if (l.draining) l.drain_deadline = rte_rdtsc() + 5 * hz;
+  };
   int rc = rt::run_poll_loop(
       ctx,
       [&] {
+        if (l.cfg.fault_every) fault_inject(l, tb, rte_rdtsc());
         const bool busy = e->fwd(l);
         if ((++l.iter & 63) == 0) {
+          if (!l.failed && lane_in_error(l)) l.failed = true;
           l.publish();
-          if (l.failed || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
+          l.st.issued.set(l.issued_base + l.issued);
+          if (l.dead || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
         }
+        if (l.failed) on_error();
         return busy;
       },
       [&] {
         if (!l.draining) {
           l.draining = true;
-          l.drain_deadline = rte_rdtsc() + (l.failed ? hz / 2 : 5 * hz);
+          l.drain_deadline = rte_rdtsc() + (l.dead ? hz / 2 : 5 * hz);
         }
-        if (e->idle(l)) return true;
-        if (rte_rdtsc() > l.drain_deadline) {
-          // Never completed: count what is not counted yet as I/O errors.
-          const uint64_t lost = l.issued - l.completed;
-          const uint64_t counted = l.st.io_errors.get() - errors_before;
-          if (lost > counted) l.st.io_errors.add(lost - counted);
-          if (!l.failed) {
-            l.failed = true;
-            l.st.failed.set(1);
+        if (!l.failed && lane_in_error(l)) l.failed = true;
+        if (l.failed && !l.dead) {
+          on_error();
+          return false;
+        }
+        if (e->idle(l)) {
+          if (!l.dead && can_recover && fault_settle(l, tb)) {
+            l.drain_deadline = rte_rdtsc() + 5 * hz;
+            return false;
           }
+          if (l.dead && l.issued > l.completed) {  // a lane that could not recover
+            l.st.abandoned.add(l.issued - l.completed);
+            l.completed = l.issued;
+          }
+          return true;
+        }
+        if (rte_rdtsc() > l.drain_deadline) {
+          // Never completed: counted once, as abandoned at stop.
+          if (l.issued > l.completed) l.st.abandoned.add(l.issued - l.completed);
+          l.completed = l.issued;
+          if (!l.failed) l.failed = true;
+          l.dead = true;
+          l.st.failed.set(1);
           return true;
         }
         return false;
       });
   l.publish();
+  l.st.issued.set(l.issued_base + l.issued);
   l.st.issuing.set(0);
   if (l.c && l.remote_peer && !l.failed) (void)rpc_send_bye(l);
   return rc;
@@ -87,16 +120,17 @@ int lane_main(rt::CoreContext& ctx) {
 void io_failed_public(Lane& l) {
   l.st.io_errors.add(1);
   l.failed = true;
+  l.dead = true;
   l.st.failed.set(1);
 }
 
 Status App::start() {
   if (running) return make_error(Errc::kState, "forwarding is already running");
   for (auto& lp : tb->lanes) {
-    if (lp->failed)
+    if (lp->dead)
       return make_error(Errc::kState, "lane " + std::to_string(lp->index) +
-                                          " had a queue pair error (rdmafwd does not recover "
-                                          "QPs): restart rdmafwd");
+                                          " had a queue pair error it could not recover from: "
+                                          "restart rdmafwd");
   }
   const Engine* e = find_engine(prm.fwd);
   const uint64_t n_lanes = tb->lanes.size();
@@ -109,6 +143,10 @@ Status App::start() {
     l.cfg.verify = prm.verify && prm.device != "emu-sink";
     l.cfg.corrupt_every = prm.corrupt_every;
     l.cfg.io_limit = prm.io_count ? prm.io_count / n_lanes + (l.index < prm.io_count % n_lanes) : 0;
+    l.cfg.fault_every = prm.fault_every;
+    l.cfg.fault_kinds = prm.fault_kinds;
+    l.cfg.fault_seed = prm.fault_seed;
+    l.cfg.lanes = static_cast<uint32_t>(n_lanes);
     l.st.runs.add(1);
   }
   last_period = take_snapshot(tb->lanes);
@@ -248,10 +286,19 @@ int App::exit_status() {
     st = kExitRuntime;
   }
   if (t.errors() > t.verify_fail) {
-    std::fprintf(o, "rdmafwd: %" PRIu64 " error(s) during the run (by syndrome: %s)\n",
-                 t.errors() - t.verify_fail, syndrome_list(t, false).c_str());
+    std::fprintf(o,
+                 "rdmafwd: %" PRIu64 " error(s) during the run (I/O errors %" PRIu64
+                 ", abandoned I/Os %" PRIu64 ", lost I/Os %" PRIu64 ", rejected %" PRIu64
+                 ", lanes not recovered %" PRIu64 "; by syndrome: %s)\n",
+                 t.errors() - t.verify_fail, t.io_errors, t.abandoned, t.lost(), t.rejected, t.dead,
+                 syndrome_list(t, false).c_str());
     st = kExitRuntime;
   }
+  if (t.faults_injected || t.faults_recovered)
+    std::fprintf(o,
+                 "rdmafwd: faults: %" PRIu64 " injected, %" PRIu64 " recovered; %" PRIu64
+                 " I/O(s) failed by them (counted)\n",
+                 t.faults_injected, t.faults_recovered, t.fault_ios);
   if (reports) {
     std::fprintf(
         o, "rdmafwd: the emulated device's PRM checker reported %" PRIu64 " rule violation(s):\n%s",

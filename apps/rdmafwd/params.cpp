@@ -53,6 +53,10 @@ std::string usage_text(const std::string& prog) {
   u += "  --emu-idle-spin N      shared emu thread: empty polls before it sleeps (default 4096)\n";
   u += "  --strict-no-syscalls   poll lcores run under a seccomp filter: any system call in the\n"
        "                         forwarding loop ends the process\n";
+  u += "  --fault-every N        tests: inject an emu fault every N I/Os on average (random in\n"
+       "                         [N/2, 3N/2], per lane); rdmafwd recovers and counts it\n";
+  u += "  --fault-kinds LIST     error-cqe,qp-error,unreachable,delay (default all)\n";
+  u += "  --fault-seed N         seed of the fault schedule (default 1)\n";
   u += "  -h, --help             this text\n";
   u += "exit status: 0 ok, 1 runtime failure (errors, verification), 2 bad arguments,\n"
        "             3 device not found\n";
@@ -205,6 +209,16 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
     } else if (a == "--emu-idle-spin") {
       if (!(err = num(0, UINT32_MAX, tmp)).empty()) return fail(err);
       p.emu_idle_spin = static_cast<uint32_t>(tmp);
+    } else if (a == "--fault-every") {
+      if (!(err = num(1, UINT64_MAX / 4, p.fault_every)).empty()) return fail(err);
+    } else if (a == "--fault-kinds") {
+      if (!need(v)) return fail("option --fault-kinds needs a value");
+      p.fault_kinds = parse_fault_kinds(v);
+      if (p.fault_kinds == 0)
+        return fail("option --fault-kinds: '" + v +
+                    "' is not a list of error-cqe, qp-error, unreachable, delay (or all)");
+    } else if (a == "--fault-seed") {
+      if (!(err = num(0, UINT64_MAX, p.fault_seed)).empty()) return fail(err);
     } else if (a == "--corrupt-every") {  // hidden: tests of the rpc verification
       if (!(err = num(1, UINT64_MAX, p.corrupt_every)).empty()) return fail(err);
     } else if (has_val) {
@@ -245,6 +259,11 @@ std::string check_params(const Params& p) {
   if (p.device == "emu-sink" && e->needs_data) {
     return "--device emu-sink moves no data: --fwd " + p.fwd + " needs --device emu";
   }
+  if (p.fault_every && (p.role != Role::kBoth || p.device.rfind("emu", 0) != 0))
+    return "--fault-every injects emulated-device faults: single-process --device emu only";
+  if (p.fault_every && p.strict)
+    return "--fault-every recovers QPs through the control path (system calls): not with "
+           "--strict-no-syscalls";
   if (p.auto_start && !p.interactive) return "--auto-start is for interactive mode (-i)";
   return "";
 }

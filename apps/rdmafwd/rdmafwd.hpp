@@ -66,7 +66,23 @@ struct Params {
   bool emu_thread_per_port = false;  // --emu-threads per-port: each emu port its own thread
   uint32_t emu_idle_spin = 4096;     // --emu-idle-spin: shared device thread's empty rounds
   int device_cpu = -1;               // not an option: the placement's CPU for the emu device thread
+  // --fault-every N (tests, emu): a fault every N I/Os on average (random in [N/2, 3N/2]).
+  uint64_t fault_every = 0;
+  uint32_t fault_kinds = 0xf;  // --fault-kinds: bit (1 << FaultKind)
+  uint64_t fault_seed = 1;     // --fault-seed
 };
+
+// Faults --fault-every injects (bit positions of Params::fault_kinds).
+enum FaultKind : uint32_t {
+  kFaultErrorCqe = 0,     // the n-th next WQE of the client QP completes in error (mid-burst)
+  kFaultQpError = 1,      // the client or the peer QP goes to error with WQEs in flight
+  kFaultUnreachable = 2,  // side A's requests get no response for a while (retry exceeded)
+  kFaultDelay = 3,        // the client QP's completions are held back for a while
+  kFaultKinds = 4,
+};
+const char* fault_kind_name(uint32_t k) noexcept;
+// "error-cqe,qp-error" -> bit mask; 0 on a bad name.
+uint32_t parse_fault_kinds(const std::string& list) noexcept;
 
 // What parse_params() decided: run, print help and exit 0, or fail with exit 2.
 struct ParseOutcome {
@@ -143,16 +159,22 @@ struct WinCounters {
 };
 
 struct alignas(64) LaneCounters {
-  Counter ios;          // completed I/Os (RPCs, messages relayed, map+unmap pairs, ...)
-  Counter bytes;        // payload bytes of the completed I/Os
-  Counter io_errors;    // I/Os that completed in error or were abandoned at stop
-  Counter verify_fail;  // payload checks that failed
-  Counter rejected;     // posts refused by the window layer for another reason than no room
-  Counter corrupted;    // bytes flipped on purpose (--corrupt-every)
-  Counter runs;         // start/stop cycles
-  Counter failed;       // 1 once a QP went to error
-  Counter peer_bye;     // two-process server: the client said goodbye
-  Counter issuing;      // 1 while the lane may still issue I/Os
+  Counter ios;              // completed I/Os (RPCs, messages relayed, map+unmap pairs, ...)
+  Counter bytes;            // payload bytes of the completed I/Os
+  Counter io_errors;        // other I/O errors (a reply that did not invalidate its window...)
+  Counter verify_fail;      // payload checks that failed
+  Counter rejected;         // posts refused by the window layer for another reason than no room
+  Counter corrupted;        // bytes flipped on purpose (--corrupt-every)
+  Counter runs;             // start/stop cycles
+  Counter failed;           // 1 once the lane stopped after a QP error it could not recover
+  Counter peer_bye;         // two-process server: the client said goodbye
+  Counter issuing;          // 1 while the lane may still issue I/Os
+  Counter issued;           // I/Os posted (all runs)
+  Counter abandoned;        // I/Os that never completed by the drain deadline at stop
+  Counter faults_injected;  // --fault-every
+  // QP errors recovered (both ends back to RTS), and injected faults survived without an error.
+  Counter faults_recovered;
+  Counter fault_ios;  // I/Os that failed because of a recovered fault (counted, not lost)
   LatencyHist lat;
   WinCounters win;
 };
@@ -186,6 +208,10 @@ struct RunConfig {
   bool verify = true;
   uint64_t corrupt_every = 0;
   uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
+  uint64_t fault_every = 0;
+  uint32_t fault_kinds = 0;
+  uint64_t fault_seed = 1;
+  uint32_t lanes = 1;
 };
 
 struct Lane {
@@ -242,7 +268,16 @@ struct Lane {
   bool targets_unmapped = false;
   std::vector<Csum> csums;  // per slot checksums computed at start
   bool draining = false;
-  bool failed = false;  // a QP went to error: issue nothing more
+  bool failed = false;       // a QP went to error: issue nothing more until recovered
+  bool dead = false;         // recovery impossible or failed: the lane stays stopped
+  uint64_t issued_base = 0;  // st.issued at the start of this run
+  // Fault injection (--fault-every; poll lcore only).
+  struct FaultState {
+    uint64_t rng = 0;
+    uint64_t next_at = 0;    // inject when l.issued reaches this
+    int pending = -1;        // FaultKind in effect, -1 = none
+    uint64_t until_tsc = 0;  // unreachable / delay: cleared at this TSC
+  } fault;
   uint64_t drain_deadline = 0;
   uint64_t iter = 0;
   void publish() noexcept;  // copies PollCore stats into st.win (poll lcore)

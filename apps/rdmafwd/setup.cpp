@@ -261,6 +261,53 @@ std::string Testbed::census(bool& ok, std::vector<PoolCensus>* out) {
   return text;
 }
 
+Status connect_pair(mlx5::Device& da, win::PollCore& a, mlx5::Device& db, win::PollCore& b) {
+  const mlx5::ConnectInfo ia = da.local_info(a.qp_handle());
+  const mlx5::ConnectInfo ib = db.local_info(b.qp_handle());
+  if (Status s = da.connect(a.qp_handle(), ib); !s) return s;
+  return db.connect(b.qp_handle(), ia);
+}
+
+Status post_lane_recvs(Lane& l) {
+  for (uint32_t k = 0; k < l.depth; ++k) {
+    if (l.c) {
+      const mlx5::prm::Sge sg =
+          sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.arena_a->lkey());
+      if (Errc e = l.c->post_recv({&sg, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk)
+        return make_error(e, "posting receives: " + errc_str(e));
+    }
+    if (l.p) {
+      if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.arena_b->lkey(), kCkReqRecv);
+          e != Errc::kOk)
+        return make_error(e, "posting receives: " + errc_str(e));
+    }
+    if (l.s) {
+      if (Errc e = post_slot_recv(*l.s, l.s_recv, k, l.page_size, l.arena_a->lkey(), kCkSinkRecv);
+          e != Errc::kOk)
+        return make_error(e, "posting receives: " + errc_str(e));
+    }
+  }
+  for (win::PollCore* k : {l.c, l.p, l.r, l.s})
+    if (k) k->flush();
+  return {};
+}
+
+Status reconnect_lane(Testbed& tb, Lane& l) {
+  if (l.remote_peer || l.remote_client || !tb.dev_a || !tb.dev_b)
+    return make_error(Errc::kState, "two-process mode: the other end cannot be recovered here");
+  if (l.c && l.p) {
+    if (Status s = connect_pair(*tb.dev_a, *l.c, *tb.dev_b, *l.p); !s) return s;
+  }
+  if (l.r && l.s) {
+    if (Status s = connect_pair(*tb.dev_b, *l.r, *tb.dev_a, *l.s); !s) return s;
+  }
+  for (win::PollCore* k : {l.c, l.p, l.r, l.s}) {
+    if (!k) continue;
+    if (Status s = k->recover(); !s) return s;
+  }
+  return post_lane_recvs(l);
+}
+
 Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores) {
   auto tb = std::make_unique<Testbed>();
   const bool emu_dev = p.device == "emu" || p.device == "emu-sink";
@@ -454,16 +501,9 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 
     // Connections.
     if (p.role == Role::kBoth) {
-      auto conn = [&](mlx5::Device& da, win::PollCore& a, mlx5::Device& db,
-                      win::PollCore& b) -> Status {
-        const mlx5::ConnectInfo ia = da.local_info(a.qp_handle());
-        const mlx5::ConnectInfo ib = db.local_info(b.qp_handle());
-        if (Status s = da.connect(a.qp_handle(), ib); !s) return s;
-        return db.connect(b.qp_handle(), ia);
-      };
-      if (Status s = conn(*tb->dev_a, *l.c, *tb->dev_b, *l.p); !s)
+      if (Status s = connect_pair(*tb->dev_a, *l.c, *tb->dev_b, *l.p); !s)
         return wrap(s.error(), "connect c-p");
-      if (Status s = conn(*tb->dev_b, *l.r, *tb->dev_a, *l.s); !s)
+      if (Status s = connect_pair(*tb->dev_b, *l.r, *tb->dev_a, *l.s); !s)
         return wrap(s.error(), "connect r-s");
     }
     tb->lanes.push_back(std::move(ln));
@@ -472,31 +512,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   // Receives (posted once the QPs are connected) stay posted for the whole run, in a layout
   // every engine shares.
   auto post_recvs = [&]() -> Status {
-    for (auto& lp : tb->lanes) {
-      Lane& l = *lp;
-      for (uint32_t k = 0; k < l.depth; ++k) {
-        if (l.c) {
-          const mlx5::prm::Sge sg =
-              sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.arena_a->lkey());
-          if (Errc e = l.c->post_recv({&sg, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk)
-            return make_error(e, "posting receives: " + errc_str(e));
-        }
-        if (l.p) {
-          if (Errc e =
-                  post_slot_recv(*l.p, l.p_recv, k, p.page_size, l.arena_b->lkey(), kCkReqRecv);
-              e != Errc::kOk)
-            return make_error(e, "posting receives: " + errc_str(e));
-        }
-        if (l.s) {
-          if (Errc e =
-                  post_slot_recv(*l.s, l.s_recv, k, p.page_size, l.arena_a->lkey(), kCkSinkRecv);
-              e != Errc::kOk)
-            return make_error(e, "posting receives: " + errc_str(e));
-        }
-      }
-      for (win::PollCore* k : {l.c, l.p, l.r, l.s})
-        if (k) k->flush();
-    }
+    for (auto& lp : tb->lanes)
+      if (Status st = post_lane_recvs(*lp); !st) return st;
     return {};
   };
   // ---- two-process rendezvous ----

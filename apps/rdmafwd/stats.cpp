@@ -65,16 +65,23 @@ void LaneSnap::take(const Lane& l) {
   wqe_errors = c.win.wqe_errors.get();
   recoveries = c.win.recoveries.get();
   exhausted = c.win.exhausted.get();
+  issued = c.issued.get();
+  abandoned = c.abandoned.get();
+  faults_injected = c.faults_injected.get();
+  faults_recovered = c.faults_recovered.get();
+  fault_ios = c.fault_ios.get();
+  dead = c.failed.get();
   for (uint32_t i = 0; i < 256; ++i) synd[i] = c.win.syndromes[i].get();
   hist.take(c.lat);
 }
 
-#define RDMAFWD_FIELDS(X)                                                                   \
-  X(ios)                                                                                    \
-  X(bytes)                                                                                  \
-  X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped)    \
-      X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries) \
-          X(exhausted)
+#define RDMAFWD_FIELDS(X)                                                                  \
+  X(ios)                                                                                   \
+  X(bytes)                                                                                 \
+  X(io_errors)                                                                             \
+  X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped) X(cache_hits)  \
+      X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries) X(exhausted) \
+          X(issued) X(abandoned) X(faults_injected) X(faults_recovered) X(fault_ios) X(dead)
 
 void LaneSnap::subtract(const LaneSnap& b) {
 #define X(f) f -= b.f;
@@ -92,8 +99,16 @@ void LaneSnap::merge(const LaneSnap& o) {
   hist.merge(o.hist);
 }
 
+// Error completions (wqe_errors, by syndrome) are not errors by themselves any more: the lane
+// recovers from them; the I/Os they failed are fault_ios. What is left: I/Os that failed
+// otherwise, abandoned ones, lanes that could not recover, verification, refused posts.
 uint64_t LaneSnap::errors() const noexcept {
-  return io_errors + verify_fail + wqe_errors + rejected;
+  return io_errors + verify_fail + rejected + abandoned + dead + lost();
+}
+
+uint64_t LaneSnap::lost() const noexcept {
+  const uint64_t accounted = ios + fault_ios + abandoned;
+  return issued > accounted ? issued - accounted : 0;
 }
 
 LaneSnap Snapshot::total() const {
@@ -154,7 +169,7 @@ std::string lat_text(const HistSnapshot& h) {
 }
 
 void block(std::string& o, const char* title, const LaneSnap& s, double secs) {
-  char buf[512];
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "  %s\n"
                 "    I/Os %" PRIu64
@@ -169,9 +184,14 @@ void block(std::string& o, const char* title, const LaneSnap& s, double secs) {
   o += buf;
   std::snprintf(buf, sizeof buf,
                 "    errors: %s  I/O errors %" PRIu64 "  verify failures %" PRIu64
-                "  rejected %" PRIu64 "  faults recovered %" PRIu64 "\n",
+                "  rejected %" PRIu64 "  faults recovered %" PRIu64
+                "\n"
+                "    faults: injected %" PRIu64 "  recovered %" PRIu64
+                "  I/Os failed by faults %" PRIu64 "  abandoned %" PRIu64 "  lost %" PRIu64
+                "  (issued %" PRIu64 ")%s\n",
                 syndrome_list(s, false).c_str(), s.io_errors, s.verify_fail, s.rejected,
-                s.recoveries);
+                s.faults_recovered, s.faults_injected, s.faults_recovered, s.fault_ios, s.abandoned,
+                s.lost(), s.issued, s.dead ? "  NOT RECOVERED" : "");
   o += buf;
 }
 
@@ -231,9 +251,13 @@ void json_lane(std::string& o, const LaneSnap& s, double secs) {
   o += buf;
   o += syndrome_list(s, true);
   std::snprintf(buf, sizeof buf,
-                "},\"faults_recovered\":%" PRIu64 ",\"corrupted\":%" PRIu64
-                ",\"exhausted\":%" PRIu64 "}",
-                s.recoveries, s.corrupted, s.exhausted);
+                "},\"faults_recovered\":%" PRIu64 ",\"faults\":{\"injected\":%" PRIu64
+                ",\"recovered\":%" PRIu64 ",\"failed_ios\":%" PRIu64 ",\"abandoned_ios\":%" PRIu64
+                ",\"lost_ios\":%" PRIu64 ",\"issued\":%" PRIu64 ",\"unrecovered_lanes\":%" PRIu64
+                ",\"core_recoveries\":%" PRIu64 "},\"corrupted\":%" PRIu64 ",\"exhausted\":%" PRIu64
+                "}",
+                s.faults_recovered, s.faults_injected, s.faults_recovered, s.fault_ios, s.abandoned,
+                s.lost(), s.issued, s.dead, s.recoveries, s.corrupted, s.exhausted);
   o += buf;
 }
 }  // namespace

@@ -31,7 +31,8 @@ void add_lane(rte_tel_data* d, const LaneSnap& s, double secs) {
   rte_tel_data_add_dict_u64(d, "latency_max_ns", ns(s.hist.max));
   rte_tel_data_add_dict_u64(d, "errors", s.errors());
   rte_tel_data_add_dict_u64(d, "verify_failures", s.verify_fail);
-  rte_tel_data_add_dict_u64(d, "faults_recovered", s.recoveries);
+  rte_tel_data_add_dict_u64(d, "faults_recovered", s.faults_recovered);
+  rte_tel_data_add_dict_u64(d, "faults_injected", s.faults_injected);
 }
 
 int cmd_stats(const char*, const char* params, rte_tel_data* d) {

@@ -77,19 +77,19 @@ inline void io_done(Lane& l, uint64_t start_tsc, uint64_t now, uint64_t bytes) n
   ++l.completed;
 }
 
-// A completion in error: the QP is in error (no recovery in rdmafwd): stop issuing.
+// A completion in error: the QP is in error: stop issuing; the lane runner recovers both ends
+// and counts the I/Os that did not complete (main.cpp, recover_lane).
 inline void io_failed(Lane& l) noexcept {
-  l.st.io_errors.add(1);
-  if (!l.failed) {
-    l.failed = true;
-    l.st.failed.set(1);
-  }
+  l.failed = true;
 }
 
 // A rejected post for another reason than a full queue or an empty cache.
 inline void note_reject(Lane& l, Errc e) noexcept {
+  if (e == Errc::kQpError) {
+    io_failed(l);
+    return;
+  }
   if (e != Errc::kNoRoom && e != Errc::kNoWindow && e != Errc::kBusy) l.st.rejected.add(1);
-  if (e == Errc::kQpError) io_failed(l);
 }
 
 inline mlx5::prm::Sge sge(uint64_t addr, uint32_t len, uint32_t lkey) noexcept {

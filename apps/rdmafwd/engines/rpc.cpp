@@ -301,6 +301,19 @@ bool idle(Lane& l) {
 
 }  // namespace
 
+// After a recovery: undoes a corruption still in place (the engine's start checksums the source).
+bool rpc_undo_corruption(Lane& l) {
+  bool any = false;
+  for (uint32_t s = 0; s < l.depth; ++s) {
+    if (l.srv[s].op == 0xff) {
+      flip(l, s, false);
+      l.srv[s].op = 0;
+      any = true;
+    }
+  }
+  return any;
+}
+
 // Two-process client: tells the server it is done (a request with op bye, no window).
 bool rpc_send_bye(Lane& l) {
   auto* req = reinterpret_cast<RpcReq*>(req_buf(l, 0));

@@ -68,6 +68,31 @@ def case_no_verify_corrupt(binary):
     check(p.returncode == 0, f"exit {p.returncode}", p)
 
 
+def case_faults(binary):
+    # --fault-every: emu faults (error CQE mid-burst, QP to error, peer unreachable for a while,
+    # delayed completions) injected while forwarding; every one is recovered (both ends of the
+    # connection back to RTS), every I/O is completed or counted as failed once, verification
+    # finds nothing, and the run exits 0.
+    for fwd in ("rpc", "relay", "write"):
+        p = run(binary, ["--fwd", fwd, "--duration", "1.5", "--json", "--fault-every", "300",
+                         "--fault-seed", "7"])
+        check(p.returncode == 0, f"fwd {fwd} with faults: exit {p.returncode}", p)
+        t = summary(p)["total"]
+        f = t["faults"]
+        check(f["injected"] > 0, f"fwd {fwd}: no fault injected: {f}", p)
+        check(f["recovered"] == f["injected"], f"fwd {fwd}: not every fault recovered: {f}", p)
+        check(f["lost_ios"] == 0, f"fwd {fwd}: lost I/Os: {f}", p)
+        check(f["unrecovered_lanes"] == 0 and f["abandoned_ios"] == 0, f"fwd {fwd}: {f}", p)
+        check(f["issued"] == t["ios"] + f["failed_ios"],
+              f"fwd {fwd}: I/Os not accounted exactly once: ios {t['ios']}, {f}", p)
+        check(t["errors"]["verify"] == 0, f"fwd {fwd}: verification failures: {t['errors']}", p)
+        check(t["errors"]["total"] == 0, f"fwd {fwd}: errors: {t['errors']}", p)
+        check(t["ios"] > 0 and t["errors"]["wqe"] > 0, f"fwd {fwd}: no traffic or no error CQE", p)
+        print(f"fwd {fwd}: {f['injected']} faults injected, {f['recovered']} recovered, "
+              f"{t['ios']} I/Os completed, {f['failed_ios']} failed by faults, syndromes "
+              f"{t['errors']['by_syndrome']}")
+
+
 PROMPT_SCRIPT = """help
 show config
 start
@@ -150,6 +175,8 @@ def case_bad_args(binary):
         (["--device", "emu-sink", "--fwd", "rpc"], "emu-sink moves no data"),
         (["--pages-per-io", "64", "--max-pages", "16"], "larger than the windows"),
         (["--nb-cores", "2"], "needs 2 worker lcore"),
+        (["--fault-kinds", "meteor"], "--fault-kinds: 'meteor'"),
+        (["--fault-every", "10", "--device", "mlx5_0"], "--fault-every injects"),
     ]
     for args, msg in cases:
         p = run(binary, args, timeout=20)
@@ -220,6 +247,7 @@ CASES = {
     "strict-relay": lambda b: mode(b, "relay", ["--strict-no-syscalls"]),
     "corrupt": case_corrupt,
     "no-verify": case_no_verify_corrupt,
+    "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,
     "two-process": case_two_process,
