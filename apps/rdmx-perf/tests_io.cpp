@@ -51,6 +51,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
   b.dev = std::move(devs.b);
   mem::ArenaConfig bac;
   bac.bytes = size_t{max_pages} * 4096 * 2;
+  bac.access = mlx5::kAccessAll;  // the I/O target: A READs/WRITEs it by the arena's own rkey
   b.arena = need(mem::Arena::create(*b.dev, bac), "peer arena");
   auto bq = need(b.dev->create_qp(mlx5::QpConfig{}), "peer qp");
   b.qpn = bq.qpn;

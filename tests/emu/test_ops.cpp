@@ -162,6 +162,125 @@ TEST_P(Ops, UmrMapWriteReadThroughWindowThenUnmap) {
   EXPECT_TRUE(b_.dev->dereg_mr(arena.mr).ok());
 }
 
+// Rights are checked on the mkey a request names, and only there: a window granting remote
+// read/write over a leaf MR registered with local write only works (the kernel's SG_GAPS MRs
+// over the PD's local_dma_lkey, mlx5dv_wr_mr_list over LOCAL_WRITE MRs), while the leaf's own
+// key opens nothing remotely.
+TEST_P(Ops, RemoteWindowOverLocalOnlyLeafWorks) {
+  open(GetParam());
+  Buf arena, src, back;
+  arena.alloc(*b_.dev, 4 * 4096, 40, mlx5::kAccessLocalWrite);
+  src.alloc(*a_.dev, 2 * 4096, 41);
+  back.alloc(*a_.dev, 2 * 4096, 42);
+  EXPECT_EQ(b_.dev->inspect_mkey(arena.mr.lkey).access,
+            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ |
+                MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE);
+  auto w = b_.dev->create_window_mkey(4, false);
+  ASSERT_TRUE(w.ok());
+  const uint32_t win = w.value() | 0x07;
+  umr_map(b_, 1, win, arena.mr.lkey, {arena.addr(2 * 4096), arena.addr(0)}, 4096, 8192, kAccRW);
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, 100, win, {{src.addr(0), 8000, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  ASSERT_TRUE(c[0].ok()) << int(c[0].status);
+  EXPECT_EQ(0, std::memcmp(arena.p + 2 * 4096 + 100, src.p, 3996));
+  EXPECT_EQ(0, std::memcmp(arena.p, src.p + 3996, 8000 - 3996));
+  rdma(a_, MLX5_OPCODE_RDMA_READ, 3, 0, win, {{back.addr(0), 8192, back.mr.lkey}});
+  c = wait(a_, 1);
+  ASSERT_TRUE(c[0].ok()) << int(c[0].status);
+  EXPECT_EQ(0, std::memcmp(back.p, arena.p + 2 * 4096, 4096));
+  EXPECT_EQ(0, std::memcmp(back.p + 4096, arena.p, 4096));
+  // The window is also usable locally (gather lkey) with its local rights.
+  rdma(b_, MLX5_OPCODE_RDMA_WRITE, 4, src.addr(0), src.mr.rkey, {{8, 64, win}});
+  auto cb = wait(b_, 1);
+  ASSERT_TRUE(cb[0].ok()) << int(cb[0].status);
+  EXPECT_EQ(0, std::memcmp(src.p, arena.p + 2 * 4096 + 8, 64));
+  // The leaf's own key, used as an rkey, is refused and changes nothing.
+  const std::vector<uint8_t> before(arena.p, arena.p + arena.len);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 5, arena.addr(0), arena.mr.rkey,
+       {{src.addr(0), 64, src.mr.lkey}});
+  c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(0, std::memcmp(before.data(), arena.p, arena.len));
+}
+
+// The window's rights still rule when the leaf grants more: a read-only window over a leaf
+// registered with every right refuses a WRITE.
+TEST_P(Ops, WindowRightsRuleOverAPermissiveLeaf) {
+  open(GetParam());
+  Buf arena, src;
+  arena.alloc(*b_.dev, 4096, 43, mlx5::kAccessAll);
+  src.alloc(*a_.dev, 4096, 44);
+  auto w = b_.dev->create_window_mkey(4, false);
+  ASSERT_TRUE(w.ok());
+  const uint32_t win = w.value() | 0x09;
+  umr_map(b_, 1, win, arena.mr.lkey, {arena.addr(0)}, 4096, 4096,
+          MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ);
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  const std::vector<uint8_t> before(arena.p, arena.p + arena.len);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, 0, win, {{src.addr(0), 64, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(0, std::memcmp(before.data(), arena.p, arena.len));
+}
+
+// KLM leaves are translation: they must still resolve, be in the window's PD and cover the
+// translated range. A leaf of another PD fails remotely (0x13) and locally (0x04).
+TEST_P(Ops, WindowLeafFromAnotherPdFails) {
+  open(GetParam());
+  Buf host, src;
+  host.alloc(*b_.dev, 2 * 4096, 45, mlx5::kAccessLocalWrite);
+  src.alloc(*a_.dev, 4096, 46);
+  auto other = b_.dev->reg_mr_in_pd(host.p, host.len, mlx5::kAccessAll, 7);
+  ASSERT_TRUE(other.ok()) << other.error().message;
+  EXPECT_EQ(b_.dev->inspect_mkey(other.value().lkey).pd, 7u);
+  EXPECT_EQ(b_.dev->inspect_mkey(host.mr.lkey).pd, 0u);
+  auto w = b_.dev->create_window_mkey(4, false);
+  ASSERT_TRUE(w.ok());
+  const uint32_t win = w.value() | 0x0b;
+  umr_map(b_, 1, win, other.value().lkey, {host.addr(0)}, 4096, 4096, kAccRW);
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  const std::vector<uint8_t> before(host.p, host.p + host.len);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, 0, win, {{src.addr(0), 64, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(0, std::memcmp(before.data(), host.p, host.len));
+  // Local use of the window (gather lkey) on b_: LOCAL_PROT_ERR, nothing sent.
+  rdma(b_, MLX5_OPCODE_RDMA_WRITE, 3, src.addr(0), src.mr.rkey, {{0, 64, win}});
+  auto cb = wait(b_, 1);
+  EXPECT_EQ(cb[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+}
+
+// A leaf that does not cover the translated range fails where it runs out: the entry inside the
+// leaf's registration works, the one past its end is refused and nothing beyond it changes.
+TEST_P(Ops, WindowLeafOutOfBoundsFails) {
+  open(GetParam());
+  Buf host, src;
+  host.alloc(*b_.dev, 8 * 4096, 47, mlx5::kAccessLocalWrite);
+  src.alloc(*a_.dev, 2 * 4096, 48);
+  auto leaf = b_.dev->reg_mr(host.p, 4 * 4096, mlx5::kAccessLocalWrite);  // pages 0..3 only
+  ASSERT_TRUE(leaf.ok());
+  auto w = b_.dev->create_window_mkey(4, false);
+  ASSERT_TRUE(w.ok());
+  const uint32_t win = w.value() | 0x0d;
+  umr_map(b_, 1, win, leaf.value().lkey, {host.addr(3 * 4096), host.addr(4 * 4096)}, 4096, 8192,
+          kAccRW);
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, 0, win, {{src.addr(0), 4096, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  ASSERT_TRUE(c[0].ok()) << int(c[0].status);
+  EXPECT_EQ(0, std::memcmp(host.p + 3 * 4096, src.p, 4096));
+  const std::vector<uint8_t> before(host.p, host.p + host.len);
+  // Straddling into the second entry (outside the leaf) and wholly inside it: both refused.
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 3, 4000, win, {{src.addr(0), 200, src.mr.lkey}});
+  c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(0, std::memcmp(before.data(), host.p, host.len));
+  rdma(b_, MLX5_OPCODE_RDMA_WRITE, 4, src.addr(0), src.mr.rkey, {{4096, 64, win}});
+  auto cb = wait(b_, 1);
+  EXPECT_EQ(cb[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);
+}
+
 TEST_P(Ops, UmrPointerModeAndLocalUseWithFence) {
   open(GetParam());
   Buf arena, klm, dst;

@@ -140,8 +140,8 @@ struct RigConfig {
   uint32_t cq_cqes = 2048;
   uint32_t signal_every = kDefaultSignalEvery;
   bool checker_fatal = false;
-  uint32_t a_parent_access = mlx5::kAccessAll;  // access of A's arena (the parent MR)
-  uint32_t retry_cnt = 7;                       // emu transport model
+  uint32_t a_parent_access = mem::ArenaConfig{}.access;  // A's arena (parent MR): the default
+  uint32_t retry_cnt = 7;                                // emu transport model
   uint32_t transport_timeout_ms = 2000;
 };
 

@@ -1,11 +1,12 @@
 // Bad flows (suite 'security'): every misuse of map/unmap/post is refused with its specific Errc,
 // nothing is posted (the SQ producer does not move), no window is consumed, and the error is
-// counted in CoreStats::errors. Plus the parent MR's key (never handed out): what a peer that
-// guesses it can do.
+// counted in CoreStats::errors. Plus the parent MR's key (never handed out, local-only): a peer
+// that guesses it, or any direct mkey nearby, reaches nothing.
 #include <gtest/gtest.h>
 
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "rig.hpp"
@@ -236,15 +237,127 @@ TEST(BadFlows, EverythingRefusedOnAQpInError) {
   ASSERT_TRUE(r.settle(c));
 }
 
-// The parent MR (the arena) is registered with every access right (ArenaConfig::access default),
-// because emu, stricter than the hardware, requires each KLM leaf to grant what the window grants.
-// Its rkey is never handed out: no window shares its mkey index, no API returns it. This test
-// shows what a peer that guesses it can do, and that the exposure ends at the arena's bounds.
-TEST(ParentKey, WhatAGuessedParentKeyReaches) {
+// The parent MR (the arena) is registered with local rights only (ArenaConfig::access default):
+// emu, like the NIC, checks a window's rights on the window mkey and treats its KLM entries (the
+// parent's lkey) as translation. Its rkey is never handed out (no window shares its index, no API
+// returns it) but is guessable (over emu 0x201): with it, and with every direct mkey nearby, a
+// peer's READ and WRITE are refused with REMOTE_ACCESS (0x13), and nothing on either host changes
+// or is disclosed. Windows over the local-only parent still work. (Finding 2 of reliability.md.)
+TEST(ParentKey, GuessedParentKeyOpensNothing) {
   Rig r;
   const mlx5::MrInfo& mr = r.a.arena->mr();
+  EXPECT_EQ(mr.access, kAccessLocalWrite);
+  EXPECT_EQ(r.pair.a->inspect_mkey(mr.lkey).access,
+            MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ |
+                MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE);
   for (uint32_t i = 0; i < r.a.pool->n_windows(); ++i)
     EXPECT_NE(r.a.pool->window(i).mkey_index(), mr.rkey >> 8);
+
+  // A live RW window over page 1, so the attacks run while the arena is in use.
+  const uint64_t page1[] = {r.a.arena->page_addr(1)};
+  MapResult w = r.ca().map(page1, kRw, 0, 4096);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE(r.settle(r.ca()));
+
+  // Random contents on both hosts; B's READ landing area holds a canary.
+  for (size_t i = 0; i < r.a.data_bytes(); ++i) r.a.base()[i] = static_cast<uint8_t>(i * 131 + 7);
+  const size_t land = 4096, land_len = 8192;
+  std::memset(r.b.base() + land, 0xA5, land_len);
+  Snapshot sa, sb;
+  sa.take_from(r.a.base(), r.a.arena->size());
+  sb.take_from(r.b.base(), r.b.arena->size());
+
+  uint64_t tried = 0, refused = 0, changed = 0, disclosed = 0;
+  auto peer = [&](bool write, uint64_t raddr, uint32_t len, uint32_t rkey) {
+    const Sge s{r.b.arena->base() + (write ? 0 : land), len, r.b.arena->lkey()};
+    EXPECT_EQ(write ? r.cb().post_write({&s, 1}, raddr, rkey, 77, true)
+                    : r.cb().post_read({&s, 1}, raddr, rkey, 77, true),
+              Errc::kOk);
+    uint8_t st = 0xff;
+    EXPECT_TRUE(r.poll_until(
+        r.cb(), [&](const Completion& x) { st = x.cookie == 77 ? x.status : st; },
+        [&] { return st != 0xff; }));
+    if (st) r.recover_peer();
+    ++tried;
+    refused += st == kRemAccess;
+    EXPECT_EQ(st, kRemAccess) << (write ? "WRITE" : "READ") << " rkey 0x" << std::hex << rkey
+                              << " raddr 0x" << raddr << " len 0x" << len;
+    for (size_t i = land; i < land + land_len; ++i) disclosed += r.b.base()[i] != 0xA5;
+    changed += sa.verify_and_restore() + sb.verify_and_restore();
+  };
+  const uint64_t base = r.a.arena->base(), size = r.a.arena->size();
+  // Inside the arena: the first page, the mapped page, an unmapped page, the reserved tail (the
+  // pointer-mode KLM arrays), the last bytes, a multi-packet range; then around it.
+  const struct {
+    uint64_t addr;
+    uint32_t len;
+  } ranges[] = {{base, 64},
+                {r.a.arena->page_addr(1), 4096},
+                {r.a.arena->page_addr(7) + 100, 300},
+                {r.a.arena->data_end(), 256},
+                {base + size - 64, 64},
+                {base + 8192, 3 * 4096},
+                {base - 1, 2},
+                {base + size - 1, 2},
+                {base + size, 1},
+                {~uint64_t{0} - 8, 64}};
+  for (const auto& g : ranges) {
+    peer(true, g.addr, g.len, mr.rkey);
+    peer(false, g.addr, g.len, mr.rkey);
+  }
+  // Every direct mkey index nearby on A (all key bytes the device may have used for them, and
+  // the actual one), and the parent index with every key byte.
+  const uint32_t pidx = mr.rkey >> 8;
+  const uint32_t hi = pidx + r.a.pool->n_windows() + 8;
+  uint32_t directs = 0;
+  for (uint32_t idx = 0; idx <= hi; ++idx) {
+    const auto v = r.pair.a->inspect_mkey(idx << 8);
+    if (v.exists && v.indirect) continue;  // windows: the stale-key campaign's job
+    if (v.exists) {
+      ++directs;
+      peer(true, v.start, 64, (idx << 8) | v.tag);
+      peer(false, v.start, 64, (idx << 8) | v.tag);
+    }
+    for (uint32_t tag = 0; tag < 4; ++tag) {
+      if (v.exists && tag == v.tag) continue;
+      peer(tag & 1, base + 4096 * tag, 64, (idx << 8) | tag);
+    }
+  }
+  for (uint32_t tag = 0; tag < 256; ++tag) peer(tag & 1, base + 64 * tag, 64, (pidx << 8) | tag);
+  std::printf("parent MR rkey 0x%08x (local-only), %u direct mkeys near it: %" PRIu64
+              " peer READ/WRITEs, "
+              "%" PRIu64 " refused with 0x13, %" PRIu64 " bytes changed, %" PRIu64
+              " bytes disclosed\n",
+              mr.rkey, directs, tried, refused, changed, disclosed);
+  EXPECT_GE(directs, 1u);
+  EXPECT_EQ(refused, tried);
+  EXPECT_EQ(changed, 0u);
+  EXPECT_EQ(disclosed, 0u);
+
+  // The window over the local-only parent works for the peer, read and write.
+  const Sge src{r.b.arena->base(), 512, r.b.arena->lkey()};
+  const Sge dst{r.b.arena->base() + land, 512, r.b.arena->lkey()};
+  uint8_t st1 = 0xff, st2 = 0xff;
+  ASSERT_EQ(r.cb().post_write({&src, 1}, 100, w.rkey, 1, true), Errc::kOk);
+  ASSERT_EQ(r.cb().post_read({&dst, 1}, 100, w.rkey, 2, true), Errc::kOk);
+  ASSERT_TRUE(r.poll_until(
+      r.cb(), [&](const Completion& x) { (x.cookie == 1 ? st1 : st2) = x.status; },
+      [&] { return st1 != 0xff && st2 != 0xff; }));
+  EXPECT_EQ(st1, 0);
+  EXPECT_EQ(st2, 0);
+  EXPECT_EQ(0, std::memcmp(r.a.base() + 4096 + 100, r.b.base(), 512));
+  EXPECT_EQ(0, std::memcmp(r.b.base() + land, r.b.base(), 512));
+  EXPECT_EQ(r.checker_reports(), 0u) << r.checker_dump();
+}
+
+// Opt-in: an arena registered with remote rights (ArenaConfig::access = kAccessAll, for callers
+// that hand the arena's own rkey to a peer) is reachable with that key, as documented, but never
+// beyond the registration.
+TEST(ParentKey, RemoteCapableArenaIsAnExplicitOptIn) {
+  RigConfig rc;
+  rc.a_parent_access = mlx5::kAccessAll;
+  Rig r(rc);
+  const mlx5::MrInfo& mr = r.a.arena->mr();
   auto peer = [&](bool write, uint64_t raddr, uint32_t len) {
     const Sge s{r.b.arena->base(), len, r.b.arena->lkey()};
     EXPECT_EQ(write ? r.cb().post_write({&s, 1}, raddr, mr.rkey, 77, true)
@@ -258,34 +371,11 @@ TEST(ParentKey, WhatAGuessedParentKeyReaches) {
     return st;
   };
   const uint64_t base = r.a.arena->base(), size = r.a.arena->size();
-  const uint8_t in_read = peer(false, base + 4096, 64);
-  const uint8_t in_write = peer(true, base + size - 64, 64);
-  std::printf(
-      "parent MR rkey 0x%08x (index %u, variant %u): peer READ inside the arena -> 0x%02x, "
-      "WRITE -> 0x%02x (0 = allowed: a guessed parent key reaches the whole %zu-byte arena)\n",
-      mr.rkey, mr.rkey >> 8, mr.rkey & 0xff, in_read, in_write, static_cast<size_t>(size));
-  // Never beyond the registration.
+  EXPECT_EQ(peer(false, base + 4096, 64), 0);
+  EXPECT_EQ(peer(true, base + size - 64, 64), 0);
   EXPECT_EQ(peer(false, base - 1, 2), kRemAccess);
   EXPECT_EQ(peer(true, base + size - 1, 2), kRemAccess);
-  EXPECT_EQ(peer(true, base - 4096, 64), kRemAccess);
   EXPECT_EQ(peer(false, base + size, 1), kRemAccess);
-  EXPECT_EQ(peer(false, ~uint64_t{0} - 8, 64), kRemAccess);
-
-  // A parent MR with local access only would close this; over emu the windows then refuse
-  // remote access too (emu checks every KLM leaf's rights), so it is not the default.
-  RigConfig rc;
-  rc.a_parent_access = kAccessLocalWrite;
-  Rig l(rc);
-  const uint64_t page[] = {l.a.arena->page_addr(0)};
-  MapResult m = l.ca().map(page, kRw, 0, 4096);
-  ASSERT_TRUE(m.ok());
-  ASSERT_TRUE(l.settle(l.ca()));
-  const Sge s{l.b.arena->base(), 64, l.b.arena->lkey()};
-  ASSERT_EQ(l.cb().post_read({&s, 1}, 0, m.rkey, 1, true), Errc::kOk);
-  uint8_t st = 0xff;
-  ASSERT_TRUE(l.poll_until(
-      l.cb(), [&](const Completion& x) { st = x.status; }, [&] { return st != 0xff; }));
-  std::printf("local-only parent MR: READ through an RW window -> 0x%02x\n", st);
 }
 
 }  // namespace

@@ -151,7 +151,10 @@ class Campaign {
   void settle_a() { ASSERT_TRUE(r_.settle(r_.ca())); }
 
   bool is_live_key(uint32_t k) const {
-    if (k == parent_rkey_) return true;
+    // The parent MR counts as live only if it was registered with remote rights (by default it
+    // is local-only, so its key is one more forged key the campaign may hit).
+    if (k == parent_rkey_ && (r_.a.arena->mr().access & (kAccessRemoteRead | kAccessRemoteWrite)))
+      return true;
     for (const Live& l : live_)
       if (l.rkey == k) return true;
     return false;

@@ -98,8 +98,12 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
     on(m->host + (iova - m->start), len);
     return XlateErr::kOk;
   }
-  // Indirect: walk the KLM list; every entry must resolve to a direct mkey that itself allows
-  // the access and holds the range.
+  // Indirect: the rights were checked above, on the mkey the request names (the window), and
+  // only there. KLM entries are translation, as on the NIC: each must resolve to a valid direct
+  // mkey (no nested indirection) of the window's PD that holds the translated range, but it
+  // need not grant the access itself. That is what lets a remote-capable window (or the
+  // kernel's SG_GAPS MR over the PD's local_dma_lkey) point at local-only memory. See
+  // doc/guides/emu.md, "Indirect mkeys: rights on the window, bounds on the leaves".
   uint64_t off = iova - m->start;
   if (!in_range(off, len, 0, m->xlat_bytes)) return XlateErr::kBounds;
   size_t i = static_cast<size_t>(std::upper_bound(m->prefix.begin(), m->prefix.end(), off) -
@@ -117,7 +121,7 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
     Mkey* p = lookup(e.mkey);
     if (!p || p->kind != Mkey::Kind::kDirect) return XlateErr::kBadKey;
     if (p->free) return XlateErr::kState;
-    if ((p->access & access) != access) return XlateErr::kAccess;
+    if (p->pd != m->pd) return XlateErr::kAccess;
     if (e.addr > UINT64_MAX - in_e) return XlateErr::kBounds;
     const uint64_t a = e.addr + in_e;
     if (!in_range(a, n, p->start, p->len)) return XlateErr::kBounds;

@@ -195,7 +195,7 @@ uint32_t Engine::alloc_mkey_index() {
   return static_cast<uint32_t>(mkeys_.size() - 1);
 }
 
-Result<mlx5::MrInfo> Engine::reg_mr(void* addr, size_t len, uint32_t access) {
+Result<mlx5::MrInfo> Engine::reg_mr(void* addr, size_t len, uint32_t access, uint32_t pd) {
   std::lock_guard<std::mutex> g(mu_);
   if (fail_mkeys_) {
     --fail_mkeys_;
@@ -213,6 +213,7 @@ Result<mlx5::MrInfo> Engine::reg_mr(void* addr, size_t len, uint32_t access) {
   m.free = false;
   m.access = static_cast<uint8_t>(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ |
                                   mlx5::mkc_access_bits(access));
+  m.pd = pd;
   m.start = reinterpret_cast<uint64_t>(addr);
   m.len = len;
   m.host = static_cast<uint8_t*>(addr);
@@ -475,6 +476,7 @@ EmuDevice::MkeyView Engine::inspect_mkey(uint32_t key) {
   v.free = m.free;
   v.tag = m.tag;
   v.access = m.access;
+  v.pd = m.pd;
   v.start = m.start;
   v.len = m.len;
   for (const detail::Klm& k : m.klm) v.n_entries += k.byte_count ? 1 : 0;
@@ -621,6 +623,9 @@ const mlx5::DeviceCaps& EmuDevice::caps() const noexcept {
 }
 Result<mlx5::MrInfo> EmuDevice::reg_mr(void* addr, size_t len, uint32_t access) {
   return eng_->reg_mr(addr, len, access);
+}
+Result<mlx5::MrInfo> EmuDevice::reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd) {
+  return eng_->reg_mr(addr, len, access, pd);
 }
 Status EmuDevice::dereg_mr(const mlx5::MrInfo& mr) {
   return eng_->dereg_mr(mr);

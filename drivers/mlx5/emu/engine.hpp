@@ -38,6 +38,7 @@ struct Mkey {
   bool umr_en = false;
   bool en_rinval = false;
   uint8_t access = 0;  // mkc access bits (LR/LW/RR/RW/A)
+  uint32_t pd = 0;     // protection domain (everything the device makes itself is in PD 0)
   uint8_t log_page_size = 0;
   uint32_t bound_qpn = prm::kMkeyQpnNone;
   uint64_t start = 0;  // IOVA of byte 0 (direct: the host VA)
@@ -154,7 +155,7 @@ class Engine {
 
   // control path (public methods of EmuDevice forward here)
   Status attach();
-  Result<mlx5::MrInfo> reg_mr(void* addr, size_t len, uint32_t access);
+  Result<mlx5::MrInfo> reg_mr(void* addr, size_t len, uint32_t access, uint32_t pd = 0);
   Status dereg_mr(const mlx5::MrInfo& mr);
   Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate);
   Status destroy_mkey(uint32_t mkey);

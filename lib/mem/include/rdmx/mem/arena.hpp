@@ -10,7 +10,9 @@
 //
 // The whole arena is registered with Device::reg_mr once, at create(). The parent MR's lkey is
 // what every window's translation entries point at; its rkey never leaves the process (rdmx
-// gives peers window rkeys only). Chunk pages are page_size-aligned pieces of the data part.
+// gives peers window rkeys only), and by default it is registered with local rights only
+// (ArenaConfig::access), so that rkey opens nothing remotely even when guessed. Chunk pages are
+// page_size-aligned pieces of the data part.
 //
 // Thread safety: after setup (create + reserve_tail) an Arena is read-only and may be shared by
 // every poll core. All query functions are hot-path safe (noexcept, no allocation).
@@ -42,9 +44,16 @@ struct ArenaConfig {
   void* user_buf = nullptr;         // Source::kUser
   int numa_node = -1;               // Source::kDpdk socket; -1 = any (SOCKET_ID_ANY)
   std::string name = "rdmx_arena";  // Source::kDpdk memzone name (unique per process)
-  // Access of the parent MR. Windows can grant at most this much. Default: everything, since
-  // the parent's rkey is never handed out (peers only ever see window rkeys).
-  uint32_t access = mlx5::kAccessAll;
+  // Access of the parent MR itself (local read is implicit). Default: local write only, so the
+  // parent's rkey, which is never handed out but is guessable (over emu it is 0x201), opens
+  // nothing remotely. Windows do not need more: the device checks a window's rights on the
+  // window mkey, and its KLM entries (naming the parent's lkey) are translation only: the
+  // kernel's SG_GAPS MRs put the PD's local-only local_dma_lkey there the same way.
+  // Opt in to remote bits (e.g. kAccessAll) only when a peer is *given* the arena's own rkey and
+  // RDMA-accesses the arena directly, without windows; then the whole registration is exposed to
+  // it. In-tree user: rdmx-perf's io tests (the emu peer's target buffer, apps/rdmx-perf/
+  // tests_io.cpp). A local SGE over the arena (lkey) never needs remote bits.
+  uint32_t access = mlx5::kAccessLocalWrite;
 };
 
 // A buffer translated into chunk pages (to_pages).

@@ -271,12 +271,17 @@ class EmuDevice final : public mlx5::Device {
     bool free = true;
     uint8_t tag = 0;
     uint8_t access = 0;  // mkc access bits
+    uint32_t pd = 0;     // protection domain
     uint64_t start = 0;
     uint64_t len = 0;
     uint32_t n_entries = 0;
     uint32_t max_entries = 0;
   };
   MkeyView inspect_mkey(uint32_t mkey) const;
+  // Test helper: reg_mr in protection domain `pd`. Everything else the device makes (reg_mr,
+  // windows, QPs) lives in PD 0, so an MR with pd != 0 is "another PD's" memory: a window whose
+  // KLM entry names it fails translation (see doc/guides/emu.md, "Indirect mkeys").
+  Result<mlx5::MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd);
 
  private:
   friend class DeviceThread;
