@@ -10,7 +10,10 @@
 namespace rdmx::win {
 
 PollCore::PollCore(WindowPool& pool, const CoreConfig& cfg)
-    : pool_(pool), arena_(pool.arena()), cfg_(cfg) {}
+    : pool_(pool),
+      arena_(pool.arena()),
+      cfg_(cfg),
+      windows_(pool.n_windows() ? &pool.window(0) : nullptr) {}
 
 Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreConfig& cfg) {
   if (cfg.cache_size < 2)

@@ -110,17 +110,31 @@ class PollCore {
   // with an invalidation included. Returns the number of CQEs read.
   template <class F>
   uint32_t poll(uint32_t max_cqes, F&& on) noexcept {
-    const uint32_t n = qp_.poll(max_cqes, [&](const mlx5::Completion& c) {
-      if (!c.recv && (c.cookie & kInternalCookie)) {
-        on_internal(c);
-        return;
-      }
-      if (!c.ok()) [[unlikely]]
-        on_app_error(c);
-      else if (c.recv && c.cqe_opcode == MLX5_CQE_RESP_SEND_INV)
-        on_remote_invalidate(c.imm);
-      on(c);
-    });
+    // The window layer's own UMRs that completed successfully take the queue pair's cheap
+    // path (cookie only, no Completion record); their counters are added once per call.
+    uint32_t umrs_ok = 0;
+    Window* const ws = windows_;
+    const uint32_t n = qp_.poll(
+        max_cqes,
+        [&](uint64_t cookie) noexcept {
+          if (!(cookie & kInternalCookie)) return false;
+          umr_ok(ws, cookie);
+          ++umrs_ok;
+          return true;
+        },
+        [&](const mlx5::Completion& c) {
+          if (!c.recv && (c.cookie & kInternalCookie)) {
+            on_internal(c);
+            return;
+          }
+          if (!c.ok()) [[unlikely]]
+            on_app_error(c);
+          else if (c.recv && c.cqe_opcode == MLX5_CQE_RESP_SEND_INV)
+            on_remote_invalidate(c.imm);
+          on(c);
+        });
+    stats_.umr_completions += umrs_ok;
+    umrs_in_flight_ -= umrs_ok;
     if (cache_.over()) flush_to_depot();
     return n;
   }
@@ -179,6 +193,20 @@ class PollCore {
                  uint32_t rkey, Be32 imm, uint64_t cookie, bool signal) noexcept;
   void note_local_use(std::span<const mlx5::prm::Sge> local, uint8_t use) noexcept;
   void on_internal(const mlx5::Completion& c) noexcept;
+  // A map/unmap UMR of this core completed successfully (the caller counts it in
+  // umr_completions and umrs_in_flight_).
+  // `ws` is windows_, passed in a register (the stores below would make the compiler reload it).
+  void umr_ok(Window* ws, uint64_t cookie) noexcept {
+    const uint32_t wid = static_cast<uint32_t>(cookie);
+    RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
+    Window* w = ws + wid;
+    RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_ > 0);
+    // The op field holds kOpMap (1) or kOpUnmap (2): one bit tells them apart.
+    static_assert(kOpMap == 1 && kOpUnmap == 2);
+    if (cookie & (uint64_t{kOpMap} << 56)) w->klm_busy_ = false;
+    if (--w->outstanding_ == 0 && w->state_ == WindowState::kUnmapping && !w->dirty_)
+      w->state_ = WindowState::kCache;
+  }
   [[gnu::cold]] void on_app_error(const mlx5::Completion& c) noexcept;
   void on_remote_invalidate(uint32_t rkey) noexcept;
   void umr_done(Window* w) noexcept;
@@ -204,6 +232,7 @@ class PollCore {
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
   Errc last_errc_ = Errc::kOk;
   mlx5::QueuePair qp_;
+  Window* windows_ = nullptr;  // pool_.window(0): the pool's windows never move
   WindowCache cache_;
   std::unique_ptr<Window*[]> scratch_;  // depot bursts
   CoreStats stats_;

@@ -55,8 +55,8 @@ class SqWriter {
 
   uint32_t qpn() const noexcept { return qpn_; }
   uint32_t wqe_cnt() const noexcept { return n_; }
-  uint32_t pi() const noexcept { return pi_; }        // free-running, WQEBBs
-  uint32_t ci() const noexcept { return ci_; }        // first WQEBB not yet completed
+  uint32_t pi() const noexcept { return pi_; }  // free-running, WQEBBs
+  uint32_t ci() const noexcept { return ci_; }  // first WQEBB not yet completed
   uint32_t in_flight() const noexcept { return pi_ - ci_; }
   uint32_t free_wqebbs() const noexcept { return n_ - (pi_ - ci_); }
   bool has_room(uint32_t ds) const noexcept { return prm::ds_to_wqebbs(ds) <= free_wqebbs(); }
@@ -117,6 +117,10 @@ class SqWriter {
   // Completion side: the WQE starting at `ci` slot. Used by the CQ poller.
   const SqShadow& shadow_at(uint32_t counter) const noexcept { return shadow_[counter & (n_ - 1)]; }
   void retire(uint32_t n_wqebb) noexcept { ci_ += n_wqebb; }
+  // Completion side: the shadow table (wqe_cnt() entries; index with counter & (wqe_cnt()-1)).
+  const SqShadow* shadow() const noexcept { return shadow_.get(); }
+  // Completion side: everything before `ci` has completed (a batch of retire()).
+  void set_ci(uint32_t ci) noexcept { ci_ = ci; }
 
   uint64_t posted() const noexcept { return posted_; }
   uint64_t doorbells() const noexcept { return doorbells_; }
