@@ -89,6 +89,10 @@ bool to_seconds(const std::string& s, double& out) {
 ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
   ParseOutcome o;
   auto fail = [&](std::string msg) {
+    // One line whatever the arguments held (found by fuzz_rdmafwd_args: a value with a newline
+    // was echoed as is): control characters are shown as '?'.
+    for (char& ch : msg)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
     o.error = std::move(msg);
     return o;
   };
@@ -229,7 +233,7 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
   }
   if (p.max_pages == 0) p.max_pages = std::max<uint32_t>(p.pages_per_io, 16);
   if (p.windows_per_core == 0) p.windows_per_core = 2 * p.io_depth + 16;
-  o.error = check_params(p);
+  if (std::string e = check_params(p); !e.empty()) return fail(std::move(e));
   return o;
 }
 
