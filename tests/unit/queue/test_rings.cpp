@@ -280,3 +280,74 @@ TEST(QueuePair, ReceiveCompletionsCarryCookieLengthAndImmediate) {
 }
 
 }  // namespace
+
+namespace {
+
+// The two-callback poll: fast(cookie) may consume successful send WQEs (the window layer's own
+// UMRs); everything it declines, every error and every receive still reaches on() — each WQE
+// exactly once, in order — across wraps of a small ring.
+TEST(QueuePair, FastPathConsumesAcceptedCookiesAndForwardsTheRest) {
+  PlainQueues q(8, 8);
+  QueuePair qp;
+  qp.init(q.desc, 3);
+  PlainDevice dev(q);
+  uint64_t next = 1, expect = 1, fast_taken = 0, slow_seen = 0;
+  for (int round = 0; round < 200; ++round) {
+    for (int i = 0; i < 3 && qp.sq().has_room(4); ++i) post_nop(qp, 1 + (round + i) % 4, next++);
+    qp.sq().ring_doorbell();
+    dev.process();
+    qp.poll(
+        64,
+        [&](uint64_t cookie) noexcept {
+          EXPECT_EQ(cookie, expect) << "fast path out of order";
+          if (cookie % 2 == 0) return false;  // decline even cookies: on() must get them
+          ++expect;
+          ++fast_taken;
+          return true;
+        },
+        [&](const Completion& c) {
+          EXPECT_EQ(c.cookie, expect) << "slow path out of order or duplicated";
+          EXPECT_EQ(c.cookie % 2, 0u) << "an accepted cookie reached on()";
+          EXPECT_TRUE(c.ok());
+          ++expect;
+          ++slow_seen;
+        });
+  }
+  EXPECT_EQ(expect, next) << "every WQE reported exactly once";
+  EXPECT_EQ(fast_taken + slow_seen, next - 1);
+  EXPECT_GT(fast_taken, 0u);
+  EXPECT_GT(slow_seen, 0u);
+  EXPECT_EQ(qp.sq().in_flight(), 0u);
+}
+
+TEST(QueuePair, FastPathNeverSeesErrors) {
+  PlainQueues q(64, 64);
+  QueuePair qp;
+  qp.init(q.desc, 8);
+  PlainDevice dev(q);
+  dev.fail_at(2);
+  for (int i = 1; i <= 5; ++i) post_nop(qp, 1, i);
+  qp.sq().ring_doorbell();
+  dev.process();
+  std::vector<uint64_t> order, fast;
+  std::vector<uint8_t> status;
+  qp.poll(
+      64,
+      [&](uint64_t cookie) noexcept {
+        fast.push_back(cookie);
+        order.push_back(cookie);
+        status.push_back(0);
+        return true;
+      },
+      [&](const Completion& c) {
+        order.push_back(c.cookie);
+        status.push_back(c.status);
+      });
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 2, 3, 4, 5})) << "each WQE once, in order";
+  EXPECT_EQ(status, (std::vector<uint8_t>{0, 0, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+                                          MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+                                          MLX5_CQE_SYNDROME_WR_FLUSH_ERR}));
+  for (uint64_t c : fast) EXPECT_LT(c, 3u) << "the fast path saw a failed WQE";
+}
+
+}  // namespace
