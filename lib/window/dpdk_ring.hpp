@@ -1,13 +1,9 @@
-// The DPDK header lib/window uses (private): rte_ring for the depot. DPDK 22.11's C headers trip
-// -Wshadow and C++20's -Wvolatile; the warnings are silenced for this include only.
+// The DPDK header lib/window uses (private): rte_ring for the depot, with DPDK's own C++20
+// warnings silenced for this include only (see rdmx/core/dpdk_include.hpp).
 #pragma once
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wshadow"
-#if defined(__clang__)
-#pragma GCC diagnostic ignored "-Wdeprecated-volatile"
-#else
-#pragma GCC diagnostic ignored "-Wvolatile"
-#endif
+#include <rdmx/core/dpdk_include.hpp>
+
+RDMX_DPDK_INCLUDES_BEGIN
 #include <rte_ring.h>
-#pragma GCC diagnostic pop
+RDMX_DPDK_INCLUDES_END
