@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "child.hpp"
 #include <rdmx/rt/eal.hpp>
 #include <rdmx/rt/launcher.hpp>
 #include <rdmx/rt/syscall_guard.hpp>
@@ -38,44 +39,8 @@ namespace {
 
 constexpr uint64_t kIterations = 1000000;
 
-struct ChildResult {
-  int status = 0;
-  std::string err;  // the child's stderr
-  bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-  bool killed_by_sigsys() const { return WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS; }
-  std::string describe() const {
-    std::string s = WIFEXITED(status)     ? "exit " + std::to_string(WEXITSTATUS(status))
-                    : WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                          : "status " + std::to_string(status);
-    return s + "; stderr:\n" + err;
-  }
-};
-
-// Runs body() in a child process; its return value is the exit code. Stderr is captured.
-ChildResult run_child(const std::function<int()>& body) {
-  int fds[2];
-  EXPECT_EQ(pipe(fds), 0);
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    dup2(fds[1], 2);
-    close(fds[1]);
-    struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);  // a SIGSYS death must not leave a core file
-    int rc = body();
-    std::fflush(nullptr);
-    _exit(rc);
-  }
-  close(fds[1]);
-  ChildResult r;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) r.err.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  EXPECT_EQ(waitpid(pid, &r.status, 0), pid);
-  return r;
-}
+using rdmx::test::ChildResult;
+using rdmx::test::run_child;
 
 // The loop under test: the kind of work a poll core does (TSC, atomics, arithmetic on its own
 // memory, a hot-log push) and nothing else.

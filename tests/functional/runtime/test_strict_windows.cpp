@@ -46,6 +46,7 @@
 
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/mem/arena.hpp>
+#include "child.hpp"
 #include <rdmx/rt/eal.hpp>
 #include <rdmx/rt/launcher.hpp>
 #include <rdmx/rt/placement.hpp>
@@ -509,47 +510,9 @@ int windows_child(bool add_getpid) {
   return rc;
 }
 
-struct ChildResult {
-  int status = 0;
-  std::string err;  // the child's stderr
-  bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-  bool skipped() const { return WIFEXITED(status) && WEXITSTATUS(status) == 77; }
-  bool killed_by_sigsys() const { return WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS; }
-  std::string status_text() const {
-    return WIFEXITED(status)     ? "exit " + std::to_string(WEXITSTATUS(status))
-           : WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
-                                 : "status " + std::to_string(status);
-  }
-  std::string describe() const { return status_text() + "; stderr:\n" + err; }
-};
-
-// Runs body() in a child process; its return value is the exit code. Stderr is captured (and
-// echoed, so the counts and the rate appear in the test log).
+using rdmx::test::ChildResult;
 ChildResult run_child(const std::function<int()>& body) {
-  int fds[2];
-  EXPECT_EQ(pipe(fds), 0);
-  std::fflush(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    dup2(fds[1], 2);
-    close(fds[1]);
-    struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);  // a SIGSYS death must not leave a core file
-    int rc = body();
-    std::fflush(nullptr);
-    _exit(rc);
-  }
-  close(fds[1]);
-  ChildResult r;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) r.err.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  EXPECT_EQ(waitpid(pid, &r.status, 0), pid);
-  std::fprintf(stdout, "--- child (%s), its stderr: ---\n%s", r.status_text().c_str(),
-               r.err.c_str());
-  return r;
+  return rdmx::test::run_child(body, /*echo=*/true);
 }
 
 // The value after `key` in the child's "counts:" line, or UINT64_MAX.
