@@ -88,6 +88,36 @@ Result<mlx5::ConnectInfo> peer_info(const rdma_cm_event& ev) {
   return decode_connect_info(std::span<const uint8_t>(p, ev.param.conn.private_data_len));
 }
 
+// What both sides start from: an event channel, a TCP-port-space cm_id on it, and the address
+// of host:port (passive: the local address to bind; host nullptr = any).
+struct Endpoint {
+  detail::EventChannelPtr ch;
+  detail::CmIdPtr id;
+  detail::AddrInfoPtr ai;
+};
+Result<Endpoint> open_endpoint(const char* host, uint16_t port, bool passive,
+                               const std::string& where) {
+  Endpoint e;
+  e.ch.reset(rdma_create_event_channel());
+  if (!e.ch) return cm_error("rdma_create_event_channel", last_errno());
+  rdma_cm_id* raw_id = nullptr;
+  if (rdma_create_id(e.ch.get(), &raw_id, nullptr, RDMA_PS_TCP))
+    return cm_error("rdma_create_id", last_errno());
+  e.id.reset(raw_id);
+  rdma_addrinfo hints{};
+  if (passive) hints.ai_flags = RAI_PASSIVE;
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_qp_type = IBV_QPT_RC;
+  rdma_addrinfo* raw_ai = nullptr;
+  const std::string port_s = std::to_string(port);
+  if (int rc = rdma_getaddrinfo(host, port_s.c_str(), &hints, &raw_ai); rc)
+    return make_error(Errc::kInvalidArgument,
+                      "rdma_getaddrinfo(" + where +
+                          ") failed: " + (rc == -1 ? std::strerror(errno) : gai_strerror(rc)));
+  e.ai.reset(raw_ai);
+  return e;
+}
+
 }  // namespace
 
 // ---- CmConnection -------------------------------------------------------------------------------
@@ -113,23 +143,9 @@ Result<std::unique_ptr<CmConnection>> cm_connect(DvDevice& dev, mlx5::QpHandle q
                                                  const std::string& host, uint16_t port,
                                                  const CmOptions& opts) {
   const std::string where = host + ":" + std::to_string(port);
-  detail::EventChannelPtr ch(rdma_create_event_channel());
-  if (!ch) return cm_error("rdma_create_event_channel", last_errno());
-  rdma_cm_id* raw_id = nullptr;
-  if (rdma_create_id(ch.get(), &raw_id, nullptr, RDMA_PS_TCP))
-    return cm_error("rdma_create_id", last_errno());
-  detail::CmIdPtr id(raw_id);
-
-  rdma_addrinfo hints{};
-  hints.ai_port_space = RDMA_PS_TCP;
-  hints.ai_qp_type = IBV_QPT_RC;
-  rdma_addrinfo* raw_ai = nullptr;
-  const std::string port_s = std::to_string(port);
-  if (int rc = rdma_getaddrinfo(host.c_str(), port_s.c_str(), &hints, &raw_ai); rc)
-    return make_error(Errc::kInvalidArgument,
-                      "rdma_getaddrinfo(" + where +
-                          ") failed: " + (rc == -1 ? std::strerror(errno) : gai_strerror(rc)));
-  detail::AddrInfoPtr ai(raw_ai);
+  auto ep = open_endpoint(host.c_str(), port, false, where);
+  if (!ep.ok()) return std::move(ep).error();
+  auto& [ch, id, ai] = ep.value();
 
   if (rdma_resolve_addr(id.get(), ai->ai_src_addr, ai->ai_dst_addr, opts.timeout_ms))
     return cm_error("rdma_resolve_addr(" + where + ")", last_errno());
@@ -183,27 +199,10 @@ CmListener::~CmListener() {
 
 Result<std::unique_ptr<CmListener>> CmListener::listen(const std::string& bind_host, uint16_t port,
                                                        const CmOptions& opts) {
-  detail::EventChannelPtr ch(rdma_create_event_channel());
-  if (!ch) return cm_error("rdma_create_event_channel", last_errno());
-  rdma_cm_id* raw_id = nullptr;
-  if (rdma_create_id(ch.get(), &raw_id, nullptr, RDMA_PS_TCP))
-    return cm_error("rdma_create_id", last_errno());
-  detail::CmIdPtr id(raw_id);
-
-  rdma_addrinfo hints{};
-  hints.ai_flags = RAI_PASSIVE;
-  hints.ai_port_space = RDMA_PS_TCP;
-  hints.ai_qp_type = IBV_QPT_RC;
-  rdma_addrinfo* raw_ai = nullptr;
-  const std::string port_s = std::to_string(port);
-  const std::string where = (bind_host.empty() ? "*" : bind_host) + ":" + port_s;
-  if (int rc = rdma_getaddrinfo(bind_host.empty() ? nullptr : bind_host.c_str(), port_s.c_str(),
-                                &hints, &raw_ai);
-      rc)
-    return make_error(Errc::kInvalidArgument,
-                      "rdma_getaddrinfo(" + where +
-                          ") failed: " + (rc == -1 ? std::strerror(errno) : gai_strerror(rc)));
-  detail::AddrInfoPtr ai(raw_ai);
+  const std::string where = (bind_host.empty() ? "*" : bind_host) + ":" + std::to_string(port);
+  auto ep = open_endpoint(bind_host.empty() ? nullptr : bind_host.c_str(), port, true, where);
+  if (!ep.ok()) return std::move(ep).error();
+  auto& [ch, id, ai] = ep.value();
   if (rdma_bind_addr(id.get(), ai->ai_src_addr))
     return cm_error("rdma_bind_addr(" + where + ")", last_errno());
   if (rdma_listen(id.get(), opts.backlog))
