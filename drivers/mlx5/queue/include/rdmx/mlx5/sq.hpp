@@ -28,7 +28,7 @@ struct SqShadow {
   uint64_t cookie;
   uint16_t n_wqebb;
   uint8_t opcode;
-  uint8_t signaled;
+  uint8_t pad8;  // padding to 16 bytes
   uint32_t pad;
 };
 static_assert(sizeof(SqShadow) == 16);
@@ -81,7 +81,7 @@ class SqWriter {
     const bool sig = (ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) != 0;
     const uint16_t nbb = static_cast<uint16_t>(prm::ds_to_wqebbs(ds));
     RDMX_DEBUG_ASSERT(nbb <= free_wqebbs());
-    shadow_[slot] = SqShadow{cookie, nbb, opcode, static_cast<uint8_t>(sig), 0};
+    shadow_[slot] = SqShadow{cookie, nbb, opcode, 0, 0};
     unsignaled_ = sig ? 0 : unsignaled_ + 1;
     fm_cache_ = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
     last_ctrl_ = ctrl;
@@ -96,7 +96,6 @@ class SqWriter {
     if (pi_ == db_pi_) return;
     if (unsignaled_ != 0) {
       last_ctrl_->fm_ce_se |= MLX5_WQE_CTRL_CQ_UPDATE;
-      shadow_[(pi_ - last_nbb()) & (n_ - 1)].signaled = 1;
       unsignaled_ = 0;
     }
     // PRM doorbell sequence: WQE stores visible before the doorbell record (release), the
@@ -126,13 +125,6 @@ class SqWriter {
   uint64_t doorbells() const noexcept { return doorbells_; }
 
  private:
-  uint16_t last_nbb() const noexcept {
-    // The slot of the last WQE: its ctrl pointer gives it.
-    const uint32_t slot = static_cast<uint32_t>(
-        (reinterpret_cast<uint8_t*>(last_ctrl_) - static_cast<uint8_t*>(buf_)) / MLX5_SEND_WQE_BB);
-    return shadow_[slot].n_wqebb;
-  }
-
   void* buf_ = nullptr;
   uint32_t n_ = 0;
   uint32_t qpn_ = 0;
