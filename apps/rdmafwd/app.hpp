@@ -59,7 +59,6 @@ struct App {
 };
 
 App& app();
-extern std::atomic<bool> g_signal;
 
 // Prompt (cmdline.cpp). Returns when `quit`, end of input or a signal.
 void run_prompt(App& a);

@@ -25,8 +25,6 @@ namespace rdmafwd {
 bool rpc_send_bye(Lane& l);
 void io_failed_public(Lane& l);
 
-std::atomic<bool> g_signal{false};
-
 App& app() {
   static App a;
   return a;
@@ -345,9 +343,24 @@ int fail_usage(const std::string& prog, const std::string& msg) {
   return kExitUsage;
 }
 
+// Ctrl-C during set-up (EAL start-up, device open, waiting for a peer): every owner has been
+// destroyed by the time main returns, so the EAL runtime directory and shm files are gone.
+int interrupted(const char* phase) {
+  std::fprintf(stderr, "rdmafwd: interrupted %s\n", phase);
+  return kExitInterrupted;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The handler goes in before anything else: a signal that lands during EAL start-up must set
+  // the flag, not kill the process with DPDK's runtime directory half made.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
   auto split = rt::split_args(argc, argv);
   if (!split) return fail_usage("rdmafwd", split.error().message);
   const rt::EalArgs& ea = split.value();
@@ -377,6 +390,7 @@ int main(int argc, char** argv) {
     return eal.error().code == Errc::kInvalidArgument ? kExitUsage : kExitRuntime;
   }
   rt::Eal eal_owner = std::move(eal).value();
+  if (g_signal.load()) return interrupted("during EAL start-up");
   FILE* out = a.text_out();
   for (const std::string& n : eal_owner.notices())
     std::fprintf(out, "rdmafwd: EAL: %s\n", n.c_str());
@@ -413,7 +427,15 @@ int main(int argc, char** argv) {
   }
   if (a.prm.show_topology) std::fputs(a.topology_text.c_str(), out);
 
+  if (a.prm.role == Role::kServer)
+    std::fprintf(
+        out, "rdmafwd: server: waiting for a client on wire '%s' (up to 120 s), Ctrl-C to stop\n",
+        a.prm.wire.c_str());
+  std::fflush(out);
   auto tb = make_testbed(a.prm, a.lcores);
+  if (g_signal.load())
+    return interrupted(a.prm.role == Role::kBoth ? "during device set-up"
+                                                 : "while waiting for the peer");
   if (!tb) {
     const Error& e = tb.error();
     std::fprintf(stderr, "rdmafwd: %s: %s\n", a.prm.device.c_str(), e.message.c_str());
@@ -476,12 +498,6 @@ int main(int argc, char** argv) {
                  a.telemetry_path.c_str());
   std::fflush(out);
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
   a.refresh_census();
   if (a.prm.interactive || !a.prm.cmdline_file.empty()) {
     if (a.prm.auto_start) {
@@ -492,6 +508,7 @@ int main(int argc, char** argv) {
     if (a.running) (void)a.stop();
     a.print_stats("summary", -1);
   } else {
+    if (g_signal.load()) return interrupted("before forwarding started");
     if (Status s = a.start(); !s) {
       std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
       return kExitRuntime;

@@ -32,9 +32,10 @@ using namespace rdmx;
 
 // ---- Exit codes (doc/guides/rdmafwd.md) ----------------------------------------------------
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitRuntime = 1;   // errors during the run, verification failure
-inline constexpr int kExitUsage = 2;     // bad or missing arguments
-inline constexpr int kExitNoDevice = 3;  // the device asked for does not exist
+inline constexpr int kExitRuntime = 1;        // errors during the run, verification failure
+inline constexpr int kExitUsage = 2;          // bad or missing arguments
+inline constexpr int kExitNoDevice = 3;       // the device asked for does not exist
+inline constexpr int kExitInterrupted = 130;  // SIGINT/SIGTERM before forwarding started
 
 // ---- Parameters ------------------------------------------------------------------------------
 enum class Role { kBoth, kServer, kClient };

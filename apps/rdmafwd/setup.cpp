@@ -26,6 +26,8 @@
 
 namespace rdmafwd {
 
+std::atomic<bool> g_signal{false};
+
 namespace {
 
 uint32_t pow2_at_least(uint64_t v) {
@@ -152,6 +154,7 @@ Result<std::string> wait_file(const std::string& path, double seconds) {
       (void)::unlink(path.c_str());
       return ss.str();
     }
+    if (g_signal.load()) return make_error(Errc::kState, "interrupted while waiting for " + path);
     if (std::chrono::steady_clock::now() > end)
       return make_error(Errc::kTimeout, "no peer after " + std::to_string(int(seconds)) +
                                             " s (waiting for " + path + ")");
@@ -336,6 +339,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
           tb->wire = std::move(w).value();
           break;
         }
+        if (g_signal.load())
+          return make_error(Errc::kState, "interrupted while waiting for the server's wire");
         if (std::chrono::steady_clock::now() > end)
           return wrap(w.error(), "shared-memory wire '" + p.wire + "' (is the server running?)");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -1,6 +1,7 @@
 // rdmafwd setup: devices, arenas, window pools, poll cores, QP connections, buffers.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,10 @@
 #include "rdmafwd.hpp"
 
 namespace rdmafwd {
+
+// Set by SIGINT/SIGTERM (main installs the handler before anything else, EAL start-up included).
+// Every wait on the setup path polls it, so Ctrl-C in any phase ends the process cleanly.
+extern std::atomic<bool> g_signal;
 
 struct Testbed {
   Params prm;

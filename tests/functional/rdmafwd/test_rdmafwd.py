@@ -224,15 +224,109 @@ def case_telemetry(binary):
     check(p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}")
 
 
+def handler_installed(pid, signo=2, timeout=20.0):
+    """Waits until process pid catches signal signo (its SigCgt mask in /proc), so a test can
+    send the signal after main() installed its handler without sleeping for a guessed time."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("SigCgt:") and int(line.split()[1], 16) & (1 << (signo - 1)):
+                        return True
+        except FileNotFoundError:
+            return False
+        time.sleep(0.001)
+    return False
+
+
+def runtime_dir_left(pid):
+    """DPDK's per-process runtime directory of an rdmafwd (file prefix rdmafwd-PID), if left."""
+    for base in ("/var/run/dpdk", os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")):
+        d = os.path.join(base, f"rdmafwd-{pid}")
+        if os.path.exists(d):
+            return d
+    return None
+
+
+def read_until(stream, pred, timeout):
+    """Reads lines from a text pipe until pred(line) or timeout; returns (found, lines read)."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(stream, selectors.EVENT_READ)
+    seen = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not sel.select(timeout=max(0.0, end - time.monotonic())):
+            break
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        if pred(line):
+            return True, seen
+    return False, seen
+
+
 def case_sigint(binary):
+    # Ctrl-C while forwarding: sent once a periodic line shows completed I/O (no guessed sleep).
+    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--json", "--stats-period", "0.2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ok, seen = read_until(
+            p.stdout, lambda l: l.startswith("{") and json.loads(l)["total"]["ios"] > 0, 60)
+        check(ok, "no periodic line with completed I/O within 60 s:\n" + "".join(seen))
+        p.send_signal(2)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = "".join(seen) + out
+    check(p.returncode == 0, f"SIGINT: exit {p.returncode}\n{out}\n{err}")
+    lines = [l for l in out.splitlines() if l.startswith('{"type":"summary"')]
+    check(lines and json.loads(lines[-1])["total"]["ios"] > 0, f"no final summary\n{out}\n{err}")
+    check("signal received, stopped" in err, f"no stop message\n{err}")
+    check(runtime_dir_left(p.pid) is None, f"left {runtime_dir_left(p.pid)}")
+
+
+def case_sigint_early(binary):
+    # Ctrl-C as soon as the handler is in place, i.e. during EAL start-up: a clean exit 130 (or,
+    # on a machine fast enough to be forwarding already, the normal stop), nothing left behind.
     p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
-    p.send_signal(2)
-    out, err = p.communicate(timeout=30)
-    check(p.returncode == 0, f"SIGINT: exit {p.returncode}\n{out}\n{err}")
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    check(lines and json.loads(lines[-1])["total"]["ios"] > 0, f"no final summary\n{out}\n{err}")
+    try:
+        check(handler_installed(p.pid), "rdmafwd never installed its SIGINT handler")
+        p.send_signal(2)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(p.returncode in (130, 0), f"early SIGINT: exit {p.returncode}, want 130\n{out}\n{err}")
+    if p.returncode == 130:
+        last = err.strip().splitlines()[-1] if err.strip() else ""
+        check(last.startswith("rdmafwd: interrupted "), f"last stderr line: {last!r}\n{err}")
+    check(runtime_dir_left(p.pid) is None, f"left {runtime_dir_left(p.pid)}")
+    print(f"early SIGINT: exit {p.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+
+
+def case_sigint_server_wait(binary):
+    # A two-process server waiting for its client: announced, and Ctrl-C removes the shm wire.
+    wire = f"fwdwait{os.getpid()}"
+    p = subprocess.Popen([binary] + EAL + ["--", "--role", "server", "--wire", wire],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ok, seen = read_until(p.stdout, lambda l: "waiting for a client" in l, 60)
+        check(ok, "server did not announce its wait:\n" + "".join(seen))
+        p.send_signal(2)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    check(p.returncode == 130, f"server wait SIGINT: exit {p.returncode}, want 130\n{out}\n{err}")
+    check("interrupted while waiting for the peer" in err, f"stderr: {err!r}")
+    left = [f for f in os.listdir("/dev/shm") if wire in f]
+    check(not left, f"left in /dev/shm: {left}")
+    check(runtime_dir_left(p.pid) is None, f"left {runtime_dir_left(p.pid)}")
 
 
 CASES = {
@@ -255,6 +349,8 @@ CASES = {
     "no-device": case_no_device,
     "telemetry": case_telemetry,
     "sigint": case_sigint,
+    "sigint-early": case_sigint_early,
+    "sigint-server-wait": case_sigint_server_wait,
 }
 
 if __name__ == "__main__":
