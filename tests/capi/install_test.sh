@@ -6,6 +6,7 @@
 # Also checks the layout: SONAME, exported symbols, headers, apps, docs.
 #
 # usage: install_test.sh BUILD_DIR SOURCE_DIR MESON CC CXX SANITIZE
+# (CC and CXX are command lines, e.g. "ccache cc": used unquoted on purpose)
 set -eu
 build=$1 src=$2 meson=$3 cc=$4 cxx=$5 sanitize=$6
 
