@@ -26,14 +26,22 @@ pc=$(find "$tmp" -name rdmx.pc -path '*pkgconfig*' | head -n 1)
 [ -n "$pc" ] || fail "no rdmx.pc installed"
 pcdir=$(dirname "$pc")
 [ -f "$pcdir/rdmx-cpp.pc" ] || fail "no rdmx-cpp.pc installed"
-# A DESTDIR install keeps prefix=/usr/local (or whatever was configured) in the .pc files; point
-# it into the DESTDIR, which is what a relocatable .pc (pkgconfig.relocatable) does by itself.
+# The .pc files are relocatable (prefix from ${pcfiledir}): the DESTDIR tree is used as it is,
+# with nothing but PKG_CONFIG_PATH, as a user of a staged install would.
 for f in "$pcdir/rdmx.pc" "$pcdir/rdmx-cpp.pc"; do
-  grep -q '^prefix=${pcfiledir}' "$f" || sed -i "s|^prefix=|prefix=$tmp|" "$f"
+  grep -q '^prefix=${pcfiledir}' "$f" || fail "$(basename "$f") is not relocatable (this build \
+directory predates pkgconfig.relocatable=true: meson configure $build -Dpkgconfig.relocatable=true)"
 done
 export PKG_CONFIG_PATH="$pcdir"
-grep -q '^Requires.private:.*libdpdk.*libibverbs.*libmlx5.*librdmacm.*hwloc' "$pcdir/rdmx.pc" ||
-  fail "rdmx.pc lacks Requires.private for DPDK, rdma-core and hwloc"
+# rdmx.h needs only <stdint.h>: no other package's Cflags (DPDK's -include rte_config.h and
+# -march) reach a C embedder, and a static link still gets every library librdmx.a needs.
+grep -q '^Requires' "$pcdir/rdmx.pc" && fail "rdmx.pc has Requires lines: $(grep '^Requires' "$pcdir/rdmx.pc")"
+for bad in -march -include dpdk libnl dbus; do
+  case " $(pkg-config --cflags rdmx) " in *"$bad"*) fail "pkg-config --cflags rdmx carries '$bad': $(pkg-config --cflags rdmx)" ;; esac
+done
+for need in -lrte_eal -libverbs -lmlx5 -lrdmacm -lhwloc -lstdc++; do
+  case " $(pkg-config --static --libs rdmx) " in *" $need "*) ;; *) fail "pkg-config --static --libs rdmx lacks $need" ;; esac
+done
 
 libdir=$(pkg-config --variable=libdir rdmx)
 incdir=$(pkg-config --variable=includedir rdmx)
@@ -62,6 +70,17 @@ LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/blockd" --r
 cat "$tmp/blockd.out"
 LD_LIBRARY_PATH="$libdir" ldd "$tmp/blockd" | grep -q "librdmx.so.0 => $libdir" ||
   fail "blockd does not load the installed librdmx.so.0"
+
+# 1b. The same program linked statically against librdmx.a (system libraries stay shared), with
+# what `pkg-config --static` lists; it must not need librdmx.so at run time.
+static_libs=$(pkg-config --static --libs rdmx | sed 's/ -lrdmx / /; s/^-lrdmx //')
+# shellcheck disable=SC2086
+$cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/examples/blockd/blockd.c" \
+  -o "$tmp/blockd-static" "$libdir/librdmx.a" $static_libs ||
+  fail "blockd does not link statically with pkg-config --static --libs rdmx"
+ldd "$tmp/blockd-static" | grep -q librdmx && fail "static blockd still loads librdmx.so"
+"$tmp/blockd-static" --requests 100 >"$tmp/blockd-static.out" ||
+  { cat "$tmp/blockd-static.out"; fail "static blockd failed"; }
 
 # 2. The C++ API from the installed headers and librdmx.a.
 cat >"$tmp/cpp_user.cpp" <<'EOF'
