@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""The layering rule of doc/guides/architecture.md, checked on every #include <rdmx/...> line.
+
+Each library directory may include only the rdmx include paths listed for it: lib/ uses the
+device contract (rdmx/mlx5: prm and queue) but never a backend (rdmx/dv, rdmx/emu); a backend
+never includes the other one or lib/ above core; lib/runtime knows only core. The assembly layer
+(lib/capi, apps, tests, examples) is not restricted. Usage: check_layers.py SOURCE_ROOT
+"""
+import pathlib
+import re
+import sys
+
+CONTRACT = ('rdmx/mlx5/',)
+ALLOWED = {
+    'lib/core': ('rdmx/core/',),
+    'drivers/mlx5/prm': ('rdmx/core/', 'rdmx/mlx5/prm/'),
+    'drivers/mlx5/queue': ('rdmx/core/',) + CONTRACT,
+    'drivers/mlx5/emu': ('rdmx/core/', 'rdmx/emu/') + CONTRACT,
+    'drivers/mlx5/dv': ('rdmx/core/', 'rdmx/dv/') + CONTRACT,
+    'lib/mem': ('rdmx/core/', 'rdmx/mem/') + CONTRACT,
+    'lib/window': ('rdmx/core/', 'rdmx/mem/', 'rdmx/win/') + CONTRACT,
+    'lib/runtime': ('rdmx/core/', 'rdmx/rt/'),
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](rdmx/[^>"]+)[>"]')
+
+
+def main(src):
+    bad = []
+    for lib, allowed in ALLOWED.items():
+        for p in sorted((src / lib).rglob('*')):
+            if p.suffix not in ('.h', '.hpp', '.cpp', '.c') or not p.is_file():
+                continue
+            for n, line in enumerate(p.read_text(errors='replace').splitlines(), 1):
+                m = INCLUDE.match(line)
+                if m and not m.group(1).startswith(allowed):
+                    bad.append(f'{p.relative_to(src)}:{n}: <{m.group(1)}> is outside what {lib} '
+                               f'may use ({", ".join(allowed)}; doc/guides/architecture.md)')
+    for b in bad:
+        print(b)
+    if not bad:
+        print(f'{len(ALLOWED)} libraries include only what their layer allows')
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(pathlib.Path(sys.argv[1])))
