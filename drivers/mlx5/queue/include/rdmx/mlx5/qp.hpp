@@ -8,6 +8,7 @@
 #include <span>
 
 #include <rdmx/core/assert.hpp>
+#include <rdmx/mlx5/barrier.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
 #include <rdmx/mlx5/queue_desc.hpp>
 #include <rdmx/mlx5/sq.hpp>
@@ -69,10 +70,13 @@ class CqPoller {
  public:
   void init(const CqDesc& d);
   void reset() noexcept;
-  // The next software-owned CQE, or nullptr.
+  // The next software-owned CQE, or nullptr. Once the owner bit says software, the device
+  // barrier orders the reads of the rest of the CQE after it (rdma-core cq.c get_next_cqe).
   const mlx5_cqe64* peek() const noexcept {
     const auto* c = reinterpret_cast<const mlx5_cqe64*>(buf_) + (ci_ & (n_ - 1));
-    return prm::cqe_is_sw_owned(c, ci_, n_) ? c : nullptr;
+    if (!prm::cqe_is_sw_owned(c, ci_, n_)) return nullptr;
+    rmb_from_device();
+    return c;
   }
   void pop() noexcept { ++ci_; }
   // Tells the device how far software has consumed (once per poll call).
