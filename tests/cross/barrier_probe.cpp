@@ -11,10 +11,14 @@ using rdmx::mlx5::RqWriter;
 using rdmx::mlx5::SqWriter;
 
 // Send doorbell: WQEs, barrier, doorbell record, WC barrier, 64-bit register store, WC barrier.
-extern "C" void probe_sq_doorbell(SqWriter* sq) noexcept { sq->ring_doorbell(); }
+extern "C" void probe_sq_doorbell(SqWriter* sq) noexcept {
+  sq->ring_doorbell();
+}
 
 // Receive doorbell: barrier, doorbell record.
-extern "C" void probe_rq_doorbell(RqWriter* rq) noexcept { rq->ring_doorbell(); }
+extern "C" void probe_rq_doorbell(RqWriter* rq) noexcept {
+  rq->ring_doorbell();
+}
 
 // CQE read: owner byte, device read barrier, then a field of the CQE (byte count).
 extern "C" uint32_t probe_cqe_read(const CqPoller* cq) noexcept {

@@ -21,8 +21,8 @@
 #pragma once
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
-#error "rdmx/mlx5/barrier.hpp: no NIC memory barriers for this architecture (x86-64 and aarch64 \
-are defined; add the ones rdma-core's util/udma_barrier.h uses before porting)"
+// Add the barriers rdma-core's util/udma_barrier.h uses for the new architecture before porting.
+#error "rdmx/mlx5/barrier.hpp: no NIC memory barriers for this architecture"
 #endif
 
 namespace rdmx::mlx5 {
