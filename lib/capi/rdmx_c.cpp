@@ -928,13 +928,18 @@ int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b) {
   });
 }
 
-int rdmx_core_quiesce(rdmx_core* c, uint64_t max_spins) {
+int rdmx_core_quiesce(rdmx_core* c, uint64_t timeout_ms) {
   return guarded("rdmx_core_quiesce", [&]() -> int {
     if (!c) return fail(RDMX_EINVAL, "rdmx_core_quiesce: NULL core");
     c->pc->flush();
-    if (!c->pc->quiesce(max_spins ? max_spins : 10'000'000))
+    const std::chrono::nanoseconds budget =
+        timeout_ms ? std::chrono::nanoseconds(std::chrono::milliseconds(
+                         std::min<uint64_t>(timeout_ms, uint64_t{1} << 40)))
+                   : std::chrono::nanoseconds(win::PollCore::kDefaultQuiesceBudget);
+    if (!c->pc->quiesce(budget))
       return fail(RDMX_ETIMEDOUT, "rdmx_core_quiesce: " + std::to_string(c->pc->umrs_in_flight()) +
-                                      " UMRs still in flight");
+                                      " UMRs still in flight after " +
+                                      std::to_string(budget.count() / 1000000) + " ms");
     return 0;
   });
 }

@@ -1,6 +1,7 @@
 // PollCore setup, shutdown and QP-error recovery (cold paths). The hot path is in
 // poll_core_datapath.cpp.
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include <rdmx/core/log.hpp>
@@ -80,18 +81,40 @@ void WindowCache::init(uint32_t nominal_size, uint32_t capacity) {
   len_ = 0;
 }
 
-bool PollCore::quiesce(uint64_t max_spins) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A spin-wait hint between empty polls (no system call: quiesce() may run in a strict-mode
+// run phase, e.g. rdmafwd's one-sided engine at start).
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+}  // namespace
+
+// Polls window-internal work until nothing of this core is in flight or `deadline` passed.
+bool PollCore::quiesce_until(Clock::time_point deadline) {
   flush();
-  for (uint64_t spin = 0; umrs_in_flight_ != 0 && spin < max_spins; ++spin) {
-    if (qp_.in_error()) {
-      // Flushed CQEs still arrive; keep reading them.
-    }
-    poll(64, [](const mlx5::Completion&) {});
+  while (umrs_in_flight_ != 0) {
+    // Flushed CQEs of a QP in error still arrive; they are read like any other.
+    const uint32_t n = poll(64, [](const mlx5::Completion&) {});
+    if (umrs_in_flight_ == 0 || Clock::now() >= deadline) break;
+    if (n == 0) cpu_relax();
   }
   return umrs_in_flight_ == 0;
 }
 
-Status PollCore::recover() {
+bool PollCore::quiesce(std::chrono::nanoseconds budget) {
+  return quiesce_until(Clock::now() + budget);
+}
+
+Status PollCore::recover(std::chrono::nanoseconds budget) {
+  const Clock::time_point deadline = Clock::now() + budget;
   // 1. Drain what is left in the CQ (flush errors). UMR completions settle windows; anything
   //    else is dropped.
   while (poll(qp_.cq().cqe_cnt(), [](const mlx5::Completion&) {}) != 0) {
@@ -119,13 +142,22 @@ Status PollCore::recover() {
     if (!unknown) continue;
     while (post_umr_invalidate(w, 0) == Errc::kNoRoom) {
       flush();
-      poll(64, [](const mlx5::Completion&) {});
+      if (poll(64, [](const mlx5::Completion&) {}) == 0) {
+        if (Clock::now() >= deadline)
+          return make_error(Errc::kTimeout,
+                            "recover: no send-queue room for the invalidates within " +
+                                std::to_string(budget.count() / 1000000) + " ms");
+        cpu_relax();
+      }
       if (qp_.in_error()) return make_error(Errc::kQpError, "recover: QP failed again");
     }
     w->state_ = WindowState::kUnmapping;
     ++posted;
   }
-  if (!quiesce()) return make_error(Errc::kTimeout, "recover: invalidates did not complete");
+  if (!quiesce_until(deadline))
+    return make_error(Errc::kTimeout, "recover: " + std::to_string(umrs_in_flight_) +
+                                          " invalidates did not complete within " +
+                                          std::to_string(budget.count() / 1000000) + " ms");
   if (qp_.in_error()) return make_error(Errc::kQpError, "recover: QP failed again");
   ++stats_.recoveries;
   RDMX_LOG_DEBUG("poll core %u: recovered, %u windows re-invalidated", id_, posted);
@@ -139,9 +171,10 @@ PollCore::~PollCore() {
       for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
         Window* w = &pool_.window(i);
         if (w->owner_ == id_ && w->state_ == WindowState::kMapped) {
-          while (unmap(w) == Errc::kNoRoom) {
+          const Clock::time_point deadline = Clock::now() + kDefaultQuiesceBudget;
+          while (unmap(w) == Errc::kNoRoom && Clock::now() < deadline) {
             flush();
-            poll(64, [](const mlx5::Completion&) {});
+            if (poll(64, [](const mlx5::Completion&) {}) == 0) cpu_relax();
           }
         }
       }

@@ -408,8 +408,9 @@ RDMX_API int rdmx_core_recover(rdmx_core* core, const rdmx_connect_info* remote)
 RDMX_API int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b);
 /* [setup] Waits (by polling rdmx's own completions only; application completions read meanwhile
  * are dropped) until none of this core's window operations is in flight. 0, or
- * -RDMX_ETIMEDOUT after max_spins polls (0 = a default of 10 million). */
-RDMX_API int rdmx_core_quiesce(rdmx_core* core, uint64_t max_spins);
+ * -RDMX_ETIMEDOUT when timeout_ms milliseconds (steady clock; 0 = the default, 5000) passed
+ * first. */
+RDMX_API int rdmx_core_quiesce(rdmx_core* core, uint64_t timeout_ms);
 
 /* ---- Statistics ------------------------------------------------------------------------------
  * Per core, written only by its poll thread: a reader on another thread sees slightly stale

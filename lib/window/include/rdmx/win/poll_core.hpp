@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -145,20 +146,30 @@ class PollCore {
   Errc remote_invalidated(uint32_t rkey) noexcept;
 
   // ---- Recovery (setup path) -----------------------------------------------------------------
+  // Waits on this path are bounded in time (steady clock), never in polls: how many polls fit
+  // in a second depends on the CPU, on what shares it, and on whether the device (emu's thread,
+  // or a NIC behind a busy PCIe link) got to run. A NIC completes a UMR in microseconds, so the
+  // defaults only catch a device that stopped; they are long enough for emu's device thread
+  // to be scheduled on a loaded machine.
+  static constexpr std::chrono::milliseconds kDefaultQuiesceBudget{5000};
+  static constexpr std::chrono::milliseconds kDefaultRecoverBudget{10000};
+
   // After the QP reported an error: the application polls until it has what it wants, moves the
   // device QP back to RTS (Device::connect or modify_qp), then calls recover(). Any CQE still in
   // the CQ is consumed (application completions in it are dropped), the QueuePair is reset, and
   // every window of this core — mapped ones included; their mappings are gone — is invalidated
   // with a fresh UMR and returned to the cache. On return all of them are free (kCache).
-  Status recover();
+  // kTimeout when the invalidates have not all completed within `budget` (the whole call).
+  Status recover(std::chrono::nanoseconds budget = kDefaultRecoverBudget);
 
-  // Polls only window-internal work until this core has no UMR in flight or `max_spins` polls
-  // passed (setup path: tests, shutdown, moving windows). Application completions read meanwhile
+  // Polls only window-internal work until this core has no UMR in flight or `budget` passed
+  // (setup path: tests, shutdown, moving windows). Application completions read meanwhile
   // are dropped: drain them with poll() first. Returns true when quiescent.
-  bool quiesce(uint64_t max_spins = 10'000'000);
+  bool quiesce(std::chrono::nanoseconds budget = kDefaultQuiesceBudget);
 
  private:
   PollCore(WindowPool& pool, const CoreConfig& cfg);
+  bool quiesce_until(std::chrono::steady_clock::time_point deadline);
 
   static uint64_t cookie_of(uint8_t op, const Window* w) noexcept {
     return kInternalCookie | (uint64_t{op} << 56) | w->id_;
