@@ -72,19 +72,28 @@ TestResult test_io(Ctx& ctx, bool bw) {
   // Shared by every case of a group: completions of any of them free a slot.
   uint32_t inflight = 0;
   uint64_t app_errors = 0, map_errors = 0;
-  // The window of each I/O in flight, by cookie: it is unmapped when its WRITE/READ completed
-  // (an unmap posted right behind the WRITE is fenced after it and stalls the SQ: depth 32 would
-  // become depth 1).
+  // The window of each I/O in flight, by cookie: it is unmapped once its WRITE/READ completed,
+  // as the NFS client invalidates after the reply. The unmap then needs no ordering fence (an
+  // unmap posted right behind the WRITE is strongly ordered after it and stalls the SQ until
+  // the WRITE is acknowledged: depth 32 would become depth 1). Unmaps refused for lack of SQ
+  // room wait in `later` for the next reap.
   constexpr uint32_t kSlots = 64;
   win::Window* slot_win[kSlots] = {};
+  win::Window* later[kSlots] = {};
+  uint32_t n_later = 0;
   auto reap = [&] {
+    uint32_t k = 0;
+    if (n_later) core.flush();  // ring what reap() posted, so that it completes and frees room
+    for (uint32_t i = 0; i < n_later; ++i)
+      if (core.unmap(later[i]) == Errc::kNoRoom) later[k++] = later[i];
+    n_later = k;
     core.poll(32, [&](const mlx5::Completion& c) {
       if (!c.ok()) ++app_errors;
       if (!c.signaled) return;
       --inflight;
       win::Window*& w = slot_win[c.cookie % kSlots];
       if (w) {
-        while (core.unmap(w) == Errc::kNoRoom) core.poll(0, [](const mlx5::Completion&) {});
+        if (core.unmap(w) == Errc::kNoRoom) later[n_later++] = w;
         w = nullptr;
       }
     });
@@ -93,7 +102,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
     while (inflight >= depth) reap();
   };
   auto drain = [&] {
-    while (inflight > 0) reap();
+    while (inflight > 0 || n_later > 0) reap();
   };
 
   uint64_t cookie = 0;
@@ -125,8 +134,12 @@ TestResult test_io(Ctx& ctx, bool bw) {
             mlx5::prm::Sge sge{0, static_cast<uint32_t>(bytes), r.lkey};
             const Errc e = read ? core.post_read({&sge, 1}, raddr, rkey, ++cookie, true)
                                 : core.post_write({&sge, 1}, raddr, rkey, ++cookie, true);
-            if (e == Errc::kOk) ++inflight;
-            (void)core.unmap(r.window);
+            if (e == Errc::kOk) {
+              ++inflight;
+              slot_win[cookie % kSlots] = r.window;  // unmapped by reap() at its completion
+            } else {
+              (void)core.unmap(r.window);
+            }
             core.flush();
             if (depth == 1) drain();
           }));
@@ -179,7 +192,9 @@ TestResult test_io(Ctx& ctx, bool bw) {
                     std::to_string(ctx.device_cpu) + ", measuring lcore on CPU " +
                     std::to_string(ctx.measure_cpu) + "; app completion errors " +
                     std::to_string(app_errors) + ", map retries " + std::to_string(map_errors) +
-                    ", device WQEs " + std::to_string(es.wqes));
+                    ", fenced unmaps " + std::to_string(core.stats().fenced_unmaps) + " of " +
+                    std::to_string(core.stats().unmaps) + ", device WQEs " +
+                    std::to_string(es.wqes));
   t.notes.push_back(
       "window_overhead_ns = map_unmap - register_once (per I/O); the emulated "
       "device moves bytes with memcpy on another CPU, so absolute I/O times are "

@@ -235,17 +235,20 @@ Errc PollCore::unmap(Window* w) noexcept {
     return reject(Errc::kWrongCore);
   if (qp_.in_error()) [[unlikely]]
     return reject(Errc::kQpError);
-  // Fence (doc/guides/windows.md): the invalidate must not run while a READ (or atomic) that
-  // scatters into the window is still waiting for its response data — SMALL_AND_FENCE (0x80,
-  // IBV_SEND_FENCE) waits for prior READ/atomic WQEs; a WRITE/SEND that gathers from the
-  // window may re-read it on retransmission, so it gets STRONG_ORDERING (all prior WQEs done).
+  // Fence (doc/guides/windows.md, "Fences"): only while a data WQE that used the window as its
+  // local key has not completed. A READ (or atomic) scattering into it: SMALL_AND_FENCE (0x80,
+  // IBV_SEND_FENCE) waits for prior READ/atomic WQEs; a WRITE/SEND gathering from it may re-read
+  // it on retransmission until acknowledged: STRONG_ORDERING (all prior WQEs done). Once the SQ
+  // consumer passed the last such WQE (its completion was polled), the invalidate needs only
+  // the umr_fence cap's fence and the SQ keeps flowing.
   uint8_t fence = umr_fence_;
-  if (w->local_use_ & Window::kUsedByGather)
-    fence = prm::kFenceStrongOrdering;
-  else if (w->local_use_ & Window::kUsedByRead)
-    fence = prm::kFenceSmallAndFence;
+  const bool in_use = w->local_use_ && static_cast<int32_t>(qp_.sq().ci() - w->use_end_) < 0;
+  if (in_use)
+    fence = (w->local_use_ & Window::kUsedByGather) ? prm::kFenceStrongOrdering
+                                                    : prm::kFenceSmallAndFence;
   if (Errc e = post_umr_invalidate(w, fence); e != Errc::kOk) [[unlikely]]
     return reject(e);
+  stats_.fenced_unmaps += in_use;
   w->state_ = WindowState::kUnmapping;
   w->local_use_ = 0;
   ++stats_.unmaps;
@@ -263,11 +266,14 @@ size_t PollCore::unmap_burst(std::span<Window* const> ws) noexcept {
 }
 
 void PollCore::note_local_use(std::span<const prm::Sge> local, uint8_t use) noexcept {
+  const uint32_t end = qp_.sq().pi();  // just past the WQE committed by the caller
   for (const prm::Sge& s : local) {
     if (s.lkey == parent_lkey_) continue;
     Window* w = pool_.find(s.lkey);
-    if (w && w->owner_ == id_ && w->state_ == WindowState::kMapped && w->lkey() == s.lkey)
+    if (w && w->owner_ == id_ && w->state_ == WindowState::kMapped && w->lkey() == s.lkey) {
       w->local_use_ |= use;
+      w->use_end_ = end;
+    }
   }
 }
 

@@ -217,6 +217,99 @@ TEST_P(Checker_, CqOverrun) {
   for (const auto& x : c) EXPECT_TRUE(x.ok());
 }
 
+// The fence model, stepped by hand (threaded devices without their threads: nothing runs until
+// progress()). PRM fence modes as rdma-core and Linux use them (kernel include/linux/mlx5/qp.h
+// MLX5_FENCE_MODE_*, drivers/infiniband/hw/mlx5/wr.c mlx5_ib_post_send; rdma-core
+// providers/mlx5/qp.c fm_cache): INITIATOR_SMALL (0x20) waits for earlier local work only, which
+// an in-order device has finished, so it must not wait for an earlier WRITE's acknowledgement;
+// STRONG_ORDERING (0x60) waits for every earlier WQE, acknowledgements included; FENCE (0x40) and
+// SMALL_AND_FENCE (0x80) wait for earlier RDMA READs (and atomics) only.
+class FenceModel : public EmuTest {
+ protected:
+  void SetUp() override {
+    Options o;
+    o.start_thread = false;
+    open(Mode::kThreaded, small_cfg(), 1, o);
+    src.alloc(*a_.dev, 4 * 4096, 1);
+    dst.alloc(*b_.dev, 4 * 4096, 2);
+  }
+  uint64_t executed() { return a_.dev->stats().wqes; }
+  // A runs alone: its WQEs execute (or block on a fence); B never answers.
+  void run_a() {
+    for (int i = 0; i < 4; ++i) a_.dev->progress();
+  }
+  // B answers (ACKs, READ responses) and A takes the answers.
+  void run_both() {
+    for (int i = 0; i < 8; ++i) {
+      b_.dev->progress();
+      a_.dev->progress();
+    }
+  }
+  void io(uint8_t opcode, uint64_t cookie, uint8_t fence) {
+    rdma(a_, opcode, cookie, dst.addr(), dst.mr.rkey, {{src.addr(), 64, src.mr.lkey}}, 0, fence);
+  }
+  // Runs both devices until A has n completions (bounded in time), expects them all good.
+  void finish(size_t n) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (a_.got.size() < n && std::chrono::steady_clock::now() < end) {
+      a_.dev->progress();
+      b_.dev->progress();
+      a_.qp.poll(16, [&](const Completion& c) { a_.got.push_back(c); });
+    }
+    ASSERT_EQ(a_.got.size(), n);
+    for (const auto& x : a_.got) EXPECT_TRUE(x.ok()) << "cookie " << x.cookie;
+    a_.got.clear();
+  }
+  Buf src, dst;
+};
+
+TEST_F(FenceModel, InitiatorSmallDoesNotWaitForAnUnacknowledgedWrite) {
+  io(MLX5_OPCODE_RDMA_WRITE, 1, 0);
+  run_a();
+  ASSERT_EQ(executed(), 1u);
+  io(MLX5_OPCODE_RDMA_WRITE, 2, prm::kFenceInitiatorSmall);
+  run_a();
+  EXPECT_EQ(executed(), 2u);  // the first WRITE is still waiting for its ACK
+  io(MLX5_OPCODE_RDMA_READ, 3, 0);
+  run_a();
+  io(MLX5_OPCODE_RDMA_WRITE, 4, prm::kFenceInitiatorSmall);
+  run_a();
+  EXPECT_EQ(executed(), 4u);  // nor for a READ's response
+  finish(4);
+}
+
+TEST_F(FenceModel, StrongOrderingWaitsForEveryEarlierWqe) {
+  io(MLX5_OPCODE_RDMA_WRITE, 1, 0);
+  run_a();
+  io(MLX5_OPCODE_RDMA_WRITE, 2, prm::kFenceStrongOrdering);
+  run_a();
+  EXPECT_EQ(executed(), 1u);  // blocked until the first WRITE is acknowledged
+  run_both();
+  EXPECT_EQ(executed(), 2u);
+  finish(2);
+}
+
+TEST_F(FenceModel, FenceWaitsForReadsOnly) {
+  for (uint8_t fence : {prm::kFenceFence, prm::kFenceSmallAndFence}) {
+    // An unacknowledged WRITE does not hold it...
+    io(MLX5_OPCODE_RDMA_WRITE, 1, 0);
+    run_a();
+    const uint64_t before = executed();
+    io(MLX5_OPCODE_RDMA_WRITE, 2, fence);
+    run_a();
+    EXPECT_EQ(executed(), before + 1) << "fence 0x" << std::hex << int(fence);
+    // ...an outstanding READ does.
+    io(MLX5_OPCODE_RDMA_READ, 3, 0);
+    run_a();
+    io(MLX5_OPCODE_RDMA_WRITE, 4, fence);
+    run_a();
+    EXPECT_EQ(executed(), before + 2) << "fence 0x" << std::hex << int(fence);
+    run_both();
+    EXPECT_EQ(executed(), before + 3);
+    finish(4);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Emu, Checker_, ::testing::Values(Mode::kInline, Mode::kThreaded),
                          mode_param_name);
 

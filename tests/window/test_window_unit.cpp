@@ -375,6 +375,64 @@ TEST(Unmap, InvalidateBytesAndFences) {
   r.census();
 }
 
+// A window used as the local key of an I/O and unmapped once that I/O's completion was polled
+// (as the NFS client invalidates after the reply) needs no ordering fence: the SQ keeps flowing.
+// Only the umr_fence cap's fence remains (here NONE, then STRONG).
+TEST(Unmap, NoFenceOnceTheLocalUseCompleted) {
+  for (uint8_t cap : {uint8_t{2}, uint8_t{0}}) {
+    Rig r;
+    r.dev.mutable_caps().umr_fence = cap;
+    // The cap is read at PollCore::create: a second core (QP 1) gets it.
+    CoreConfig cc;
+    cc.cache_size = 8;
+    r.cores.push_back(std::move(PollCore::create(*r.pool, cc)).value());
+    PollCore& c = r.core(1);
+    const uint8_t cap_fence = prm::umr_fence_bits(cap);
+    const auto pg = r.alloc(2);
+    for (int read = 0; read < 2; ++read) {
+      MapResult m = c.map(pg, kRw, 0, 8192);
+      ASSERT_TRUE(m.ok());
+      const prm::Sge sge{0, 8192, m.lkey};
+      ASSERT_EQ(
+          read ? c.post_read({&sge, 1}, 0, 0x1234, 20) : c.post_write({&sge, 1}, 0, 0x1234, 20),
+          Errc::kOk);
+      // Another I/O after it, not using the window, still in flight at the unmap.
+      const prm::Sge other{pg[0], 64, r.arena->lkey()};
+      r.complete_all(1);  // the I/O's completion is polled...
+      ASSERT_EQ(c.post_write({&other, 1}, 0, 0x1234, 21), Errc::kOk);
+      const uint64_t fenced = c.stats().fenced_unmaps;
+      const uint32_t slot = c.qp().sq().pi();
+      ASSERT_EQ(c.unmap(m.window), Errc::kOk);  // ...so the invalidate waits for nothing
+      EXPECT_EQ(r.decode(slot, 1).ctrl.fence(), cap_fence)
+          << "read " << read << " cap " << int(cap);
+      EXPECT_EQ(c.stats().fenced_unmaps, fenced);
+      r.complete_all(1);
+    }
+    // Not yet completed: fenced as before, and counted.
+    MapResult m = c.map(pg, kRw, 0, 8192);
+    ASSERT_TRUE(m.ok());
+    const prm::Sge sge{0, 8192, m.lkey};
+    ASSERT_EQ(c.post_read({&sge, 1}, 0, 0x1234, 22), Errc::kOk);
+    uint32_t slot = c.qp().sq().pi();
+    ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+    EXPECT_EQ(r.decode(slot, 1).ctrl.fence(), prm::kFenceSmallAndFence);
+    EXPECT_EQ(c.stats().fenced_unmaps, 1u);
+    // Two uses, the first completed, the last not: the last one decides.
+    m = c.map(pg, kRw, 0, 8192);
+    ASSERT_TRUE(m.ok());
+    const prm::Sge sge2{0, 8192, m.lkey};
+    ASSERT_EQ(c.post_write({&sge2, 1}, 0, 0x1234, 23), Errc::kOk);
+    r.complete_all(1);
+    ASSERT_EQ(c.post_send({&sge2, 1}, 24), Errc::kOk);
+    slot = c.qp().sq().pi();
+    ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+    EXPECT_EQ(r.decode(slot, 1).ctrl.fence(), prm::kFenceStrongOrdering);
+    EXPECT_EQ(c.stats().fenced_unmaps, 2u);
+    r.complete_all(1);
+    r.census();
+  }
+}
+
 TEST(Map, KeyRotatesEveryMapAndWraps) {
   Rig r(1, 4, 2);
   PollCore& c = r.core();

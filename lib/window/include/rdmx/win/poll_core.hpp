@@ -80,11 +80,13 @@ class PollCore {
   // many were mapped (out[i] for i < count).
   size_t map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept;
 
-  // Unmaps a window mapped by this core: writes one invalidate UMR (fenced after READs/WRITEs
-  // that used the window as their local key) and puts the window back on this core's cache at
-  // once. Errors (nothing posted): kInvalidArgument (not a window of the pool), kWrongCore
-  // (mapped by another core), kNotMapped (not mapped: never mapped, already unmapped, or freed
-  // by the peer's SEND_WITH_INV), kQpError, kNoRoom.
+  // Unmaps a window mapped by this core: writes one invalidate UMR and puts the window back on
+  // this core's cache at once. The UMR is fenced after READs/WRITEs/SENDs that used the window
+  // as their local key only while one of them has not completed: unmap after their completion
+  // was polled (as the NFS client invalidates after the reply) and the SQ keeps flowing. Errors
+  // (nothing posted): kInvalidArgument (not a window of the pool), kWrongCore (mapped by another
+  // core), kNotMapped (not mapped: never mapped, already unmapped, or freed by the peer's
+  // SEND_WITH_INV), kQpError, kNoRoom.
   Errc unmap(Window* w) noexcept;
   // Best effort: unmaps in order until one fails; returns how many were unmapped.
   size_t unmap_burst(std::span<Window* const> ws) noexcept;

@@ -16,6 +16,7 @@ struct alignas(64) CoreStats {
   uint64_t inline_maps = 0;    // ... with the translation list inline in the WQE
   uint64_t pointer_maps = 0;   // ... with the list in the window's KLM array (pointer mode)
   uint64_t unmaps = 0;         // invalidate UMRs posted by unmap()
+  uint64_t fenced_unmaps = 0;  // ... that waited for a READ/WRITE/SEND still using the window
   uint64_t pages_mapped = 0;   // sum of pages over all maps
   uint64_t cache_hits = 0;     // map served from the core's cache without a refill
   uint64_t cache_misses = 0;   // cache was empty (a depot refill was tried)

@@ -69,6 +69,10 @@ class alignas(kCacheLine) Window {
   uint32_t n_pages_ = 0;
   uint64_t length_ = 0;
   uint64_t klm_addr_ = 0;  // pointer-mode KLM array in the arena (0 when the pool needs none)
+  // SQ producer counter (WQEBBs) just past the last data WQE posted with this window in its
+  // local SGE list since the map (meaningful while local_use_ != 0). Once the SQ consumer
+  // reached it, every such WQE completed and the unmap needs no ordering fence.
+  uint32_t use_end_ = 0;
 };
 
 // One map request (map_burst).
