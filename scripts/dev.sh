@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config meson ninja-build libdpdk-dev libibverbs-dev librdmacm-dev
-      libhwloc-dev libgtest-dev libgmock-dev nlohmann-json3-dev clang libclang-rt-14-dev
+      libhwloc-dev zlib1g-dev libgtest-dev libgmock-dev nlohmann-json3-dev clang libclang-rt-14-dev
       python3 valgrind"
 
 install_deps() {

@@ -122,10 +122,6 @@ std::string errc_str(Errc e) {
   return std::string(errc_name(e));
 }
 
-Error wrap(const Error& e, const std::string& what) {
-  return make_error(e.code, what + ": " + e.message);
-}
-
 // ---- Two-process rendezvous through /dev/shm files --------------------------------------------
 std::string rdv_path(const std::string& wire, const char* who) {
   return "/dev/shm/rdmafwd-" + wire + "." + who;
@@ -162,49 +158,36 @@ Result<std::string> wait_file(const std::string& path, double seconds) {
   }
 }
 
+// A rendezvous file is text: "info <connect info in hex>" (the versioned codec of
+// rdmx/mlx5/connect_info.hpp), then, from the client, its sizes as "key value" lines.
 std::string info_text(const mlx5::ConnectInfo& ci) {
-  std::ostringstream o;
-  o << "qpn " << ci.qpn << "\npsn " << ci.psn << "\nlid " << ci.lid << "\ntoken " << ci.port_token
-    << "\ngid";
-  for (uint8_t g : ci.gid) o << ' ' << unsigned(g);
-  o << '\n';
-  return o.str();
+  return "info " + mlx5::encode_connect_info_hex(ci) + "\n";
 }
 
-bool parse_info(const std::string& text, mlx5::ConnectInfo& ci, Params* sizes) {
+Result<mlx5::ConnectInfo> parse_info(const std::string& text, const std::string& path,
+                                     Params* sizes) {
   std::istringstream in(text);
-  std::string k;
-  bool got = false;
-  while (in >> k) {
-    uint64_t v = 0;
-    if (k == "gid") {
-      for (uint8_t& g : ci.gid) {
-        in >> v;
-        g = static_cast<uint8_t>(v);
-      }
-      continue;
-    }
-    if (!(in >> v)) return false;
-    if (k == "qpn")
-      ci.qpn = static_cast<uint32_t>(v), got = true;
-    else if (k == "psn")
-      ci.psn = static_cast<uint32_t>(v);
-    else if (k == "lid")
-      ci.lid = static_cast<uint16_t>(v);
-    else if (k == "token")
-      ci.port_token = v;
-    else if (sizes && k == "depth")
+  std::string k, hex;
+  if (!(in >> k >> hex) || k != "info")
+    return make_error(Errc::kProtocol,
+                      path + ": not an rdmafwd rendezvous file (no \"info\" line first)");
+  RDMX_TRY_ASSIGN(mlx5::ConnectInfo ci, mlx5::decode_connect_info_hex(hex), path);
+  uint64_t v = 0;
+  while (in >> k >> v) {
+    if (!sizes) continue;
+    if (k == "depth")
       sizes->io_depth = static_cast<uint32_t>(v);
-    else if (sizes && k == "max_pages")
+    else if (k == "max_pages")
       sizes->max_pages = static_cast<uint32_t>(v);
-    else if (sizes && k == "pages")
+    else if (k == "pages")
       sizes->pages_per_io = static_cast<uint32_t>(v);
-    else if (sizes && k == "page_size")
+    else if (k == "page_size")
       sizes->page_size = static_cast<uint32_t>(v);
-    else if (sizes && k == "windows")
+    else if (k == "windows")
       sizes->windows_per_core = static_cast<uint32_t>(v);
   }
-  return got;
+  if (!in.eof()) return make_error(Errc::kProtocol, path + ": malformed line after \"" + k + "\"");
+  return ci;
 }
 
 }  // namespace
@@ -328,7 +311,7 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
       tb->wire = emu::make_wire();
     } else if (p.role == Role::kServer) {
       auto w = emu::create_shm_wire(p.wire);
-      if (!w) return wrap(w.error(), "shared-memory wire '" + p.wire + "'");
+      if (!w) return add_context(w.error(), "shared-memory wire '" + p.wire + "'");
       tb->wire = std::move(w).value();
     } else {
       // The server creates the wire; wait for it.
@@ -342,21 +325,22 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
         if (g_signal.load())
           return make_error(Errc::kState, "interrupted while waiting for the server's wire");
         if (std::chrono::steady_clock::now() > end)
-          return wrap(w.error(), "shared-memory wire '" + p.wire + "' (is the server running?)");
+          return add_context(w.error(),
+                             "shared-memory wire '" + p.wire + "' (is the server running?)");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
     if (want_a) {
       o.name = "emu0";
       auto d = emu::EmuDevice::open(tb->wire, p.role == Role::kClient ? 1 : 0, o);
-      if (!d) return wrap(d.error(), "emu side A");
+      if (!d) return add_context(d.error(), "emu side A");
       tb->emu_a = d.value().get();
       tb->dev_a = std::move(d).value();
     }
     if (want_b) {
       o.name = "emu1";
       auto d = emu::EmuDevice::open(tb->wire, p.role == Role::kServer ? 0 : 1, o);
-      if (!d) return wrap(d.error(), "emu side B");
+      if (!d) return add_context(d.error(), "emu side B");
       tb->emu_b = d.value().get();
       tb->dev_b = std::move(d).value();
     }
@@ -369,7 +353,7 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
       to.cpu = p.device_cpu;
       to.idle_spin = p.emu_idle_spin;
       auto t = emu::DeviceThread::start(devs, to);
-      if (!t) return wrap(t.error(), "emu device thread");
+      if (!t) return add_context(t.error(), "emu device thread");
       tb->emu_thread = std::move(t).value();
       threads = devs.size() == 2 ? ", one device thread for both ports" : ", one device thread";
     } else if (o.mode == emu::Mode::kThreaded) {
@@ -393,11 +377,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   // Two-process server: adopt the client's sizes before sizing anything.
   mlx5::ConnectInfo client_info;
   if (p.role == Role::kServer) {
-    auto t = wait_file(rdv_path(p.wire, "client"), 120);
-    if (!t) return t.error();
+    const std::string path = rdv_path(p.wire, "client");
+    RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 120));
     Params sizes = p;
-    if (!parse_info(t.value(), client_info, &sizes))
-      return make_error(Errc::kDeviceError, "malformed client rendezvous file");
+    RDMX_TRY_ASSIGN(client_info, parse_info(text, path, &sizes));
     p.io_depth = sizes.io_depth;
     p.max_pages = sizes.max_pages;
     p.pages_per_io = sizes.pages_per_io;
@@ -421,10 +404,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     ac.source = mem::Source::kHeap;
     ac.name = name;
     auto a = mem::Arena::create(dev, ac);
-    if (!a) return wrap(a.error(), std::string("arena ") + name);
+    if (!a) return add_context(a.error(), std::string("arena ") + name);
     arena = std::move(a).value();
     auto pl = make_pool(dev, *arena, p, windows);
-    if (!pl) return wrap(pl.error(), std::string("window pool ") + name);
+    if (!pl) return add_context(pl.error(), std::string("window pool ") + name);
     pool = std::move(pl).value();
     return {};
   };
@@ -439,7 +422,7 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   const win::CoreConfig cc = core_config(p, recv_pages);
   auto new_core = [&](win::WindowPool& pool, const char* what) -> Result<win::PollCore*> {
     auto c = win::PollCore::create(pool, cc);
-    if (!c) return wrap(c.error(), std::string("poll core ") + what);
+    if (!c) return add_context(c.error(), std::string("poll core ") + what);
     tb->cores.push_back(std::move(c).value());
     return tb->cores.back().get();
   };
@@ -507,9 +490,9 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     // Connections.
     if (p.role == Role::kBoth) {
       if (Status s = connect_pair(*tb->dev_a, *l.c, *tb->dev_b, *l.p); !s)
-        return wrap(s.error(), "connect c-p");
+        return add_context(s.error(), "connect c-p");
       if (Status s = connect_pair(*tb->dev_b, *l.r, *tb->dev_a, *l.s); !s)
-        return wrap(s.error(), "connect r-s");
+        return add_context(s.error(), "connect r-s");
     }
     tb->lanes.push_back(std::move(ln));
   }
@@ -525,7 +508,7 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   if (p.role == Role::kServer) {
     Lane& l = *tb->lanes[0];
     if (Status s = tb->dev_b->connect(l.p->qp_handle(), client_info); !s)
-      return wrap(s.error(), "connect to the client");
+      return add_context(s.error(), "connect to the client");
     if (Status s = post_recvs(); !s) return s.error();  // before the client may send
     if (Status s = write_kv(rdv_path(p.wire, "server"),
                             info_text(tb->dev_b->local_info(l.p->qp_handle())));
@@ -538,13 +521,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
       << "\nmax_pages " << p.max_pages << "\npages " << p.pages_per_io << "\npage_size "
       << p.page_size << "\nwindows " << p.windows_per_core << "\n";
     if (Status s = write_kv(rdv_path(p.wire, "client"), o.str()); !s) return s.error();
-    auto t = wait_file(rdv_path(p.wire, "server"), 60);
-    if (!t) return t.error();
-    mlx5::ConnectInfo si;
-    if (!parse_info(t.value(), si, nullptr))
-      return make_error(Errc::kDeviceError, "malformed server rendezvous file");
-    if (Status s = tb->dev_a->connect(l.c->qp_handle(), si); !s)
-      return wrap(s.error(), "connect to the server");
+    const std::string path = rdv_path(p.wire, "server");
+    RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 60));
+    RDMX_TRY_ASSIGN(const mlx5::ConnectInfo si, parse_info(text, path, nullptr));
+    RDMX_TRY(tb->dev_a->connect(l.c->qp_handle(), si), "connect to the server");
     if (Status s = post_recvs(); !s) return s.error();
   } else {
     if (Status s = post_recvs(); !s) return s.error();

@@ -52,6 +52,7 @@ RDMX_SAME(RDMX_ENOTSUP, kUnsupported);
 RDMX_SAME(RDMX_EBUSY, kBusy);
 RDMX_SAME(RDMX_ETIMEDOUT, kTimeout);
 RDMX_SAME(RDMX_ESTATE, kState);
+RDMX_SAME(RDMX_EPROTO, kProtocol);
 #undef RDMX_SAME
 static_assert(win::kNumErrc <= 32, "rdmx_core_stats.rejected is too small");
 static_assert(sizeof(rdmx_sge) == sizeof(Sge) && offsetof(rdmx_sge, lkey) == offsetof(Sge, lkey));
@@ -236,38 +237,16 @@ bool to_sges(const rdmx_sge* in, uint32_t n, std::array<Sge, kMaxSges>& out) noe
   return true;
 }
 
-// ---- Connect info encoding: "RDMX", version, then little-endian fields.
-void put_le(uint8_t* p, uint64_t v, int n) noexcept {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get_le(const uint8_t* p, int n) noexcept {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-constexpr uint8_t kInfoMagic[4] = {'R', 'D', 'M', 'X'};
-constexpr uint8_t kInfoVersion = 1;
+// rdmx_connect_info holds the codec's bytes, zero-padded.
+static_assert(sizeof(rdmx_connect_info::bytes) >= rdmx::mlx5::kConnectInfoBytes);
 
 void encode(const rdmx::mlx5::ConnectInfo& ci, rdmx_connect_info* out) noexcept {
   std::memset(out, 0, sizeof(*out));
-  uint8_t* p = out->bytes;
-  std::memcpy(p, kInfoMagic, 4);
-  p[4] = kInfoVersion;
-  put_le(p + 8, ci.qpn, 4);
-  put_le(p + 12, ci.psn, 4);
-  put_le(p + 16, ci.lid, 2);
-  std::memcpy(p + 20, ci.gid, 16);
-  put_le(p + 36, ci.port_token, 8);
+  const rdmx::mlx5::ConnectInfoBytes b = rdmx::mlx5::encode_connect_info(ci);
+  std::memcpy(out->bytes, b.data(), b.size());
 }
-bool decode(const rdmx_connect_info* in, rdmx::mlx5::ConnectInfo& ci) noexcept {
-  const uint8_t* p = in->bytes;
-  if (std::memcmp(p, kInfoMagic, 4) != 0 || p[4] != kInfoVersion) return false;
-  ci.qpn = static_cast<uint32_t>(get_le(p + 8, 4));
-  ci.psn = static_cast<uint32_t>(get_le(p + 12, 4));
-  ci.lid = static_cast<uint16_t>(get_le(p + 16, 2));
-  std::memcpy(ci.gid, p + 20, 16);
-  ci.port_token = get_le(p + 36, 8);
-  return true;
+rdmx::Result<rdmx::mlx5::ConnectInfo> decode(const rdmx_connect_info* in) {
+  return rdmx::mlx5::decode_connect_info(in->bytes);
 }
 
 bool is_emu_name(const std::string& d, emu::Mode& mode) {
@@ -423,6 +402,8 @@ const char* rdmx_strerror(int err) {
       return "timed out";
     case RDMX_ESTATE:
       return "not allowed in the current state";
+    case RDMX_EPROTO:
+      return "malformed or foreign bytes from a peer";
     case RDMX_EINTERNAL:
       return "internal error";
     default:
@@ -433,7 +414,7 @@ const char* rdmx_strerror(int err) {
 const char* rdmx_errname(int err) {
   const int e = err < 0 ? -err : err;
   if (e == RDMX_EINTERNAL) return "internal";
-  if (e > RDMX_ESTATE) return "unknown";
+  if (e > RDMX_EPROTO) return "unknown";
   return rdmx::errc_name(static_cast<Errc>(e)).data();  // string literals: NUL-terminated
 }
 
@@ -706,11 +687,10 @@ int rdmx_core_connect_info(rdmx_core* c, rdmx_connect_info* out) {
 int rdmx_core_connect(rdmx_core* c, const rdmx_connect_info* remote) {
   return guarded("rdmx_core_connect", [&]() -> int {
     if (!c || !remote) return fail(RDMX_EINVAL, "rdmx_core_connect: NULL argument");
-    rdmx::mlx5::ConnectInfo ci;
-    if (!decode(remote, ci))
-      return fail(RDMX_EINVAL, "rdmx_core_connect: not an rdmx_connect_info (bad magic/version)");
+    auto ci = decode(remote);
+    if (!ci) return fail(ci.error(), "rdmx_core_connect");
     std::lock_guard lk(c->port->mu);
-    auto s = c->port->dev->connect(c->pc->qp_handle(), ci);
+    auto s = c->port->dev->connect(c->pc->qp_handle(), ci.value());
     if (!s) return fail(s.error(), "rdmx_core_connect");
     return 0;
   });
@@ -897,9 +877,9 @@ int rdmx_core_recover(rdmx_core* c, const rdmx_connect_info* remote) {
     if (!c) return fail(RDMX_EINVAL, "rdmx_core_recover: NULL core");
     std::lock_guard lk(c->port->mu);
     if (remote) {
-      rdmx::mlx5::ConnectInfo ci;
-      if (!decode(remote, ci)) return fail(RDMX_EINVAL, "rdmx_core_recover: bad connect info");
-      auto s = c->port->dev->connect(c->pc->qp_handle(), ci);
+      auto ci = decode(remote);
+      if (!ci) return fail(ci.error(), "rdmx_core_recover");
+      auto s = c->port->dev->connect(c->pc->qp_handle(), ci.value());
       if (!s) return fail(s.error(), "rdmx_core_recover: reconnect");
     }
     c->pend_count = c->pend_head = 0;

@@ -33,11 +33,22 @@ std::string_view errc_name(Errc e) noexcept {
     case Errc::kBusy: return "busy";
     case Errc::kTimeout: return "timeout";
     case Errc::kState: return "bad-state";
+    case Errc::kProtocol:
+      return "protocol";
   }
   return "unknown";
 }
 
 Error make_error(Errc code, std::string message) { return Error{code, std::move(message)}; }
+
+Error add_context(Error e, std::string_view what) {
+  if (what.empty()) return e;
+  std::string m;
+  m.reserve(what.size() + 2 + e.message.size());
+  m.append(what).append(": ").append(e.message);
+  e.message = std::move(m);
+  return e;
+}
 
 namespace {
 LogLevel g_level = LogLevel::kInfo;

@@ -598,8 +598,40 @@ static void test_two_processes(void) {
   close(c2p[0]);
 }
 
+/* Connect info from a peer: the codec's bytes round-trip; truncated, foreign, other-version and
+ * corrupted blobs are refused with -RDMX_EPROTO and a message saying what was wrong. */
+static void test_connect_info_refusals(void) {
+  struct rig r;
+  rdmx_connect_info good, bad;
+  rig_open(&r, "emu", NULL);
+  CHECK_RC(rdmx_core_connect_info(r.cb, &good), 0);
+  CHECK(memcmp(good.bytes, "RDXI", 4) == 0);
+  CHECK(good.bytes[4] == 1 && good.bytes[5] == 56 && good.bytes[63] == 0);
+  CHECK_RC(rdmx_core_connect(r.ca, &good), 0);
+  CHECK(strcmp(rdmx_errname(-RDMX_EPROTO), "protocol") == 0);
+
+  bad = good;
+  bad.bytes[10] ^= 0x40; /* a QPN bit */
+  CHECK_RC(rdmx_core_connect(r.ca, &bad), -RDMX_EPROTO);
+  CHECK(strstr(rdmx_last_error(), "corrupted") != NULL);
+  memset(&bad, 0, sizeof bad);
+  memcpy(bad.bytes, "RDMX\1", 5); /* not rdmx's codec */
+  CHECK_RC(rdmx_core_connect(r.ca, &bad), -RDMX_EPROTO);
+  CHECK(strstr(rdmx_last_error(), "foreign") != NULL);
+  bad = good;
+  bad.bytes[4] = 9;
+  CHECK_RC(rdmx_core_connect(r.ca, &bad), -RDMX_EPROTO);
+  CHECK(strstr(rdmx_last_error(), "version 9") != NULL);
+  bad = good;
+  memset(bad.bytes + 30, 0, sizeof bad.bytes - 30); /* cut short */
+  CHECK_RC(rdmx_core_connect(r.ca, &bad), -RDMX_EPROTO);
+  CHECK_RC(rdmx_core_recover(r.ca, &bad), -RDMX_EPROTO);
+  rig_close(&r);
+}
+
 int main(void) {
   test_version_and_errors();
+  test_connect_info_refusals();
   test_map_write_read_unmap("emu");
   test_map_write_read_unmap("emu-threaded");
   test_bursts_and_errors();

@@ -207,67 +207,6 @@ TEST(DvMath, RtsAndStateOnlyTransitions) {
   EXPECT_EQ(state_only_transition(QpState::kError).attr.qp_state, IBV_QPS_ERR);
 }
 
-ConnectInfo sample_info() {
-  ConnectInfo ci;
-  ci.qpn = 0x123456;
-  ci.psn = 0xabcdef;
-  ci.lid = 0x0102;
-  for (int i = 0; i < 16; ++i) ci.gid[i] = static_cast<uint8_t>(0xf0 + i);
-  ci.port_token = 0x1122334455667788ull;
-  return ci;
-}
-
-TEST(DvMath, ConnectInfoBytes) {
-  const std::vector<uint8_t> b = encode_connect_info(sample_info());
-  const std::array<uint8_t, 40> want = {
-      'r',  'x',  1,    0,                              // magic, version, reserved
-      0x01, 0x02, 0,    0,                              // lid, reserved
-      0x00, 0x12, 0x34, 0x56,                           // qpn
-      0x00, 0xab, 0xcd, 0xef,                           // psn
-      0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7,   // gid
-      0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff,   //
-      0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};  // port_token
-  ASSERT_EQ(b.size(), want.size());
-  EXPECT_EQ(0, std::memcmp(b.data(), want.data(), want.size()));
-}
-
-TEST(DvMath, ConnectInfoRoundTripAndPadding) {
-  std::vector<uint8_t> b = encode_connect_info(sample_info());
-  b.resize(56, 0);  // the CM hands over the whole private-data area
-  auto r = decode_connect_info(b);
-  ASSERT_TRUE(r.ok()) << r.error().message;
-  const ConnectInfo& ci = r.value();
-  EXPECT_EQ(ci.qpn, 0x123456u);
-  EXPECT_EQ(ci.psn, 0xabcdefu);
-  EXPECT_EQ(ci.lid, 0x0102);
-  EXPECT_EQ(ci.gid[0], 0xf0);
-  EXPECT_EQ(ci.gid[15], 0xff);
-  EXPECT_EQ(ci.port_token, 0x1122334455667788ull);
-}
-
-TEST(DvMath, ConnectInfoBadFlows) {
-  std::vector<uint8_t> b = encode_connect_info(sample_info());
-  auto short_r = decode_connect_info(std::span<const uint8_t>(b.data(), 39));
-  ASSERT_FALSE(short_r.ok());
-  EXPECT_EQ(short_r.error().code, Errc::kInvalidArgument);
-  EXPECT_NE(short_r.error().message.find("too short"), std::string::npos);
-
-  auto bad_magic = b;
-  bad_magic[0] = 'R';
-  EXPECT_EQ(decode_connect_info(bad_magic).error().code, Errc::kInvalidArgument);
-
-  auto v2 = b;
-  v2[2] = 2;
-  auto r = decode_connect_info(v2);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, Errc::kUnsupported);
-  EXPECT_NE(r.error().message.find("version 2"), std::string::npos);
-
-  auto high = b;
-  high[8] = 0xff;  // byte above the 24-bit QPN
-  EXPECT_EQ(decode_connect_info(high).value().qpn, 0x123456u);
-}
-
 TEST(DvMath, IfcGet) {
   // dword 0 = 0x12345678: bits 0..3 = 0x1, bits 4..11 = 0x23, bits 28..31 = 0x8.
   const uint8_t b[8] = {0x12, 0x34, 0x56, 0x78, 0x80, 0, 0, 0x01};

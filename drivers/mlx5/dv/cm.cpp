@@ -70,7 +70,7 @@ Status check_device(rdma_cm_id* id, const DvDevice& dev) {
   return {};
 }
 
-rdma_conn_param conn_param(const CmOptions& o, const std::vector<uint8_t>& pd, uint32_t qpn) {
+rdma_conn_param conn_param(const CmOptions& o, const mlx5::ConnectInfoBytes& pd, uint32_t qpn) {
   rdma_conn_param cp{};
   cp.private_data = pd.data();
   cp.private_data_len = static_cast<uint8_t>(pd.size());
@@ -84,8 +84,8 @@ rdma_conn_param conn_param(const CmOptions& o, const std::vector<uint8_t>& pd, u
 
 Result<mlx5::ConnectInfo> peer_info(const rdma_cm_event& ev) {
   const auto* p = static_cast<const uint8_t*>(ev.param.conn.private_data);
-  if (!p) return make_error(Errc::kInvalidArgument, "peer sent no private data");
-  return decode_connect_info(std::span<const uint8_t>(p, ev.param.conn.private_data_len));
+  if (!p) return make_error(Errc::kProtocol, "connect info: the peer sent no private data");
+  return mlx5::decode_connect_info(std::span<const uint8_t>(p, ev.param.conn.private_data_len));
 }
 
 // What both sides start from: an event channel, a TCP-port-space cm_id on it, and the address
@@ -161,7 +161,7 @@ Result<std::unique_ptr<CmConnection>> cm_connect(DvDevice& dev, mlx5::QpHandle q
     return ev.error();
   if (auto s = check_device(id.get(), dev); !s) return s.error();
 
-  const std::vector<uint8_t> pd = encode_connect_info(dev.local_info(qp));
+  const mlx5::ConnectInfoBytes pd = mlx5::encode_connect_info(dev.local_info(qp));
   rdma_conn_param cp = conn_param(opts, pd, qp);
   if (rdma_connect(id.get(), &cp)) return cm_error("rdma_connect(" + where + ")", last_errno());
   auto ev = wait_event(ch.get(), RDMA_CM_EVENT_CONNECT_RESPONSE, opts.timeout_ms,
@@ -238,7 +238,7 @@ Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::Qp
   if (rdma_migrate_id(child, ch.get())) return reject(cm_error("rdma_migrate_id", last_errno()));
 
   if (auto s = dev.connect(qp, remote.value()); !s) return reject(s.error());
-  const std::vector<uint8_t> pd = encode_connect_info(dev.local_info(qp));
+  const mlx5::ConnectInfoBytes pd = mlx5::encode_connect_info(dev.local_info(qp));
   rdma_conn_param cp = conn_param(opts_, pd, qp);
   if (rdma_accept(child, &cp)) return reject(cm_error("rdma_accept", last_errno()));
   auto est = wait_event(ch.get(), RDMA_CM_EVENT_ESTABLISHED, opts_.timeout_ms, "accepting");

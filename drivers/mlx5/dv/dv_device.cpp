@@ -667,6 +667,11 @@ mlx5::ConnectInfo DvDevice::local_info(mlx5::QpHandle qp) {
   ci.psn = r->psn;
   ci.lid = impl_->lid;
   std::memcpy(ci.gid, impl_->gid, 16);
+  // What this side brings to a negotiation (connect_info.hpp: stated, not yet negotiated).
+  ci.port = impl_->params.port;
+  ci.path_mtu = static_cast<uint8_t>(impl_->params.mtu);
+  ci.initiator_depth = impl_->params.max_rd_atomic;
+  ci.responder_resources = impl_->params.max_dest_rd_atomic;
   return ci;
 }
 

@@ -16,20 +16,8 @@ void put_be16(uint8_t* p, uint16_t v) noexcept {
   p[0] = static_cast<uint8_t>(v >> 8);
   p[1] = static_cast<uint8_t>(v);
 }
-void put_be32(uint8_t* p, uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (24 - 8 * i));
-}
-void put_be64(uint8_t* p, uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (56 - 8 * i));
-}
-uint16_t get_be16(const uint8_t* p) noexcept {
-  return static_cast<uint16_t>(p[0] << 8 | p[1]);
-}
 uint32_t get_be32(const uint8_t* p) noexcept {
   return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
-}
-uint64_t get_be64(const uint8_t* p) noexcept {
-  return uint64_t{get_be32(p)} << 32 | get_be32(p + 4);
 }
 
 // The Access values are chosen equal to ibv_access_flags; keep it so (device.hpp says so).
@@ -178,49 +166,6 @@ QpTransition state_only_transition(QpState to) noexcept {
   t.attr.qp_state = to_ibv_qp_state(to);
   t.mask = IBV_QP_STATE;
   return t;
-}
-
-void encode_connect_info(const mlx5::ConnectInfo& ci,
-                         std::span<uint8_t, kConnectInfoBytes> out) noexcept {
-  uint8_t* p = out.data();
-  std::memset(p, 0, kConnectInfoBytes);
-  p[0] = 'r';
-  p[1] = 'x';
-  p[2] = kConnectInfoVersion;
-  put_be16(p + 4, ci.lid);
-  put_be32(p + 8, ci.qpn & 0xffffff);
-  put_be32(p + 12, ci.psn & 0xffffff);
-  std::memcpy(p + 16, ci.gid, 16);
-  put_be64(p + 32, ci.port_token);
-}
-
-std::vector<uint8_t> encode_connect_info(const mlx5::ConnectInfo& ci) {
-  std::vector<uint8_t> v(kConnectInfoBytes);
-  encode_connect_info(ci, std::span<uint8_t, kConnectInfoBytes>(v.data(), kConnectInfoBytes));
-  return v;
-}
-
-Result<mlx5::ConnectInfo> decode_connect_info(std::span<const uint8_t> in) {
-  if (in.size() < kConnectInfoBytes)
-    return make_error(Errc::kInvalidArgument,
-                      "connection private data too short: " + std::to_string(in.size()) +
-                          " bytes, need " + std::to_string(kConnectInfoBytes) +
-                          " (peer is not an rdmx endpoint?)");
-  const uint8_t* p = in.data();
-  if (p[0] != 'r' || p[1] != 'x')
-    return make_error(Errc::kInvalidArgument,
-                      "connection private data has no rdmx magic (peer is not an rdmx endpoint)");
-  if (p[2] != kConnectInfoVersion)
-    return make_error(Errc::kUnsupported, "connection private data version " +
-                                              std::to_string(p[2]) + ", this build speaks " +
-                                              std::to_string(kConnectInfoVersion));
-  mlx5::ConnectInfo ci;
-  ci.lid = get_be16(p + 4);
-  ci.qpn = get_be32(p + 8) & 0xffffff;
-  ci.psn = get_be32(p + 12) & 0xffffff;
-  std::memcpy(ci.gid, p + 16, 16);
-  ci.port_token = get_be64(p + 32);
-  return ci;
 }
 
 uint32_t ifc_get(std::span<const uint8_t> buf, uint32_t bit_off, uint32_t bits) noexcept {

@@ -84,7 +84,8 @@ enum rdmx_errc {
   RDMX_EBUSY = 14,        /* resource in use (pointer-mode window still read by the device) */
   RDMX_ETIMEDOUT = 15,    /* a bounded wait expired */
   RDMX_ESTATE = 16,       /* not allowed in the current state */
-  RDMX_EINTERNAL = 64     /* an unexpected internal failure (C API only); see rdmx_last_error */
+  RDMX_EPROTO = 17,   /* bytes from a peer (rdmx_connect_info) malformed, foreign or corrupted */
+  RDMX_EINTERNAL = 64 /* an unexpected internal failure (C API only); see rdmx_last_error */
 };
 
 /* [any] A short sentence for a code; accepts RDMX_E* and -RDMX_E*. Never NULL. */
@@ -244,7 +245,9 @@ RDMX_API int rdmx_core_create(rdmx_port* port, const rdmx_core_opts* opts, rdmx_
 RDMX_API void rdmx_core_destroy(rdmx_core* core);
 
 /* What a peer needs to connect to a core: plain bytes, to be sent over any channel (a socket, a
- * file, a pipe). Endianness independent. */
+ * file, a pipe). Endianness independent. The first 56 bytes are rdmx's versioned connect-info
+ * encoding (magic "RDXI", version, length, big-endian fields, CRC-32; the same bytes rdmx sends
+ * over librdmacm and rdmafwd's rendezvous: rdmx/mlx5/connect_info.hpp); the last 8 are zero. */
 typedef struct rdmx_connect_info {
   uint8_t bytes[64];
 } rdmx_connect_info;
@@ -252,7 +255,8 @@ typedef struct rdmx_connect_info {
 /* [setup] Fills *out with this core's connect information. */
 RDMX_API int rdmx_core_connect_info(rdmx_core* core, rdmx_connect_info* out);
 /* [setup] Connects this core's queue pair to the peer core described by *remote (to RTS).
- * -RDMX_EINVAL for bytes that are not an rdmx_connect_info. */
+ * -RDMX_EPROTO for bytes that are not an rdmx_connect_info (truncated, foreign, another version,
+ * corrupted): rdmx_last_error() says which. */
 RDMX_API int rdmx_core_connect(rdmx_core* core, const rdmx_connect_info* remote);
 /* [setup] Connects two cores of one process (each to the other). */
 RDMX_API int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b);
@@ -427,7 +431,7 @@ typedef struct rdmx_core_stats {
   uint64_t wqe_errors; /* failed completions of any kind */
   uint64_t recoveries;
   uint64_t cqes, completions; /* completion queue entries read, work requests completed */
-  uint64_t rejected[32];      /* calls refused, by RDMX_E* code (index 1..16) */
+  uint64_t rejected[32];      /* calls refused, by RDMX_E* code (index 1..17) */
   uint32_t umrs_in_flight;    /* map/unmap UMRs not yet completed */
   uint32_t cached_windows;    /* windows in the core's cache now */
 } rdmx_core_stats;

@@ -18,23 +18,25 @@ namespace rdmx {
 // Error codes shared by every layer. Keep names stable: they appear in stats and in the C API.
 enum class Errc : int {
   kOk = 0,
-  kInvalidArgument,   // a malformed argument (bad flags, zero count, ...)
-  kOutOfRange,        // offset/length/index beyond a limit
-  kTooManyPages,      // more chunk pages than the window holds
-  kNotInArena,        // a page outside the registered arena or misaligned
-  kNoWindow,          // window cache and depot exhausted
-  kNotMapped,         // unmap of a window that is not mapped
-  kWrongCore,         // operation on an object owned by another poll core
-  kNoRoom,            // send queue has no room for the WQE (retry after poll)
-  kQpError,           // queue pair is in the error state
-  kNoDevice,          // no matching RDMA device
-  kDeviceError,       // the device or a verbs call failed
-  kNoMemory,          // allocation failed at setup
-  kUnsupported,       // feature not supported by this device/backend
-  kBusy,              // resource in use
-  kTimeout,           // a bounded wait expired
-  kState,             // operation not allowed in the current state
+  kInvalidArgument,  // a malformed argument (bad flags, zero count, ...)
+  kOutOfRange,       // offset/length/index beyond a limit
+  kTooManyPages,     // more chunk pages than the window holds
+  kNotInArena,       // a page outside the registered arena or misaligned
+  kNoWindow,         // window cache and depot exhausted
+  kNotMapped,        // unmap of a window that is not mapped
+  kWrongCore,        // operation on an object owned by another poll core
+  kNoRoom,           // send queue has no room for the WQE (retry after poll)
+  kQpError,          // queue pair is in the error state
+  kNoDevice,         // no matching RDMA device
+  kDeviceError,      // the device or a verbs call failed
+  kNoMemory,         // allocation failed at setup
+  kUnsupported,      // feature not supported by this device/backend
+  kBusy,             // resource in use
+  kTimeout,          // a bounded wait expired
+  kState,            // operation not allowed in the current state
+  kProtocol,         // bytes from a peer (connect info, rendezvous) malformed or foreign
 };
+inline constexpr int kNumErrcValues = static_cast<int>(Errc::kProtocol) + 1;
 
 // Short stable name of an Errc, e.g. "too-many-pages".
 std::string_view errc_name(Errc e) noexcept;
@@ -98,4 +100,54 @@ class [[nodiscard]] Status {
   Error err_;
 };
 
+// ---- Context and propagation (the one spelling for setup-path errors) ----------------------
+//
+//   return add_context(r.error(), "arena " + name);   // "arena a: <what went wrong>"
+//   RDMX_TRY(dev.connect(qp, remote));                  // a failed Status/Result returns
+//   RDMX_TRY(dev.connect(qp, remote), "connect c-p");  // ... with "connect c-p: " in front
+//   RDMX_TRY_ASSIGN(auto arena, mem::Arena::create(dev, ac), "arena");
+//
+// The code is kept; context reads outermost first, like a call chain.
+
+[[gnu::cold]] Error add_context(Error e, std::string_view what);
+
+namespace detail {
+[[gnu::cold]] inline Error try_error(const Status& s) {
+  return s.error();
+}
+[[gnu::cold]] inline Error try_error(const Status& s, std::string_view what) {
+  return add_context(s.error(), what);
+}
+template <class T>
+[[gnu::cold]] Error try_error(Result<T>&& r) {
+  return std::move(r).error();
+}
+template <class T>
+[[gnu::cold]] Error try_error(Result<T>&& r, std::string_view what) {
+  return add_context(std::move(r).error(), what);
+}
+}  // namespace detail
+
 }  // namespace rdmx
+
+#define RDMX_CAT2_(a, b) a##b
+#define RDMX_CAT_(a, b) RDMX_CAT2_(a, b)
+
+// Evaluates a Status or Result expression; on failure returns its Error (with optional context,
+// a std::string_view-convertible expression evaluated only on failure) from the enclosing
+// function, whose return type is Status, Result<U> or Error.
+#define RDMX_TRY(expr, ...)                                                                \
+  do {                                                                                     \
+    auto&& rdmx_try_r_ = (expr);                                                           \
+    if (!rdmx_try_r_.ok())                                                                 \
+      return ::rdmx::detail::try_error(std::move(rdmx_try_r_) __VA_OPT__(, ) __VA_ARGS__); \
+  } while (0)
+
+// `lhs = value of expr` for a Result expression, or returns its Error as RDMX_TRY does. lhs may
+// declare (`auto x`, `std::unique_ptr<T> p`) or assign (`p`).
+#define RDMX_TRY_ASSIGN(lhs, expr, ...) \
+  RDMX_TRY_ASSIGN_(RDMX_CAT_(rdmx_try_v_, __LINE__), lhs, expr __VA_OPT__(, ) __VA_ARGS__)
+#define RDMX_TRY_ASSIGN_(tmp, lhs, expr, ...)                                                 \
+  auto tmp = (expr);                                                                          \
+  if (!tmp.ok()) return ::rdmx::detail::try_error(std::move(tmp) __VA_OPT__(, ) __VA_ARGS__); \
+  lhs = std::move(tmp).value()

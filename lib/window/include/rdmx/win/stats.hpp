@@ -9,7 +9,7 @@
 
 namespace rdmx::win {
 
-inline constexpr uint32_t kNumErrc = static_cast<uint32_t>(Errc::kState) + 1;
+inline constexpr uint32_t kNumErrc = static_cast<uint32_t>(kNumErrcValues);
 
 struct alignas(64) CoreStats {
   uint64_t maps = 0;           // successful maps

@@ -3,11 +3,12 @@
 //
 // How: the QP is created by DvDevice (it needs mlx5dv extensions rdma_cm cannot ask for), so the
 // cm_id carries no QP. rdma_connect/rdma_accept pass our QPN in rdma_conn_param.qp_num and our
-// ConnectInfo (QPN, PSN, LID, GID; dv_math.hpp encode_connect_info, 40 bytes with a version byte)
-// as private data; each side reads the peer's ConnectInfo from the CM event and moves its own QP
-// RESET -> INIT -> RTR -> RTS with DvDevice::connect. The active side then completes the
-// handshake with rdma_establish (rdma_establish(3): "should be called by the active side to
-// complete the connection, after getting connect response event" when the id has no QP).
+// ConnectInfo (rdmx/mlx5/connect_info.hpp: the versioned 56-byte encoding, which fits the 56
+// bytes of private data a REQ carries on RDMA_PS_TCP) as private data; each side reads the peer's
+// ConnectInfo from the CM event and moves its own QP RESET -> INIT -> RTR -> RTS with
+// DvDevice::connect. The active side then completes the handshake with rdma_establish
+// (rdma_establish(3): "should be called by the active side to complete the connection, after
+// getting connect response event" when the id has no QP).
 //
 // The route rdma_cm resolves must go through the same device the QP lives on; a mismatch is an
 // error naming both devices. Control path only; every call may block up to CmOptions::timeout_ms.

@@ -1,6 +1,6 @@
 // Pure arithmetic and translations of the real-device backend: queue sizing, attribute and state
-// translation, the connection private-data format, HCA capability parsing. No verbs calls, no
-// device, no state: everything here is unit-tested on this machine (tests/dv/test_dv_math.cpp).
+// translation, HCA capability parsing. No verbs calls, no device, no state: everything here is
+// unit-tested on this machine (tests/dv/test_dv_math.cpp).
 //
 // Sources for every rule are cited beside it; "mlx5-umr.md" is ../shared/reference/mlx5-umr.md.
 // All functions are control-path (setup) code, callable from any thread.
@@ -157,30 +157,6 @@ QpTransition rtr_transition(const QpParams& p, const mlx5::ConnectInfo& remote) 
 QpTransition rts_transition(const QpParams& p, uint32_t local_psn) noexcept;
 // Any state -> RESET or ERR: the state alone.
 QpTransition state_only_transition(mlx5::QpState to) noexcept;
-
-// ---- Connection private data (librdmacm REQ/REP, or any out-of-band channel) ------------------
-//
-//   off size field
-//   0   2    magic 'r' 'x'
-//   2   1    version (kConnectInfoVersion)
-//   3   1    reserved, 0
-//   4   2    lid        (BE16)
-//   6   2    reserved, 0
-//   8   4    qpn        (BE32, 24 bits used)
-//   12  4    psn        (BE32, 24 bits used)
-//   16  16   gid        (network order, as ibv_gid)
-//   32  8    port_token (BE64; the emu's port, 0 on a real device)
-//
-// 40 bytes: fits the 56 bytes a CM REQ leaves to the user on RDMA_PS_TCP (rdma_connect(3)).
-inline constexpr uint8_t kConnectInfoVersion = 1;
-inline constexpr size_t kConnectInfoBytes = 40;
-
-void encode_connect_info(const mlx5::ConnectInfo& ci,
-                         std::span<uint8_t, kConnectInfoBytes> out) noexcept;
-std::vector<uint8_t> encode_connect_info(const mlx5::ConnectInfo& ci);
-// Accepts any buffer of at least kConnectInfoBytes (the CM pads private data with zeros).
-// Errors: kInvalidArgument naming what is wrong (short, bad magic, unknown version).
-Result<mlx5::ConnectInfo> decode_connect_info(std::span<const uint8_t> in);
 
 // ---- HCA capabilities (QUERY_HCA_CAP, general device caps, current values) ---------------------
 //

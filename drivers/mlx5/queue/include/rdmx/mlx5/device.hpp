@@ -13,6 +13,7 @@
 #include <string>
 
 #include <rdmx/core/result.hpp>
+#include <rdmx/mlx5/connect_info.hpp>
 #include <rdmx/mlx5/queue_desc.hpp>
 
 namespace rdmx::mlx5 {
@@ -63,15 +64,6 @@ struct QpConfig {
 
 // Opaque per-backend QP handle.
 using QpHandle = uint32_t;  // the QPN
-
-// What a peer needs to connect to a QP (exchanged out of band, or by rdma_cm).
-struct ConnectInfo {
-  uint32_t qpn = 0;
-  uint32_t psn = 0;
-  uint16_t lid = 0;
-  uint8_t gid[16] = {};
-  uint64_t port_token = 0;  // emu: identifies the emulated port on the wire
-};
 
 class Device {
  public:

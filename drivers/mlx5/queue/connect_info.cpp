@@ -1,0 +1,141 @@
+// The connection-info codec (format and rules: include/rdmx/mlx5/connect_info.hpp).
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include <rdmx/mlx5/connect_info.hpp>
+
+namespace rdmx::mlx5 {
+
+namespace {
+
+constexpr uint8_t kMagic[4] = {'R', 'D', 'X', 'I'};
+constexpr size_t kHeaderBytes = 6;  // magic, version, length
+constexpr size_t kCrcOffset = 52;
+constexpr uint8_t kMaxMtuCode = 5;  // IBV_MTU_4096
+
+void put_be(uint8_t* p, uint64_t v, int n) noexcept {
+  for (int i = n - 1; i >= 0; --i, v >>= 8) p[i] = static_cast<uint8_t>(v);
+}
+uint64_t get_be(const uint8_t* p, int n) noexcept {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
+  return v;
+}
+uint32_t crc(const uint8_t* p, size_t n) noexcept {
+  return static_cast<uint32_t>(::crc32(::crc32(0L, Z_NULL, 0), p, static_cast<uInt>(n)));
+}
+
+std::string hex32(uint64_t v) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s = "0x";
+  bool lead = true;
+  for (int sh = 28; sh >= 0; sh -= 4) {
+    const unsigned d = (v >> sh) & 0xf;
+    if (lead && d == 0 && sh) continue;
+    lead = false;
+    s += kDigits[d];
+  }
+  return s;
+}
+
+Error refuse(const std::string& what) {
+  return make_error(Errc::kProtocol, "connect info: " + what);
+}
+
+}  // namespace
+
+ConnectInfoBytes encode_connect_info(const ConnectInfo& ci) noexcept {
+  ConnectInfoBytes b{};
+  uint8_t* p = b.data();
+  std::memcpy(p, kMagic, 4);
+  p[4] = kConnectInfoVersion;
+  p[5] = kConnectInfoBytes;
+  put_be(p + 8, ci.qpn & 0xffffff, 4);
+  put_be(p + 12, ci.psn & 0xffffff, 4);
+  std::memcpy(p + 16, ci.gid, 16);
+  put_be(p + 32, ci.port_token, 8);
+  put_be(p + 40, ci.lid, 2);
+  p[42] = ci.port;
+  p[43] = ci.path_mtu;
+  p[44] = ci.initiator_depth;
+  p[45] = ci.responder_resources;
+  put_be(p + kCrcOffset, crc(p, kCrcOffset), 4);
+  return b;
+}
+
+Result<ConnectInfo> decode_connect_info(std::span<const uint8_t> in) {
+  const uint8_t* p = in.data();
+  const size_t n = in.size();
+  const bool magic = n > 0 && std::memcmp(p, kMagic, std::min<size_t>(n, 4)) == 0;
+  if (n > 0 && !magic)
+    return refuse("foreign bytes (no \"RDXI\" magic): the peer is not an rdmx endpoint");
+  if (n < kHeaderBytes)
+    return refuse("truncated: " + std::to_string(n) + " bytes, the header alone is " +
+                  std::to_string(kHeaderBytes));
+  if (p[4] != kConnectInfoVersion)
+    return refuse("version " + std::to_string(p[4]) + ", this build speaks version " +
+                  std::to_string(kConnectInfoVersion));
+  if (p[5] != kConnectInfoBytes)
+    return refuse("length " + std::to_string(p[5]) + " is not version " +
+                  std::to_string(kConnectInfoVersion) + "'s " + std::to_string(kConnectInfoBytes));
+  if (n < kConnectInfoBytes)
+    return refuse("truncated: " + std::to_string(n) + " of " + std::to_string(kConnectInfoBytes) +
+                  " bytes");
+  const uint32_t stored = static_cast<uint32_t>(get_be(p + kCrcOffset, 4));
+  const uint32_t computed = crc(p, kCrcOffset);
+  if (stored != computed)
+    return refuse("corrupted: CRC-32 " + hex32(stored) + " stored, " + hex32(computed) +
+                  " computed");
+  ConnectInfo ci;
+  ci.qpn = static_cast<uint32_t>(get_be(p + 8, 4));
+  ci.psn = static_cast<uint32_t>(get_be(p + 12, 4));
+  if (ci.qpn > 0xffffff) return refuse("QPN " + hex32(ci.qpn) + " is wider than 24 bits");
+  if (ci.psn > 0xffffff) return refuse("PSN " + hex32(ci.psn) + " is wider than 24 bits");
+  std::memcpy(ci.gid, p + 16, 16);
+  ci.port_token = get_be(p + 32, 8);
+  ci.lid = static_cast<uint16_t>(get_be(p + 40, 2));
+  ci.port = p[42];
+  ci.path_mtu = p[43];
+  ci.initiator_depth = p[44];
+  ci.responder_resources = p[45];
+  if (ci.path_mtu > kMaxMtuCode)
+    return refuse("path MTU code " + std::to_string(ci.path_mtu) +
+                  " unknown (1..5 = 256..4096 bytes, 0 = not stated)");
+  return ci;
+}
+
+std::string encode_connect_info_hex(const ConnectInfo& ci) {
+  static const char kDigits[] = "0123456789abcdef";
+  const ConnectInfoBytes b = encode_connect_info(ci);
+  std::string s;
+  s.reserve(2 * b.size());
+  for (uint8_t x : b) {
+    s += kDigits[x >> 4];
+    s += kDigits[x & 0xf];
+  }
+  return s;
+}
+
+Result<ConnectInfo> decode_connect_info_hex(std::string_view hex) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0 || hex.size() > 2 * kConnectInfoBytes)
+    return refuse("hex text of " + std::to_string(hex.size()) + " characters, expected " +
+                  std::to_string(2 * kConnectInfoBytes));
+  uint8_t b[kConnectInfoBytes];
+  for (size_t i = 0; i < hex.size() / 2; ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return refuse("not hex text at character " + std::to_string(2 * i));
+    b[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return decode_connect_info(std::span<const uint8_t>(b, hex.size() / 2));
+}
+
+}  // namespace rdmx::mlx5

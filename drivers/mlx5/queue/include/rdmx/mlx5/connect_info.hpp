@@ -1,0 +1,76 @@
+// What a peer needs to connect to one of our QPs, and the one byte format it crosses a process
+// boundary in: the C API's rdmx_connect_info blob, rdmafwd's two-process rendezvous, librdmacm
+// private data (drivers/mlx5/dv/cm.cpp), and any out-of-band channel (TCP) an application uses.
+//
+// Encoding, version 1: 56 bytes, every integer big-endian (network order).
+//
+//   off size field
+//   0   4    magic "RDXI"
+//   4   1    version (kConnectInfoVersion)
+//   5   1    length: bytes the encoding covers (56 in version 1)
+//   6   2    reserved, 0
+//   8   4    qpn                 (24 bits used; the top byte is 0)
+//   12  4    psn                 (24 bits used; the top byte is 0)
+//   16  16   gid                 (as ibv_gid: network order)
+//   32  8    wire address        (emu: the port's token on its wire; 0 on a real device)
+//   40  2    lid                 (InfiniBand; 0 on RoCE and emu)
+//   42  1    port                (HCA port number)
+//   43  1    path MTU            (enum ibv_mtu: 1..5 = 256..4096 bytes)
+//   44  1    initiator depth     (RDMA READ/atomic this side keeps in flight as requester:
+//                                 ibv_qp_attr.max_rd_atomic)
+//   45  1    responder resources (incoming RDMA READ/atomic this side serves at once:
+//                                 ibv_qp_attr.max_dest_rd_atomic)
+//   46  6    reserved, 0
+//   52  4    CRC-32 (IEEE 802.3, zlib's crc32) of bytes 0..51
+//
+// 56 bytes fit the private data a librdmacm REQ carries on RDMA_PS_TCP (rdma_connect(3): 56)
+// and the C API's 64-byte rdmx_connect_info.
+//
+// Unknown/zero rule: port, path MTU and the two READ depths are what the sender states about
+// itself; 0 means "not stated" and the receiver uses its own value for that field. A negotiation
+// takes, per field, the smaller of the stated values (the IB rule: a path MTU or READ depth
+// larger than the peer's cannot be used; IB spec 9.4.4 / ibv_modify_qp(3)). Reserved bytes are
+// written 0 and ignored on decode.
+//
+// The decoder refuses, with Errc::kProtocol and a message naming what was wrong: fewer bytes than
+// the header or than `length` (truncated), another magic (foreign), another version, a length
+// that is not the version's, a CRC mismatch (corrupted), a QPN/PSN above 24 bits, a path MTU code
+// above 5. Bytes after `length` are ignored (librdmacm pads private data with zeros).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <rdmx/core/result.hpp>
+
+namespace rdmx::mlx5 {
+
+struct ConnectInfo {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+  uint16_t lid = 0;
+  uint8_t gid[16] = {};
+  uint64_t port_token = 0;      // wire address: emu identifies the emulated port on its wire by it
+  uint8_t port = 0;             // HCA port; 0 = not stated
+  uint8_t path_mtu = 0;         // enum ibv_mtu (1..5); 0 = not stated
+  uint8_t initiator_depth = 0;  // 0 = not stated
+  uint8_t responder_resources = 0;  // 0 = not stated
+};
+
+inline constexpr uint8_t kConnectInfoVersion = 1;
+inline constexpr size_t kConnectInfoBytes = 56;
+using ConnectInfoBytes = std::array<uint8_t, kConnectInfoBytes>;
+
+ConnectInfoBytes encode_connect_info(const ConnectInfo& ci) noexcept;
+// Accepts any buffer that holds at least the encoding (see the refusals above).
+Result<ConnectInfo> decode_connect_info(std::span<const uint8_t> in);
+
+// The same bytes as lowercase hex (112 characters), for text channels (files, logs, TCP lines).
+std::string encode_connect_info_hex(const ConnectInfo& ci);
+Result<ConnectInfo> decode_connect_info_hex(std::string_view hex);
+
+}  // namespace rdmx::mlx5
