@@ -138,7 +138,7 @@ Status App::start() {
     l.cfg.burst = prm.burst;
     l.cfg.pages = prm.pages_per_io;
     l.cfg.depth = l.depth;
-    l.cfg.verify = prm.verify && prm.device != "emu-sink";
+    l.cfg.verify = prm.verify && device_kind(prm) != DeviceKind::kEmuSink;
     l.cfg.corrupt_every = prm.corrupt_every;
     l.cfg.io_limit = prm.io_count ? prm.io_count / n_lanes + (l.index < prm.io_count % n_lanes) : 0;
     l.cfg.fault_every = prm.fault_every;
@@ -225,7 +225,8 @@ std::string App::config_text() const {
                 prm.fwd.c_str(), find_engine(prm.fwd)->what, prm.device.c_str(),
                 role_name(prm.role), tb->lanes.size(), lcs.c_str(), prm.pages_per_io, prm.page_size,
                 prm.pages_per_io * prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
-                prm.windows_per_core, prm.verify && prm.device != "emu-sink" ? "on" : "off",
+                prm.windows_per_core,
+                prm.verify && device_kind(prm) != DeviceKind::kEmuSink ? "on" : "off",
                 prm.stats_period, prm.duration, prm.io_count);
   std::string s = buf;
   for (const std::string& n : tb->notes) s += "  " + n + "\n";
@@ -406,7 +407,7 @@ int main(int argc, char** argv) {
                                 std::to_string(workers) + " (give more with -l, e.g. -l 0-" +
                                 std::to_string(a.prm.nb_cores) + ")");
   }
-  const bool threaded_emu = a.prm.device == "emu";
+  const bool threaded_emu = device_kind(a.prm) == DeviceKind::kEmuThreaded;
   auto topo = rt::discover_topology();
   if (topo) {
     const rt::DeviceLocality loc = rt::emu_device_locality(0);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/endpoint/device.hpp>
+
 #include "rdmafwd.hpp"
 
 namespace rdmafwd {
@@ -238,6 +240,7 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
 }
 
 std::string check_params(const Params& p) {
+  const DeviceKind dk = device_kind(p);
   const Engine* e = find_engine(p.fwd);
   if (!e) return "unknown forwarding mode '" + p.fwd + "'";
   if (p.pages_per_io > p.max_pages) {
@@ -255,21 +258,40 @@ std::string check_params(const Params& p) {
   if (p.role != Role::kBoth) {
     if (p.wire.empty()) return "--role needs --wire NAME (the shared-memory wire to use)";
     if (!e->two_process) return "two-process mode (--role) runs --fwd rpc only";
-    if (p.device != "emu") return "two-process mode (--role) runs on --device emu only";
+    if (dk != DeviceKind::kEmuThreaded && dk != DeviceKind::kNone)
+      return "two-process mode (--role) runs on --device emu only";
     if (p.nb_cores != 1) return "two-process mode (--role) runs one lane (--nb-cores 1)";
   } else if (!p.wire.empty()) {
     return "--wire is for two-process mode (give --role server or --role client)";
   }
-  if (p.device == "emu-sink" && e->needs_data) {
+  if (dk == DeviceKind::kEmuInline)
+    return "--device emu-inline runs the device on the doorbell, in one thread; rdmafwd's lanes "
+           "run on their own lcores: use --device emu (threaded)";
+  if (dk == DeviceKind::kEmuSink && e->needs_data) {
     return "--device emu-sink moves no data: --fwd " + p.fwd + " needs --device emu";
   }
-  if (p.fault_every && (p.role != Role::kBoth || p.device.rfind("emu", 0) != 0))
+  if (p.fault_every && (p.role != Role::kBoth || dk == DeviceKind::kMlx5))
     return "--fault-every injects emulated-device faults: single-process --device emu only";
   if (p.fault_every && p.strict)
     return "--fault-every recovers QPs through the control path (system calls): not with "
            "--strict-no-syscalls";
   if (p.auto_start && !p.interactive) return "--auto-start is for interactive mode (-i)";
   return "";
+}
+
+DeviceKind device_kind(const Params& p) {
+  auto s = endpoint::parse_device_spec(p.device, nullptr);
+  if (!s) return DeviceKind::kNone;
+  if (s.value().backend == endpoint::Backend::kMlx5) return DeviceKind::kMlx5;
+  switch (s.value().mode) {
+    case emu::Mode::kInline:
+      return DeviceKind::kEmuInline;
+    case emu::Mode::kSink:
+      return DeviceKind::kEmuSink;
+    case emu::Mode::kThreaded:
+      break;
+  }
+  return DeviceKind::kEmuThreaded;
 }
 
 }  // namespace rdmafwd

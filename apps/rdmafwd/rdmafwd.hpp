@@ -42,7 +42,7 @@ enum class Role { kBoth, kServer, kClient };
 const char* role_name(Role r) noexcept;
 
 struct Params {
-  std::string device = "emu";  // emu | emu-sink | an mlx5 device name
+  std::string device = "emu";  // a device spec (lib/endpoint: emu, emu-sink, mlx5_0, ...)
   std::string fwd = "rpc";
   unsigned nb_cores = 1;
   uint32_t pages_per_io = 16;
@@ -94,6 +94,11 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p);
 std::string usage_text(const std::string& prog);
 // Checks that hold between options (also after `set ...`). Empty when fine.
 std::string check_params(const Params& p);
+
+// What --device names (lib/endpoint's grammar). kNone: it names no device; make_testbed then
+// fails with kNoDevice (exit 3).
+enum class DeviceKind { kNone, kEmuThreaded, kEmuInline, kEmuSink, kMlx5 };
+DeviceKind device_kind(const Params& p);
 
 // ---- Counters written by one poll lcore ------------------------------------------------------
 // One writer (its poll lcore: relaxed load + store, a plain mov on x86), any number of readers.

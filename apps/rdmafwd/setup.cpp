@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include <rdmx/dv/dv_device.hpp>
+#include <rdmx/endpoint/device.hpp>
 
 #include "engines/common.hpp"
 
@@ -294,85 +294,73 @@ Status reconnect_lane(Testbed& tb, Lane& l) {
   return post_lane_recvs(l);
 }
 
+// Devices through lib/endpoint's opener: single process, two ends that reach each other (emu:
+// both sides of one in-process wire; mlx5: the device opened twice, loopback); two processes,
+// one side of a shared-memory wire each (the server creates it, the client waits for it).
+Status open_devices(const Params& p, Testbed& tb) {
+  endpoint::DeviceOptions oa, ob;
+  RDMX_TRY_ASSIGN(const endpoint::DeviceSpec spec, endpoint::parse_device_spec(p.device, &oa));
+  if (spec.backend == endpoint::Backend::kMlx5) {
+    RDMX_TRY_ASSIGN(auto pair, endpoint::open_device_pair(p.device));
+    tb.dev_a = std::move(pair[0].dev);
+    tb.dev_b = std::move(pair[1].dev);
+    tb.notes.push_back("device: " + p.device + " (mlx5dv), opened twice: loopback RC");
+    return {};
+  }
+  const bool threaded = spec.mode == emu::Mode::kThreaded;
+  const bool shared_thread = threaded && !p.emu_thread_per_port;
+  oa.start_thread = ob.start_thread = !shared_thread;
+  oa.emu_name = "emu0";
+  ob.emu_name = "emu1";
+  if (p.role == Role::kBoth) {
+    RDMX_TRY_ASSIGN(auto pair, endpoint::open_device_pair(p.device, oa, ob));
+    tb.wire = pair[0].wire;
+    tb.emu_a = pair[0].emu;
+    tb.emu_b = pair[1].emu;
+    tb.dev_a = std::move(pair[0].dev);
+    tb.dev_b = std::move(pair[1].dev);
+  } else {
+    const bool server = p.role == Role::kServer;
+    endpoint::DeviceOptions& o = server ? ob : oa;
+    o.wire = "shm:" + p.wire;
+    o.side = server ? 0 : 1;
+    o.attach_timeout = std::chrono::seconds(30);
+    o.cancel = &g_signal;
+    auto d = endpoint::open_device(p.device, o);
+    if (!d && d.error().code == Errc::kTimeout)
+      return add_context(std::move(d).error(), "is the server running?");
+    RDMX_TRY(d, "shared-memory wire '" + p.wire + "'");
+    tb.wire = d.value().wire;
+    (server ? tb.emu_b : tb.emu_a) = d.value().emu;
+    (server ? tb.dev_b : tb.dev_a) = std::move(d.value().dev);
+  }
+  std::string threads;
+  if (shared_thread) {
+    std::vector<emu::EmuDevice*> devs;
+    for (emu::EmuDevice* d : {tb.emu_a, tb.emu_b})
+      if (d) devs.push_back(d);
+    emu::ThreadOptions to;
+    to.cpu = p.device_cpu;
+    to.idle_spin = p.emu_idle_spin;
+    RDMX_TRY_ASSIGN(tb.emu_thread, emu::DeviceThread::start(devs, to), "emu device thread");
+    threads = devs.size() == 2 ? ", one device thread for both ports" : ", one device thread";
+  } else if (threaded) {
+    threads = p.role == Role::kBoth ? ", one device thread per port" : ", one device thread";
+  }
+  tb.notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(spec.mode) +
+                     (p.role == Role::kBoth
+                          ? "), two ports joined by an in-process wire" + threads
+                          : "), shared-memory wire /dev/shm/rdmx-emu-" + p.wire + threads));
+  return {};
+}
+
 Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores) {
   auto tb = std::make_unique<Testbed>();
-  const bool emu_dev = p.device == "emu" || p.device == "emu-sink";
   const bool want_a = p.role != Role::kServer;
   const bool want_b = p.role != Role::kClient;
   const unsigned n_lanes = static_cast<unsigned>(lcores.size());
 
-  // ---- devices ----
-  if (emu_dev) {
-    emu::Options o;
-    o.mode = p.device == "emu-sink" ? emu::Mode::kSink : emu::Mode::kThreaded;
-    const bool shared_thread = o.mode == emu::Mode::kThreaded && !p.emu_thread_per_port;
-    o.start_thread = !shared_thread;
-    if (p.role == Role::kBoth) {
-      tb->wire = emu::make_wire();
-    } else if (p.role == Role::kServer) {
-      auto w = emu::create_shm_wire(p.wire);
-      if (!w) return add_context(w.error(), "shared-memory wire '" + p.wire + "'");
-      tb->wire = std::move(w).value();
-    } else {
-      // The server creates the wire; wait for it.
-      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      for (;;) {
-        auto w = emu::attach_shm_wire(p.wire);
-        if (w) {
-          tb->wire = std::move(w).value();
-          break;
-        }
-        if (g_signal.load())
-          return make_error(Errc::kState, "interrupted while waiting for the server's wire");
-        if (std::chrono::steady_clock::now() > end)
-          return add_context(w.error(),
-                             "shared-memory wire '" + p.wire + "' (is the server running?)");
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    if (want_a) {
-      o.name = "emu0";
-      auto d = emu::EmuDevice::open(tb->wire, p.role == Role::kClient ? 1 : 0, o);
-      if (!d) return add_context(d.error(), "emu side A");
-      tb->emu_a = d.value().get();
-      tb->dev_a = std::move(d).value();
-    }
-    if (want_b) {
-      o.name = "emu1";
-      auto d = emu::EmuDevice::open(tb->wire, p.role == Role::kServer ? 0 : 1, o);
-      if (!d) return add_context(d.error(), "emu side B");
-      tb->emu_b = d.value().get();
-      tb->dev_b = std::move(d).value();
-    }
-    std::string threads;
-    if (shared_thread) {
-      std::vector<emu::EmuDevice*> devs;
-      for (emu::EmuDevice* d : {tb->emu_a, tb->emu_b})
-        if (d) devs.push_back(d);
-      emu::ThreadOptions to;
-      to.cpu = p.device_cpu;
-      to.idle_spin = p.emu_idle_spin;
-      auto t = emu::DeviceThread::start(devs, to);
-      if (!t) return add_context(t.error(), "emu device thread");
-      tb->emu_thread = std::move(t).value();
-      threads = devs.size() == 2 ? ", one device thread for both ports" : ", one device thread";
-    } else if (o.mode == emu::Mode::kThreaded) {
-      threads = p.role == Role::kBoth ? ", one device thread per port" : ", one device thread";
-    }
-    tb->notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(o.mode) +
-                        (p.role == Role::kBoth
-                             ? "), two ports joined by an in-process wire" + threads
-                             : "), shared-memory wire /dev/shm/rdmx-emu-" + p.wire + threads));
-  } else {
-    dv::DvOptions dopt;
-    auto a = dv::DvDevice::open(p.device, dopt);
-    if (!a) return a.error();
-    auto b = dv::DvDevice::open(p.device, dopt);
-    if (!b) return b.error();
-    tb->dev_a = std::move(a).value();
-    tb->dev_b = std::move(b).value();
-    tb->notes.push_back("device: " + p.device + " (mlx5dv), opened twice: loopback RC");
-  }
+  RDMX_TRY(open_devices(p, *tb));
 
   // Two-process server: adopt the client's sizes before sizing anything.
   mlx5::ConnectInfo client_info;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/endpoint/device.hpp>
 #include <rdmx/rt/dpdk.hpp>
 #include <rdmx/rt/eal.hpp>
 
@@ -55,6 +56,8 @@ Options:
   --stamped N         operations in the per-op stamped phase (default min(iterations, 1M))
   --pages LIST        page counts, e.g. 1,16,256 (umr sweep; umr_lat/io size; default depends)
   --batch N           umr: map+unmap pairs per doorbell (default 8)
+  --device SPEC       device of umr_lat, io_lat and io_bw (default emu; the names of
+                      doc/guides/embedding.md; umr always measures on emu-sink)
   --device-cpu N      CPU for the threaded emu's device thread (default: a CPU other than the
                       measuring lcore's)
   --json FILE|-       write every figure as JSON (- = stdout; the tables then go to stderr)
@@ -68,6 +71,27 @@ configuration block says where everything ran. allocs/op: a malloc/calloc/reallo
 interposer counts the measuring thread's heap allocations. syscalls/op: the kernel counts the
 measuring thread's system calls (perf tracepoint raw_syscalls:sys_enter) around every round.
 )";
+
+// The benchmarks drive an emulated device (statistics, pinned device threads): a name that names
+// no device is exit 3 (one line); another existing device, exit 2.
+int check_device(const std::string& spec) {
+  auto s = rdmx::endpoint::parse_device_spec(spec, nullptr);
+  if (s && s.value().backend == rdmx::endpoint::Backend::kMlx5) {
+    auto d = rdmx::endpoint::open_device(spec);
+    if (!d) s = std::move(d).error();
+  }
+  if (!s) {
+    std::fprintf(stderr, "rdmx-perf: error: --device %s: %s\n", spec.c_str(),
+                 s.error().message.c_str());
+    return s.error().code == rdmx::Errc::kNoDevice ? 3 : 2;
+  }
+  if (s.value().backend != rdmx::endpoint::Backend::kEmu) {
+    std::fprintf(stderr, "rdmx-perf: error: --device %s: the benchmarks run on emu devices\n",
+                 spec.c_str());
+    return 2;
+  }
+  return 0;
+}
 
 bool parse_u64(const char* s, uint64_t* v) {
   char* end = nullptr;
@@ -157,6 +181,8 @@ int main(int argc, char** argv) {
       ctx.rc.stamped = num("--stamped");
     } else if (a == "--batch") {
       ctx.batch = static_cast<uint32_t>(std::max<uint64_t>(1, num("--batch")));
+    } else if (a == "--device") {
+      ctx.device = next("--device");
     } else if (a == "--device-cpu") {
       device_cpu = static_cast<int>(num("--device-cpu"));
     } else if (a == "--pages") {
@@ -188,6 +214,7 @@ int main(int argc, char** argv) {
                  "all (see --help)\n");
     return 2;
   }
+  if (int rc = check_device(ctx.device)) return rc;
   std::FILE* out = json_path == "-" ? stderr : stdout;
 
   // EAL: no PCI (emu), a unique file prefix, no-hugepage fallback.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/qp.hpp>
 #include <rdmx/win/poll_core.hpp>

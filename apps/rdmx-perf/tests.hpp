@@ -16,6 +16,7 @@ struct Ctx {
   uint32_t batch = 8;           // umr: map+unmap pairs per doorbell
   int measure_cpu = -1;         // CPU of the measuring (main) lcore
   int device_cpu = -1;          // CPU the emulated device thread is pinned to (threaded tests)
+  std::string device = "emu";   // --device: umr_lat, io_lat, io_bw (umr runs on emu-sink)
   std::vector<std::string>* warnings = nullptr;
   std::vector<std::string>* notices = nullptr;
 };

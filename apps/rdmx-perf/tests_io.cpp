@@ -36,19 +36,19 @@ TestResult test_io(Ctx& ctx, bool bw) {
   uint32_t max_pages = 16;
   for (uint32_t p : sizes) max_pages = std::max(max_pages, p);
 
-  emu::Options o;
-  o.mode = emu::Mode::kThreaded;
-  o.name = "perf_io";
-  o.prm_checker = false;
-  o.idle_spin = 1u << 30;  // device threads poll like a NIC
+  endpoint::DeviceOptions oa, ob;
+  oa.emu.prm_checker = ob.emu.prm_checker = false;
+  oa.emu.idle_spin = ob.emu.idle_spin = 1u << 30;  // device threads poll like a NIC
+  oa.emu_name = "perf_io_a";
+  ob.emu_name = "perf_io_b";
   // Both device threads inherit the CPU mask of the thread that opens the devices.
   set_affinity(ctx.device_cpu);
-  auto pair = emu::make_pair(o);
+  auto pair = endpoint::open_device_pair(ctx.device, oa, ob);
   set_affinity(ctx.measure_cpu);
-  auto devs = need(std::move(pair), "emu make_pair");
+  auto devs = need(std::move(pair), ctx.device.c_str());
 
   Peer b;
-  b.dev = std::move(devs.b);
+  b.dev = need(endpoint::take_emu(std::move(devs[1])), ctx.device.c_str());
   mem::ArenaConfig bac;
   bac.bytes = size_t{max_pages} * 4096 * 2;
   bac.access = mlx5::kAccessAll;  // the I/O target: A READs/WRITEs it by the arena's own rkey
@@ -58,7 +58,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
   b.qp = true;
 
   Node a;
-  a.dev = std::move(devs.a);
+  a.dev = need(endpoint::take_emu(std::move(devs[0])), ctx.device.c_str());
   NodeConfig nc;
   nc.max_pages = max_pages;
   nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{max_pages} * 4096 * 2);

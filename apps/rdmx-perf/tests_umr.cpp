@@ -56,11 +56,11 @@ TestResult test_umr(Ctx& ctx) {
   TestResult t;
   t.test = "umr";
   Node n;
-  emu::Options o;
-  o.mode = emu::Mode::kSink;
-  o.name = "perf_sink";
-  o.prm_checker = false;  // counters only: the checker's reports are not the CPU side's cost
-  n.dev = need(emu::EmuDevice::open(emu::make_wire(), 0, o), "emu sink open");
+  endpoint::DeviceOptions o;
+  o.emu_name = "perf_sink";
+  o.emu.prm_checker = false;  // counters only: the checker's reports are not the CPU side's cost
+  n.dev =
+      need(endpoint::take_emu(need(endpoint::open_device("emu-sink", o), "emu-sink")), "emu-sink");
   NodeConfig nc;
   std::vector<uint32_t> sweep = ctx.pages.empty() ? default_sweep(256) : ctx.pages;
   for (uint32_t p : sweep) nc.max_pages = std::max(nc.max_pages, p);
@@ -178,16 +178,15 @@ TestResult test_umr_lat(Ctx& ctx) {
   t.test = "umr_lat";
   const uint32_t pages = ctx.pages.empty() ? 16 : ctx.pages.front();
   Node n;
-  emu::Options o;
-  o.mode = emu::Mode::kThreaded;
-  o.name = "perf_umr_lat";
-  o.prm_checker = false;
-  o.idle_spin = 1u << 30;  // poll like a NIC: never sleep between doorbells
+  endpoint::DeviceOptions o;
+  o.emu_name = "perf_umr_lat";
+  o.emu.prm_checker = false;
+  o.emu.idle_spin = 1u << 30;  // poll like a NIC: never sleep between doorbells
   // The device thread inherits the CPU mask of the thread that opens the device.
   set_affinity(ctx.device_cpu);
-  auto dev = emu::EmuDevice::open(emu::make_wire(), 0, o);
+  auto dev = endpoint::open_device(ctx.device, o);
   set_affinity(ctx.measure_cpu);
-  n.dev = need(std::move(dev), "emu threaded open");
+  n.dev = need(endpoint::take_emu(need(std::move(dev), ctx.device.c_str())), ctx.device.c_str());
   NodeConfig nc;
   nc.max_pages = std::max<uint32_t>(pages, 16);
   nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{nc.max_pages} * 4096 * 2);

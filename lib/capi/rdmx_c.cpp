@@ -11,12 +11,11 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <rdmx/core/result.hpp>
-#include <rdmx/dv/dv_device.hpp>
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
@@ -30,6 +29,7 @@ using rdmx::Error;
 using rdmx::mlx5::Completion;
 using rdmx::mlx5::prm::Sge;
 namespace emu = rdmx::emu;
+namespace endpoint = rdmx::endpoint;
 namespace win = rdmx::win;
 namespace mem = rdmx::mem;
 
@@ -249,30 +249,6 @@ rdmx::Result<rdmx::mlx5::ConnectInfo> decode(const rdmx_connect_info* in) {
   return rdmx::mlx5::decode_connect_info(in->bytes);
 }
 
-bool is_emu_name(const std::string& d, emu::Mode& mode) {
-  if (d == "emu")
-    mode = emu::Mode::kInline;
-  else if (d == "emu-threaded")
-    mode = emu::Mode::kThreaded;
-  else if (d == "emu-sink")
-    mode = emu::Mode::kSink;
-  else
-    return false;
-  return true;
-}
-
-const char* backend_name(emu::Mode m) {
-  switch (m) {
-    case emu::Mode::kInline:
-      return "emu-inline";
-    case emu::Mode::kThreaded:
-      return "emu-threaded";
-    case emu::Mode::kSink:
-      return "emu-sink";
-  }
-  return "emu";
-}
-
 int check_port_opts(const rdmx_port_opts& o) {
   if (o.side != 0 && o.side != 1) return fail(RDMX_EINVAL, "port options: side must be 0 or 1");
   if (o.user_buf) {
@@ -311,40 +287,21 @@ int finish_port(rdmx_port* p, const rdmx_port_opts& o) {
   return 0;
 }
 
-Errc attach_wire(const std::string& spec, int side, uint32_t timeout_ms,
-                 std::shared_ptr<emu::Wire>& wire, std::string& msg) {
-  if (spec.empty()) {
-    wire = emu::make_wire();
-    return Errc::kOk;
-  }
-  if (spec.rfind("shm:", 0) != 0 || spec.size() == 4) {
-    msg = "rdmx_port_open: wire \"" + spec + "\" is neither empty nor \"shm:NAME\"";
-    return Errc::kInvalidArgument;
-  }
-  const std::string name = spec.substr(4);
-  if (side == 0) {
-    auto w = emu::create_shm_wire(name);
-    if (!w) {
-      msg = "rdmx_port_open: create shm wire " + name + ": " + w.error().message;
-      return w.error().code;
-    }
-    wire = std::move(w).value();
-    return Errc::kOk;
-  }
-  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    auto w = emu::attach_shm_wire(name);
-    if (w) {
-      wire = std::move(w).value();
-      return Errc::kOk;
-    }
-    if (std::chrono::steady_clock::now() >= end) {
-      msg = "rdmx_port_open: attach shm wire " + name + " (side 1): no side 0 after " +
-            std::to_string(timeout_ms) + " ms: " + w.error().message;
-      return Errc::kTimeout;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+endpoint::DeviceOptions device_options(const rdmx_port_opts& o) {
+  endpoint::DeviceOptions d;
+  d.wire = o.wire ? o.wire : "";
+  d.side = o.side;
+  d.attach_timeout = std::chrono::milliseconds(o.attach_timeout_ms);
+  d.ib_port = o.ib_port;
+  d.gid_index = o.gid_index;
+  return d;
+}
+
+void adopt(rdmx_port* p, endpoint::OpenedDevice&& d) {
+  p->wire = std::move(d.wire);
+  p->emu = d.emu;
+  p->dev = std::move(d.dev);
+  p->backend = std::move(d.backend);
 }
 
 }  // namespace
@@ -463,32 +420,10 @@ int rdmx_port_open(const char* device, const rdmx_port_opts* opts, rdmx_port** o
       return fail(RDMX_EINVAL, "rdmx_port_open: opts->size not set (use rdmx_port_opts_init)");
     const rdmx_port_opts o = read_opts(opts, kPortDefaults);
     if (int rc = check_port_opts(o)) return rc;
+    auto d = endpoint::open_device(device, device_options(o));
+    if (!d) return fail(d.error(), "rdmx_port_open");
     auto p = std::make_unique<rdmx_port>();
-    const std::string name = device;
-    emu::Mode mode;
-    if (is_emu_name(name, mode)) {
-      const std::string spec = o.wire ? o.wire : "";
-      std::string msg;
-      const Errc e = attach_wire(spec, o.side, o.attach_timeout_ms, p->wire, msg);
-      if (e != Errc::kOk) return fail(static_cast<int>(e), msg);
-      if (!spec.empty() && mode == emu::Mode::kInline) mode = emu::Mode::kThreaded;
-      emu::Options eo;
-      eo.mode = mode;
-      eo.name = o.side == 0 ? "emu0" : "emu1";
-      auto d = emu::EmuDevice::open(p->wire, o.side, eo);
-      if (!d) return fail(d.error(), "rdmx_port_open(" + name + ")");
-      p->emu = d.value().get();
-      p->dev = std::move(d).value();
-      p->backend = backend_name(mode);
-    } else {
-      rdmx::dv::DvOptions dopt;
-      dopt.port = o.ib_port;
-      dopt.gid_index = o.gid_index;
-      auto d = rdmx::dv::DvDevice::open(name == "mlx5" ? std::string() : name, dopt);
-      if (!d) return fail(d.error(), "rdmx_port_open(" + name + ")");
-      p->dev = std::move(d).value();
-      p->backend = "mlx5";
-    }
+    adopt(p.get(), std::move(d).value());
     if (int rc = finish_port(p.get(), o)) return rc;
     *out = p.release();
     return 0;
@@ -503,27 +438,24 @@ int rdmx_port_open_pair(const char* device, const rdmx_port_opts* opts_a,
     if (!device || !a || !b) return fail(RDMX_EINVAL, "rdmx_port_open_pair: NULL argument");
     if ((opts_a && opts_a->size < sizeof(size_t)) || (opts_b && opts_b->size < sizeof(size_t)))
       return fail(RDMX_EINVAL, "rdmx_port_open_pair: opts->size not set");
-    emu::Mode mode;
-    if (!is_emu_name(device, mode))
-      return fail(RDMX_ENOTSUP, std::string("rdmx_port_open_pair: \"") + device +
-                                    "\" is not an emulated device (emu, emu-threaded, emu-sink)");
     const rdmx_port_opts oa = read_opts(opts_a, kPortDefaults);
     const rdmx_port_opts ob = read_opts(opts_b, kPortDefaults);
     if (int rc = check_port_opts(oa)) return rc;
     if (int rc = check_port_opts(ob)) return rc;
-    emu::Options ea, eb;
-    ea.mode = eb.mode = mode;
-    ea.name = "emu0";
-    eb.name = "emu1";
-    auto pair = emu::make_pair(ea, eb);
+    auto spec = endpoint::parse_device_spec(device, nullptr);
+    if (!spec) return fail(spec.error(), "rdmx_port_open_pair");
+    if (spec.value().backend != endpoint::Backend::kEmu)
+      return fail(RDMX_ENOTSUP, std::string("rdmx_port_open_pair: \"") + device +
+                                    "\" is not an emulated device (emu, emu-threaded, "
+                                    "emu-inline, emu-sink)");
+    endpoint::DeviceOptions da = device_options(oa), db = device_options(ob);
+    da.wire = db.wire = "";  // one in-process wire joins the two
+    auto pair = endpoint::open_device_pair(device, da, db);
     if (!pair) return fail(pair.error(), "rdmx_port_open_pair");
     auto pa = std::make_unique<rdmx_port>();
     auto pb = std::make_unique<rdmx_port>();
-    pa->backend = pb->backend = backend_name(mode);
-    pa->emu = pair.value().a.get();
-    pb->emu = pair.value().b.get();
-    pa->dev = std::move(pair.value().a);
-    pb->dev = std::move(pair.value().b);
+    adopt(pa.get(), std::move(pair.value()[0]));
+    adopt(pb.get(), std::move(pair.value()[1]));
     if (int rc = finish_port(pa.get(), oa)) return rc;
     if (int rc = finish_port(pb.get(), ob)) return rc;
     *a = pa.release();

@@ -169,6 +169,26 @@ static void test_version_and_errors(void) {
   o.size = offsetof(rdmx_port_opts, arena_bytes);
   CHECK_RC(rdmx_port_open("emu-sink", &o, &p), 0);
   rdmx_port_close(p);
+  /* One device grammar (lib/endpoint): "emu" is the threaded device; unknown names are
+   * "no such device" with a message that lists the names. */
+  {
+    rdmx_port_info info;
+    CHECK_RC(rdmx_port_open("emu", NULL, &p), 0);
+    CHECK_RC(rdmx_port_query(p, &info), 0);
+    CHECK(strcmp(info.backend, "emu-threaded") == 0);
+    rdmx_port_close(p);
+    CHECK_RC(rdmx_port_open("emu-inline,side=1", NULL, &p), 0);
+    CHECK_RC(rdmx_port_query(p, &info), 0);
+    CHECK(strcmp(info.backend, "emu-inline") == 0 && strcmp(info.device, "emu1") == 0);
+    rdmx_port_close(p);
+  }
+  CHECK_RC(rdmx_port_open("emu-frob", NULL, &p), -RDMX_ENODEV);
+  CHECK(strstr(rdmx_last_error(), "emu-frob") && strstr(rdmx_last_error(), "emu-sink"));
+  CHECK_RC(rdmx_port_open("bogus_9", NULL, &p), -RDMX_ENODEV);
+  CHECK(strstr(rdmx_last_error(), "bogus_9") != NULL);
+  CHECK_RC(rdmx_port_open("emu:cx6", NULL, &p), -RDMX_ENOTSUP);
+  CHECK_RC(rdmx_port_open("emu,port=x", NULL, &p), -RDMX_EINVAL);
+  CHECK_RC(rdmx_port_open_pair("emu-bad", NULL, NULL, &p, &q), -RDMX_ENODEV);
   rdmx_port_close(NULL);
   rdmx_core_destroy(NULL);
   CHECK_RC(rdmx_poll(NULL, NULL, 0), -RDMX_EINVAL);
@@ -311,7 +331,7 @@ static void test_bursts_and_errors(void) {
   oa.n_windows = 16;
   oa.max_pages = 4;
   oa.arena_bytes = 1 << 20;
-  rig_open(&r, "emu", &oa);
+  rig_open(&r, "emu-inline", &oa);
   REQUIRE(rdmx_pages_alloc(r.pa, pages, 8) == 0);
   for (i = 0; i < 8; ++i) {
     reqs[i].pages = &pages[i];
@@ -489,7 +509,7 @@ static void test_user_buffer(void) {
   oa.user_buf_len = 64 * 4096 - 1;
   CHECK_RC(rdmx_port_open_pair("emu", &oa, NULL, &r.pa, &r.pb), -RDMX_EINVAL);
   oa.user_buf_len = 64 * 4096;
-  rig_open(&r, "emu", &oa);
+  rig_open(&r, "emu-inline", &oa);
   CHECK(rdmx_port_arena(r.pa) == buf);
   CHECK_RC(rdmx_port_query(r.pa, &info), 0);
   CHECK(info.arena_base == buf && info.arena_bytes == 64 * 4096 && info.data_bytes <= 64 * 4096);
@@ -603,7 +623,7 @@ static void test_two_processes(void) {
 static void test_connect_info_refusals(void) {
   struct rig r;
   rdmx_connect_info good, bad;
-  rig_open(&r, "emu", NULL);
+  rig_open(&r, "emu-inline", NULL);
   CHECK_RC(rdmx_core_connect_info(r.cb, &good), 0);
   CHECK(memcmp(good.bytes, "RDXI", 4) == 0);
   CHECK(good.bytes[4] == 1 && good.bytes[5] == 56 && good.bytes[63] == 0);
@@ -632,10 +652,10 @@ static void test_connect_info_refusals(void) {
 int main(void) {
   test_version_and_errors();
   test_connect_info_refusals();
-  test_map_write_read_unmap("emu");
+  test_map_write_read_unmap("emu-inline");
   test_map_write_read_unmap("emu-threaded");
   test_bursts_and_errors();
-  test_send_with_invalidate("emu");
+  test_send_with_invalidate("emu-inline");
   test_send_with_invalidate("emu-threaded");
   test_user_buffer();
   test_two_processes();

@@ -20,7 +20,7 @@ int main() {
 
   rdmx_port *a = nullptr, *b = nullptr;
   rdmx_core *ca = nullptr, *cb = nullptr;
-  check(rdmx_port_open_pair("emu", nullptr, nullptr, &a, &b) == 0, "open pair");
+  check(rdmx_port_open_pair("emu-inline", nullptr, nullptr, &a, &b) == 0, "open pair");
   check(rdmx_core_create(a, nullptr, &ca) == 0 && rdmx_core_create(b, nullptr, &cb) == 0, "cores");
   check(rdmx_core_connect_pair(ca, cb) == 0, "connect");
   uint64_t page = 0;

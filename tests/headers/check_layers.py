@@ -3,7 +3,8 @@
 
 Each library directory may include only the rdmx include paths listed for it: lib/ uses the
 device contract (rdmx/mlx5: prm and queue) but never a backend (rdmx/dv, rdmx/emu); a backend
-never includes the other one or lib/ above core; lib/runtime knows only core. The assembly layer
+never includes the other one or lib/ above core; lib/runtime knows only core; lib/endpoint (the
+glue) may use both backends and the window layer, not the runtime. The assembly layer
 (lib/capi, apps, tests, examples) is not restricted. Usage: check_layers.py SOURCE_ROOT
 """
 import pathlib
@@ -20,6 +21,9 @@ ALLOWED = {
     'lib/mem': ('rdmx/core/', 'rdmx/mem/') + CONTRACT,
     'lib/window': ('rdmx/core/', 'rdmx/mem/', 'rdmx/win/') + CONTRACT,
     'lib/runtime': ('rdmx/core/', 'rdmx/rt/'),
+    # The glue: opens either backend by name, connects and recovers poll cores.
+    'lib/endpoint': ('rdmx/core/', 'rdmx/mem/', 'rdmx/win/', 'rdmx/endpoint/', 'rdmx/emu/',
+                     'rdmx/dv/') + CONTRACT,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](rdmx/[^>"]+)[>"]')
 

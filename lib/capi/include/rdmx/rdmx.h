@@ -110,13 +110,15 @@ typedef struct rdmx_core rdmx_core;
 typedef struct rdmx_window rdmx_window;
 
 /* ---- Ports -----------------------------------------------------------------------------------
- * Device names:
- *   "emu"           the emulated mlx5 device, inline mode: work is executed on the doorbell, and
- *                   an in-process peer is pumped too (deterministic). On a "shm:" wire, where
- *                   inline cannot work, "emu" means "emu-threaded".
- *   "emu-threaded"  the emulated device with its own device thread, like a NIC.
+ * Device names (one grammar for every rdmx entry point; doc/guides/embedding.md):
+ *   "emu"           the emulated mlx5 device with its own device thread, like a NIC
+ *                   (the same as "emu-threaded").
+ *   "emu-inline"    the emulated device executing work on the doorbell (and pumping an
+ *                   in-process peer): deterministic; on a "shm:" wire it runs threaded.
  *   "emu-sink"      every work request completes successfully and moves no data.
- *   anything else   an mlx5 device by its verbs name ("mlx5_0"); "mlx5" = the first one.
+ *   "mlx5"          the first mlx5 device; "mlx5_0" or any other word: that verbs device.
+ *   Suffixes: "@shm:NAME" (wire), ",port=N", ",gid=N", ",side=0|1", ",timeout=MS" override the
+ *   matching options. A name that names no device: -RDMX_ENODEV, rdmx_last_error() lists them.
  *
  * Options: fill with rdmx_port_opts_init() (or RDMX_PORT_OPTS_INIT), then change fields.
  * NULL = all defaults. `size` lets the struct grow: the library reads only `size` bytes. */

@@ -1,0 +1,213 @@
+// The device opener (grammar and meanings: include/rdmx/endpoint/device.hpp).
+#include <cerrno>
+#include <charconv>
+#include <thread>
+
+#include <rdmx/dv/dv_device.hpp>
+#include <rdmx/endpoint/device.hpp>
+
+namespace rdmx::endpoint {
+
+namespace {
+
+constexpr std::string_view kEmuNames[] = {"emu", "emu-threaded", "emu-inline", "emu-sink"};
+constexpr emu::Mode kEmuModes[] = {emu::Mode::kThreaded, emu::Mode::kThreaded, emu::Mode::kInline,
+                                   emu::Mode::kSink};
+
+Result<long> number(std::string_view key, std::string_view v, long lo, long hi) {
+  long n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi)
+    return make_error(Errc::kInvalidArgument, "device option " + std::string(key) + "=" +
+                                                  std::string(v) + ": not a number in " +
+                                                  std::to_string(lo) + ".." + std::to_string(hi));
+  return n;
+}
+
+Status apply_option(std::string_view opt, DeviceOptions& o) {
+  const size_t eq = opt.find('=');
+  if (eq == std::string_view::npos)
+    return make_error(Errc::kInvalidArgument,
+                      "device option '" + std::string(opt) +
+                          "' is not key=value (port=N, gid=N, side=0|1, timeout=MS)");
+  const std::string_view k = opt.substr(0, eq), v = opt.substr(eq + 1);
+  if (k == "port") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 1, 255));
+    o.ib_port = static_cast<uint8_t>(n);
+  } else if (k == "gid") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, -1, 255));
+    o.gid_index = static_cast<int>(n);
+  } else if (k == "side") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 0, 1));
+    o.side = static_cast<int>(n);
+  } else if (k == "timeout") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 0, 3'600'000));
+    o.attach_timeout = std::chrono::milliseconds(n);
+  } else {
+    return make_error(Errc::kInvalidArgument, "unknown device option '" + std::string(k) +
+                                                  "' (port=N, gid=N, side=0|1, timeout=MS)");
+  }
+  return {};
+}
+
+const char* backend_name(const DeviceSpec& s) {
+  if (s.backend == Backend::kMlx5) return "mlx5";
+  return s.mode == emu::Mode::kInline ? "emu-inline"
+         : s.mode == emu::Mode::kSink ? "emu-sink"
+                                      : "emu-threaded";
+}
+
+Result<std::shared_ptr<emu::Wire>> shm_wire(const std::string& spec, const DeviceOptions& o) {
+  if (spec.rfind("shm:", 0) != 0 || spec.size() == 4)
+    return make_error(Errc::kInvalidArgument,
+                      "wire \"" + spec + "\" is neither empty nor \"shm:NAME\"");
+  const std::string name = spec.substr(4);
+  if (o.side == 0) {
+    auto w = emu::create_shm_wire(name);
+    if (!w) return add_context(std::move(w).error(), "create wire " + spec);
+    return w;
+  }
+  // Side 1: side 0 creates the wire; wait for it, in time (not in attempts).
+  const auto end = std::chrono::steady_clock::now() + o.attach_timeout;
+  for (;;) {
+    auto w = emu::attach_shm_wire(name);
+    if (w) return w;
+    if (o.cancel && o.cancel->load())
+      return make_error(Errc::kState, "interrupted while waiting for side 0 of wire " + spec);
+    if (std::chrono::steady_clock::now() >= end)
+      return make_error(Errc::kTimeout,
+                        "wire " + spec + " (side 1): no side 0 after " +
+                            std::to_string(o.attach_timeout.count()) +
+                            " ms (is the other process running?): " + w.error().message);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+Result<OpenedDevice> open_emu(const DeviceSpec& s, const DeviceOptions& o,
+                              std::shared_ptr<emu::Wire> wire, bool shared_memory) {
+  OpenedDevice d;
+  d.wire = std::move(wire);
+  emu::Options eo = o.emu;
+  eo.mode = s.mode;
+  // Inline execution cannot reach a peer in another process: such a device runs threaded.
+  if (shared_memory && eo.mode == emu::Mode::kInline) eo.mode = emu::Mode::kThreaded;
+  eo.name = o.emu_name.empty() ? "emu" + std::to_string(o.side) : o.emu_name;
+  eo.start_thread = o.start_thread;
+  RDMX_TRY_ASSIGN(auto dev, emu::EmuDevice::open(d.wire, o.side, eo), eo.name);
+  d.emu = dev.get();
+  d.dev = std::move(dev);
+  DeviceSpec opened = s;
+  opened.mode = eo.mode;
+  d.backend = backend_name(opened);
+  return d;
+}
+
+Result<OpenedDevice> open_mlx5(const DeviceSpec& s, const DeviceOptions& o) {
+  dv::DvOptions dopt;
+  dopt.port = o.ib_port;
+  dopt.gid_index = o.gid_index;
+  OpenedDevice d;
+  RDMX_TRY_ASSIGN(d.dev, dv::DvDevice::open(s.verbs_name, dopt));
+  d.backend = "mlx5";
+  return d;
+}
+
+}  // namespace
+
+const char* device_names_help() noexcept {
+  return "emu, emu-threaded, emu-inline, emu-sink, mlx5, mlx5_N";
+}
+
+Result<DeviceSpec> parse_device_spec(std::string_view spec, DeviceOptions* opts) {
+  DeviceOptions scratch;
+  DeviceOptions& o = opts ? *opts : scratch;
+  DeviceSpec s;
+  std::string_view rest = spec;
+  const size_t comma = rest.find(',');
+  std::string_view options = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+  rest = rest.substr(0, comma);
+  const size_t at = rest.find('@');
+  if (at != std::string_view::npos) {
+    s.wire = std::string(rest.substr(at + 1));
+    rest = rest.substr(0, at);
+  }
+  const size_t colon = rest.find(':');
+  if (colon != std::string_view::npos) {
+    s.profile = std::string(rest.substr(colon + 1));
+    rest = rest.substr(0, colon);
+  }
+  if (rest.empty())
+    return make_error(Errc::kNoDevice,
+                      "empty device name (" + std::string(device_names_help()) + ")");
+  if (rest.substr(0, 3) == "emu") {
+    size_t i = 0;
+    while (i < std::size(kEmuNames) && kEmuNames[i] != rest) ++i;
+    if (i == std::size(kEmuNames))
+      return make_error(Errc::kNoDevice, "unknown emulated device '" + std::string(rest) + "' (" +
+                                             device_names_help() + ")");
+    s.backend = Backend::kEmu;
+    s.mode = kEmuModes[i];
+  } else {
+    s.backend = Backend::kMlx5;
+    s.verbs_name = rest == "mlx5" ? "" : std::string(rest);
+    if (!s.wire.empty())
+      return make_error(Errc::kInvalidArgument,
+                        "device '" + std::string(spec) + "': a wire (@...) is for emu only");
+  }
+  if (!s.profile.empty())
+    return make_error(Errc::kUnsupported, "device '" + std::string(spec) + "': profile '" +
+                                              s.profile +
+                                              "': emu capability profiles are not implemented");
+  while (!options.empty()) {
+    const size_t c = options.find(',');
+    RDMX_TRY(apply_option(options.substr(0, c), o), "device '" + std::string(spec) + "'");
+    options = c == std::string_view::npos ? "" : options.substr(c + 1);
+  }
+  if (!s.wire.empty()) o.wire = s.wire;
+  if (o.side != 0 && o.side != 1)
+    return make_error(Errc::kInvalidArgument,
+                      "emu wire side " + std::to_string(o.side) + " (0 or 1)");
+  return s;
+}
+
+Result<OpenedDevice> open_device(std::string_view spec, DeviceOptions o) {
+  RDMX_TRY_ASSIGN(const DeviceSpec s, parse_device_spec(spec, &o));
+  if (s.backend == Backend::kMlx5) return open_mlx5(s, o);
+  std::shared_ptr<emu::Wire> wire;
+  if (o.wire.empty()) {
+    wire = emu::make_wire();
+  } else {
+    RDMX_TRY_ASSIGN(wire, shm_wire(o.wire, o));
+  }
+  return open_emu(s, o, std::move(wire), !o.wire.empty());
+}
+
+Result<std::array<OpenedDevice, 2>> open_device_pair(std::string_view spec, DeviceOptions a,
+                                                     DeviceOptions b) {
+  RDMX_TRY_ASSIGN(const DeviceSpec s, parse_device_spec(spec, &a));
+  if (s.backend == Backend::kMlx5) {
+    RDMX_TRY_ASSIGN(OpenedDevice da, open_mlx5(s, a));
+    RDMX_TRY_ASSIGN(OpenedDevice db, open_mlx5(s, b));
+    return std::array<OpenedDevice, 2>{std::move(da), std::move(db)};
+  }
+  if (!a.wire.empty())
+    return make_error(Errc::kInvalidArgument,
+                      "device pair '" + std::string(spec) +
+                          "': both ends are in this process; a shm wire joins two processes");
+  a.side = 0;
+  b.side = 1;
+  const std::shared_ptr<emu::Wire> wire = emu::make_wire();
+  RDMX_TRY_ASSIGN(OpenedDevice da, open_emu(s, a, wire, false));
+  RDMX_TRY_ASSIGN(OpenedDevice db, open_emu(s, b, wire, false));
+  return std::array<OpenedDevice, 2>{std::move(da), std::move(db)};
+}
+
+Result<std::unique_ptr<emu::EmuDevice>> take_emu(OpenedDevice&& d) {
+  if (!d.emu)
+    return make_error(Errc::kUnsupported,
+                      "device " + d.dev->name() + " (" + d.backend + ") is not an emulated device");
+  d.emu = nullptr;
+  return std::unique_ptr<emu::EmuDevice>(static_cast<emu::EmuDevice*>(d.dev.release()));
+}
+
+}  // namespace rdmx::endpoint

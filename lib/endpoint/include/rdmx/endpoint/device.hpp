@@ -1,0 +1,94 @@
+// Opening a device by name: the one spec grammar every entry point takes (the C API's
+// rdmx_port_open, rdmafwd --device, rdmx-perf --device, blockd --device, the test rigs).
+//
+// This lives in lib/ (the glue layer, above drivers/): it picks between the two backends,
+// drivers/mlx5/emu and drivers/mlx5/dv, which sit side by side below it and know nothing of
+// each other; drivers/mlx5/queue (the Device interface) is below both.
+//
+//   spec     := name [":" profile] ["@" wire] {"," option}
+//   name     := "emu"            the emulated mlx5 with its own device thread, like a NIC
+//                                (the same as "emu-threaded"; works in every process layout)
+//             | "emu-threaded"   the same, spelled out
+//             | "emu-inline"     the emulated mlx5 executing work on the doorbell (and pumping an
+//                                in-process peer): deterministic, single-threaded use only; on a
+//                                shared-memory wire it runs threaded (inline cannot reach the peer)
+//             | "emu-sink"       every work request completes successfully, no data moves
+//             | "mlx5"           the first mlx5 device (rdma-core's verbs list)
+//             | "mlx5_N", other  that verbs device (udev may rename them: any other word is one)
+//   profile  := reserved for an emu capability profile ("emu:cx6"); refused for now
+//   wire     := "shm:NAME"       emu only: a wire shared by two processes (/dev/shm/rdmx-emu-NAME)
+//   option   := "port=N"         HCA port (mlx5)          -- DeviceOptions::ib_port
+//             | "gid=N"          GID table index (mlx5)   -- DeviceOptions::gid_index
+//             | "side=0|1"       emu wire side            -- DeviceOptions::side
+//             | "timeout=MS"     shm attach wait (ms)     -- DeviceOptions::attach_timeout
+//
+// Options in the spec override the DeviceOptions passed with it. Errors: kNoDevice for a name
+// that names no device (an unknown emu mode, a missing verbs device: the message lists the
+// names), kInvalidArgument for a malformed wire or option, kUnsupported for a profile,
+// kTimeout when side 1 finds no side 0 within attach_timeout.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <rdmx/core/result.hpp>
+#include <rdmx/emu/emu.hpp>
+#include <rdmx/mlx5/device.hpp>
+
+namespace rdmx::endpoint {
+
+enum class Backend { kEmu, kMlx5 };
+
+struct DeviceSpec {
+  Backend backend = Backend::kEmu;
+  emu::Mode mode = emu::Mode::kThreaded;  // emu
+  std::string verbs_name;                 // mlx5: "" = the first mlx5 device
+  std::string profile;                    // emu capability profile (reserved)
+  std::string wire;                       // "" = in-process, or "shm:NAME"
+};
+
+struct DeviceOptions {
+  std::string wire;  // emu: "" = a private in-process wire, or "shm:NAME"
+  int side = 0;      // emu wire side: 0 creates a shm wire, 1 attaches to it
+  std::chrono::milliseconds attach_timeout{5000};  // side 1: wait this long for side 0
+  uint8_t ib_port = 1;                             // mlx5: HCA port
+  int gid_index = -1;        // mlx5: -1 = RoCE v2 IPv4 GID / none on InfiniBand
+  std::string emu_name;      // emu device name; "" = "emu<side>"
+  bool start_thread = true;  // threaded emu: start the device's own thread (false: the caller
+                             // drives it, e.g. with one emu::DeviceThread for several devices)
+  const std::atomic<bool>* cancel = nullptr;  // side 1's attach wait stops when this is true
+  emu::Options emu;  // emu tuning (checker, idle backoff, transport model); its mode, name and
+                     // start_thread come from the spec, emu_name and start_thread above
+};
+
+struct OpenedDevice {
+  std::shared_ptr<emu::Wire> wire;  // declared first: destroyed after the device
+  std::unique_ptr<mlx5::Device> dev;
+  emu::EmuDevice* emu = nullptr;  // the same device as emu, or nullptr on mlx5
+  std::string backend;            // "emu-inline", "emu-threaded", "emu-sink" or "mlx5"
+};
+
+// Parses a spec; `opts` (may be null) receives the spec's wire and options.
+Result<DeviceSpec> parse_device_spec(std::string_view spec, DeviceOptions* opts);
+
+// Opens one device.
+Result<OpenedDevice> open_device(std::string_view spec, DeviceOptions opts = {});
+
+// Two devices that can reach each other in this process: emu, sides 0 and 1 of one new
+// in-process wire (a spec wire is refused); mlx5, the device opened twice (loopback).
+Result<std::array<OpenedDevice, 2>> open_device_pair(std::string_view spec, DeviceOptions a = {},
+                                                     DeviceOptions b = {});
+
+// The emulated device as its own type (for emu-only tools: statistics, fault injection); the
+// device keeps its wire alive. kUnsupported on mlx5.
+Result<std::unique_ptr<emu::EmuDevice>> take_emu(OpenedDevice&& d);
+
+// "emu, emu-threaded, emu-inline, emu-sink, mlx5, mlx5_N": for messages and usage texts.
+const char* device_names_help() noexcept;
+
+}  // namespace rdmx::endpoint
