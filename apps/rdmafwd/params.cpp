@@ -1,10 +1,12 @@
 // rdmafwd command line: the application arguments after `--` (EAL arguments come first).
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include <rdmx/emu/profile.hpp>
 #include <rdmx/endpoint/device.hpp>
 
 #include "rdmafwd.hpp"
@@ -29,7 +31,13 @@ std::string usage_text(const std::string& prog) {
   u += "  e.g. " + prog + " -l 0-1 --no-huge -m 256 -- --device emu --fwd rpc --duration 5\n";
   u += "rdmafwd options:\n";
   u += "  --device NAME          emu (emulated mlx5, default), emu-sink (no data effect) or an\n"
-       "                         mlx5 device name (mlx5_0)\n";
+       "                         mlx5 device name (mlx5_0); emu:PROFILE plays a device profile\n"
+       "                         (the HCA caps emu reports and enforces):\n";
+  for (const rdmx::emu::Profile& pr : rdmx::emu::profiles()) {
+    std::string n = std::string("                           ") + pr.name;
+    n.resize(std::max<size_t>(n.size() + 1, 42), ' ');
+    u += n + pr.about + "\n";
+  }
   u += "  --fwd MODE             forwarding engine: " + engine_names("|") + " (default rpc)\n";
   u += "  --nb-cores N           poll lcores (default 1; needs N worker lcores in -l)\n";
   u += "  --pages-per-io N       chunk pages per I/O (default 16)\n";

@@ -93,6 +93,7 @@ Result<OpenedDevice> open_emu(const DeviceSpec& s, const DeviceOptions& o,
   if (shared_memory && eo.mode == emu::Mode::kInline) eo.mode = emu::Mode::kThreaded;
   eo.name = o.emu_name.empty() ? "emu" + std::to_string(o.side) : o.emu_name;
   eo.start_thread = o.start_thread;
+  if (!s.profile.empty()) eo.profile = s.profile;
   RDMX_TRY_ASSIGN(auto dev, emu::EmuDevice::open(d.wire, o.side, eo), eo.name);
   d.emu = dev.get();
   d.dev = std::move(dev);
@@ -154,10 +155,12 @@ Result<DeviceSpec> parse_device_spec(std::string_view spec, DeviceOptions* opts)
       return make_error(Errc::kInvalidArgument,
                         "device '" + std::string(spec) + "': a wire (@...) is for emu only");
   }
-  if (!s.profile.empty())
-    return make_error(Errc::kUnsupported, "device '" + std::string(spec) + "': profile '" +
-                                              s.profile +
-                                              "': emu capability profiles are not implemented");
+  if (!s.profile.empty() && s.backend == Backend::kMlx5)
+    return make_error(Errc::kInvalidArgument,
+                      "device '" + std::string(spec) + "': a profile (:...) is for emu only");
+  if (!s.profile.empty() && !emu::profile_by_name(s.profile))
+    return make_error(Errc::kUnsupported, "device '" + std::string(spec) + "': no emu profile '" +
+                                              s.profile + "' (" + emu::profile_names() + ")");
   while (!options.empty()) {
     const size_t c = options.find(',');
     RDMX_TRY(apply_option(options.substr(0, c), o), "device '" + std::string(spec) + "'");

@@ -134,6 +134,10 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
     r.errc = reject(e);
     return r;
   }
+  if (no_atomic_mask_ && (access & mlx5::kAccessRemoteAtomic)) [[unlikely]] {
+    r.errc = reject(Errc::kUnsupported);  // the device cannot grant atomics by UMR
+    return r;
+  }
   const uint32_t n = static_cast<uint32_t>(pages.size());
   const bool pointer = n > inline_limit_;
   const uint32_t ds = pointer ? prm::kUmrPointerDs : prm::umr_inline_ds(n);
@@ -172,6 +176,7 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
   m.pages = pages;
   // The window must be free on the device (it is, by the state machine): the NIC checks it.
   m.check = prm::kUmrFlagFailIfNotFree;
+  m.no_atomic_mask = no_atomic_mask_;
   prm::RingCursor cur = sq.cursor();
   if (pointer) {
     prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(w->klm_addr_), m);

@@ -56,7 +56,11 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
   p->dev_ = &dev;
   p->arena_ = &arena;
   p->cfg_ = cfg;
-  uint32_t lim = cfg.max_inline_klm ? cfg.max_inline_klm : caps.max_inline_klm;
+  // Never above what the device's QPs take (caps.max_inline_klm, from HCA cap max_wqe_sz_sq:
+  // prm::max_inline_klm_for): a longer inline UMR is an oversized WQE and puts the QP in error.
+  // A smaller configured limit is honoured (maps above it use pointer mode).
+  uint32_t lim = caps.max_inline_klm;
+  if (cfg.max_inline_klm && cfg.max_inline_klm < lim) lim = cfg.max_inline_klm;
   if (lim > mlx5::prm::kMaxInlineKlm) lim = mlx5::prm::kMaxInlineKlm;
   p->inline_limit_ = lim;
 

@@ -275,6 +275,11 @@ TEST(DvMath, UmrFenceAndCaps) {
   EXPECT_EQ(c.max_inline_klm, 52u);
   EXPECT_EQ(c.umr_fence, 2) << "DeviceCaps keeps the raw cap (2 = none)";
   EXPECT_EQ(mlx5::prm::umr_fence_bits(c.umr_fence), 0);
+  EXPECT_FALSE(c.umr_modify_atomic_disabled);
+  EXPECT_EQ(c.max_wqe_sz_sq, 1024u);
+  h.umr_modify_atomic_disabled = true;
+  apply_hca_caps(h, c);
+  EXPECT_TRUE(c.umr_modify_atomic_disabled) << "the window layer reads it from DeviceCaps";
 
   h.log_max_klm_list_size = 3;  // 8 KLMs: inline capped by the window size
   apply_hca_caps(h, c);
@@ -287,6 +292,7 @@ TEST(DvMath, UmrFenceAndCaps) {
   EXPECT_EQ(d.max_inline_klm, 20u);  // (512 - 192) / 16
   EXPECT_EQ(d.umr_fence, 0) << "unknown caps: raw 0 = strong ordering";
   EXPECT_EQ(mlx5::prm::umr_fence_bits(d.umr_fence), 0x60);
+  EXPECT_TRUE(d.umr_modify_atomic_disabled) << "unknown caps: no atomic bit in UMR masks";
 }
 
 TEST(DvMath, PickRoceGid) {

@@ -338,15 +338,15 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
                               " reports umr_indirect_mkey_disabled: a UMR may not "
                               "modify indirect mkeys, so windows cannot be mapped");
       if (h.value().umr_modify_atomic_disabled)
-        RDMX_LOG_WARN(
-            "dv: %s forbids changing atomic access by UMR "
-            "(umr_modify_atomic_disabled); do not map windows with atomic access",
+        RDMX_LOG_INFO(
+            "dv: %s forbids changing atomic access by UMR (umr_modify_atomic_disabled): map "
+            "UMRs leave the atomic bit out of their mask; atomic maps are refused",
             info.name.c_str());
     } else {
       apply_default_hca_caps(caps);
       RDMX_LOG_WARN(
           "dv: %s: QUERY_HCA_CAP through DEVX failed (%s); using conservative "
-          "defaults: %u KLMs per window, %u inline KLMs, strongest UMR fence",
+          "defaults: %u KLMs per window, %u inline KLMs, strongest UMR fence, no atomic maps",
           info.name.c_str(), h.error().message.c_str(), caps.max_klm_list, caps.max_inline_klm);
     }
   }

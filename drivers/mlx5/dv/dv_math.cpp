@@ -223,6 +223,10 @@ void apply_hca_caps(const HcaCaps& h, mlx5::DeviceCaps& caps) noexcept {
   caps.max_inline_klm = max_inline_klm_for(wqe_sz);
   if (caps.max_inline_klm > caps.max_klm_list) caps.max_inline_klm = caps.max_klm_list;
   caps.umr_fence = static_cast<uint8_t>(h.umr_fence);  // raw cap (DeviceCaps contract)
+  // The window layer leaves the atomic bit out of its map mask and refuses atomic maps (the
+  // same decision emu makes for its profiles; Linux umr.c umr_check_mkey_mask).
+  caps.umr_modify_atomic_disabled = h.umr_modify_atomic_disabled;
+  caps.max_wqe_sz_sq = wqe_sz;
 }
 
 void apply_default_hca_caps(mlx5::DeviceCaps& caps) noexcept {
@@ -230,6 +234,7 @@ void apply_default_hca_caps(mlx5::DeviceCaps& caps) noexcept {
   h.log_max_klm_list_size = 0;  // -> kDefaultMaxKlmList
   h.max_wqe_sz_sq = kDefaultMaxWqeSzSq;
   h.umr_fence = kDefaultUmrFenceCap;
+  h.umr_modify_atomic_disabled = true;  // unknown: never put the atomic bit in a UMR mask
   apply_hca_caps(h, caps);
 }
 

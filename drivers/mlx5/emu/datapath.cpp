@@ -449,6 +449,15 @@ bool Engine::execute(QpCtx& q) noexcept {
                   avail);
     report(&q, idx, Rule::kDoorbellPastWritten, buf);
     synd = kSynLocQpOp;
+  } else if (uint32_t{w.ctrl.ds} * 16 > prof_->max_wqe_sz_sq) {
+    // Longer than the device's max_wqe_sz_sq (HCA cap 0x290; rdma-core refuses to create such a
+    // QP, verbs.c mlx5_calc_send_wqe): the device cannot execute it. The syndrome real parts
+    // report is not public; emu reports LOCAL_QP_OP_ERR, as for every WQE it cannot execute.
+    std::snprintf(buf, sizeof(buf), "WQE of %u bytes (ds %u), device max_wqe_sz_sq %u (%s)",
+                  uint32_t{w.ctrl.ds} * 16, w.ctrl.ds, prof_->max_wqe_sz_sq, prof_->name);
+    report(&q, idx, Rule::kWqeTooLarge, buf);
+    nbb = w.n_wqebb;
+    synd = kSynLocQpOp;
   } else {
     nbb = w.n_wqebb;
     // Fences that wait for remote work to finish block the SQ here (the WQE is not consumed).
@@ -554,6 +563,17 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
                   " the device does not implement",
                   mask, mask & ~prm::kMaskKnown);
     report(&q, idx16, Rule::kUnknownMaskBits, buf);
+    return kSynLocQpOp;
+  }
+  if ((mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC) && prof_->umr_modify_atomic_disabled) {
+    // HCA cap umr_modify_atomic_disabled: the kernel refuses such a UMR before posting it (Linux
+    // drivers/infiniband/hw/mlx5/umr.c umr_check_mkey_mask, -EPERM) because the device fails it
+    // (commit e5366d309a77). Syndrome not public: LOCAL_QP_OP_ERR, as for unknown mask bits.
+    std::snprintf(buf, sizeof(buf),
+                  "mkey_mask sets the atomic bit (21) on a device with umr_modify_atomic_disabled "
+                  "(%s)",
+                  prof_->name);
+    report(&q, idx16, Rule::kUmrMaskForbidden, buf);
     return kSynLocQpOp;
   }
   const uint8_t chk = u.flags & prm::kUmrFlagCheckMask;

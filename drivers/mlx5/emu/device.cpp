@@ -1,5 +1,6 @@
 // Control path of the emulated device: open, memory registration, windows, QPs, state
 // transitions, the device thread, faults and the checker store.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,10 @@ const char* rule_name(Rule r) noexcept {
       return "unknown-mkey-mask-bits";
     case Rule::kKlmPtrAlign:
       return "klm-pointer-alignment";
+    case Rule::kWqeTooLarge:
+      return "wqe-larger-than-max-wqe-sz-sq";
+    case Rule::kUmrMaskForbidden:
+      return "umr-mask-forbidden-by-caps";
     case Rule::kCount:
       break;
   }
@@ -140,11 +145,17 @@ Error no_qp(uint32_t qpn) {
 
 Engine::Engine(std::shared_ptr<Wire> wire, int side, const Options& opt)
     : wire_(std::move(wire)), side_(side), opt_(opt) {
-  caps_.max_klm_list = opt.max_klm_list;
-  caps_.max_inline_klm = opt.max_inline_klm;
+  prof_ = profile_by_name(opt.profile);
+  if (!prof_) prof_ = &profiles()[0];  // open() refuses unknown names before this
+  caps_.max_klm_list = std::min(opt.max_klm_list, prof_->max_klm_list);
+  // What dv computes from the same cap (prm::max_inline_klm_for), and never above the option.
+  caps_.max_inline_klm =
+      std::min(opt.max_inline_klm, mlx5::prm::max_inline_klm_for(prof_->max_wqe_sz_sq));
   caps_.max_sq_wqebbs = 1u << 15;  // the 16-bit doorbell counter must stay unambiguous
   caps_.max_cq_cqes = 1u << 22;
-  caps_.umr_fence = 1;  // HCA cap umr_fence = SMALL: the WQE after a UMR needs 0x20
+  caps_.umr_fence = prof_->umr_fence;  // raw HCA cap: 0 strong, 1 small, 2 none
+  caps_.umr_modify_atomic_disabled = prof_->umr_modify_atomic_disabled;
+  caps_.max_wqe_sz_sq = prof_->max_wqe_sz_sq;
   caps_.mkey_update_tag = true;
   caps_.remote_invalidate = true;
   caps_.numa_node = opt.numa_node;
@@ -604,6 +615,9 @@ Result<std::unique_ptr<EmuDevice>> EmuDevice::open(std::shared_ptr<Wire> wire, i
   if (opt.max_klm_list == 0 || opt.max_inline_klm == 0 ||
       opt.max_inline_klm > mlx5::prm::kMaxInlineKlm)
     return make_error(Errc::kInvalidArgument, "emu: bad max_klm_list / max_inline_klm");
+  if (!profile_by_name(opt.profile))
+    return make_error(Errc::kInvalidArgument, "emu: unknown device profile \"" + opt.profile +
+                                                  "\" (known: " + profile_names() + ")");
   auto eng = std::make_unique<Engine>(wire, side, opt);
   Status s = eng->attach();
   if (!s.ok()) return s.error();

@@ -253,6 +253,7 @@ class Engine {
   std::shared_ptr<Wire> wire_;
   int side_;
   Options opt_;
+  const Profile* prof_ = nullptr;
   mlx5::DeviceCaps caps_;
   Checker checker_;
   mutable std::mutex mu_;

@@ -15,7 +15,7 @@
 //             | "emu-sink"       every work request completes successfully, no data moves
 //             | "mlx5"           the first mlx5 device (rdma-core's verbs list)
 //             | "mlx5_N", other  that verbs device (udev may rename them: any other word is one)
-//   profile  := reserved for an emu capability profile ("emu:cx6"); refused for now
+//   profile  := an emu device profile ("emu:wqe512", emu::profiles(); doc/guides/emu.md)
 //   wire     := "shm:NAME"       emu only: a wire shared by two processes (/dev/shm/rdmx-emu-NAME)
 //   option   := "port=N"         HCA port (mlx5)          -- DeviceOptions::ib_port
 //             | "gid=N"          GID table index (mlx5)   -- DeviceOptions::gid_index
@@ -24,7 +24,8 @@
 //
 // Options in the spec override the DeviceOptions passed with it. Errors: kNoDevice for a name
 // that names no device (an unknown emu mode, a missing verbs device: the message lists the
-// names), kInvalidArgument for a malformed wire or option, kUnsupported for a profile,
+// names), kInvalidArgument for a malformed wire or option or a profile on mlx5, kUnsupported
+// for an unknown profile (the message lists them),
 // kTimeout when side 1 finds no side 0 within attach_timeout.
 #pragma once
 
@@ -48,7 +49,7 @@ struct DeviceSpec {
   Backend backend = Backend::kEmu;
   emu::Mode mode = emu::Mode::kThreaded;  // emu
   std::string verbs_name;                 // mlx5: "" = the first mlx5 device
-  std::string profile;                    // emu capability profile (reserved)
+  std::string profile;                    // emu device profile ("" = Options::profile)
   std::string wire;                       // "" = in-process, or "shm:NAME"
 };
 

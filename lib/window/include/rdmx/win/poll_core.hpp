@@ -73,7 +73,8 @@ class PollCore {
   // the first page, or length not ending in the last page), kNotInArena (a page outside the
   // arena's data part or not page aligned), kQpError (QP in error: recover() first), kNoRoom
   // (SQ full: poll, then retry), kNoWindow (no free window in cache or depot), kBusy (pointer
-  // mode: every free window's KLM array is still being read by the device: poll, then retry).
+  // mode: every free window's KLM array is still being read by the device: poll, then retry),
+  // kUnsupported (atomic access on a device with umr_modify_atomic_disabled).
   MapResult map(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
                 uint64_t length) noexcept;
   // Best effort: maps requests in order until one fails (its Errc in last_error()); returns how
@@ -241,6 +242,7 @@ class PollCore {
   uint32_t max_pages_ = 0;
   uint32_t inline_limit_ = 0;
   uint8_t umr_fence_ = 0;
+  bool no_atomic_mask_ = false;  // DeviceCaps::umr_modify_atomic_disabled
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
   Errc last_errc_ = Errc::kOk;

@@ -20,8 +20,8 @@ struct PoolConfig {
   uint32_t n_windows = 256;       // all windows of the pool (N per core x cores)
   uint32_t max_pages = 16;        // translation entries per window (chunk pages per map)
   bool remote_invalidate = true;  // windows may be freed by a peer's SEND_WITH_INV
-  // Inline translation lists up to this many KLMs (0 = the device's max_inline_klm, capped by
-  // the PRM limit of 52); longer lists use pointer mode.
+  // Inline translation lists up to this many KLMs (0 = the device's max_inline_klm; never
+  // above it nor above the PRM limit of 52); longer lists use pointer mode.
   uint32_t max_inline_klm = 0;
   uint32_t max_cores = 64;
 };

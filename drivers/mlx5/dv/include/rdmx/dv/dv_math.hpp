@@ -85,10 +85,10 @@ constexpr uint32_t max_send_wr_for(uint32_t sq_wqebbs, uint32_t wqe_bytes) noexc
 // Most inline KLMs one UMR may carry on a QP whose WQEs are limited to max_wqe_bytes (HCA cap
 // max_wqe_sz_sq, which rdma-core enforces as max_sq_desc_sz): the largest multiple of 4, at most
 // prm::kMaxInlineKlm (the 6-bit DS field, mlx5-umr.md 10.1), with 192 + 16 * n <= max_wqe_bytes.
+// The same function emu uses for its device profiles (prm::max_inline_klm_for).
 constexpr uint32_t max_inline_klm_for(uint32_t max_wqe_bytes) noexcept {
-  if (max_wqe_bytes <= kUmrSqOverhead) return 0;
-  uint32_t n = ((max_wqe_bytes - kUmrSqOverhead) / 16) & ~3u;
-  return n > mlx5::prm::kMaxInlineKlm ? mlx5::prm::kMaxInlineKlm : n;
+  static_assert(kUmrSqOverhead == mlx5::prm::kUmrQpWqeOverhead);
+  return mlx5::prm::max_inline_klm_for(max_wqe_bytes);
 }
 
 // CQ entries for `signaled` signaled send WQEs in flight plus `recvs` posted receives: every one

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <rdmx/core/result.hpp>
+#include <rdmx/emu/profile.hpp>
 #include <rdmx/mlx5/device.hpp>
 
 namespace rdmx::emu {
@@ -40,8 +41,11 @@ struct Options {
   std::string name = "emu0";
   bool prm_checker = true;       // keep PRM rule reports (counters are always on)
   bool checker_fatal = false;    // a report turns the offending WQE into an error CQE + QP error
-  uint32_t max_klm_list = 1024;  // most translation entries per window
-  uint32_t max_inline_klm = 52;  // most KLMs an inline UMR may carry
+  // Device profile (profile.hpp; profiles() lists them): the HCA caps the device reports and
+  // enforces. open() fails with kInvalidArgument naming the known profiles for an unknown name.
+  std::string profile = "default";
+  uint32_t max_klm_list = 1024;  // most translation entries per window (at most the profile's)
+  uint32_t max_inline_klm = 52;  // most KLMs an inline UMR may carry (at most the profile's)
   int numa_node = 0;
   // Transport (RC) model.
   uint32_t retry_cnt = 7;      // transport retries before TRANSPORT_RETRY_EXC_ERR
@@ -146,6 +150,8 @@ enum class Rule : uint8_t {
   kMalformedWqe,            // bytes the PRM does not allow (bad ds, opcode, octowords, ...)
   kUnknownMaskBits,         // UMR mkey_mask bits the device does not implement
   kKlmPtrAlign,             // pointer-mode KLM array not 2 KiB aligned
+  kWqeTooLarge,             // a send WQE longer than the profile's max_wqe_sz_sq
+  kUmrMaskForbidden,        // UMR mkey_mask bits the profile's caps forbid (umr_modify_*_disabled)
   kCount,
 };
 const char* rule_name(Rule r) noexcept;

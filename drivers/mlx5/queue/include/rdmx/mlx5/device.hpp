@@ -40,6 +40,9 @@ struct DeviceCaps {
   uint32_t max_cq_cqes = 0;
   uint8_t umr_fence = 0;          // raw HCA cap umr_fence: 0 strong, 1 small, 2 none; the
                                   // UMR's own fence bits are prm::umr_fence_bits(umr_fence)
+  bool umr_modify_atomic_disabled = false;  // HCA cap 0x208: a UMR may not write mkey_mask
+                                            // bit 21 (atomic access); windows get no atomics
+  uint32_t max_wqe_sz_sq = 0;     // HCA cap 0x290: longest send WQE in bytes (0 = not known)
   bool mkey_update_tag = false;   // a UMR may change the 8-bit key
   bool remote_invalidate = false; // SEND_WITH_INV can free a window
   int numa_node = 0;

@@ -90,6 +90,18 @@ inline constexpr uint32_t kMaxInlineKlm = 52;
 // must be 2 KiB aligned (DPDK mlx5_prm.h MLX5_UMR_KLM_PTR_ALIGN, kernel MLX5_UMR_ALIGN).
 inline constexpr uint32_t kUmrPointerDs = 9;
 inline constexpr uint32_t kKlmPtrAlign = 2048;
+// Most inline KLMs a UMR may carry on a device whose send WQEs are limited to max_wqe_sz_sq
+// bytes (HCA cap at 0x290, 16 b). rdma-core sizes a UMR-capable QP's WQE as 192 bytes of overhead
+// (ctrl 16 + UMR ctrl 48 + mkey context 64 + 64; verbs.c _sq_overhead) plus
+// align16(4 + max_inline_data), refused above max_sq_desc_sz = max_wqe_sz_sq (verbs.c
+// mlx5_calc_send_wqe); a QP sized for n inline KLMs needs max_inline_data = 16 n - 4. The largest
+// multiple of 4 that fits, at most kMaxInlineKlm: 1024 -> 52, 512 -> 20, 256 -> 4.
+inline constexpr uint32_t kUmrQpWqeOverhead = 192;
+constexpr uint32_t max_inline_klm_for(uint32_t max_wqe_sz_sq) noexcept {
+  if (max_wqe_sz_sq <= kUmrQpWqeOverhead) return 0;
+  const uint32_t n = ((max_wqe_sz_sq - kUmrQpWqeOverhead) / 16) & ~3u;
+  return n > kMaxInlineKlm ? kMaxInlineKlm : n;
+}
 // KLM byte_count is "up to 2GB" (mlx5dv.h comment on mlx5_wqe_umr_klm_seg).
 inline constexpr uint64_t kMaxKlmBytes = 1ull << 31;
 

@@ -227,15 +227,22 @@ struct UmrMap {
   std::span<const uint64_t> pages;  // page addresses (page_size aligned)
   uint8_t check = 0;                // kUmrFlagFailIfNotFree / kUmrFlagFailIfFree / 0
   bool set_start_addr = false;      // write START_ADDR (else the mkey keeps its start address)
+  bool no_atomic_mask = false;      // leave the atomic bit out of the mask (devices with
+                                    // umr_modify_atomic_disabled; `access` has no atomic then)
 };
 
 // The mask a map writes: free (to valid), key, length, every access bit (so access is exactly
-// what was asked for, no more).
+// what was asked for, no more). On a device with HCA cap umr_modify_atomic_disabled the atomic
+// bit (21) must stay out (Linux umr.c umr_check_mkey_mask; frwr_mkey_mask adds it only for
+// atomic access): kMapMaskNoAtomic. Windows are created without atomic rights and such a device
+// can never grant them by UMR, so access stays exact there too.
 inline constexpr uint64_t kMapMask =
     MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
     MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE |
     MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ |
     MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC;
+inline constexpr uint64_t kMapMaskNoAtomic =
+    kMapMask & ~uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC};
 
 // Writes the KLM list for a chunk-page map at the cursor, zero-padded to a multiple of 4
 // entries. Returns the number of entries written (before padding). Inline: the per-page loop is
@@ -324,8 +331,8 @@ inline uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m) noex
 // it in registers (write_umr_head).
 inline void write_umr_map_head(RingCursor& cur, const UmrMap& m, uint32_t ds, uint8_t flags,
                                uint16_t octowords) noexcept {
-  const uint64_t mask =
-      m.set_start_addr ? kMapMask | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR : kMapMask;
+  const uint64_t base = m.no_atomic_mask ? kMapMaskNoAtomic : kMapMask;
+  const uint64_t mask = m.set_start_addr ? base | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR : base;
   write_umr_head(cur, ctrl_word0(m.wqe_index, MLX5_OPCODE_UMR, 0, m.qpn, ds),
                  ctrl_word1(m.fm_ce_se, Be32::from_host(m.mkey)),
                  umr_ctrl_word0(static_cast<uint8_t>(flags | m.check), octowords), mask,

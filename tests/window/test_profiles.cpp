@@ -1,0 +1,294 @@
+// The window layer on every emu device profile (suite 'emu', inline mode): representative window
+// and security cases per profile, the map WQE's bytes checked against the profile's caps; and
+// emu's enforcement of the caps (a forbidden UMR mask, an oversized WQE fail with the syndrome
+// emu models), each with the raw WQE the window layer used to send before it read the caps.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include <rdmx/emu/emu.hpp>
+#include <rdmx/mem/arena.hpp>
+#include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/window_pool.hpp>
+
+namespace {
+
+using rdmx::Errc;
+using rdmx::emu::Profile;
+using rdmx::mlx5::Completion;
+using rdmx::mlx5::kAccessLocalWrite;
+using rdmx::mlx5::kAccessRemoteAtomic;
+using rdmx::mlx5::kAccessRemoteRead;
+using rdmx::mlx5::kAccessRemoteWrite;
+using rdmx::mlx5::prm::Sge;
+using namespace rdmx::win;
+namespace prm = rdmx::mlx5::prm;
+
+constexpr uint32_t kRw = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
+constexpr uint32_t kMaxPages = 28;  // above the 20 inline KLMs of a 512-byte max_wqe_sz_sq
+
+template <class T>
+T take(rdmx::Result<T>&& r) {
+  if (!r.ok()) throw std::runtime_error(r.error().message);
+  return std::move(r).value();
+}
+
+uint64_t be64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+struct Side {
+  std::unique_ptr<rdmx::mem::Arena> arena;
+  std::unique_ptr<WindowPool> pool;
+  std::unique_ptr<PollCore> core;
+};
+
+struct Rig {
+  explicit Rig(const std::string& profile) {
+    rdmx::emu::Options o;
+    o.profile = profile;
+    pair = take(rdmx::emu::make_pair(o));
+    make_side(*pair.a, a, 8, kMaxPages);
+    make_side(*pair.b, b, 4, 4);
+    connect();
+  }
+  ~Rig() {
+    a.core.reset();
+    b.core.reset();
+  }
+  static void make_side(rdmx::emu::EmuDevice& dev, Side& s, uint32_t windows, uint32_t pages) {
+    rdmx::mem::ArenaConfig ac;
+    ac.bytes = 256 * 4096;
+    s.arena = take(rdmx::mem::Arena::create(dev, ac));
+    PoolConfig pc;
+    pc.n_windows = windows;
+    pc.max_pages = pages;
+    pc.max_inline_klm = 52;  // asks for the PRM maximum: the pool must clamp it to the device
+    s.pool = take(WindowPool::create(dev, *s.arena, pc));
+    CoreConfig cc;
+    cc.cache_size = 4;
+    cc.qp.sq_wqebbs = 256;
+    cc.qp.rq_wqes = 16;
+    cc.qp.cq_cqes = 1024;
+    s.core = take(PollCore::create(*s.pool, cc));
+  }
+  void connect() {
+    ASSERT_TRUE(
+        rdmx::emu::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle()).ok());
+  }
+  std::vector<Completion> drain(PollCore& c) {
+    std::vector<Completion> out;
+    c.flush();
+    for (int i = 0; i < 1000; ++i)
+      if (!c.poll(64, [&](const Completion& x) { out.push_back(x); })) break;
+    return out;
+  }
+  // Peer (B) WRITE or READ of len bytes at raddr through rkey; the completion status.
+  uint8_t peer_op(bool write, uint64_t b_off, uint64_t raddr, uint32_t len, uint32_t rkey) {
+    const Sge s{b.arena->base() + b_off, len, b.arena->lkey()};
+    const Errc e = write ? b.core->post_write({&s, 1}, raddr, rkey, 1, true)
+                         : b.core->post_read({&s, 1}, raddr, rkey, 1, true);
+    EXPECT_EQ(e, Errc::kOk);
+    b.core->flush();
+    for (int i = 0; i < 1000; ++i) {
+      uint8_t st = 0xff;
+      b.core->poll(16, [&](const Completion& x) {
+        if (x.cookie == 1) st = x.status;
+      });
+      if (st != 0xff) return st;
+    }
+    ADD_FAILURE() << "peer op did not complete";
+    return 0xff;
+  }
+  uint8_t* arena_a() { return reinterpret_cast<uint8_t*>(a.arena->base()); }
+  uint8_t* arena_b() { return reinterpret_cast<uint8_t*>(b.arena->base()); }
+
+  rdmx::emu::DevicePair pair;
+  Side a, b;
+};
+
+class OnProfile : public ::testing::TestWithParam<std::string> {
+ protected:
+  const Profile& prof() const { return *rdmx::emu::profile_by_name(GetParam()); }
+};
+
+// Maps of 1..28 pages: the WQE obeys the caps (size, atomic bit, the UMR's own fence, fail if
+// not free), the peer's WRITE and READ reach exactly the mapped bytes, and after the unmap the
+// old key is refused with nothing changed.
+TEST_P(OnProfile, MapWriteReadUnmap) {
+  Rig r(GetParam());
+  const Profile& p = prof();
+  const uint32_t inline_max = prm::max_inline_klm_for(p.max_wqe_sz_sq);
+  EXPECT_EQ(r.a.pool->inline_klm_limit(), std::min<uint32_t>(inline_max, 52))
+      << "the pool clamps the configured 52 to what max_wqe_sz_sq allows";
+  std::mt19937_64 rng(3);
+  const uint64_t base = r.a.arena->base();
+  for (uint32_t n : {1u, 4u, 20u, 24u, kMaxPages}) {
+    std::vector<uint64_t> pages(n);
+    for (uint32_t i = 0; i < n; ++i) pages[i] = r.a.arena->page_addr((i * 7 + n) % 200);
+    const uint32_t off = 100;
+    const uint64_t len = uint64_t{n} * 4096 - off - 50;
+    prm::RingCursor cur = r.a.core->qp().sq().cursor();
+    const uint8_t* wqe = cur.here();  // the map WQE starts here
+    MapResult m = r.a.core->map(pages, kRw, off, len);
+    ASSERT_TRUE(m.ok()) << n << " pages: " << rdmx::errc_name(m.errc);
+    // The WQE as the device gets it.
+    EXPECT_EQ(wqe[3], MLX5_OPCODE_UMR);
+    const uint32_t ds = wqe[7] & 0x3f;
+    EXPECT_LE(ds * 16, p.max_wqe_sz_sq) << n << " pages";
+    const uint8_t fence = wqe[11] & 0xe0;
+    const uint8_t want = prm::umr_fence_bits(p.umr_fence);
+    EXPECT_TRUE(fence == want || (want == 0 && fence == prm::kFenceInitiatorSmall))
+        << "UMR fence 0x" << std::hex << int(fence) << " for umr_fence " << int(p.umr_fence);
+    EXPECT_EQ(wqe[16] & prm::kUmrFlagCheckMask, prm::kUmrFlagFailIfNotFree)
+        << "every map asks the device to fail if the window is not free";
+    EXPECT_EQ((wqe[16] & MLX5_WQE_UMR_CTRL_FLAG_INLINE) != 0, n <= r.a.pool->inline_klm_limit());
+    const uint64_t mask = be64(wqe + 24);
+    EXPECT_EQ((mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC) != 0,
+              !p.umr_modify_atomic_disabled)
+        << "mask 0x" << std::hex << mask;
+    r.a.core->flush();
+    ASSERT_TRUE(r.a.core->quiesce());
+    // WRITE 64 bytes at the end of the window, READ them back.
+    uint8_t* src = r.arena_b();
+    for (int i = 0; i < 64; ++i) src[i] = static_cast<uint8_t>(rng());
+    ASSERT_EQ(r.peer_op(true, 0, len - 64, 64, m.rkey), 0) << n << " pages";
+    const uint64_t last = (off + len - 64) / 4096, in = (off + len - 64) % 4096;
+    ASSERT_EQ(std::memcmp(r.arena_a() + (pages[last] - base) + in, src, 64), 0);
+    ASSERT_EQ(r.peer_op(false, 4096, len - 64, 64, m.rkey), 0);
+    ASSERT_EQ(std::memcmp(r.arena_b() + 4096, src, 64), 0);
+    ASSERT_EQ(r.a.core->unmap(m.window), Errc::kOk);
+    r.a.core->flush();
+    ASSERT_TRUE(r.a.core->quiesce());
+    if (n == kMaxPages) {
+      // Stale key: refused, the page keeps its bytes.
+      std::vector<uint8_t> before(r.arena_a() + (pages[0] - base),
+                                  r.arena_a() + (pages[0] - base) + 4096);
+      EXPECT_EQ(r.peer_op(true, 0, 0, 64, m.rkey), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+      EXPECT_EQ(std::memcmp(before.data(), r.arena_a() + (pages[0] - base), 4096), 0);
+    }
+  }
+  EXPECT_EQ(r.pair.a->checker().total(), 0u) << r.pair.a->checker().dump();
+  EXPECT_EQ(r.pair.b->checker().total(), 0u) << r.pair.b->checker().dump();
+}
+
+// Atomic access: refused up front where the device cannot grant it by UMR, granted elsewhere.
+TEST_P(OnProfile, AtomicAccessFollowsTheCap) {
+  Rig r(GetParam());
+  const uint64_t page = r.a.arena->page_addr(3);
+  MapResult m = r.a.core->map({&page, 1}, kRw | kAccessRemoteAtomic, 0, 4096);
+  if (prof().umr_modify_atomic_disabled) {
+    EXPECT_EQ(m.errc, Errc::kUnsupported);
+    EXPECT_EQ(r.a.core->qp().sq().posted(), 0u) << "nothing posted";
+    return;
+  }
+  ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
+  r.a.core->flush();
+  ASSERT_TRUE(r.a.core->quiesce());
+  EXPECT_TRUE(r.pair.a->inspect_mkey(m.rkey).access & MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC);
+  EXPECT_EQ(r.pair.a->checker().total(), 0u) << r.pair.a->checker().dump();
+}
+
+std::vector<std::string> all_profiles() {
+  std::vector<std::string> v;
+  for (const Profile& p : rdmx::emu::profiles()) v.push_back(p.name);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Emu, OnProfile, ::testing::ValuesIn(all_profiles()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string s = i.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+// ---- emu enforces the caps -----------------------------------------------------------------
+
+// Posts one raw map UMR (the bytes the window layer wrote before it read the caps) for `n_pages`
+// pages into a fresh window of A, and returns its completion.
+Completion raw_map(Rig& r, uint32_t n_pages, bool atomic_bit) {
+  const uint32_t mkey = take(r.pair.a->create_window_mkey(kMaxPages, false));
+  std::vector<uint64_t> pages(n_pages);
+  for (uint32_t i = 0; i < n_pages; ++i) pages[i] = r.a.arena->page_addr(i);
+  rdmx::mlx5::SqWriter& sq = r.a.core->qp().sq();
+  prm::UmrMap m;
+  m.qpn = sq.qpn();
+  m.wqe_index = sq.wqe_index();
+  m.fm_ce_se = sq.next_fm_ce_se(true, prm::kFenceInitiatorSmall);
+  m.mkey = mkey | 1;
+  m.access = rdmx::mlx5::mkc_access_bits(kRw);
+  m.parent_lkey = r.a.arena->lkey();
+  m.page_size = 4096;
+  m.length = uint64_t{n_pages} * 4096;
+  m.pages = pages;
+  m.check = prm::kUmrFlagFailIfNotFree;
+  m.no_atomic_mask = !atomic_bit;
+  prm::RingCursor cur = sq.cursor();
+  const uint32_t ds = prm::build_umr_map_inline(cur, m);
+  sq.commit(ds, MLX5_OPCODE_UMR, 77);
+  sq.ring_doorbell();
+  Completion got;
+  got.status = 0xee;
+  for (int i = 0; i < 1000 && got.status == 0xee; ++i)
+    r.a.core->poll(16, [&](const Completion& c) {
+      if (c.cookie == 77) got = c;
+    });
+  return got;
+}
+
+TEST(Profiles, UnknownNameIsRefusedWithTheList) {
+  rdmx::emu::Options o;
+  o.profile = "cx9";
+  auto p = rdmx::emu::make_pair(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message.find("cx9"), std::string::npos);
+  EXPECT_NE(p.error().message.find("atomic-umr-off"), std::string::npos) << p.error().message;
+}
+
+TEST(Profiles, DefaultIsTheFirstAndEveryNameResolves) {
+  ASSERT_FALSE(rdmx::emu::profiles().empty());
+  EXPECT_STREQ(rdmx::emu::profiles()[0].name, "default");
+  for (const Profile& p : rdmx::emu::profiles()) EXPECT_EQ(rdmx::emu::profile_by_name(p.name), &p);
+}
+
+TEST(Profiles, AtomicMaskBitFailsWhereUmrModifyAtomicIsDisabled) {
+  {
+    Rig r("atomic-umr-off");
+    const Completion c = raw_map(r, 4, /*atomic_bit=*/true);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    EXPECT_EQ(r.pair.a->checker().count(rdmx::emu::Rule::kUmrMaskForbidden), 1u);
+    EXPECT_TRUE(r.a.core->qp().in_error());
+  }
+  {
+    Rig r("atomic-umr-off");
+    EXPECT_EQ(raw_map(r, 4, /*atomic_bit=*/false).status, 0) << "without the bit it executes";
+  }
+  {
+    Rig r("default");
+    EXPECT_EQ(raw_map(r, 4, /*atomic_bit=*/true).status, 0) << "allowed by the default caps";
+  }
+}
+
+TEST(Profiles, WqeAboveMaxWqeSzSqFails) {
+  {
+    Rig r("wqe512");
+    // 28 inline KLMs: 128 + 16 * 28 = 576 bytes > 512.
+    const Completion c = raw_map(r, 28, true);
+    EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+    EXPECT_EQ(r.pair.a->checker().count(rdmx::emu::Rule::kWqeTooLarge), 1u);
+  }
+  {
+    Rig r("wqe512");
+    EXPECT_EQ(raw_map(r, 24, true).status, 0) << "128 + 16 * 24 = 512 bytes fit";
+  }
+  {
+    Rig r("default");
+    EXPECT_EQ(raw_map(r, 28, true).status, 0) << "fits 1024 bytes";
+  }
+}
+
+}  // namespace
