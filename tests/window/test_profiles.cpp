@@ -8,6 +8,7 @@
 #include <random>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
@@ -247,6 +248,25 @@ TEST(Profiles, UnknownNameIsRefusedWithTheList) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.error().message.find("cx9"), std::string::npos);
   EXPECT_NE(p.error().message.find("atomic-umr-off"), std::string::npos) << p.error().message;
+}
+
+// The one device opener takes "emu:PROFILE" (any emu mode), refuses unknown names with the list
+// and a profile on a real device.
+TEST(Profiles, OpenerTakesEmuColonProfile) {
+  auto d = rdmx::endpoint::open_device("emu-inline:wqe512");
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d.value().dev->caps().max_wqe_sz_sq, 512u);
+  EXPECT_EQ(d.value().dev->caps().max_inline_klm, 20u);
+  auto t = rdmx::endpoint::open_device("emu:atomic-umr-off");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE(t.value().dev->caps().umr_modify_atomic_disabled);
+  auto bad = rdmx::endpoint::open_device("emu:cx9");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, Errc::kUnsupported);
+  EXPECT_NE(bad.error().message.find("wqe512"), std::string::npos) << bad.error().message;
+  auto real = rdmx::endpoint::parse_device_spec("mlx5_0:wqe512", nullptr);
+  ASSERT_FALSE(real.ok());
+  EXPECT_EQ(real.error().code, Errc::kInvalidArgument);
 }
 
 TEST(Profiles, DefaultIsTheFirstAndEveryNameResolves) {
