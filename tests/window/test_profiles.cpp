@@ -48,10 +48,12 @@ struct Side {
 };
 
 struct Rig {
-  explicit Rig(const std::string& profile) {
-    rdmx::emu::Options o;
-    o.profile = profile;
-    pair = take(rdmx::emu::make_pair(o));
+  explicit Rig(const std::string& profile) : Rig(profile, profile) {}
+  Rig(const std::string& profile_a, const std::string& profile_b) {
+    rdmx::emu::Options oa, ob;
+    oa.profile = profile_a;
+    ob.profile = profile_b;
+    pair = take(rdmx::emu::make_pair(oa, ob));
     make_side(*pair.a, a, 8, kMaxPages);
     make_side(*pair.b, b, 4, 4);
     connect();
@@ -308,6 +310,48 @@ TEST(Profiles, WqeAboveMaxWqeSzSqFails) {
   {
     Rig r("default");
     EXPECT_EQ(raw_map(r, 28, true).status, 0) << "fits 1024 bytes";
+  }
+}
+
+// A: WRITE of `len` bytes into a window B mapped; the completion status.
+uint8_t write_to_b(Rig& r, uint32_t len) {
+  const uint64_t page[2] = {r.b.arena->page_addr(1), r.b.arena->page_addr(2)};
+  MapResult m = r.b.core->map(page, kRw, 0, 8192);
+  EXPECT_TRUE(m.ok());
+  r.b.core->flush();
+  EXPECT_TRUE(r.b.core->quiesce());
+  const Sge s{r.a.arena->base(), len, r.a.arena->lkey()};
+  EXPECT_EQ(r.a.core->post_write({&s, 1}, 0, m.rkey, 5, true), Errc::kOk);
+  r.a.core->flush();
+  for (int i = 0; i < 1000; ++i) {
+    uint8_t st = 0xff;
+    r.a.core->poll(16, [&](const Completion& x) {
+      if (x.cookie == 5) st = x.status;
+    });
+    if (st != 0xff) return st;
+  }
+  ADD_FAILURE() << "WRITE did not complete";
+  return 0xff;
+}
+
+// Path MTU: the requester cuts its packets at its own port's MTU (emu's QPs use the local active
+// MTU, as dv does); a responder whose port takes less drops them and the requester fails with
+// TRANSPORT_RETRY_EXC_ERR once its retries are spent. Equal MTUs, or a message that fits, work.
+TEST(Profiles, PacketAboveThePeersPathMtuIsDropped) {
+  {
+    Rig r("default", "mtu1024");
+    EXPECT_EQ(write_to_b(r, 8192), MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    EXPECT_GT(r.pair.b->stats().mtu_drops, 0u);
+  }
+  {
+    Rig r("default", "mtu1024");
+    EXPECT_EQ(write_to_b(r, 1024), 0) << "one packet that fits the peer's MTU";
+  }
+  {
+    Rig r("mtu1024", "mtu1024");
+    EXPECT_EQ(write_to_b(r, 8192), 0) << "8 packets of 1024 bytes";
+    EXPECT_EQ(r.pair.b->stats().mtu_drops, 0u);
+    EXPECT_GE(r.pair.a->stats().tx_packets, 8u);
   }
 }
 

@@ -779,7 +779,7 @@ bool Engine::transmit(QpCtx& q) noexcept {
       h.raddr = w.raddr + e.tx_off;
       uint32_t n = 0;
       if (op != PktOp::kRead) {
-        n = static_cast<uint32_t>(std::min<uint64_t>(kWireMtu, e.len - e.tx_off));
+        n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(), e.len - e.tx_off));
         // Gather this packet's bytes (inline data from the ring, or through the lkeys).
         uint64_t skip = e.tx_off;
         uint32_t got = 0;
@@ -916,6 +916,14 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
       q->peer_qpn != h.src_qpn) {
     // A real responder drops the packet silently and the requester's retry timer fires; the
     // drop notice stands in for that timer so the outcome does not depend on wall time.
+    if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
+    return true;
+  }
+  if (h.len > path_mtu()) {
+    // A packet longer than this QP's path MTU is malformed for the responder: dropped silently,
+    // so the requester retries until retry_cnt runs out (TRANSPORT_RETRY_EXC_ERR, the symptom
+    // of a path MTU above what the peer's port takes). Drop notice as above.
+    ++st_.mtu_drops;
     if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
     return true;
   }
@@ -1079,7 +1087,7 @@ bool Engine::stream_reads() noexcept {
       PendingRead& r = q.reads.front();
       WireSlot* s = wire_->tx_slot(side_, WireClass::kResp);
       if (!s) return work;
-      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kWireMtu, r.len - r.off));
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(), r.len - r.off));
       PktHdr& h = s->h;
       h = PktHdr{};
       h.dst_qpn = r.src_qpn;

@@ -2,6 +2,8 @@
 // WQEs and speaks the wire. Everything here runs under Engine::mu_.
 #pragma once
 
+#include <algorithm>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -244,6 +246,9 @@ class Engine {
 
   void report(QpCtx* q, uint16_t wqe_index, Rule r, std::string text);
   uint64_t now_ns() const noexcept;
+  // Path MTU of every QP of this device: the profile's port active MTU (the local value, as dv
+  // uses today), at most the wire's packet size.
+  uint32_t path_mtu() const noexcept { return std::min(kWireMtu, prof_->active_mtu); }
 
   friend class rdmx::emu::EmuDevice;
   friend class rdmx::emu::Faults;

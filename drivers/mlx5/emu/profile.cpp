@@ -23,8 +23,7 @@ constexpr Profile kProfiles[] = {
     {"fence-small", "umr_fence 1: the UMR carries INITIATOR_SMALL (= default)", 1024, 65536, 1,
      false, 16, 4096},
     {"fence-none", "umr_fence 2: the UMR carries no fence", 1024, 65536, 2, false, 16, 4096},
-    {"mtu1024", "port MTU 1024 (1500-byte Ethernet; not enforced yet)", 1024, 65536, 1, false, 16,
-     1024},
+    {"mtu1024", "port MTU 1024 (1500-byte Ethernet)", 1024, 65536, 1, false, 16, 1024},
     {"rd-atom4", "4 READs per responder QP (not enforced yet)", 1024, 65536, 1, false, 4, 4096},
 };
 

@@ -226,6 +226,7 @@ struct EmuStats {
   uint64_t rnr_naks = 0;      // RNR NAKs sent (responder)
   uint64_t retries = 0;       // requester retransmissions (RNR + transport)
   uint64_t cqes_dropped = 0;  // CQEs lost to a CQ overrun
+  uint64_t mtu_drops = 0;     // request packets longer than the path MTU, dropped (responder)
 };
 
 // ---- The device
