@@ -355,4 +355,58 @@ TEST(Profiles, PacketAboveThePeersPathMtuIsDropped) {
   }
 }
 
+// A window whose length is shorter than its translation (KLMs cover 8 KiB, LEN says 4 KiB): the
+// device checks the window's length before walking the KLMs, so a remote WRITE or READ past LEN
+// is refused with nothing changed, although the translation would reach the bytes.
+TEST(Profiles, AccessPastTheWindowLengthIsRefusedEvenWhereTheKlmsReach) {
+  Rig r("default");
+  const uint32_t mkey = take(r.pair.a->create_window_mkey(4, false));
+  const uint64_t pages[2] = {r.a.arena->page_addr(10), r.a.arena->page_addr(11)};
+  rdmx::mlx5::SqWriter& sq = r.a.core->qp().sq();
+  prm::UmrMap m;
+  m.qpn = sq.qpn();
+  m.wqe_index = sq.wqe_index();
+  m.fm_ce_se = sq.next_fm_ce_se(true, prm::kFenceInitiatorSmall);
+  m.mkey = mkey | 1;
+  m.access = rdmx::mlx5::mkc_access_bits(kRw);
+  m.parent_lkey = r.a.arena->lkey();
+  m.page_size = 4096;
+  m.length = 8192;
+  m.pages = pages;
+  m.check = prm::kUmrFlagFailIfNotFree;
+  prm::RingCursor cur = sq.cursor();
+  uint8_t* wqe = cur.here();
+  const uint32_t ds = prm::build_umr_map_inline(cur, m);
+  // mkey context len (bytes 24..31 of the segment at offset 64): 4 KiB, big-endian.
+  for (int i = 0; i < 8; ++i) wqe[64 + 24 + i] = static_cast<uint8_t>((4096ull >> (56 - 8 * i)));
+  sq.commit(ds, MLX5_OPCODE_UMR, 9);
+  sq.ring_doorbell();
+  uint8_t st = 0xff;
+  for (int i = 0; i < 100 && st == 0xff; ++i)
+    r.a.core->poll(16, [&](const Completion& c) {
+      if (c.cookie == 9) st = c.status;
+    });
+  ASSERT_EQ(st, 0);
+  const auto view = r.pair.a->inspect_mkey(mkey | 1);
+  ASSERT_EQ(view.len, 4096u);
+  const uint64_t base = r.a.arena->base();
+  std::vector<uint8_t> before(r.arena_a() + (pages[1] - base),
+                              r.arena_a() + (pages[1] - base) + 4096);
+  for (int i = 0; i < 64; ++i) r.arena_b()[i] = 0xa5;
+  // Inside LEN: fine.
+  EXPECT_EQ(r.peer_op(true, 0, 4096 - 64, 64, mkey | 1), 0);
+  // Wholly past LEN (the second page, which the KLMs translate): refused, page unchanged.
+  EXPECT_EQ(r.peer_op(true, 0, 4096, 64, mkey | 1), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(std::memcmp(before.data(), r.arena_a() + (pages[1] - base), 4096), 0);
+  r.drain(*r.b.core);
+  r.drain(*r.a.core);
+  r.connect();
+  ASSERT_TRUE(r.a.core->recover().ok());
+  ASSERT_TRUE(r.b.core->recover().ok());
+  // Crossing LEN (READ of 4000..4199): refused, nothing scattered into B.
+  std::memset(r.arena_b() + 8192, 0x5a, 200);
+  EXPECT_EQ(r.peer_op(false, 8192, 4000, 200, mkey | 1), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(r.arena_b()[8192 + i], 0x5a) << i;
+}
+
 }  // namespace
