@@ -52,6 +52,23 @@ TEST(DvProbe, OpenUnknownNameAlwaysFails) {
   EXPECT_NE(r.error().message.find("rdmx_no_such_device_9"), std::string::npos);
 }
 
+// rdma-core would create signature QPs (any value enables them): open refuses first, on any
+// machine, naming the variable.
+TEST(DvProbe, OpenRefusesMlx5QpSignatureInTheEnvironment) {
+  ASSERT_EQ(setenv("MLX5_QP_SIGNATURE", "0", 1), 0);
+  auto r = DvDevice::open("", DvOptions{});
+  unsetenv("MLX5_QP_SIGNATURE");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::kUnsupported);
+  EXPECT_NE(r.error().message.find("MLX5_QP_SIGNATURE"), std::string::npos) << r.error().message;
+  EXPECT_EQ(env_problem(), "");
+}
+
+TEST(DvProbe, DevxPermissionHintNamesCapNetRaw) {
+  EXPECT_NE(devx_permission_hint().find("CAP_NET_RAW"), std::string::npos);
+  EXPECT_NE(devx_permission_hint().find("/dev/infiniband/uverbs"), std::string::npos);
+}
+
 TEST(DvProbe, CmWithoutRdmaCmFailsCleanly) {
   struct stat st;
   if (::stat("/dev/infiniband/rdma_cm", &st) == 0) GTEST_SKIP() << "rdma_cm is available";

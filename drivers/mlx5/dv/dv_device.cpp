@@ -187,6 +187,8 @@ ibv_context* DvDevice::verbs_context() const noexcept {
 }
 
 Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const DvOptions& opts) {
+  // 0. An environment that would make rdma-core create QPs rdmx cannot drive.
+  if (std::string why = env_problem(); !why.empty()) return make_error(Errc::kUnsupported, why);
   // 1. Find the device (ibv_get_device_list, mlx5dv_is_supported).
   int n = 0;
   errno = 0;
@@ -222,8 +224,7 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
                         "mlx5dv_open_device(" + info.name + ", DEVX) failed: " + std::strerror(e) +
                             "; rdmx needs a DEVX context for indirect mkeys (mlx5_ib with "
                             "user-context support and firmware that allows DEVX)");
-    return verbs_error("mlx5dv_open_device(" + info.name + ", DEVX)", e,
-                       "is /dev/infiniband/uverbs* readable and writable by this user?");
+    return verbs_error("mlx5dv_open_device(" + info.name + ", DEVX)", e, devx_permission_hint());
   }
   ibv_context* ctx = impl->ctx.get();
 

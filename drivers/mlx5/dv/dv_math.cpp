@@ -283,4 +283,17 @@ int parse_numa_node(const std::string& text) noexcept {
   return static_cast<int>(v);
 }
 
+std::string env_problem() {
+  if (std::getenv("MLX5_QP_SIGNATURE"))
+    return "MLX5_QP_SIGNATURE is set in the environment: rdma-core then creates every QP with "
+           "WQE signatures, which rdmx does not write (the device would reject its WQEs); unset "
+           "it (any value, even 0, enables signatures)";
+  return "";
+}
+
+std::string devx_permission_hint() {
+  return "is /dev/infiniband/uverbs* readable and writable by this user? On Linux 4.18-4.20 a "
+         "DEVX context also needs CAP_NET_RAW (setcap cap_net_raw+ep, or run as root)";
+}
+
 }  // namespace rdmx::dv

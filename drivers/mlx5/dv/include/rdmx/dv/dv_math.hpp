@@ -237,4 +237,15 @@ std::string trim(std::string s);
 // -1.
 int parse_numa_node(const std::string& text) noexcept;
 
+// rdma-core's mlx5 provider reads MLX5_QP_SIGNATURE from the environment: when it is set, to any
+// value ("0" too), every QP is created with WQE signatures (providers/mlx5/verbs.c, the
+// MLX5_QP_FLAG_SIGNATURE create flag) and the device then checks a signature byte rdmx never
+// writes. Returns why the environment cannot be used, or "" (DvDevice::open fails with it).
+std::string env_problem();
+
+// Hint for a refused DEVX context open (EPERM/EACCES): the device files' permissions, and on
+// Linux 4.18-4.20 CAP_NET_RAW (creating a DEVX context required it before the CREATE_UCTX
+// command of v5.0, drivers/infiniband/hw/mlx5/devx.c).
+std::string devx_permission_hint();
+
 }  // namespace rdmx::dv
