@@ -328,5 +328,16 @@ TEST(DvMath, SysfsParsing) {
   EXPECT_EQ(trim("  0000:3b:00.0\n"), "0000:3b:00.0");
 }
 
+// A kernel without MKEY_UPDATE_TAG is no reason to refuse windows: the flag is left out and the
+// window layer's UMRs still change the key.
+TEST(DvMath, WindowMkeyFlags) {
+  EXPECT_EQ(window_mkey_flags(true, false), uint32_t{MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT |
+                                                     MLX5DV_MKEY_INIT_ATTR_FLAGS_UPDATE_TAG});
+  EXPECT_EQ(window_mkey_flags(false, false), uint32_t{MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT});
+  EXPECT_EQ(window_mkey_flags(false, true),
+            uint32_t{MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT |
+                     MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE});
+}
+
 }  // namespace
 }  // namespace rdmx::dv

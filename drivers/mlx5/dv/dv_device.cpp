@@ -378,10 +378,11 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
   caps.remote_invalidate = probe_mkey(MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT |
                                       MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE) == 0;
   if (!caps.mkey_update_tag)
-    RDMX_LOG_WARN(
-        "dv: %s: the kernel lacks MKEY_UPDATE_TAG (mlx5dv_create_mkey with "
-        "UPDATE_TAG fails); windows cannot rotate their key%s",
-        info.name.c_str(), opts.allow_fixed_tag ? "" : " and create_window_mkey will fail");
+    RDMX_LOG_INFO(
+        "dv: %s: the kernel does not advertise MKEY_UPDATE_TAG; windows are created without "
+        "rdma-core's UPDATE_TAG flag (it gates only rdma-core's own UMRs: rdmx's UMRs still "
+        "rotate the key)",
+        info.name.c_str());
 
   auto d = std::unique_ptr<DvDevice>(new DvDevice(std::move(impl)));
   d->name_ = info.name;
@@ -449,10 +450,7 @@ Result<uint32_t> DvDevice::create_window_mkey(uint32_t max_entries, bool remote_
                       name_ +
                           ": mlx5dv_create_mkey refuses REMOTE_INVALIDATE (rdma-core or "
                           "kernel too old); create windows without remote invalidation");
-  const bool tag = caps_.mkey_update_tag || !opts_.allow_fixed_tag;
-  uint32_t flags = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT;
-  if (tag) flags |= MLX5DV_MKEY_INIT_ATTR_FLAGS_UPDATE_TAG;
-  if (remote_invalidate) flags |= MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE;
+  const uint32_t flags = window_mkey_flags(caps_.mkey_update_tag, remote_invalidate);
 
   mlx5dv_mkey_init_attr a{};
   a.pd = impl_->pd.get();
@@ -463,13 +461,6 @@ Result<uint32_t> DvDevice::create_window_mkey(uint32_t max_entries, bool remote_
   detail::MkeyPtr k(mlx5dv_create_mkey(&a));
   if (!k) {
     const int e = last_errno();
-    if (tag && e == EOPNOTSUPP)
-      return make_error(Errc::kUnsupported,
-                        "mlx5dv_create_mkey(INDIRECT|UPDATE_TAG) failed on " + name_ +
-                            ": the kernel lacks MKEY_UPDATE_TAG (rdma-core accepts UPDATE_TAG only "
-                            "when mlx5_ib reports MKEY_UPDATE_TAG support, as kernels since "
-                            "2022 do), so a UMR may not change a window's 8-bit key. Upgrade "
-                            "the kernel or set DvOptions.allow_fixed_tag (no key rotation)");
     return verbs_error("mlx5dv_create_mkey(" + std::to_string(max_entries) + " entries)", e,
                        e == ENOMEM ? "out of mkeys? (ref: ucx #6264)" : "");
   }

@@ -283,6 +283,13 @@ int parse_numa_node(const std::string& text) noexcept {
   return static_cast<int>(v);
 }
 
+uint32_t window_mkey_flags(bool kernel_update_tag, bool remote_invalidate) noexcept {
+  uint32_t flags = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT;
+  if (kernel_update_tag) flags |= MLX5DV_MKEY_INIT_ATTR_FLAGS_UPDATE_TAG;
+  if (remote_invalidate) flags |= MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE;
+  return flags;
+}
+
 std::string env_problem() {
   if (std::getenv("MLX5_QP_SIGNATURE"))
     return "MLX5_QP_SIGNATURE is set in the environment: rdma-core then creates every QP with "

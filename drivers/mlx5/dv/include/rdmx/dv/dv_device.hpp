@@ -56,7 +56,9 @@ struct DvOptions {
   uint8_t max_rd_atomic = 16;   // outstanding RDMA READs (clamped to the device's limit)
   uint32_t max_inline_klm = 0;  // KLMs per inline UMR the QPs are sized for; 0 = device max
   bool require_thread_domain = true;  // fail when ibv_alloc_td fails instead of sharing a UAR
-  bool allow_fixed_tag = false;       // windows without MKEY_UPDATE_TAG (no key rotation) if needed
+  bool allow_fixed_tag = false;       // no effect (kept for source compatibility): windows are
+                                      // created without UPDATE_TAG where the kernel lacks it, and
+                                      // keys rotate either way (dv_math.hpp window_mkey_flags)
   bool relaxed_ordering = false;      // IBV_ACCESS_RELAXED_ORDERING on reg_mr
 };
 

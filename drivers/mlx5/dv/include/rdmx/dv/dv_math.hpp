@@ -237,6 +237,14 @@ std::string trim(std::string s);
 // -1.
 int parse_numa_node(const std::string& text) noexcept;
 
+// mlx5dv_create_mkey flags of a window. UPDATE_TAG only where the kernel advertised
+// MKEY_UPDATE_TAG: rdma-core refuses the flag otherwise (providers/mlx5/verbs.c
+// _mlx5dv_create_mkey), but the flag only gates rdma-core's own UMR builder
+// (qp.c mkey_configure); rdmx writes its UMRs itself and the device changes the 8-bit key
+// (mask bit 13) on any indirect mkey, as the kernel's own REG_MR has always done (Linux wr.c
+// set_reg_umr_seg). So keys rotate either way and an older kernel is no reason to fail.
+uint32_t window_mkey_flags(bool kernel_update_tag, bool remote_invalidate) noexcept;
+
 // rdma-core's mlx5 provider reads MLX5_QP_SIGNATURE from the environment: when it is set, to any
 // value ("0" too), every QP is created with WQE signatures (providers/mlx5/verbs.c, the
 // MLX5_QP_FLAG_SIGNATURE create flag) and the device then checks a signature byte rdmx never
