@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
 
 #include "engines/common.hpp"
@@ -247,13 +248,6 @@ std::string Testbed::census(bool& ok, std::vector<PoolCensus>* out) {
   return text;
 }
 
-Status connect_pair(mlx5::Device& da, win::PollCore& a, mlx5::Device& db, win::PollCore& b) {
-  const mlx5::ConnectInfo ia = da.local_info(a.qp_handle());
-  const mlx5::ConnectInfo ib = db.local_info(b.qp_handle());
-  if (Status s = da.connect(a.qp_handle(), ib); !s) return s;
-  return db.connect(b.qp_handle(), ia);
-}
-
 Status post_lane_recvs(Lane& l) {
   for (uint32_t k = 0; k < l.depth; ++k) {
     if (l.c) {
@@ -281,16 +275,10 @@ Status post_lane_recvs(Lane& l) {
 Status reconnect_lane(Testbed& tb, Lane& l) {
   if (l.remote_peer || l.remote_client || !tb.dev_a || !tb.dev_b)
     return make_error(Errc::kState, "two-process mode: the other end cannot be recovered here");
-  if (l.c && l.p) {
-    if (Status s = connect_pair(*tb.dev_a, *l.c, *tb.dev_b, *l.p); !s) return s;
-  }
-  if (l.r && l.s) {
-    if (Status s = connect_pair(*tb.dev_b, *l.r, *tb.dev_a, *l.s); !s) return s;
-  }
-  for (win::PollCore* k : {l.c, l.p, l.r, l.s}) {
-    if (!k) continue;
-    if (Status s = k->recover(); !s) return s;
-  }
+  // The library's recovery protocol: drain (the engine already polled what it accounts for),
+  // reconnect, re-invalidate every window of the cores.
+  if (l.c && l.p) RDMX_TRY(endpoint::recover_cores(*l.c, *l.p), "lane c-p");
+  if (l.r && l.s) RDMX_TRY(endpoint::recover_cores(*l.r, *l.s), "lane r-s");
   return post_lane_recvs(l);
 }
 
@@ -477,10 +465,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 
     // Connections.
     if (p.role == Role::kBoth) {
-      if (Status s = connect_pair(*tb->dev_a, *l.c, *tb->dev_b, *l.p); !s)
-        return add_context(s.error(), "connect c-p");
-      if (Status s = connect_pair(*tb->dev_b, *l.r, *tb->dev_a, *l.s); !s)
-        return add_context(s.error(), "connect r-s");
+      RDMX_TRY(endpoint::connect_cores(*l.c, *l.p), "connect c-p");
+      RDMX_TRY(endpoint::connect_cores(*l.r, *l.s), "connect r-s");
     }
     tb->lanes.push_back(std::move(ln));
   }

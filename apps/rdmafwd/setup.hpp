@@ -46,13 +46,11 @@ struct Testbed {
 // does not exist (exit 3), kInvalidArgument for impossible parameters (exit 2).
 Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores);
 
-// Both RC endpoints to RTS (local_info exchanged): setup, and recovery after a QP error.
-Status connect_pair(mlx5::Device& da, win::PollCore& a, mlx5::Device& db, win::PollCore& b);
 // Posts every receive slot of the lane's c, p and s cores (setup, and after recovery).
 Status post_lane_recvs(Lane& l);
-// After a QP error, once nothing is in flight: reconnects both ends of every connection of the
-// lane, recovers its PollCores (every window invalidated, back in the cache) and re-posts the
-// receives. Single-process mode only.
+// After a QP error, once the engine has polled what it accounts for: the library's recovery
+// (lib/endpoint recover_cores: drain, reconnect, every window invalidated, back in the cache) for
+// each connection of the lane, then its receives re-posted. Single-process mode only.
 Status reconnect_lane(Testbed& tb, Lane& l);
 
 }  // namespace rdmafwd

@@ -63,7 +63,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
   nc.max_pages = max_pages;
   nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{max_pages} * 4096 * 2);
   a.build(nc);
-  need(emu::connect_qps(*a.dev, a.core->qp_handle(), *b.dev, b.qpn), "connect");
+  need(mlx5::connect_qps(*a.dev, a.core->qp_handle(), *b.dev, b.qpn), "connect");
   win::PollCore& core = *a.core;
   const uint64_t raddr = b.arena->base();
   const uint32_t rkey = b.arena->mr().rkey;

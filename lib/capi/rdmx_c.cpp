@@ -15,6 +15,7 @@
 
 #include <rdmx/core/result.hpp>
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
@@ -631,7 +632,7 @@ int rdmx_core_connect(rdmx_core* c, const rdmx_connect_info* remote) {
 int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b) {
   return guarded("rdmx_core_connect_pair", [&]() -> int {
     if (!a || !b || a == b) return fail(RDMX_EINVAL, "rdmx_core_connect_pair: bad cores");
-    auto s = emu::connect_qps(*a->port->dev, a->pc->qp_handle(), *b->port->dev, b->pc->qp_handle());
+    auto s = endpoint::connect_cores(*a->pc, *b->pc);
     if (!s) return fail(s.error(), "rdmx_core_connect_pair");
     return 0;
   });
@@ -808,14 +809,15 @@ int rdmx_core_recover(rdmx_core* c, const rdmx_connect_info* remote) {
   return guarded("rdmx_core_recover", [&]() -> int {
     if (!c) return fail(RDMX_EINVAL, "rdmx_core_recover: NULL core");
     std::lock_guard lk(c->port->mu);
+    rdmx::Status s;
     if (remote) {
       auto ci = decode(remote);
       if (!ci) return fail(ci.error(), "rdmx_core_recover");
-      auto s = c->port->dev->connect(c->pc->qp_handle(), ci.value());
-      if (!s) return fail(s.error(), "rdmx_core_recover: reconnect");
+      s = endpoint::recover_core(*c->pc, ci.value());  // drain, reconnect, re-invalidate
+    } else {
+      s = c->pc->recover();  // the caller moved the QP back to RTS itself
     }
     c->pend_count = c->pend_head = 0;
-    auto s = c->pc->recover();
     if (!s) return fail(s.error(), "rdmx_core_recover");
     return 0;
   });
@@ -824,18 +826,10 @@ int rdmx_core_recover(rdmx_core* c, const rdmx_connect_info* remote) {
 int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b) {
   return guarded("rdmx_core_recover_pair", [&]() -> int {
     if (!a || !b || a == b) return fail(RDMX_EINVAL, "rdmx_core_recover_pair: bad cores");
-    for (rdmx_core* c : {a, b}) {
-      c->pc->flush();
-      for (int spin = 0; spin < 100000; ++spin)
-        if (!c->pc->poll(64, [](const Completion&) {})) break;
-      c->pend_count = c->pend_head = 0;
-    }
-    auto s = emu::connect_qps(*a->port->dev, a->pc->qp_handle(), *b->port->dev, b->pc->qp_handle());
-    if (!s) return fail(s.error(), "rdmx_core_recover_pair: reconnect");
-    for (rdmx_core* c : {a, b}) {
-      auto r = c->pc->recover();
-      if (!r) return fail(r.error(), "rdmx_core_recover_pair");
-    }
+    auto s = endpoint::recover_cores(*a->pc, *b->pc);
+    a->pend_count = a->pend_head = 0;
+    b->pend_count = b->pend_head = 0;
+    if (!s) return fail(s.error(), "rdmx_core_recover_pair");
     return 0;
   });
 }

@@ -115,7 +115,7 @@ int main() {
   if (!pair) return 1;
   Side a, b;
   if (!make(*pair->a, a) || !make(*pair->b, b)) return 2;
-  if (!rdmx::emu::connect_qps(*pair->a, a.core->qp_handle(), *pair->b, b.core->qp_handle()))
+  if (!rdmx::mlx5::connect_qps(*pair->a, a.core->qp_handle(), *pair->b, b.core->qp_handle()))
     return 3;
   rdmx::mem::PageAllocator pages(*a.arena);
   uint64_t page = pages.alloc();

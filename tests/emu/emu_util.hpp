@@ -70,7 +70,7 @@ class EmuTest : public ::testing::Test {
       s->desc = d.value();
       s->qp.init(s->desc, signal_every);
     }
-    ASSERT_TRUE(connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
   }
 
  public:

@@ -143,7 +143,7 @@ TEST_P(Checker_, TooManyTranslationEntries) {
   ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
   a_.qp.reset();
   b_.qp.reset();
-  ASSERT_TRUE(connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
   const uint32_t w3 = a_.dev->create_window_mkey(3, false).value();
   umr_map(a_, 2, w3, arena.mr.lkey,
           {arena.addr(0), arena.addr(4096), arena.addr(8192), arena.addr(12288)}, 4096, 4 * 4096,

@@ -99,7 +99,7 @@ TEST_P(Syndromes, FlushEveryOutstandingAndNewWqeOneCqeEach) {
   ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
   a_.qp.reset();
   b_.qp.reset();
-  ASSERT_TRUE(connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
   rdma(a_, MLX5_OPCODE_RDMA_WRITE, 10, dst.addr(100), dst.mr.rkey, {{src.addr(), 8, src.mr.lkey}});
   c = wait(a_, 1);
   EXPECT_TRUE(c[0].ok());

@@ -59,7 +59,7 @@ struct Link {
       p->qp.init(p->desc, 1);
       p->buf.alloc(*p->dev, 64 * 1024, ++seed);
     }
-    ASSERT_TRUE(connect_qps(*a.dev, a.desc.qpn, *b.dev, b.desc.qpn).ok());
+    ASSERT_TRUE(mlx5::connect_qps(*a.dev, a.desc.qpn, *b.dev, b.desc.qpn).ok());
   }
 };
 

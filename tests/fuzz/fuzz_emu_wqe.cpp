@@ -44,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto qa = h->pair.a->create_qp(cfg);
   auto qb = h->pair.b->create_qp(cfg);
   if (!qa.ok() || !qb.ok()) __builtin_trap();
-  if (!emu::connect_qps(*h->pair.a, qa.value().qpn, *h->pair.b, qb.value().qpn).ok())
+  if (!mlx5::connect_qps(*h->pair.a, qa.value().qpn, *h->pair.b, qb.value().qpn).ok())
     __builtin_trap();
   const mlx5::QpDesc& d = qa.value();
   const size_t n = std::min(size - 1, size_t{16 * 64});

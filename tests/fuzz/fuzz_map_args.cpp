@@ -62,7 +62,7 @@ struct Harness {
     if (!c.ok() || !d.ok()) __builtin_trap();
     core = std::move(c.value());
     peer = std::move(d.value());
-    if (!emu::connect_qps(*pair.a, core->qp_handle(), *pair.b, peer->qp_handle()).ok())
+    if (!mlx5::connect_qps(*pair.a, core->qp_handle(), *pair.b, peer->qp_handle()).ok())
       __builtin_trap();
   }
   void settle() {

@@ -242,7 +242,7 @@ TEST(SetupFaults, CqOverrun) {
   cc.signal_every = 1;  // every WQE signaled: the most CQEs
   auto ca = take(PollCore::create(*pool_a, cc));
   auto cb = take(PollCore::create(*pool_b, cc));
-  ASSERT_TRUE(emu::connect_qps(*pair.a, ca->qp_handle(), *pair.b, cb->qp_handle()).ok());
+  ASSERT_TRUE(mlx5::connect_qps(*pair.a, ca->qp_handle(), *pair.b, cb->qp_handle()).ok());
   const Sge s{arena_a->base(), 8, arena_a->lkey()};
   for (int i = 0; i < 16; ++i) ASSERT_EQ(ca->post_recv({&s, 1}, 1000 + i), Errc::kOk);
   // Hold completions, fill the SQ, then error: 64 send + 16 receive flush CQEs.
@@ -272,7 +272,7 @@ TEST(SetupFaults, CqOverrun) {
   qc.cq_cqes = 16;
   auto da = take(pair.a->create_qp(qc));
   auto db = take(pair.b->create_qp(qc));
-  ASSERT_TRUE(emu::connect_qps(*pair.a, da.qpn, *pair.b, db.qpn).ok());
+  ASSERT_TRUE(mlx5::connect_qps(*pair.a, da.qpn, *pair.b, db.qpn).ok());
   mlx5::QueuePair qp;
   qp.init(da, 1);
   auto& sq = qp.sq();

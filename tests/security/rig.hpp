@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/connect.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
@@ -183,8 +184,7 @@ class Rig {
       s.cores.push_back(take(PollCore::create(*s.pool, cc)));
   }
   void connect(uint32_t i) {
-    const Status s =
-        emu::connect_qps(*pair.a, a.cores[i]->qp_handle(), *pair.b, b.cores[i]->qp_handle());
+    const Status s = endpoint::connect_cores(*a.cores[i], *b.cores[i]);
     if (!s.ok()) throw std::runtime_error("connect: " + s.error().message);
   }
 
@@ -233,22 +233,14 @@ class Rig {
   // PSNs across it), then PollCore::recover(). Side A is not touched (its QP stayed in RTS: a
   // responder that NAKs a bad rkey does not leave RTS).
   void recover_peer(uint32_t i = 0) {
-    PollCore& c = cb(i);
-    for (int k = 0; k < 1000 && c.poll(256, [](const Completion&) {}); ++k) {
-    }
-    const Status s = pair.b->connect(c.qp_handle(), pair.a->local_info(ca(i).qp_handle()));
-    if (!s.ok()) throw std::runtime_error("peer reconnect: " + s.error().message);
-    const Status r = c.recover();
-    if (!r.ok()) throw std::runtime_error("peer recover: " + r.error().message);
+    const Status s = endpoint::recover_core(cb(i), pair.a->local_info(ca(i).qp_handle()));
+    if (!s.ok()) throw std::runtime_error("peer recover: " + s.error().message);
   }
 
   // A full reconnect of core i on both sides, both recovered (after an error on A).
   void recover_both(uint32_t i = 0) {
-    connect(i);
-    const Status s1 = ca(i).recover();
-    if (!s1.ok()) throw std::runtime_error("recover A: " + s1.error().message);
-    const Status s2 = cb(i).recover();
-    if (!s2.ok()) throw std::runtime_error("recover B: " + s2.error().message);
+    const Status s = endpoint::recover_cores(ca(i), cb(i));
+    if (!s.ok()) throw std::runtime_error(s.error().message);
   }
 
   uint64_t checker_reports() const { return pair.a->checker().total() + pair.b->checker().total(); }

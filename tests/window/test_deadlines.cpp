@@ -87,7 +87,7 @@ struct ThreadedRig {
     s.core = take(PollCore::create(*s.pool, cc));
   }
   void connect() {
-    auto s = rdmx::emu::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle());
+    auto s = rdmx::mlx5::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle());
     ASSERT_TRUE(s.ok()) << s.error().message;
   }
   // Maps n windows on A (their state is unknown after the error: recover invalidates them).

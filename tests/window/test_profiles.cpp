@@ -80,7 +80,7 @@ struct Rig {
   }
   void connect() {
     ASSERT_TRUE(
-        rdmx::emu::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle()).ok());
+        rdmx::mlx5::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle()).ok());
   }
   std::vector<Completion> drain(PollCore& c) {
     std::vector<Completion> out;

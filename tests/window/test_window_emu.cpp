@@ -76,7 +76,7 @@ struct EmuRig {
   }
   void connect(uint32_t i) {
     ASSERT_TRUE(
-        rdmx::emu::connect_qps(*pair.a, a.cores[i]->qp_handle(), *pair.b, b.cores[i]->qp_handle())
+        rdmx::mlx5::connect_qps(*pair.a, a.cores[i]->qp_handle(), *pair.b, b.cores[i]->qp_handle())
             .ok());
   }
   // After a peer error: both QPs back to RTS, both cores recovered.

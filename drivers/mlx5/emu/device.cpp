@@ -707,12 +707,4 @@ Result<DevicePair> make_pair(const Options& opt_a, const Options& opt_b) {
   return DevicePair{std::move(a.value()), std::move(b.value())};
 }
 
-Status connect_qps(mlx5::Device& da, mlx5::QpHandle qa, mlx5::Device& db, mlx5::QpHandle qb) {
-  const mlx5::ConnectInfo ia = da.local_info(qa);
-  const mlx5::ConnectInfo ib = db.local_info(qb);
-  Status s = da.connect(qa, ib);
-  if (!s.ok()) return s;
-  return db.connect(qb, ia);
-}
-
 }  // namespace rdmx::emu

@@ -1,4 +1,5 @@
-// The connection-info codec (format and rules: include/rdmx/mlx5/connect_info.hpp).
+// The connection-info codec (format and rules: include/rdmx/mlx5/connect_info.hpp), and
+// connecting two QPs of one process through it (device.hpp connect_qps).
 #include <zlib.h>
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <string>
 
 #include <rdmx/mlx5/connect_info.hpp>
+#include <rdmx/mlx5/device.hpp>
 
 namespace rdmx::mlx5 {
 
@@ -136,6 +138,14 @@ Result<ConnectInfo> decode_connect_info_hex(std::string_view hex) {
     b[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
   return decode_connect_info(std::span<const uint8_t>(b, hex.size() / 2));
+}
+
+Status connect_qps(Device& da, QpHandle qa, Device& db, QpHandle qb) {
+  const ConnectInfo ia = da.local_info(qa);
+  const ConnectInfo ib = db.local_info(qb);
+  RDMX_TRY(da.connect(qa, ib), da.name() + ": connect QP " + std::to_string(qa));
+  RDMX_TRY(db.connect(qb, ia), db.name() + ": connect QP " + std::to_string(qb));
+  return {};
 }
 
 }  // namespace rdmx::mlx5

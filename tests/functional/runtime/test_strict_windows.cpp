@@ -363,7 +363,7 @@ int windows_child(bool add_getpid) {
     if (!make_side(dev_a, local.side, kLocalPages, 16, 2, 8, mem::Source::kDpdk, ctx.socket(),
                    "strict_local"))
       return 20;
-    if (!emu::connect_qps(dev_a, local.side.core->qp_handle(), dev_b, peer_qp).ok()) {
+    if (!rdmx::mlx5::connect_qps(dev_a, local.side.core->qp_handle(), dev_b, peer_qp).ok()) {
       connected = -1;
       return 21;
     }

@@ -406,9 +406,9 @@ RDMX_API int rdmx_poll_cb(rdmx_core* core, uint32_t max_cqes, rdmx_completion_fn
 /* [hot] 1 once the core saw a failed completion (its queue pair is in error). */
 RDMX_API int rdmx_core_in_error(const rdmx_core* core);
 /* [setup] After a queue-pair error: poll what you want first (the rest is dropped), then this
- * moves the queue pair back to RTS towards *remote (the peer recovers too and sends its current
- * connect info; NULL = the caller already did it) and frees every window of the core (mappings
- * are gone: map again). */
+ * drains the core's flush completions, moves the queue pair back to RTS towards *remote (the peer
+ * recovers too and sends its current connect info; NULL = the caller already did it) and frees
+ * every window of the core (mappings are gone: map again). */
 RDMX_API int rdmx_core_recover(rdmx_core* core, const rdmx_connect_info* remote);
 /* [setup] Both cores of one process: reconnects them and recovers both. */
 RDMX_API int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b);

@@ -43,7 +43,7 @@ inline constexpr uint64_t kInternalCookie = 1ull << 63;
 class PollCore {
  public:
   // Setup path: registers with the pool, creates the QP through the pool's device (reset state;
-  // connect it with Device::connect / emu::connect_qps using qp_handle()) and fills the cache.
+  // connect it with Device::connect / mlx5::connect_qps using qp_handle()) and fills the cache.
   static Result<std::unique_ptr<PollCore>> create(WindowPool& pool, const CoreConfig& cfg);
   // Quiesces (invalidates windows still mapped, waits for this core's UMRs to complete), returns
   // every window to the depot and destroys the QP.

@@ -306,7 +306,4 @@ inline Result<DevicePair> make_pair(const Options& opt = Options{}) {
   return make_pair(opt, opt);
 }
 
-// Connects qa on da with qb on db (both to RTS) by exchanging local_info.
-Status connect_qps(mlx5::Device& da, mlx5::QpHandle qa, mlx5::Device& db, mlx5::QpHandle qb);
-
 }  // namespace rdmx::emu

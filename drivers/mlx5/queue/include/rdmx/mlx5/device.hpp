@@ -97,4 +97,9 @@ class Device {
   virtual Result<QpState> query_qp(QpHandle qp) = 0;
 };
 
+// Connects qa on da with qb on db, both in this process and on any backend: each QP to RTS
+// towards the other (local_info exchanged). Across processes, exchange the connect-info codec's
+// bytes (connect_info.hpp) and call Device::connect on each side.
+Status connect_qps(Device& da, QpHandle qa, Device& db, QpHandle qb);
+
 }  // namespace rdmx::mlx5
