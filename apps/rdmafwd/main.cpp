@@ -10,6 +10,7 @@
 
 #include <cinttypes>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <thread>
 
@@ -362,6 +363,11 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  // `rdmafwd --help` needs no `--` and starts no EAL (the man page is made from this output).
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(usage_text("rdmafwd").c_str(), stdout);
+    return kExitOk;
+  }
   auto split = rt::split_args(argc, argv);
   if (!split) return fail_usage("rdmafwd", split.error().message);
   const rt::EalArgs& ea = split.value();

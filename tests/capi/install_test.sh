@@ -58,6 +58,12 @@ for app in rdmafwd rdmx-perf rdmx-wqe; do
   find "$tmp" -type f -name "$app" -path '*/bin/*' | grep -q . || fail "app $app not installed"
 done
 find "$tmp" -path '*/doc/rdmx/guides/embedding.md' | grep -q . || fail "guides not installed"
+for f in README.md performance.md; do
+  find "$tmp" -path "*/doc/rdmx/$f" | grep -q . || fail "$f not installed"
+done
+for page in man1/rdmafwd.1 man1/rdmx-perf.1 man1/rdmx-wqe.1 man3/rdmx.3; do
+  find "$tmp" -path "*/man/$page*" | grep -q . || fail "man page $page not installed"
+done
 
 # 1. The example, as a C user builds it.
 cflags=$(pkg-config --cflags rdmx)
