@@ -268,20 +268,29 @@ def read_until(stream, pred, timeout):
     return False, seen
 
 
-def case_sigint(binary):
-    # Ctrl-C while forwarding: sent once a periodic line shows completed I/O (no guessed sleep).
-    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--json", "--stats-period", "0.2"],
+def interrupt_when(binary, app_args, ready):
+    """Starts rdmafwd, waits for ready(p) -> (ok, what it saw) to be true, sends SIGINT and
+    collects the outcome: (process, stdout including what ready saw, stderr)."""
+    p = subprocess.Popen([binary] + EAL + ["--"] + app_args,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        ok, seen = read_until(
-            p.stdout, lambda l: l.startswith("{") and json.loads(l)["total"]["ios"] > 0, 60)
-        check(ok, "no periodic line with completed I/O within 60 s:\n" + "".join(seen))
+        ok, seen = ready(p)
+        check(ok, f"rdmafwd {' '.join(app_args)}: never ready for the signal:\n{seen}")
         p.send_signal(2)
         out, err = p.communicate(timeout=30)
     finally:
         if p.poll() is None:
             p.kill()
-    out = "".join(seen) + out
+    return p, seen + out, err
+
+
+def case_sigint(binary):
+    # Ctrl-C while forwarding: sent once a periodic line shows completed I/O (no guessed sleep).
+    def io_seen(p):
+        ok, seen = read_until(
+            p.stdout, lambda l: l.startswith("{") and json.loads(l)["total"]["ios"] > 0, 60)
+        return ok, "".join(seen)
+    p, out, err = interrupt_when(binary, ["--fwd", "rpc", "--json", "--stats-period", "0.2"], io_seen)
     check(p.returncode == 0, f"SIGINT: exit {p.returncode}\n{out}\n{err}")
     lines = [l for l in out.splitlines() if l.startswith('{"type":"summary"')]
     check(lines and json.loads(lines[-1])["total"]["ios"] > 0, f"no final summary\n{out}\n{err}")
@@ -292,36 +301,23 @@ def case_sigint(binary):
 def case_sigint_early(binary):
     # Ctrl-C as soon as the handler is in place, i.e. during EAL start-up: a clean exit 130 (or,
     # on a machine fast enough to be forwarding already, the normal stop), nothing left behind.
-    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        check(handler_installed(p.pid), "rdmafwd never installed its SIGINT handler")
-        p.send_signal(2)
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    p, out, err = interrupt_when(binary, ["--fwd", "rpc", "--json"],
+                                 lambda p: (handler_installed(p.pid), ""))
+    last = err.strip().splitlines()[-1] if err.strip() else ""
     check(p.returncode in (130, 0), f"early SIGINT: exit {p.returncode}, want 130\n{out}\n{err}")
     if p.returncode == 130:
-        last = err.strip().splitlines()[-1] if err.strip() else ""
         check(last.startswith("rdmafwd: interrupted "), f"last stderr line: {last!r}\n{err}")
     check(runtime_dir_left(p.pid) is None, f"left {runtime_dir_left(p.pid)}")
-    print(f"early SIGINT: exit {p.returncode}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+    print(f"early SIGINT: exit {p.returncode}: {last}")
 
 
 def case_sigint_server_wait(binary):
     # A two-process server waiting for its client: announced, and Ctrl-C removes the shm wire.
     wire = f"fwdwait{os.getpid()}"
-    p = subprocess.Popen([binary] + EAL + ["--", "--role", "server", "--wire", wire],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    def waiting(p):
         ok, seen = read_until(p.stdout, lambda l: "waiting for a client" in l, 60)
-        check(ok, "server did not announce its wait:\n" + "".join(seen))
-        p.send_signal(2)
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
+        return ok, "".join(seen)
+    p, out, err = interrupt_when(binary, ["--role", "server", "--wire", wire], waiting)
     check(p.returncode == 130, f"server wait SIGINT: exit {p.returncode}, want 130\n{out}\n{err}")
     check("interrupted while waiting for the peer" in err, f"stderr: {err!r}")
     left = [f for f in os.listdir("/dev/shm") if wire in f]
