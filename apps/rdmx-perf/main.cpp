@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -241,6 +242,15 @@ int main(int argc, char** argv) {
     sched_getaffinity(0, sizeof set, &set);
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  // A device thread pinned to a CPU the process may not use would never run (the threaded
+  // tests then waited forever): refuse it before anything starts.
+  if (device_cpu >= 0 && std::find(cpus.begin(), cpus.end(), device_cpu) == cpus.end()) {
+    std::string usable;
+    for (int c : cpus) usable += (usable.empty() ? "" : ",") + std::to_string(c);
+    std::fprintf(stderr, "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
+                 device_cpu, usable.c_str());
+    return 2;
   }
   auto eal = rdmx::rt::Eal::init(*split, eo);
   if (!eal) {
