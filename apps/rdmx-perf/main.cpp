@@ -248,7 +248,8 @@ int main(int argc, char** argv) {
   if (device_cpu >= 0 && std::find(cpus.begin(), cpus.end(), device_cpu) == cpus.end()) {
     std::string usable;
     for (int c : cpus) usable += (usable.empty() ? "" : ",") + std::to_string(c);
-    std::fprintf(stderr, "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
+    std::fprintf(stderr,
+                 "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
                  device_cpu, usable.c_str());
     return 2;
   }
