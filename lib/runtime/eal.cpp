@@ -1,5 +1,6 @@
 #include <rdmx/rt/eal.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -177,6 +178,38 @@ Result<EalPlan> plan_eal_args(const std::vector<std::string>& eal, const EalOpti
   return plan;
 }
 
+namespace {
+
+// A process killed outright (SIGKILL, a crash) cannot remove its per-process runtime directory
+// (PREFIX-PID beside ours). The next start removes those whose process is gone: kill(pid, 0)
+// failing with ESRCH. A live process with that pid, ours or another's, keeps its directory.
+void sweep_stale_runtime_dirs(const std::string& own_dir) {
+  namespace fs = std::filesystem;
+  const fs::path own(own_dir);
+  const std::string name = own.filename().string();
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos) return;
+  const std::string stem = name.substr(0, dash + 1);
+  std::error_code ec;
+  unsigned removed = 0;
+  for (const auto& e : fs::directory_iterator(own.parent_path(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n == name || n.size() <= stem.size() || n.compare(0, stem.size(), stem) != 0) continue;
+    const std::string digits = n.substr(stem.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    removed += !rm;
+  }
+  if (removed)
+    RDMX_LOG_INFO("EAL: removed %u runtime director%s left by processes that no longer exist (%s*)",
+                  removed, removed == 1 ? "y" : "ies", (own.parent_path() / stem).c_str());
+}
+
+}  // namespace
+
 struct Eal::State {
   EalPlan plan;
   std::vector<std::string> storage;  // argv strings handed to rte_eal_init
@@ -277,6 +310,7 @@ Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
     return make_error(Errc::kDeviceError, std::move(msg));
   }
   st->runtime_dir = rte_eal_get_runtime_dir();
+  if (st->plan.owns_runtime_dir) sweep_stale_runtime_dirs(st->runtime_dir);
   return Eal(std::move(st));
 }
 

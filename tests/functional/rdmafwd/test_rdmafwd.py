@@ -325,6 +325,28 @@ def case_sigint_server_wait(binary):
     check(runtime_dir_left(p.pid) is None, f"left {runtime_dir_left(p.pid)}")
 
 
+def case_stale_runtime_dir(binary):
+    # A killed rdmafwd leaves DPDK's runtime directory rdmafwd-PID; the next start removes the
+    # ones whose process is gone, and leaves a live process's alone.
+    dead = subprocess.Popen(["true"]); dead.wait()
+    base = "/var/run/dpdk" if os.geteuid() == 0 else os.path.join(
+        os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")
+    stale = os.path.join(base, f"rdmafwd-{dead.pid}")
+    live = os.path.join(base, f"rdmafwd-{os.getpid()}")
+    os.makedirs(stale, exist_ok=True)
+    os.makedirs(live, exist_ok=True)
+    open(os.path.join(stale, "config"), "w").close()
+    try:
+        p = run(binary, ["--fwd", "umr", "--duration", "0.3", "--json"])
+        check(p.returncode == 0, f"exit {p.returncode}", p)
+        check(not os.path.exists(stale), f"{stale} (pid {dead.pid} is gone) was not removed", p)
+        check(os.path.exists(live), f"{live} (a live process) was removed", p)
+    finally:
+        import shutil
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
+
+
 CASES = {
     "umr": lambda b: mode(b, "umr"),
     "write": lambda b: mode(b, "write"),
@@ -347,6 +369,7 @@ CASES = {
     "sigint": case_sigint,
     "sigint-early": case_sigint_early,
     "sigint-server-wait": case_sigint_server_wait,
+    "stale-runtime-dir": case_stale_runtime_dir,
 }
 
 if __name__ == "__main__":
