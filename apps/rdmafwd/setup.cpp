@@ -90,20 +90,18 @@ uint32_t side_pages(const Params& p, uint32_t recv_pages, unsigned lanes) {
   return lanes * (p.io_depth * (2 * p.max_pages + recv_pages) + small);
 }
 
-size_t arena_bytes(const Params& p, uint32_t data_pages, uint32_t windows) {
-  // Pointer-mode KLM arrays (when windows are larger than the inline limit) take the tail.
-  const size_t klm = std::max<size_t>(2048, (size_t{p.max_pages} * 16 + 2047) / 2048 * 2048);
-  const size_t tail = size_t{windows} * klm + 2 * size_t{p.page_size};
-  return size_t{data_pages} * p.page_size + (tail + p.page_size - 1) / p.page_size * p.page_size;
-}
-
-Result<std::unique_ptr<win::WindowPool>> make_pool(mlx5::Device& dev, mem::Arena& arena,
-                                                   const Params& p, uint32_t n_windows) {
+win::PoolConfig pool_config(const Params& p, uint32_t n_windows) {
   win::PoolConfig pc;
   pc.n_windows = n_windows;
   pc.max_pages = p.max_pages;
   pc.remote_invalidate = true;
-  return win::WindowPool::create(dev, arena, pc);
+  return pc;
+}
+
+// Data pages, then what the pool reserves at the tail (its pointer-mode KLM arrays).
+size_t arena_bytes(const Params& p, uint32_t data_pages, uint32_t windows) {
+  return size_t{data_pages} * p.page_size +
+         win::WindowPool::arena_tail_bytes(pool_config(p, windows), p.page_size);
 }
 
 win::CoreConfig core_config(const Params& p, uint32_t recv_pages) {
@@ -382,7 +380,7 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     auto a = mem::Arena::create(dev, ac);
     if (!a) return add_context(a.error(), std::string("arena ") + name);
     arena = std::move(a).value();
-    auto pl = make_pool(dev, *arena, p, windows);
+    auto pl = win::WindowPool::create(dev, *arena, pool_config(p, windows));
     if (!pl) return add_context(pl.error(), std::string("window pool ") + name);
     pool = std::move(pl).value();
     return {};

@@ -25,6 +25,13 @@ const char* window_state_name(WindowState s) noexcept {
 }
 
 namespace {
+
+// One window's pointer-mode KLM array: its translation entries (a multiple of 4, PRM), 2 KiB
+// aligned (PRM, mlx5-facts.md).
+uint32_t klm_array_stride(uint32_t max_pages) noexcept {
+  return (mlx5::prm::align4(max_pages) * mlx5::prm::kKlmBytes + mlx5::prm::kKlmPtrAlign - 1) &
+         ~(mlx5::prm::kKlmPtrAlign - 1);
+}
 uint32_t pow2_at_least(uint32_t v) {
   uint32_t p = 1;
   while (p < v) p <<= 1;
@@ -37,6 +44,11 @@ rte_ring* ring(void* p) {
   return static_cast<rte_ring*>(p);
 }
 }  // namespace
+
+size_t WindowPool::arena_tail_bytes(const PoolConfig& cfg, uint32_t page_size) noexcept {
+  const size_t bytes = size_t{klm_array_stride(cfg.max_pages)} * cfg.n_windows;
+  return (bytes + page_size - 1) / page_size * page_size;
+}
 
 Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::Arena& arena,
                                                        const PoolConfig& cfg) {
@@ -67,9 +79,7 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
   // Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM, mlx5-umr.md 2.6), in the
   // registered arena's reserved tail (never a mappable chunk page).
   uint64_t klm_base = 0;
-  const uint32_t klm_stride =
-      (mlx5::prm::align4(cfg.max_pages) * mlx5::prm::kKlmBytes + mlx5::prm::kKlmPtrAlign - 1) &
-      ~(mlx5::prm::kKlmPtrAlign - 1);
+  const uint32_t klm_stride = klm_array_stride(cfg.max_pages);
   if (cfg.max_pages > lim) {
     auto r = arena.reserve_tail(size_t{klm_stride} * cfg.n_windows, mlx5::prm::kKlmPtrAlign);
     if (!r) return make_error(r.error().code, "window pool: KLM arrays: " + r.error().message);

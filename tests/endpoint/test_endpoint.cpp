@@ -169,6 +169,24 @@ TEST(Recover, WithWorkInFlight) {
   }
 }
 
+// An arena sized as data pages + WindowPool::arena_tail_bytes keeps exactly its data pages once
+// the pool reserved its pointer-mode KLM arrays (windows larger than any inline UMR).
+TEST(Sizing, ArenaTailBytesIsWhatThePoolReserves) {
+  auto d = take(open_device("emu-inline"));
+  for (uint32_t max_pages : {53u, 256u, 1024u}) {
+    win::PoolConfig pc;
+    pc.n_windows = 24;
+    pc.max_pages = max_pages;
+    const size_t tail = win::WindowPool::arena_tail_bytes(pc, 4096);
+    EXPECT_GE(tail, size_t{24} * max_pages * 16);
+    mem::ArenaConfig ac;
+    ac.bytes = 10 * 4096 + tail;
+    auto arena = take(mem::Arena::create(*d.dev, ac));
+    auto pool = take(win::WindowPool::create(*d.dev, *arena, pc));
+    EXPECT_EQ(arena->n_pages(), 10u) << max_pages;
+  }
+}
+
 TEST(Connect, AcrossTheCodec) {
   auto pair = take(open_device_pair("emu-inline"));
   Side a, b;

@@ -42,6 +42,10 @@ class WindowPool {
   // mode is needed (max_pages > inline limit): the KLM arrays are reserved at its tail.
   static Result<std::unique_ptr<WindowPool>> create(mlx5::Device& dev, mem::Arena& arena,
                                                     const PoolConfig& cfg);
+  // The most arena bytes create() reserves at the arena's tail for `cfg` (the pointer-mode KLM
+  // arrays, whole pages of `page_size`): size an arena as data pages + this. The bound holds for
+  // every device (whether a device needs pointer mode depends on its inline-UMR limit).
+  static size_t arena_tail_bytes(const PoolConfig& cfg, uint32_t page_size) noexcept;
   ~WindowPool();  // destroys the mkeys; every PollCore must be gone
   WindowPool(const WindowPool&) = delete;
   WindowPool& operator=(const WindowPool&) = delete;
