@@ -54,6 +54,8 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   // the matching fence, as the kernel's REG_MR does (mlx5-umr.md section 5).
   c->umr_fence_ = mlx5::prm::umr_fence_bits(dev.caps().umr_fence);
   c->no_atomic_mask_ = dev.caps().umr_modify_atomic_disabled;
+  // The widest KLM writer this CPU runs (same bytes as the baseline; tests/unit/prm compares).
+  c->klm_mid_ = mlx5::prm::klm_mid_variant(mlx5::prm::klm_best_variant());
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));
   c->cache_.init(cfg.cache_size, pool.n_windows());

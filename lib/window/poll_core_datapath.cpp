@@ -39,9 +39,10 @@ Errc PollCore::validate_slow(std::span<const uint64_t> pages, uint32_t access,
 
 Errc PollCore::validate(std::span<const uint64_t> pages, uint32_t access,
                         uint32_t first_byte_offset, uint64_t length) const noexcept {
-  // The checks of validate_slow, evaluated all at once without early exits (unsigned
-  // arithmetic: the terms that make no sense when an earlier one fails are harmless). When any
-  // fails, validate_slow names the first one in its order.
+  // The checks of validate_slow but the per-page one, evaluated all at once without early exits
+  // (unsigned arithmetic: the terms that make no sense when an earlier one fails are harmless).
+  // When any fails, validate_slow names the first one in its order. The pages themselves are
+  // checked by map() in the same pass that writes their KLMs (prm::PageCheck).
   const uint64_t n = pages.size();
   const uint64_t ps = arena_.page_size();
   const bool bad =
@@ -51,16 +52,15 @@ Errc PollCore::validate(std::span<const uint64_t> pages, uint32_t access,
       (first_byte_offset + length <= (n - 1) * ps);
   if (bad) [[unlikely]]
     return validate_slow(pages, access, first_byte_offset, length);
-  // Arena::is_page for every page, without a branch per page: p is a chunk page iff
-  // d = p - base is a multiple of the page size below data_end - base. Rotating d right by the
-  // page shift moves any misaligned low bits to the top, so d is a chunk page iff
-  // rotr(d, shift) < ceil((data_end - base) / page_size). Keep the largest, test it once.
-  const uint64_t base = arena_.base();
-  const uint32_t shift = arena_.page_shift();
-  const uint64_t limit = (arena_.data_end() - base + ps - 1) >> shift;
-  uint64_t worst = 0;
-  for (uint64_t p : pages) worst = std::max(worst, std::rotr(p - base, static_cast<int>(shift)));
-  return worst < limit ? Errc::kOk : Errc::kNotInArena;
+  return Errc::kOk;
+}
+
+Errc PollCore::reject_map(std::span<const uint64_t> pages, Errc e) noexcept {
+  // The pages are checked after the SQ room and the window: a bad page still wins over kNoRoom,
+  // kNoWindow and kBusy, as when every check came first.
+  for (uint64_t p : pages)
+    if (!arena_.is_page(p)) return reject(Errc::kNotInArena);
+  return reject(e);
 }
 
 uint32_t PollCore::refill_from_depot() noexcept {
@@ -143,20 +143,20 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
   const uint32_t ds = pointer ? prm::kUmrPointerDs : prm::umr_inline_ds(n);
   mlx5::SqWriter& sq = qp_.sq();
   if (!sq.has_room(ds)) [[unlikely]] {
-    r.errc = reject(Errc::kNoRoom);
+    r.errc = reject_map(pages, Errc::kNoRoom);
     return r;
   }
   // The top of the cache, unless it is empty or (pointer mode) its KLM array is still in use.
   Window* w;
   const uint32_t len = cache_.len();
-  if (len != 0 && !(pointer && cache_.at(len - 1)->klm_busy_)) [[likely]] {
-    ++stats_.cache_hits;
+  const bool top = len != 0 && !(pointer && cache_.at(len - 1)->klm_busy_);
+  if (top) [[likely]] {
     w = cache_.pop();
   } else {
     Errc why = Errc::kOk;
     w = get_window_slow(pointer, why);
     if (!w) [[unlikely]] {
-      r.errc = reject(why);
+      r.errc = reject_map(pages, why);
       return r;
     }
   }
@@ -177,16 +177,33 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
   // The window must be free on the device (it is, by the state machine): the NIC checks it.
   m.check = prm::kUmrFlagFailIfNotFree;
   m.no_atomic_mask = no_atomic_mask_;
+  // Arena::is_page for every page, in the pass that writes the KLMs. Nothing is committed
+  // before the check: bytes written past the producer index are not the device's to read.
+  prm::PageCheck pc;
+  pc.base = arena_.base();
+  pc.span = arena_.data_end() - pc.base;
+  pc.mid = klm_mid_;
   prm::RingCursor cur = sq.cursor();
   if (pointer) {
-    prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(w->klm_addr_), m);
+    // The KLM array of a window whose pointer-mode map completed (klm_busy_ clear): the device
+    // does not read it, so a rejected map may leave anything in it.
+    prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(w->klm_addr_), m, pc);
     prm::build_umr_map_pointer(cur, m, w->klm_addr_, parent_lkey_);
+  } else {
+    prm::build_umr_map_inline(cur, m, pc);
+  }
+  if (!pc.ok(m.page_size)) [[unlikely]] {
+    cache_.push(w);  // back on top, untouched
+    r.errc = reject(Errc::kNotInArena);
+    return r;
+  }
+  if (pointer) {
     w->klm_busy_ = true;
     ++stats_.pointer_maps;
   } else {
-    prm::build_umr_map_inline(cur, m);
     ++stats_.inline_maps;
   }
+  stats_.cache_hits += top;  // get_window_slow counted its own
   sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   ++umrs_in_flight_;
 

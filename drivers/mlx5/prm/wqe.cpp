@@ -2,7 +2,97 @@
 
 #include <rdmx/mlx5/prm/wqe.hpp>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace rdmx::mlx5::prm {
+
+// ---- KLM middle-run variants (see PageCheck) ------------------------------------------------
+namespace {
+#if defined(__x86_64__)
+// AVX2: four entries per step. One 32-byte load of four addresses; the check is vpsubq, vpor,
+// vpcmpgtq, vpor; vpshufb swaps the four addresses in their lanes, vpunpck{l,h}qdq pair them with
+// the constant {byte_count, mkey} word ([e0 e2] and [e1 e3]), vperm2i128 puts them in order for
+// two 32-byte stores. The last 0-3 entries take the 16-byte and scalar steps of the baseline.
+[[gnu::target("avx2")]] void klm_mid_avx2(const uint64_t* pages, uint32_t count, uint8_t* out,
+                                          uint64_t head, PageCheck* pc) noexcept {
+  const __m256i head4 = _mm256_set1_epi64x(static_cast<long long>(head));
+  const __m256i swap64 = _mm256_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                         10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i vbase = _mm256_set1_epi64x(static_cast<long long>(pc->base));
+  const __m256i vlast = _mm256_set1_epi64x(static_cast<long long>(pc->span - 1));
+  __m256i acc = _mm256_setzero_si256();
+  __m256i over = _mm256_setzero_si256();
+  const uint64_t* p = pages;
+  const uint64_t* const end = pages + count;
+  for (; end - p >= 4; p += 4, out += 4 * kKlmBytes) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i d = _mm256_sub_epi64(v, vbase);
+    acc = _mm256_or_si256(acc, d);
+    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
+    const __m256i a = _mm256_shuffle_epi8(v, swap64);
+    const __m256i lo = _mm256_unpacklo_epi64(head4, a);  // e0 | e2
+    const __m256i hi = _mm256_unpackhi_epi64(head4, a);  // e1 | e3
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * kKlmBytes),
+                        _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+  const __m128i a2 = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  const __m128i o2 = _mm_or_si128(_mm256_castsi256_si128(over), _mm256_extracti128_si256(over, 1));
+  uint64_t a = static_cast<uint64_t>(_mm_cvtsi128_si64(a2)) |
+               static_cast<uint64_t>(_mm_extract_epi64(a2, 1));
+  uint64_t o = static_cast<uint64_t>(_mm_cvtsi128_si64(o2)) |
+               static_cast<uint64_t>(_mm_extract_epi64(o2, 1));
+  for (; p < end; ++p, out += kKlmBytes) {
+    const uint64_t d = *p - pc->base;
+    a |= d;
+    o |= static_cast<int64_t>(d) > static_cast<int64_t>(pc->span - 1);
+    const uint64_t addr = detail::bswap(*p);
+    std::memcpy(out, &head, sizeof(head));
+    std::memcpy(out + 8, &addr, sizeof(addr));
+  }
+  pc->acc |= a;
+  pc->over |= o;
+}
+#endif
+}  // namespace
+
+const char* klm_variant_name(KlmVariant v) noexcept {
+  switch (v) {
+    case KlmVariant::kBaseline:
+      return "baseline";
+    case KlmVariant::kAvx2:
+      return "avx2";
+  }
+  return "?";
+}
+
+bool klm_variant_supported(KlmVariant v) noexcept {
+  switch (v) {
+    case KlmVariant::kBaseline:
+      return true;
+    case KlmVariant::kAvx2:
+#if defined(__x86_64__)
+      return __builtin_cpu_supports("avx2");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+KlmVariant klm_best_variant() noexcept {
+  return klm_variant_supported(KlmVariant::kAvx2) ? KlmVariant::kAvx2 : KlmVariant::kBaseline;
+}
+
+KlmMidFn klm_mid_variant(KlmVariant v) noexcept {
+  if (!klm_variant_supported(v)) return nullptr;
+#if defined(__x86_64__)
+  if (v == KlmVariant::kAvx2) return &klm_mid_avx2;
+#endif
+  return nullptr;
+}
 
 namespace {
 // ctrl | umr ctrl | mkey ctx of a verbs map UMR (rdma-core mkey_configure + access + layout).

@@ -3,7 +3,9 @@
 // ../shared/reference/mlx5-umr.md section 2 — never produced by the writer under test.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include <rdmx/mlx5/prm/decode.hpp>
@@ -55,13 +57,17 @@ Bytes two_page_map_bytes() {
                             0x00, 0x00, 0x00, 0x08,   // signature, rsvd, fm_ce_se CQ_UPDATE
                             0x00, 0x00, 0x01, 0x07};  // imm = mkey 0x107
   std::memcpy(&e[0], ctrl, 16);
-  e[16] = 0x80;                                        // flags: INLINE
-  e[20] = 0x00; e[21] = 0x04;                          // klm_octowords 4 (2 entries padded)
+  e[16] = 0x80;  // flags: INLINE
+  e[20] = 0x00;
+  e[21] = 0x04;  // klm_octowords 4 (2 entries padded)
   const uint8_t mask[8] = {0, 0, 0, 0, 0x20, 0x3c, 0x20, 0x01};  // FREE|LW|RR|RW|A|KEY|LEN
   std::memcpy(&e[24], mask, 8);
-  e[64 + 2] = 0x30;                                    // access RR|RW, access_mode 0
-  e[64 + 4] = 0xff; e[64 + 5] = 0xff; e[64 + 6] = 0xff; e[64 + 7] = 0x07;  // qpn none | key 7
-  e[64 + 24 + 6] = 0x10;                               // len = 0x1000
+  e[64 + 2] = 0x30;  // access RR|RW, access_mode 0
+  e[64 + 4] = 0xff;
+  e[64 + 5] = 0xff;
+  e[64 + 6] = 0xff;
+  e[64 + 7] = 0x07;       // qpn none | key 7
+  e[64 + 24 + 6] = 0x10;  // len = 0x1000
   const uint8_t klm0[16] = {0, 0, 0x0f, 0x00, 0, 0, 0x0a, 0x00, 0, 0, 0, 0, 0, 0x01, 0x01, 0x00};
   const uint8_t klm1[16] = {0, 0, 0x01, 0x00, 0, 0, 0x0a, 0x00, 0, 0, 0, 0, 0, 0x02, 0x00, 0x00};
   std::memcpy(&e[128], klm0, 16);
@@ -81,8 +87,8 @@ TEST(PrmSegments, ControlSegment) {
 
 TEST(PrmSegments, ControlSegmentDsIsSixBits) {
   alignas(16) uint8_t buf[16];
-  prm::set_ctrl(reinterpret_cast<mlx5_wqe_ctrl_seg*>(buf), 0, MLX5_OPCODE_NOP, 0, 0xffffff, 0x7f,
-                0, Be32{});
+  prm::set_ctrl(reinterpret_cast<mlx5_wqe_ctrl_seg*>(buf), 0, MLX5_OPCODE_NOP, 0, 0xffffff, 0x7f, 0,
+                Be32{});
   EXPECT_EQ(buf[7], 0x3f);  // ds masked to 6 bits
   EXPECT_EQ(buf[4], 0xff);
 }
@@ -95,9 +101,10 @@ TEST(PrmSegments, RemoteAddressSegment) {
 
 TEST(PrmSegments, DataSegment) {
   alignas(16) uint8_t buf[16];
-  prm::set_data(reinterpret_cast<mlx5_wqe_data_seg*>(buf), 0x1000, 0xaabbccdd, 0x00007f0000001000ull);
-  EXPECT_EQ(bytes_of(buf, 16), (Bytes{0, 0, 0x10, 0, 0xaa, 0xbb, 0xcc, 0xdd, 0, 0, 0x7f, 0, 0, 0,
-                                      0x10, 0}));
+  prm::set_data(reinterpret_cast<mlx5_wqe_data_seg*>(buf), 0x1000, 0xaabbccdd,
+                0x00007f0000001000ull);
+  EXPECT_EQ(bytes_of(buf, 16),
+            (Bytes{0, 0, 0x10, 0, 0xaa, 0xbb, 0xcc, 0xdd, 0, 0, 0x7f, 0, 0, 0, 0x10, 0}));
 }
 
 TEST(PrmSegments, InlineUmrMapTwoPages) {
@@ -132,8 +139,8 @@ TEST(PrmSegments, KlmListPadsToFourEntries) {
   Ring r(8);
   prm::RingCursor cur(r.mem.data(), r.n_wqebb, 0);
   EXPECT_EQ(prm::build_umr_map_inline(cur, m), 16u);
-  EXPECT_EQ(r.at(0)[7], 16);    // ds
-  EXPECT_EQ(r.at(0)[21], 8);    // klm_octowords
+  EXPECT_EQ(r.at(0)[7], 16);  // ds
+  EXPECT_EQ(r.at(0)[21], 8);  // klm_octowords
   for (int i = 0; i < 5; ++i) {
     const uint8_t* k = r.at(128 + 16 * i);
     EXPECT_EQ(bytes_of(k, 16), (Bytes{0, 0, 0x10, 0, 0, 0, 0x0a, 0, 0, 0, 0, 0, 0, 0,
@@ -193,10 +200,13 @@ TEST(PrmSegments, InvalidateUmr) {
   const uint8_t ctrl[16] = {0x00, 0xff, 0xff, 0x25, 0x00, 0x01, 0x23, 0x08,
                             0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x01, 0x07};
   std::memcpy(&e[0], ctrl, 16);
-  e[16] = 0x80 | 0x40;           // INLINE | fail-if-free
-  e[24 + 4] = 0x20;              // mask FREE (bit 29)
-  e[64] = 0x40;                  // mkc free
-  e[64 + 4] = 0xff; e[64 + 5] = 0xff; e[64 + 6] = 0xff; e[64 + 7] = 0x07;
+  e[16] = 0x80 | 0x40;  // INLINE | fail-if-free
+  e[24 + 4] = 0x20;     // mask FREE (bit 29)
+  e[64] = 0x40;         // mkc free
+  e[64 + 4] = 0xff;
+  e[64 + 5] = 0xff;
+  e[64 + 6] = 0xff;
+  e[64 + 7] = 0x07;
   EXPECT_EQ(bytes_of(r.at(128), 128), e);
 }
 
@@ -207,9 +217,9 @@ TEST(PrmSegments, RdmaReadTwoSges) {
   EXPECT_EQ(prm::build_rdma(cur, MLX5_OPCODE_RDMA_READ, 7, 3, prm::kFenceInitiatorSmall, 0x40,
                             0x201, sges, Be32{}),
             4u);
-  EXPECT_EQ(bytes_of(r.at(192), 16),
-            (Bytes{0, 0, 3, 0x10, 0, 0, 7, 4, 0, 0, 0, 0x20, 0, 0, 0, 0}));
-  EXPECT_EQ(bytes_of(r.at(192 + 16), 16), (Bytes{0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 2, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(bytes_of(r.at(192), 16), (Bytes{0, 0, 3, 0x10, 0, 0, 7, 4, 0, 0, 0, 0x20, 0, 0, 0, 0}));
+  EXPECT_EQ(bytes_of(r.at(192 + 16), 16),
+            (Bytes{0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 2, 1, 0, 0, 0, 0}));
   EXPECT_EQ(bytes_of(r.at(192 + 48), 16),
             (Bytes{0, 0, 3, 0, 0, 0, 0, 0x22, 0, 0, 0, 0, 0, 0, 0x60, 0}));
 }
@@ -221,13 +231,13 @@ TEST(PrmSegments, InlineWriteCrossesRingEnd) {
   cur.advance(0);
   uint8_t data[40];
   for (int i = 0; i < 40; ++i) data[i] = static_cast<uint8_t>(i + 1);
-  const uint32_t ds = prm::build_inline(cur, MLX5_OPCODE_RDMA_WRITE, 1, 1, 0, 0x10, 0x20, data,
-                                        40, Be32{});
+  const uint32_t ds =
+      prm::build_inline(cur, MLX5_OPCODE_RDMA_WRITE, 1, 1, 0, 0x10, 0x20, data, 40, Be32{});
   EXPECT_EQ(ds, 5u);  // ctrl + raddr + ceil((4 + 40) / 16) = 3
   EXPECT_EQ(bytes_of(r.at(64 + 32), 4), (Bytes{0x80, 0, 0, 40}));
   EXPECT_EQ(r.at(64 + 36)[0], 1);
-  EXPECT_EQ(r.at(127)[0], 28);        // data[27] is the last byte before the wrap
-  EXPECT_EQ(r.at(0)[0], 29);          // then the ring's start
+  EXPECT_EQ(r.at(127)[0], 28);  // data[27] is the last byte before the wrap
+  EXPECT_EQ(r.at(0)[0], 29);    // then the ring's start
   EXPECT_EQ(r.at(11)[0], 40);
   EXPECT_EQ(bytes_of(r.at(12), 4), Bytes(4, 0));  // pad to 16
 }
@@ -303,3 +313,90 @@ TEST(PrmDecode, InlineDataIsCopiedAcrossTheWrap) {
   prm::copy_from_ring(r.mem.data(), 2, d.inline_ring_offset, out, d.inline_len);
   EXPECT_STREQ(out, msg);
 }
+
+namespace {
+
+// Every KLM writer variant this CPU runs writes the bytes of the baseline (the unchecked
+// writer) and finds the same bad pages, for lists of 1..300 pages, in plain memory and in a
+// ring that wraps inside the list.
+TEST(PrmKlmVariants, SameBytesAndSameVerdictAsBaseline) {
+  std::mt19937_64 g(20261202);
+  const uint64_t ps = 4096, base = 0x7f0000100000ull, span = 512 * ps;
+  int ran = 0;
+  for (prm::KlmVariant v : prm::kKlmVariants) {
+    if (!prm::klm_variant_supported(v)) {
+      std::printf("KLM variant %s: not supported by this CPU, skipped\n", prm::klm_variant_name(v));
+      continue;
+    }
+    ++ran;
+    const prm::KlmMidFn mid = prm::klm_mid_variant(v);
+    EXPECT_EQ(mid == nullptr, v == prm::KlmVariant::kBaseline);
+    for (int iter = 0; iter < 3000; ++iter) {
+      const uint32_t n = 1 + static_cast<uint32_t>(g() % 300);
+      std::vector<uint64_t> pages(n);
+      for (auto& p : pages) p = base + (g() % 512) * ps;
+      // A third of the lists get one bad page: misaligned, below the base, at or past the end,
+      // or far away (sign bit set after the subtraction).
+      bool good = true;
+      if (iter % 3 == 0) {
+        uint64_t& p = pages[g() % n];
+        switch (g() % 5) {
+          case 0:
+            p += 8;
+            break;
+          case 1:
+            p = base - ps;
+            break;
+          case 2:
+            p = base + span;
+            break;
+          case 3:
+            p = base + span + 7 * ps;
+            break;
+          default:
+            p = 0xffff800000000000ull;
+            break;
+        }
+        good = false;
+      }
+      prm::UmrMap m;
+      m.parent_lkey = 0x1234500 | (iter & 0xff);
+      m.page_size = ps;
+      m.first_offset = static_cast<uint32_t>(g() % ps);
+      const uint64_t room = n * ps - m.first_offset;
+      const uint64_t min_len = n == 1 ? 1 : (n - 1) * ps - m.first_offset + 1;
+      m.length = min_len + g() % (room - min_len + 1);
+      m.pages = pages;
+      const uint32_t entries = prm::align4(n);
+      // Plain memory (pointer mode).
+      std::vector<mlx5_wqe_umr_klm_seg> want(entries), got(entries);
+      std::memset(want.data(), 0xee, entries * 16);
+      std::memset(got.data(), 0x5a, entries * 16);
+      prm::write_page_klms(want.data(), m);
+      prm::PageCheck pc;
+      pc.base = base;
+      pc.span = span;
+      pc.mid = mid;
+      prm::write_page_klms(got.data(), m, pc);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), entries * 16))
+          << prm::klm_variant_name(v) << " n " << n << " iter " << iter;
+      ASSERT_EQ(pc.ok(ps), good) << prm::klm_variant_name(v) << " n " << n << " iter " << iter;
+      // A ring of 128 WQEBBs; the list starts at a random 16-byte slot, so it often wraps.
+      if (entries * 16 > 128 * 64 - 64) continue;
+      Ring ra(128), rb(128);
+      const uint32_t slot = static_cast<uint32_t>(g() % 128);
+      prm::RingCursor ca(ra.mem.data(), 128, slot), cb(rb.mem.data(), 128, slot);
+      prm::write_page_klms(ca, m);
+      prm::PageCheck pr;
+      pr.base = base;
+      pr.span = span;
+      pr.mid = mid;
+      prm::write_page_klms(cb, m, pr);
+      ASSERT_EQ(ra.mem, rb.mem) << prm::klm_variant_name(v) << " n " << n << " iter " << iter;
+      ASSERT_EQ(pr.ok(ps), good);
+    }
+  }
+  EXPECT_GE(ran, 1);
+}
+
+}  // namespace

@@ -182,6 +182,8 @@ class PollCore {
 
   Errc validate(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
                 uint64_t length) const noexcept;
+  // A map refused after validate(): kNotInArena when a page is bad, else e (counted).
+  [[gnu::cold]] Errc reject_map(std::span<const uint64_t> pages, Errc e) noexcept;
   [[gnu::cold]] Errc validate_slow(std::span<const uint64_t> pages, uint32_t access,
                                    uint32_t first_byte_offset, uint64_t length) const noexcept;
   // A window for map() when the top of the cache cannot be taken: refills from the depot,
@@ -243,6 +245,7 @@ class PollCore {
   uint32_t inline_limit_ = 0;
   uint8_t umr_fence_ = 0;
   bool no_atomic_mask_ = false;  // DeviceCaps::umr_modify_atomic_disabled
+  mlx5::prm::KlmMidFn klm_mid_ = nullptr;  // KLM writer variant for this CPU (create)
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
   Errc last_errc_ = Errc::kOk;

@@ -12,6 +12,9 @@
 #if defined(__SSSE3__)
 #include <tmmintrin.h>
 #endif
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 #include <infiniband/mlx5dv.h>
 #include <rdmx/core/assert.hpp>
@@ -249,14 +252,63 @@ inline constexpr uint64_t kMapMaskNoAtomic =
 // the hot path's only part that grows with the map (SSSE3 where the includer is built with it).
 // The same list into plain memory (pointer mode): write_page_klms(out, m); `out` holds
 // align4(n) entries.
+// Checking the pages while writing them (one pass over the list): every page address p must be
+// page aligned relative to `base` and below base + span. write_page_klms(..., PageCheck&) folds
+// every page into `acc` (OR of p - base) and `over` (any p - base > span - 1, compared as signed:
+// an address below base wraps to a negative difference, which the OR's sign bit also catches).
+//
+// The middle run of whole-page entries (the only part that grows with the map) may be written by
+// a variant built for a wider vector unit, chosen once at setup (klm_mid_variant): it writes the
+// same bytes and folds the same pages. nullptr: the inline baseline (SSE4.2 when the includer is
+// built with it, else scalar).
+struct PageCheck;
+using KlmMidFn = void (*)(const uint64_t* pages, uint32_t count, uint8_t* out, uint64_t head,
+                          PageCheck* pc) noexcept;
+enum class KlmVariant : uint8_t { kBaseline, kAvx2 };
+inline constexpr KlmVariant kKlmVariants[] = {KlmVariant::kBaseline, KlmVariant::kAvx2};
+const char* klm_variant_name(KlmVariant v) noexcept;
+// Whether this CPU can run v (kBaseline: always).
+bool klm_variant_supported(KlmVariant v) noexcept;
+// The best variant this CPU supports.
+KlmVariant klm_best_variant() noexcept;
+// The middle-run writer of v (nullptr for kBaseline, or when v is not supported).
+KlmMidFn klm_mid_variant(KlmVariant v) noexcept;
+// A variant's writer pays for its call above this many middle entries; below, the inline
+// baseline runs.
+inline constexpr uint32_t kKlmMidCallMin = 32;
+
+struct PageCheck {
+  uint64_t base = 0;
+  uint64_t span = 0;  // bytes from base that hold pages (> 0)
+  uint64_t acc = 0;
+  uint64_t over = 0;
+  KlmMidFn mid = nullptr;
+  // After the list was written: were all pages good? (page_size: a power of two)
+  bool ok(uint64_t page_size) const noexcept {
+    return ((acc & (page_size - 1)) | (acc >> 63) | over) == 0;
+  }
+};
+
 namespace klm_impl {
+
+template <bool kCheck>
+inline void check_one(PageCheck* pc, uint64_t p) noexcept {
+  if constexpr (kCheck) {
+    const uint64_t d = p - pc->base;
+    pc->acc |= d;
+    pc->over |= static_cast<int64_t>(d) > static_cast<int64_t>(pc->span - 1);
+  }
+}
 
 // Entries [from, to) of the KLM list of a chunk-page map, zero padding (entries >= n) included.
 // The first and last entries may cover part of a page and are written on their own; every
 // middle entry is one whole page: 8 constant bytes {byte_count = page_size, mkey = parent lkey}
 // and the swapped page address. Everything the loop needs is in locals, so the stores (which may
-// alias anything) do not make the compiler reload the request per entry.
-inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m) noexcept {
+// alias anything) do not make the compiler reload the request per entry. kCheck: every page of
+// [from, to) is also folded into *pc (the bytes written are the same).
+template <bool kCheck>
+inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m,
+                      PageCheck* pc) noexcept {
   const uint64_t* const pages = m.pages.data();
   const uint32_t n = static_cast<uint32_t>(m.pages.size());
   const uint64_t ps = m.page_size;
@@ -265,6 +317,7 @@ inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m)
   if (i == 0 && i < to && n != 0) {
     // First entry: from first_offset to the page's end, or less when that is all there is.
     const uint64_t bytes = std::min<uint64_t>(ps - m.first_offset, m.length);
+    check_one<kCheck>(pc, pages[0]);
     set_klm(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), static_cast<uint32_t>(bytes), lkey,
             pages[0] + m.first_offset);
     out += kKlmBytes;
@@ -275,19 +328,56 @@ inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m)
     // {byte_count, mkey} as the 8 bytes they are in the WQE (two big-endian words).
     const uint64_t head =
         uint64_t{detail::bswap(m.page_size)} | (uint64_t{detail::bswap(lkey)} << 32);
-#if defined(__SSSE3__)
+    if constexpr (kCheck) {
+      if (pc->mid && mid_end - i > kKlmMidCallMin) {
+        pc->mid(pages + i, mid_end - i, out, head, pc);
+        out += size_t{mid_end - i} * kKlmBytes;
+        i = mid_end;
+      }
+    }
+#if defined(__SSE4_2__)
     // Two entries per step: one 16-byte load of two addresses, one pshufb swaps both, each
-    // entry one 16-byte store of {head, address}.
+    // entry one 16-byte store of {head, address}. The check: psubq, por, pcmpgtq, por.
     const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
     const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    __m128i vbase, vlast, vacc, vover;
+    if constexpr (kCheck) {
+      vbase = _mm_set1_epi64x(static_cast<long long>(pc->base));
+      vlast = _mm_set1_epi64x(static_cast<long long>(pc->span - 1));
+      vacc = _mm_setzero_si128();
+      vover = _mm_setzero_si128();
+    }
     for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
-      const __m128i a =
-          _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i)), swap64);
+      const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i));
+      if constexpr (kCheck) {
+        const __m128i d = _mm_sub_epi64(p, vbase);
+        vacc = _mm_or_si128(vacc, d);
+        vover = _mm_or_si128(vover, _mm_cmpgt_epi64(d, vlast));
+      }
+      const __m128i a = _mm_shuffle_epi8(p, swap64);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
     }
+    if constexpr (kCheck) {
+      vacc = _mm_or_si128(vacc, _mm_unpackhi_epi64(vacc, vacc));
+      vover = _mm_or_si128(vover, _mm_unpackhi_epi64(vover, vover));
+      pc->acc |= static_cast<uint64_t>(_mm_cvtsi128_si64(vacc));
+      pc->over |= static_cast<uint64_t>(_mm_cvtsi128_si64(vover));
+    }
+#elif defined(__SSSE3__)
+    if constexpr (!kCheck) {
+      const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
+      const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+      for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
+        const __m128i a =
+            _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i)), swap64);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
+      }
+    }
 #endif
     for (; i < mid_end; ++i, out += kKlmBytes) {
+      check_one<kCheck>(pc, pages[i]);
       const uint64_t addr = detail::bswap(pages[i]);
       std::memcpy(out, &head, sizeof(head));
       std::memcpy(out + 8, &addr, sizeof(addr));
@@ -297,6 +387,7 @@ inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m)
     // Last entry (n > 1 here): what is left of `length` after the pages before it.
     const uint64_t before = (ps - m.first_offset) + uint64_t(n - 2) * ps;
     const uint64_t bytes = std::min<uint64_t>(ps, m.length - before);
+    check_one<kCheck>(pc, pages[i]);
     set_klm(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), static_cast<uint32_t>(bytes), lkey,
             pages[i]);
     out += kKlmBytes;
@@ -307,22 +398,39 @@ inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m)
 
 }  // namespace klm_impl
 
-inline uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept {
+namespace klm_impl {
+template <bool kCheck>
+inline uint32_t write_ring(RingCursor& cur, const UmrMap& m, PageCheck* pc) noexcept {
   const uint32_t n = static_cast<uint32_t>(m.pages.size());
   const uint32_t total = align4(n);
   uint32_t i = 0;
   while (i < total) {  // at most twice: once before the ring's end, once after it
     const uint32_t run_end = std::min(total, i + cur.contiguous() / kKlmBytes);
-    klm_impl::klm_range(cur.here(), i, run_end, m);
+    klm_range<kCheck>(cur.here(), i, run_end, m, pc);
     cur.advance((run_end - i) * kKlmBytes);
     i = run_end;
   }
   return n;
 }
+}  // namespace klm_impl
+
+inline uint32_t write_page_klms(RingCursor& cur, const UmrMap& m) noexcept {
+  return klm_impl::write_ring<false>(cur, m, nullptr);
+}
+// The same, folding every page into `pc` (validation in the same pass; pc.ok() afterwards).
+inline uint32_t write_page_klms(RingCursor& cur, const UmrMap& m, PageCheck& pc) noexcept {
+  return klm_impl::write_ring<true>(cur, m, &pc);
+}
 
 inline uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m) noexcept {
   const uint32_t n = static_cast<uint32_t>(m.pages.size());
-  klm_impl::klm_range(reinterpret_cast<uint8_t*>(out), 0, align4(n), m);
+  klm_impl::klm_range<false>(reinterpret_cast<uint8_t*>(out), 0, align4(n), m, nullptr);
+  return n;
+}
+inline uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m,
+                                PageCheck& pc) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  klm_impl::klm_range<true>(reinterpret_cast<uint8_t*>(out), 0, align4(n), m, &pc);
   return n;
 }
 
@@ -348,6 +456,15 @@ inline uint32_t build_umr_map_inline(RingCursor& cur, const UmrMap& m) noexcept 
   const uint32_t ds = umr_inline_ds(n);
   write_umr_map_head(cur, m, ds, MLX5_WQE_UMR_CTRL_FLAG_INLINE, static_cast<uint16_t>(align4(n)));
   write_page_klms(cur, m);
+  return ds;
+}
+// The same, checking the pages in the KLM pass (pc.ok() afterwards; same bytes).
+inline uint32_t build_umr_map_inline(RingCursor& cur, const UmrMap& m, PageCheck& pc) noexcept {
+  const uint32_t n = static_cast<uint32_t>(m.pages.size());
+  RDMX_DEBUG_ASSERT(n <= kMaxInlineKlm);
+  const uint32_t ds = umr_inline_ds(n);
+  write_umr_map_head(cur, m, ds, MLX5_WQE_UMR_CTRL_FLAG_INLINE, static_cast<uint16_t>(align4(n)));
+  write_page_klms(cur, m, pc);
   return ds;
 }
 
