@@ -340,116 +340,98 @@ Status open_devices(const Params& p, Testbed& tb) {
   return {};
 }
 
-Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores) {
-  auto tb = std::make_unique<Testbed>();
-  const bool want_a = p.role != Role::kServer;
-  const bool want_b = p.role != Role::kClient;
-  const unsigned n_lanes = static_cast<unsigned>(lcores.size());
+namespace {
 
-  RDMX_TRY(open_devices(p, *tb));
+// Two-process server: the client's sizes, adopted before anything is sized, and its QP's info.
+Result<mlx5::ConnectInfo> adopt_client_sizes(Params& p, Testbed& tb) {
+  const std::string path = rdv_path(p.wire, "client");
+  RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 120));
+  Params sizes = p;
+  RDMX_TRY_ASSIGN(const mlx5::ConnectInfo client, parse_info(text, path, &sizes));
+  p.io_depth = sizes.io_depth;
+  p.max_pages = sizes.max_pages;
+  p.pages_per_io = sizes.pages_per_io;
+  p.page_size = sizes.page_size;
+  p.windows_per_core = sizes.windows_per_core;
+  tb.notes.push_back("server: sizes from the client: io-depth " + std::to_string(p.io_depth) +
+                     ", pages-per-io " + std::to_string(p.pages_per_io) + ", page-size " +
+                     std::to_string(p.page_size));
+  return client;
+}
 
-  // Two-process server: adopt the client's sizes before sizing anything.
-  mlx5::ConnectInfo client_info;
-  if (p.role == Role::kServer) {
-    const std::string path = rdv_path(p.wire, "client");
-    RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 120));
-    Params sizes = p;
-    RDMX_TRY_ASSIGN(client_info, parse_info(text, path, &sizes));
-    p.io_depth = sizes.io_depth;
-    p.max_pages = sizes.max_pages;
-    p.pages_per_io = sizes.pages_per_io;
-    p.page_size = sizes.page_size;
-    p.windows_per_core = sizes.windows_per_core;
-    tb->notes.push_back("server: sizes from the client: io-depth " + std::to_string(p.io_depth) +
-                        ", pages-per-io " + std::to_string(p.pages_per_io) + ", page-size " +
-                        std::to_string(p.page_size));
+// One side's arena and window pool (the pool before any carving: it may reserve the tail).
+Status make_side(const Params& p, mlx5::Device& dev, uint32_t data_pages, uint32_t windows,
+                 std::unique_ptr<mem::Arena>& arena, std::unique_ptr<win::WindowPool>& pool,
+                 const char* name) {
+  mem::ArenaConfig ac;
+  ac.bytes = arena_bytes(p, data_pages, windows);
+  ac.page_size = p.page_size;
+  ac.source = mem::Source::kHeap;
+  ac.name = name;
+  RDMX_TRY_ASSIGN(arena, mem::Arena::create(dev, ac), std::string("arena ") + name);
+  RDMX_TRY_ASSIGN(pool, win::WindowPool::create(dev, *arena, pool_config(p, windows)),
+                  std::string("window pool ") + name);
+  return {};
+}
+
+// Builds lanes: their poll cores and their buffers carved out of both arenas.
+struct LaneBuilder {
+  Testbed& tb;
+  const Params& p;
+  uint32_t recv_pages;
+  win::CoreConfig cc;
+  Carver cva, cvb;
+
+  Result<win::PollCore*> new_core(win::WindowPool& pool, const char* what) {
+    RDMX_TRY_ASSIGN(auto c, win::PollCore::create(pool, cc), std::string("poll core ") + what);
+    tb.cores.push_back(std::move(c));
+    return tb.cores.back().get();
   }
-
-  const uint32_t recv_pages = std::min<uint32_t>(p.max_pages, 16);
-  const uint32_t cores_per_side = 2 * n_lanes;
-  const uint32_t windows = p.windows_per_core * cores_per_side;
-
-  // ---- arenas and pools (pools before any carving: they may reserve the arena's tail) ----
-  auto make_side = [&](mlx5::Device& dev, std::unique_ptr<mem::Arena>& arena,
-                       std::unique_ptr<win::WindowPool>& pool, const char* name) -> Status {
-    mem::ArenaConfig ac;
-    ac.bytes = arena_bytes(p, side_pages(p, recv_pages, n_lanes), windows);
-    ac.page_size = p.page_size;
-    ac.source = mem::Source::kHeap;
-    ac.name = name;
-    auto a = mem::Arena::create(dev, ac);
-    if (!a) return add_context(a.error(), std::string("arena ") + name);
-    arena = std::move(a).value();
-    auto pl = win::WindowPool::create(dev, *arena, pool_config(p, windows));
-    if (!pl) return add_context(pl.error(), std::string("window pool ") + name);
-    pool = std::move(pl).value();
+  Result<uint64_t> small_bufs(Carver& cv, const Lane& l) {
+    return cv.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
+  }
+  // Side A: client c (and sink s in one process): scattered source/destination pages.
+  Status side_a(Lane& l, unsigned i) {
+    RDMX_TRY_ASSIGN(l.c, new_core(*tb.pool_a, "c"));
+    if (p.role == Role::kBoth) {
+      RDMX_TRY_ASSIGN(l.s, new_core(*tb.pool_a, "s"));
+    }
+    RDMX_TRY(carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i));
+    RDMX_TRY(carve_contig(cva, l.s_recv, l.depth, recv_pages));
+    RDMX_TRY_ASSIGN(l.c_small, small_bufs(cva, l));
+    fill_pattern(l.c_src.pages.data(), static_cast<uint32_t>(l.c_src.pages.size()), p.page_size,
+                 11 + i);
     return {};
-  };
-  if (want_a)
-    if (Status s = make_side(*tb->dev_a, tb->arena_a, tb->pool_a, "rdmafwd_a"); !s)
-      return s.error();
-  if (want_b)
-    if (Status s = make_side(*tb->dev_b, tb->arena_b, tb->pool_b, "rdmafwd_b"); !s)
-      return s.error();
-
-  // ---- lanes ----
-  const win::CoreConfig cc = core_config(p, recv_pages);
-  auto new_core = [&](win::WindowPool& pool, const char* what) -> Result<win::PollCore*> {
-    auto c = win::PollCore::create(pool, cc);
-    if (!c) return add_context(c.error(), std::string("poll core ") + what);
-    tb->cores.push_back(std::move(c).value());
-    return tb->cores.back().get();
-  };
-  Carver cva{tb->arena_a.get()}, cvb{tb->arena_b.get()};
-  for (unsigned i = 0; i < n_lanes; ++i) {
+  }
+  // Side B: peer p (and relay r in one process).
+  Status side_b(Lane& l, unsigned i) {
+    RDMX_TRY_ASSIGN(l.p, new_core(*tb.pool_b, "p"));
+    if (p.role == Role::kBoth) {
+      RDMX_TRY_ASSIGN(l.r, new_core(*tb.pool_b, "r"));
+    }
+    RDMX_TRY(carve_contig(cvb, l.p_src, l.depth, l.max_pages));
+    RDMX_TRY(carve_contig(cvb, l.p_dst, l.depth, l.max_pages));
+    RDMX_TRY(carve_contig(cvb, l.p_recv, l.depth, recv_pages));
+    RDMX_TRY_ASSIGN(l.p_small, small_bufs(cvb, l));
+    fill_pattern(l.p_src.pages.data(), static_cast<uint32_t>(l.p_src.pages.size()), p.page_size,
+                 77 + i);
+    return {};
+  }
+  Status lane(unsigned i, unsigned lcore) {
     auto ln = std::make_unique<Lane>();
     Lane& l = *ln;
     l.index = i;
-    l.lcore = lcores[i];
+    l.lcore = lcore;
     l.page_size = p.page_size;
     l.depth = p.io_depth;
     l.max_pages = p.max_pages;
     l.recv_pages = recv_pages;
-    l.arena_a = tb->arena_a.get();
-    l.arena_b = tb->arena_b.get();
-    l.remote_peer = !want_b;
-    l.remote_client = !want_a;
-    if (want_a) {
-      auto c = new_core(*tb->pool_a, "c");
-      if (!c) return c.error();
-      l.c = c.value();
-      if (p.role == Role::kBoth) {
-        auto s = new_core(*tb->pool_a, "s");
-        if (!s) return s.error();
-        l.s = s.value();
-      }
-      if (Status s = carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i); !s)
-        return s.error();
-      if (Status s = carve_contig(cva, l.s_recv, l.depth, recv_pages); !s) return s.error();
-      auto sm = cva.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
-      if (!sm) return sm.error();
-      l.c_small = sm.value();
-      fill_pattern(l.c_src.pages.data(), static_cast<uint32_t>(l.c_src.pages.size()), p.page_size,
-                   11 + i);
-    }
-    if (want_b) {
-      auto pc = new_core(*tb->pool_b, "p");
-      if (!pc) return pc.error();
-      l.p = pc.value();
-      if (p.role == Role::kBoth) {
-        auto r = new_core(*tb->pool_b, "r");
-        if (!r) return r.error();
-        l.r = r.value();
-      }
-      if (Status s = carve_contig(cvb, l.p_src, l.depth, l.max_pages); !s) return s.error();
-      if (Status s = carve_contig(cvb, l.p_dst, l.depth, l.max_pages); !s) return s.error();
-      if (Status s = carve_contig(cvb, l.p_recv, l.depth, recv_pages); !s) return s.error();
-      auto sm = cvb.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
-      if (!sm) return sm.error();
-      l.p_small = sm.value();
-      fill_pattern(l.p_src.pages.data(), static_cast<uint32_t>(l.p_src.pages.size()), p.page_size,
-                   77 + i);
-    }
+    l.arena_a = tb.arena_a.get();
+    l.arena_b = tb.arena_b.get();
+    l.remote_peer = !tb.pool_b;
+    l.remote_client = !tb.pool_a;
+    if (tb.pool_a) RDMX_TRY(side_a(l, i));
+    if (tb.pool_b) RDMX_TRY(side_b(l, i));
     // Engine state, preallocated.
     l.slots.resize(l.depth);
     l.srv.resize(l.depth);
@@ -460,47 +442,77 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     l.relay_w.assign(l.depth, nullptr);
     l.backlog.resize(l.depth);
     l.csums.resize(size_t{l.depth} * 2);
-
-    // Connections.
     if (p.role == Role::kBoth) {
       RDMX_TRY(endpoint::connect_cores(*l.c, *l.p), "connect c-p");
       RDMX_TRY(endpoint::connect_cores(*l.r, *l.s), "connect r-s");
     }
-    tb->lanes.push_back(std::move(ln));
+    tb.lanes.push_back(std::move(ln));
+    return {};
+  }
+};
+
+// Receives (posted once the QPs are connected) stay posted for the whole run, in a layout every
+// engine shares.
+Status post_all_recvs(Testbed& tb) {
+  for (auto& lp : tb.lanes) RDMX_TRY(post_lane_recvs(*lp));
+  return {};
+}
+
+// Two-process mode: the server connects to the client's QP, posts its receives (before the
+// client may send) and answers with its own info; the client sends its info and sizes, then
+// connects to the server's answer.
+Status rendezvous(const Params& p, Testbed& tb, const mlx5::ConnectInfo& client_info) {
+  Lane& l = *tb.lanes[0];
+  if (p.role == Role::kServer) {
+    RDMX_TRY(tb.dev_b->connect(l.p->qp_handle(), client_info), "connect to the client");
+    RDMX_TRY(post_all_recvs(tb));
+    return write_kv(rdv_path(p.wire, "server"), info_text(tb.dev_b->local_info(l.p->qp_handle())));
+  }
+  std::ostringstream o;
+  o << info_text(tb.dev_a->local_info(l.c->qp_handle())) << "depth " << p.io_depth << "\nmax_pages "
+    << p.max_pages << "\npages " << p.pages_per_io << "\npage_size " << p.page_size << "\nwindows "
+    << p.windows_per_core << "\n";
+  RDMX_TRY(write_kv(rdv_path(p.wire, "client"), o.str()));
+  const std::string path = rdv_path(p.wire, "server");
+  RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 60));
+  RDMX_TRY_ASSIGN(const mlx5::ConnectInfo si, parse_info(text, path, nullptr));
+  RDMX_TRY(tb.dev_a->connect(l.c->qp_handle(), si), "connect to the server");
+  return post_all_recvs(tb);
+}
+
+}  // namespace
+
+// Devices, then (server) the client's sizes, then per side an arena and a pool, then the lanes
+// with their cores and buffers, then connections and receives.
+Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores) {
+  auto tb = std::make_unique<Testbed>();
+  const unsigned n_lanes = static_cast<unsigned>(lcores.size());
+  RDMX_TRY(open_devices(p, *tb));
+  mlx5::ConnectInfo client_info;
+  if (p.role == Role::kServer) {
+    RDMX_TRY_ASSIGN(client_info, adopt_client_sizes(p, *tb));
   }
 
-  // Receives (posted once the QPs are connected) stay posted for the whole run, in a layout
-  // every engine shares.
-  auto post_recvs = [&]() -> Status {
-    for (auto& lp : tb->lanes)
-      if (Status st = post_lane_recvs(*lp); !st) return st;
-    return {};
-  };
-  // ---- two-process rendezvous ----
-  if (p.role == Role::kServer) {
-    Lane& l = *tb->lanes[0];
-    if (Status s = tb->dev_b->connect(l.p->qp_handle(), client_info); !s)
-      return add_context(s.error(), "connect to the client");
-    if (Status s = post_recvs(); !s) return s.error();  // before the client may send
-    if (Status s = write_kv(rdv_path(p.wire, "server"),
-                            info_text(tb->dev_b->local_info(l.p->qp_handle())));
-        !s)
-      return s.error();
-  } else if (p.role == Role::kClient) {
-    Lane& l = *tb->lanes[0];
-    std::ostringstream o;
-    o << info_text(tb->dev_a->local_info(l.c->qp_handle())) << "depth " << p.io_depth
-      << "\nmax_pages " << p.max_pages << "\npages " << p.pages_per_io << "\npage_size "
-      << p.page_size << "\nwindows " << p.windows_per_core << "\n";
-    if (Status s = write_kv(rdv_path(p.wire, "client"), o.str()); !s) return s.error();
-    const std::string path = rdv_path(p.wire, "server");
-    RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 60));
-    RDMX_TRY_ASSIGN(const mlx5::ConnectInfo si, parse_info(text, path, nullptr));
-    RDMX_TRY(tb->dev_a->connect(l.c->qp_handle(), si), "connect to the server");
-    if (Status s = post_recvs(); !s) return s.error();
-  } else {
-    if (Status s = post_recvs(); !s) return s.error();
-  }
+  const uint32_t recv_pages = std::min<uint32_t>(p.max_pages, 16);
+  const uint32_t cores_per_side = 2 * n_lanes;
+  const uint32_t windows = p.windows_per_core * cores_per_side;
+  const uint32_t data_pages = side_pages(p, recv_pages, n_lanes);
+  if (p.role != Role::kServer)
+    RDMX_TRY(make_side(p, *tb->dev_a, data_pages, windows, tb->arena_a, tb->pool_a, "rdmafwd_a"));
+  if (p.role != Role::kClient)
+    RDMX_TRY(make_side(p, *tb->dev_b, data_pages, windows, tb->arena_b, tb->pool_b, "rdmafwd_b"));
+
+  LaneBuilder lb{*tb,
+                 p,
+                 recv_pages,
+                 core_config(p, recv_pages),
+                 Carver{tb->arena_a.get()},
+                 Carver{tb->arena_b.get()}};
+  for (unsigned i = 0; i < n_lanes; ++i) RDMX_TRY(lb.lane(i, lcores[i]));
+  if (p.role == Role::kBoth)
+    RDMX_TRY(post_all_recvs(*tb));
+  else
+    RDMX_TRY(rendezvous(p, *tb, client_info));
 
   char buf[256];
   std::snprintf(buf, sizeof buf,

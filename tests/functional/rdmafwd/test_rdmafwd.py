@@ -164,6 +164,23 @@ def case_two_process(binary):
     print(f"two-process: {c['ios']} RPCs, client p50 {c['latency_us']['p50']:.1f} us")
 
 
+def case_rendezvous_foreign(binary):
+    # A client file that is not rdmafwd's (the old key=value text) or whose connect info is
+    # corrupted: the server refuses it with one line saying what was wrong, exit 1.
+    wire = f"fwdfor{os.getpid()}"
+    path = f"/dev/shm/rdmafwd-{wire}.client"
+    cases = [("qpn 1234\npsn 5\n", "not an rdmafwd rendezvous file"),
+             ("info " + "52445849" + "0138" + "00" * 50 + "\n", "corrupted")]
+    for text, msg in cases:
+        with open(path, "w") as f:
+            f.write(text)
+        p = run(binary, ["--role", "server", "--wire", wire], timeout=30)
+        check(p.returncode == 1, f"exit {p.returncode}, want 1", p)
+        errs = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd:")]
+        check(len(errs) == 1 and msg in errs[0], f"message {errs!r} lacks {msg!r}", p)
+        check(not os.path.exists(f"/dev/shm/rdmx-emu-{wire}"), "the shm wire was left behind", p)
+
+
 def case_bad_args(binary):
     cases = [
         (["--fwd", "bogus"], "unknown mode 'bogus'"),
@@ -369,6 +386,7 @@ CASES = {
     "sigint": case_sigint,
     "sigint-early": case_sigint_early,
     "sigint-server-wait": case_sigint_server_wait,
+    "rendezvous-foreign": case_rendezvous_foreign,
     "stale-runtime-dir": case_stale_runtime_dir,
 }
 

@@ -144,7 +144,8 @@ template <class T>
   } while (0)
 
 // `lhs = value of expr` for a Result expression, or returns its Error as RDMX_TRY does. lhs may
-// declare (`auto x`, `std::unique_ptr<T> p`) or assign (`p`).
+// declare (`auto x`, `std::unique_ptr<T> p`) or assign (`p`). It expands to several statements
+// (a declaration among them): write it in a block, never as the body of an unbraced if/for.
 #define RDMX_TRY_ASSIGN(lhs, expr, ...) \
   RDMX_TRY_ASSIGN_(RDMX_CAT_(rdmx_try_v_, __LINE__), lhs, expr __VA_OPT__(, ) __VA_ARGS__)
 #define RDMX_TRY_ASSIGN_(tmp, lhs, expr, ...)                                                 \
