@@ -88,9 +88,9 @@ TestResult test_cache(Ctx& ctx) {
   // -- burst of 32 (figures per object) --
   g.push_back(make_bench(meta("window_cache.burst32", "rdmx", kBurst), [&cache] {
     win::Window* w[kBurst];
-    for (uint32_t i = 0; i < kBurst; ++i) w[i] = cache.pop();
+    (void)cache.pop_burst(w, kBurst);
     keep(w);
-    for (uint32_t i = kBurst; i-- > 0;) cache.push(w[i]);
+    cache.push_burst(w, kBurst);
   }));
   g.push_back(make_bench(meta("rte_mempool.burst32", "peer", kBurst), [mp] {
     void* o[kBurst];

@@ -433,6 +433,30 @@ TEST(Unmap, NoFenceOnceTheLocalUseCompleted) {
   }
 }
 
+TEST(WindowCache, BurstsMatchOneAtATime) {
+  std::vector<Window> ws(40);
+  WindowCache a, b;
+  a.init(16, 40);
+  b.init(16, 40);
+  std::vector<Window*> in;
+  for (auto& w : ws) in.push_back(&w);
+  a.push_burst(in.data(), 10);
+  for (uint32_t i = 0; i < 10; ++i) b.push(in[i]);
+  ASSERT_EQ(a.len(), 10u);
+  for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(a.at(i), b.at(i));
+  Window* out[32];
+  // Fewer than asked: takes what there is; out[k-1] is the top.
+  EXPECT_EQ(a.pop_burst(out, 4), 4u);
+  for (uint32_t i = 4; i-- > 0;) EXPECT_EQ(out[i], b.pop());
+  EXPECT_EQ(a.pop_burst(out, 32), 6u);
+  EXPECT_EQ(out[5], in[5]);
+  EXPECT_EQ(out[0], in[0]);
+  EXPECT_EQ(a.len(), 0u);
+  EXPECT_EQ(a.pop_burst(out, 32), 0u);
+  a.push_burst(out, 6);
+  EXPECT_EQ(a.pop(), in[5]);
+}
+
 TEST(Map, KeyRotatesEveryMapAndWraps) {
   Rig r(1, 4, 2);
   PollCore& c = r.core();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include <rdmx/core/config.hpp>
@@ -28,6 +29,20 @@ class alignas(kCacheLine) WindowCache {
   void push(Window* w) noexcept {
     RDMX_DEBUG_ASSERT(len_ < cap_);
     slots_[len_++] = w;
+  }
+  // Burst get: the top min(n, len()) windows into out[0..k) in one copy (out[k-1] was the top,
+  // as if popped one at a time in reverse). Returns k.
+  uint32_t pop_burst(Window** out, uint32_t n) noexcept {
+    const uint32_t k = n < len_ ? n : len_;
+    len_ -= k;
+    std::memcpy(out, &slots_[len_], size_t{k} * sizeof(Window*));
+    return k;
+  }
+  // Burst put: ws[0..n) on top in one copy (ws[n-1] ends on top).
+  void push_burst(Window* const* ws, uint32_t n) noexcept {
+    RDMX_DEBUG_ASSERT(n <= cap_ - len_);
+    std::memcpy(&slots_[len_], ws, size_t{n} * sizeof(Window*));
+    len_ += n;
   }
   // Moves the topmost window satisfying `pred` to the top; false when there is none.
   template <class P>
