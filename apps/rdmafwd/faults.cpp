@@ -107,8 +107,18 @@ void fault_inject(Lane& l, Testbed& tb, uint64_t now) noexcept {
   if (f.pending >= 0) {
     if (now < f.until_tsc || l.failed) return;
     if (f.pending == kFaultUnreachable || f.pending == kFaultDelay) {
-      // Timed faults end by themselves; one that caused no error was survived.
-      clear_timed(l, tb);
+      // Timed faults end by themselves. One that caused no error was survived, but a WQE executed
+      // while it was in effect may have failed with its error CQE not polled yet: it counts as
+      // survived only once every I/O issued before the clear has completed (an error instead
+      // recovers the lane, which counts the fault once).
+      if (!f.settling) {
+        clear_timed(l, tb);
+        f.settling = true;
+        f.settle_mark = l.issued;
+        return;
+      }
+      if (l.completed < f.settle_mark || lane_in_error(l)) return;
+      f.settling = false;
       f.pending = -1;
       l.st.faults_recovered.add(1);
       schedule(l);
@@ -209,6 +219,7 @@ bool recover_lane(Lane& l, Testbed& tb) {
   if (std::strcmp(e->name, "umr") == 0) l.umr_base = l.c->stats().umr_completions - 2 * issued;
   l.failed = false;
   l.st.faults_recovered.add(1);
+  l.fault.settling = false;
   if (l.fault.pending >= 0) {
     l.fault.pending = -1;
     schedule(l);
@@ -226,6 +237,7 @@ bool fault_settle(Lane& l, Testbed& tb) {
   if (f.pending == kFaultUnreachable || f.pending == kFaultDelay) {
     clear_timed(l, tb);
     f.pending = -1;
+    f.settling = false;
     l.st.faults_recovered.add(1);
     return false;
   }

@@ -283,6 +283,10 @@ struct Lane {
     uint64_t next_at = 0;    // inject when l.issued reaches this
     int pending = -1;        // FaultKind in effect, -1 = none
     uint64_t until_tsc = 0;  // unreachable / delay: cleared at this TSC
+    // A timed fault has been cleared; it counts as survived once the I/Os issued before the
+    // clear (settle_mark) have completed with no error (their error CQEs may still be on the way).
+    bool settling = false;
+    uint64_t settle_mark = 0;
   } fault;
   uint64_t drain_deadline = 0;
   uint64_t iter = 0;
