@@ -1,5 +1,5 @@
 // rdmx-perf: per-core latency and throughput microbenchmarks of rdmx, each figure beside a peer
-// measured in the same run (issue 7; doc/guides/rdmx-perf.md).
+// measured in the same run (doc/guides/rdmx-perf.md).
 #include <sched.h>
 #include <unistd.h>
 

@@ -51,7 +51,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->max_pages_ = pool.max_pages();
   c->inline_limit_ = pool.inline_klm_limit();
   // DeviceCaps::umr_fence is the HCA cap (0 strong, 1 small, 2 none); the UMR WQE itself carries
-  // the matching fence, as the kernel's REG_MR does (mlx5-umr.md section 5).
+  // the matching fence, as the kernel's REG_MR does (doc/guides/mlx5-facts.md §5.1, §5.3).
   c->umr_fence_ = mlx5::prm::umr_fence_bits(dev.caps().umr_fence);
   c->no_atomic_mask_ = dev.caps().umr_modify_atomic_disabled;
   // The widest KLM writer this CPU runs (same bytes as the baseline; tests/unit/prm compares).

@@ -76,8 +76,8 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
   if (lim > mlx5::prm::kMaxInlineKlm) lim = mlx5::prm::kMaxInlineKlm;
   p->inline_limit_ = lim;
 
-  // Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM, mlx5-umr.md 2.6), in the
-  // registered arena's reserved tail (never a mappable chunk page).
+  // Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM; doc/guides/mlx5-facts.md §2.6), in
+  // the registered arena's reserved tail (never a mappable chunk page).
   uint64_t klm_base = 0;
   const uint32_t klm_stride = klm_array_stride(cfg.max_pages);
   if (cfg.max_pages > lim) {

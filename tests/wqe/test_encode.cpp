@@ -1,6 +1,6 @@
 // rdmx-wqe encode: hand-derived WQE bytes for every op, ring and index wrap, list limits,
 // fences, and rejected batches. Each expected WQEBB is written one DS per line from the
-// layouts (mlx5-umr.md section 2) and rdma-core providers/mlx5/qp.c's rules (section 3).
+// layouts (doc/guides/mlx5-facts.md §2) and rdma-core providers/mlx5/qp.c's rules (§3).
 #include <gtest/gtest.h>
 
 #include <cstdio>

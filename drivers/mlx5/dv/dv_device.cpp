@@ -1,7 +1,7 @@
 // DvDevice: bring-up of a real mlx5 device through rdma-core's mlx5dv API.
 //
-// Every step cites the fact behind it in ../shared/reference/mlx5-umr.md ("ref N") or the
-// rdma-core source it relies on. The data path never comes here (STYLE.md 5).
+// Every step cites the fact behind it in doc/guides/mlx5-facts.md ("facts §N") or the
+// rdma-core source it relies on. The data path never comes here: it is setup and recovery only.
 #include <rdmx/dv/dv_device.hpp>
 
 #include <endian.h>
@@ -212,7 +212,7 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
 
   auto impl = std::make_unique<Impl>();
 
-  // 2. Open with a DEVX context: mlx5dv_create_mkey issues CREATE_MKEY through DEVX (ref 3).
+  // 2. Open with a DEVX context: mlx5dv_create_mkey issues CREATE_MKEY through DEVX (facts §3.1).
   mlx5dv_context_attr dvattr{};
   dvattr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
   errno = 0;
@@ -320,7 +320,7 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
   caps.max_cq_cqes = static_cast<uint32_t>(impl->attr.orig_attr.max_cqe) + 1;
   caps.numa_node = info.numa_node < 0 ? 0 : info.numa_node;
 
-  // QUERY_HCA_CAP (general, current) through DEVX, as SPDK does for its UMR caps (ref 2.7). A
+  // QUERY_HCA_CAP (general, current) through DEVX, as SPDK does for its UMR caps (facts §2.7). A
   // refusal is not fatal: conservative defaults, documented in doc/guides/mlx5.md.
   bool hca_read = false;
   {
@@ -357,8 +357,9 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
   impl->pd.reset(ibv_alloc_pd(ctx));
   if (!impl->pd) return verbs_error("ibv_alloc_pd(" + info.name + ")", last_errno());
 
-  // 5. Probe the mkey flags the windows need (ref 3, 10.4): UPDATE_TAG is only accepted when the
-  //    kernel advertised MKEY_UPDATE_TAG; REMOTE_INVALIDATE needs a newer rdma-core/kernel.
+  // 5. Probe the mkey flags the windows need (facts §3.1, §8.4): UPDATE_TAG is only accepted
+  //    when the kernel advertised MKEY_UPDATE_TAG; REMOTE_INVALIDATE needs a newer rdma-core and
+  //    kernel.
   auto probe_mkey = [&](uint32_t flags) -> int {
     mlx5dv_mkey_init_attr a{};
     a.pd = impl->pd.get();
@@ -497,7 +498,7 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
                       "create_qp: cq_cqes " + std::to_string(cfg.cq_cqes) +
                           " must be a power of two <= " + std::to_string(caps_.max_cq_cqes));
 
-  // SQ sizing (ref 3 "QP sizing", 2.7): room for an inline UMR with n_klm KLMs per WQE.
+  // SQ sizing (facts §3.2, §2.7): room for an inline UMR with n_klm KLMs per WQE.
   uint32_t n_klm = caps_.max_inline_klm;
   if (opts_.max_inline_klm) n_klm = std::min(n_klm, opts_.max_inline_klm);
   const uint32_t max_inline = std::max(cfg.max_inline_data, max_inline_data_for_klm(n_klm));
@@ -514,7 +515,7 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
   auto rec = std::make_unique<QpRec>();
 
   // Thread domain: a dedicated UAR/BlueFlame register for this QP, so its poll core rings the
-  // doorbell without a lock (ref 3 "Doorbell", 10.7; ibv_alloc_td(3)).
+  // doorbell without a lock (facts §3.8, §8.7; ibv_alloc_td(3)).
   ibv_td_init_attr tda{};
   errno = 0;
   rec->td.reset(ibv_alloc_td(ctx, &tda));
@@ -548,9 +549,9 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
   if (!rec->cq)
     return verbs_error("mlx5dv_create_cq(" + std::to_string(cfg.cq_cqes) + " CQEs)", last_errno());
 
-  // RC QP: scatter-to-CQE off (indirect mkeys do not support it, mlx5dv_create_mkey(3), ref 3);
-  // MKEY_CONFIGURE | MR_LIST so rdma-core sizes WQEs with the 192-byte UMR overhead; inline data
-  // sized so the largest inline UMR fits; no sq_sig_all (we choose per WQE).
+  // RC QP: scatter-to-CQE off (indirect mkeys do not support it, mlx5dv_create_mkey(3), facts
+  // §3.1); MKEY_CONFIGURE | MR_LIST so rdma-core sizes WQEs with the 192-byte UMR overhead; inline
+  // data sized so the largest inline UMR fits; no sq_sig_all (we choose per WQE).
   ibv_qp_init_attr_ex qa{};
   qa.qp_type = IBV_QPT_RC;
   qa.send_cq = ibv_cq_ex_to_cq(rec->cq.get());
@@ -682,7 +683,7 @@ Status DvDevice::recover_qp(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) 
   if (!cur.ok()) return cur.error();
   RDMX_LOG_INFO("dv: recovering QP %#x from %s", qp, state_name(cur.value()));
   // ERR -> RESET drops the QP's remaining WQEs; the caller has seen the last flush CQE, so none
-  // is lost (CVE-2025-21892: resetting before the flush completed lost CQEs; ref 4).
+  // is lost (CVE-2025-21892: resetting before the flush completed lost CQEs; facts §4).
   if (auto s = impl_->modify(*r, state_only_transition(QpState::kReset), "->RESET"); !s) return s;
   return impl_->bring_up(*r, remote);
 }

@@ -1,4 +1,4 @@
-// Strict mode over windows and the threaded emu: the proof of issue 5.
+// Strict mode over windows and the threaded emu: the zero-system-call proof.
 //
 // A poll lcore runs >= 1,000,000 iterations of the architecture's hot path under the seccomp
 // filter (Action::kKill):
@@ -46,7 +46,6 @@
 
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/mem/arena.hpp>
-#include "child.hpp"
 #include <rdmx/rt/eal.hpp>
 #include <rdmx/rt/launcher.hpp>
 #include <rdmx/rt/placement.hpp>
@@ -54,6 +53,7 @@
 #include <rdmx/rt/topology.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
+#include "child.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RDMX_TEST_ASAN 1

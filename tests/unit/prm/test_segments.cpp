@@ -1,6 +1,7 @@
 // Golden-byte tests of the PRM segment writers and WQE builders. Every expected byte below is
 // written out by hand from the layouts in <infiniband/mlx5dv.h> and
-// ../shared/reference/mlx5-umr.md section 2 — never produced by the writer under test.
+// doc/guides/mlx5-facts.md §2 (and their primary sources) — never produced by the writer under
+// test.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,14 +1,14 @@
-// Two assert levels (STYLE.md rule 11): RDMX_ASSERT is always on (setup-path invariants);
+// Two assert levels: RDMX_ASSERT is always on (setup-path invariants);
 // RDMX_DEBUG_ASSERT is for hot-path invariants and compiles away unless RDMX_DEBUG is set.
 #pragma once
 
 namespace rdmx::detail {
 [[noreturn, gnu::cold, gnu::noinline]] void assert_fail(const char* expr, const char* file,
-                                                         int line) noexcept;
+                                                        int line) noexcept;
 }  // namespace rdmx::detail
 
-#define RDMX_ASSERT(cond)                                                          \
-  do {                                                                             \
+#define RDMX_ASSERT(cond)                                                                     \
+  do {                                                                                        \
     if (__builtin_expect(!(cond), 0)) ::rdmx::detail::assert_fail(#cond, __FILE__, __LINE__); \
   } while (0)
 

@@ -1,4 +1,4 @@
-// Strong big-endian field types (STYLE.md rule 9): a Be32 cannot be assigned from or read as a
+// Strong big-endian field types: a Be32 cannot be assigned from or read as a
 // host-order integer without an explicit conversion, so a missing byte swap does not compile.
 #pragma once
 
@@ -57,8 +57,7 @@ inline void store_be(T* field, std::type_identity_t<T> host) noexcept {
   *field = detail::bswap(host);
 }
 template <class T, class U>
-  requires(sizeof(T) == sizeof(U))
-inline void store_be(T* field, Be<U> v) noexcept {
+requires(sizeof(T) == sizeof(U)) inline void store_be(T* field, Be<U> v) noexcept {
   *field = v.raw();
 }
 template <class T>

@@ -1,4 +1,4 @@
-// Compile-time knobs, tied together by static_asserts (STYLE.md rule 18).
+// Compile-time knobs, tied together by static_asserts.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 //
 // The data path returns counts or a bare Errc; the control path returns Result<T>, which
 // carries either a value or an Error (code + human-readable message). No exceptions are thrown
-// from lib/ or drivers/ (STYLE.md rule 10).
+// from lib/ or drivers/.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +52,7 @@ struct Error {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T v) : v_(std::in_place_index<0>, std::move(v)) {}  // NOLINT(implicit)
+  Result(T v) : v_(std::in_place_index<0>, std::move(v)) {}      // NOLINT(implicit)
   Result(Error e) : v_(std::in_place_index<1>, std::move(e)) {}  // NOLINT(implicit)
 
   bool ok() const noexcept { return v_.index() == 0; }

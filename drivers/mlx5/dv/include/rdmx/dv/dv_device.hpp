@@ -1,4 +1,4 @@
-// The real mlx5 device through rdma-core's mlx5dv API (issue 2, "drivers/mlx5/dv").
+// The real mlx5 device through rdma-core's mlx5dv API (doc/guides/mlx5.md).
 //
 // DvDevice implements rdmx::mlx5::Device: it opens an mlx5 device with a DEVX context, creates
 // the protection domain, registers the parent MR, creates windows (indirect KLM mkeys with
@@ -39,8 +39,8 @@ struct DeviceInfo {
 // are none or when the kernel has no verbs support. Control path, any thread.
 std::vector<DeviceInfo> probe();
 
-// Run-time options, parsed once at open (STYLE.md 18). Defaults suit one RC connection per poll
-// core on InfiniBand or RoCE v2.
+// Run-time options, parsed once at open (the defaults are tied together in one place). Defaults
+// suit one RC connection per poll core on InfiniBand or RoCE v2.
 struct DvOptions {
   uint8_t port = 1;             // HCA port
   int gid_index = -1;           // GID table index; -1 = RoCE: first RoCE v2 IPv4 GID, IB: none
@@ -96,7 +96,7 @@ class DvDevice final : public mlx5::Device {
   Status modify_qp(mlx5::QpHandle qp, mlx5::QpState to) override;
   Result<mlx5::QpState> query_qp(mlx5::QpHandle qp) override;
 
-  // Recovery after a QP error (mlx5-umr.md section 4, "After a UMR error"; 10.6). The caller
+  // Recovery after a QP error (doc/guides/mlx5-facts.md §4, §8.6). The caller
   // first drains: it posts nothing more and polls until the CQE of the last posted WQE (a flush
   // error) has been seen, so no flushed CQE is still in flight when the QP is reset. Then this
   // moves the QP ERR -> RESET -> INIT -> RTR -> RTS towards `remote` (the peer must have reset

@@ -2,7 +2,7 @@
 // translation, HCA capability parsing. No verbs calls, no device, no state: everything here is
 // unit-tested on this machine (tests/dv/test_dv_math.cpp).
 //
-// Sources for every rule are cited beside it; "mlx5-umr.md" is ../shared/reference/mlx5-umr.md.
+// Sources for every rule are cited beside it; "facts §N" is section N of doc/guides/mlx5-facts.md.
 // All functions are control-path (setup) code, callable from any thread.
 #pragma once
 
@@ -34,7 +34,7 @@ constexpr bool is_pow2(uint32_t n) noexcept {
 }
 
 // WQEBBs of an inline KLM UMR carrying n_klm entries: ceil((8 + align4(n)) / 4)
-// (mlx5-umr.md 2.7: N = 1..4 -> 3, 8 -> 4, 16 -> 6, 52 -> 15).
+// (facts §2.7: N = 1..4 -> 3, 8 -> 4, 16 -> 6, 52 -> 15).
 constexpr uint32_t umr_wqebbs(uint32_t n_klm) noexcept {
   return mlx5::prm::ds_to_wqebbs(mlx5::prm::umr_inline_ds(n_klm));
 }
@@ -47,7 +47,7 @@ constexpr uint32_t sq_wqebbs_for(uint32_t depth, uint32_t n_klm) noexcept {
 
 // Bytes rdma-core reserves in front of inline data on a QP created with
 // MLX5DV_QP_EX_WITH_MKEY_CONFIGURE / MR_LIST (or LOCAL_INV): ctrl 16 + UMR ctrl 48 + mkey
-// context 64 + max(KLM 16, 64) = 192 (rdma-core providers/mlx5/verbs.c _sq_overhead; mlx5-umr.md
+// context 64 + max(KLM 16, 64) = 192 (rdma-core providers/mlx5/verbs.c _sq_overhead; facts
 // section 3 "QP sizing").
 inline constexpr uint32_t kUmrSqOverhead = 192;
 // The inline-data segment header counted by rdma-core (struct mlx5_wqe_inl_data_seg).
@@ -55,7 +55,7 @@ inline constexpr uint32_t kInlineHeaderBytes = 4;
 
 // cap.max_inline_data that lets an inline UMR with n_klm entries fit. rdma-core caps the KLM
 // count of an inline UMR at (max_inline_data + 4) / 16 (qp.c mlx5_send_wr_set_mkey_layout;
-// mlx5-umr.md 2.7), and our WQE is 128 + 16 * align4(n) bytes; 16 * align4(n) - 4 satisfies
+// §2.7), and our WQE is 128 + 16 * align4(n) bytes; 16 * align4(n) - 4 satisfies
 // both. 0 for n == 0.
 constexpr uint32_t max_inline_data_for_klm(uint32_t n_klm) noexcept {
   return n_klm == 0 ? 0 : 16 * mlx5::prm::align4(n_klm) - kInlineHeaderBytes;
@@ -84,7 +84,7 @@ constexpr uint32_t max_send_wr_for(uint32_t sq_wqebbs, uint32_t wqe_bytes) noexc
 
 // Most inline KLMs one UMR may carry on a QP whose WQEs are limited to max_wqe_bytes (HCA cap
 // max_wqe_sz_sq, which rdma-core enforces as max_sq_desc_sz): the largest multiple of 4, at most
-// prm::kMaxInlineKlm (the 6-bit DS field, mlx5-umr.md 10.1), with 192 + 16 * n <= max_wqe_bytes.
+// prm::kMaxInlineKlm (the 6-bit DS field, facts §8.1), with 192 + 16 * n <= max_wqe_bytes.
 // The same function emu uses for its device profiles (prm::max_inline_klm_for).
 constexpr uint32_t max_inline_klm_for(uint32_t max_wqe_bytes) noexcept {
   static_assert(kUmrSqOverhead == mlx5::prm::kUmrQpWqeOverhead);
@@ -164,7 +164,7 @@ QpTransition state_only_transition(mlx5::QpState to) noexcept;
 // bit of byte 0; a field of `bits` bits at offset `off` lies within one 32-bit big-endian dword.
 uint32_t ifc_get(std::span<const uint8_t> buf, uint32_t bit_off, uint32_t bits) noexcept;
 
-// Offsets inside cmd_hca_cap (computed from rdma-core providers/mlx5/mlx5_ifc.h; mlx5-umr.md 2.7).
+// Offsets inside cmd_hca_cap (computed from rdma-core providers/mlx5/mlx5_ifc.h; facts §2.7).
 namespace hca {
 inline constexpr uint32_t kLogMaxQpSz = 0x88;                // 8 bits (value in bits 4:0)
 inline constexpr uint32_t kLogMaxCqSz = 0xc8;                // 8 bits

@@ -500,7 +500,7 @@ struct Sge {
 
 // --------------------------------------------------------------------------------------------
 // Verbs-shaped UMR builders: the WQEs rdma-core's providers/mlx5/qp.c builds for
-// mlx5dv_wr_mr_list, mlx5dv_wr_mr_interleaved and ibv_wr_local_inv (mlx5-umr.md section 3).
+// mlx5dv_wr_mr_list, mlx5dv_wr_mr_interleaved and ibv_wr_local_inv (doc/guides/mlx5-facts.md §3).
 // Used by rdmx-wqe; the window hot path uses build_umr_map_inline above.
 // --------------------------------------------------------------------------------------------
 
