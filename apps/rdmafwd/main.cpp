@@ -10,8 +10,8 @@
 
 #include <cinttypes>
 #include <csignal>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include <rdmx/rt/eal.hpp>
@@ -198,15 +198,16 @@ Labels App::labels() const {
 
 bool App::finished() const {
   if (!running) return false;
-  bool all_done = true;
-  for (auto& l : tb->lanes) {
-    if (l->st.peer_bye.get()) return true;
-    if (l->st.issuing.get() || !(prm.io_count || l->st.failed.get())) all_done = false;
-  }
+  // A server is done once every lane's client said goodbye (or the lane failed): one lane's
+  // goodbye arrives while the other lanes still have requests in flight.
   if (prm.role == Role::kServer) {
     for (auto& l : tb->lanes)
-      if (!l->st.failed.get()) return false;
+      if (!l->st.peer_bye.get() && !l->st.failed.get()) return false;
+    return true;
   }
+  bool all_done = true;
+  for (auto& l : tb->lanes)
+    if (l->st.issuing.get() || !(prm.io_count || l->st.failed.get())) all_done = false;
   return all_done;
 }
 
@@ -434,18 +435,28 @@ int main(int argc, char** argv) {
   }
   if (a.prm.show_topology) std::fputs(a.topology_text.c_str(), out);
 
-  if (a.prm.role == Role::kServer)
+  if (a.prm.role == Role::kServer && a.prm.listen.empty())
     std::fprintf(
         out, "rdmafwd: server: waiting for a client on wire '%s' (up to 120 s), Ctrl-C to stop\n",
         a.prm.wire.c_str());
   std::fflush(out);
-  auto tb = make_testbed(a.prm, a.lcores);
+  // The waits of the TCP rendezvous are announced when they begin (the address is known then).
+  auto say = [out](const std::string& m) {
+    std::fprintf(out, "rdmafwd: %s\n", m.c_str());
+    std::fflush(out);
+  };
+  auto warn = [](const std::string& m) { std::fprintf(stderr, "rdmafwd: %s\n", m.c_str()); };
+  auto tb = make_testbed(a.prm, a.lcores, say, warn);
   if (g_signal.load())
     return interrupted(a.prm.role == Role::kBoth ? "during device set-up"
                                                  : "while waiting for the peer");
   if (!tb) {
     const Error& e = tb.error();
-    std::fprintf(stderr, "rdmafwd: %s: %s\n", a.prm.device.c_str(), e.message.c_str());
+    // A rendezvous error names the peer; others the device.
+    if (e.message.rfind("rendezvous: ", 0) == 0)
+      std::fprintf(stderr, "rdmafwd: %s\n", e.message.c_str());
+    else
+      std::fprintf(stderr, "rdmafwd: %s: %s\n", a.prm.device.c_str(), e.message.c_str());
     if (e.code == Errc::kNoDevice) return kExitNoDevice;
     if (e.code == Errc::kInvalidArgument) return kExitUsage;
     return kExitRuntime;
@@ -522,13 +533,34 @@ int main(int argc, char** argv) {
     }
     if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
       std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
+    // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye
+    // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
+    bool peer_lost = false;
+    uint64_t bye_deadline = 0;
     while (a.running && !g_signal.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       background_tick(a);
+      const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
+      if (ps == PeerState::kGone) {
+        (void)a.stop();
+        peer_lost = true;
+      } else if (ps == PeerState::kBye && !bye_deadline) {
+        bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
+      } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
+        (void)a.stop();
+      }
     }
     if (a.running) (void)a.stop();
     if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
-    const int st = a.exit_status();
+    if (a.prm.role == Role::kClient) say_bye(*a.tb, a.stats().total().ios);
+    int st = a.exit_status();
+    if (peer_lost) {
+      std::fprintf(stderr,
+                   "rdmafwd: the %s %s went away during the run (connection closed "
+                   "without a goodbye)\n",
+                   a.prm.role == Role::kServer ? "client" : "server", a.tb->peer.peer().c_str());
+      st = kExitRuntime;
+    }
     if (a.stats().total().ios == 0 && st == kExitOk) {
       std::fprintf(stderr, "rdmafwd: no I/O completed\n");
       a.print_stats("summary", kExitRuntime);

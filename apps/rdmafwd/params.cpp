@@ -8,6 +8,7 @@
 
 #include <rdmx/emu/profile.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/rendezvous.hpp>
 
 #include "rdmafwd.hpp"
 
@@ -53,8 +54,15 @@ std::string usage_text(const std::string& prog) {
   u += "  -i, --interactive      interactive prompt (DPDK cmdline)\n";
   u += "  --auto-start           interactive: start forwarding at once\n";
   u += "  --cmdline-file FILE    run prompt commands from FILE (then the prompt with -i)\n";
-  u += "  --role server|client   two-process mode over emu's shared-memory wire (needs --wire)\n";
-  u += "  --wire NAME            shared-memory wire name (/dev/shm/rdmx-emu-NAME)\n";
+  u += "  --role server|client   two-process mode (with --listen/--peer, or --wire alone)\n";
+  u += "  --listen [ADDR:]PORT   server: wait for clients on this TCP address (rendezvous; the\n"
+       "                         default address is 0.0.0.0, the usual port 7471)\n";
+  u += "  --peer HOST[:PORT]     client: meet the server at this TCP address (port 7471 if none)\n";
+  u += "  --rendezvous-timeout SEC\n"
+       "                         longest wait for a client (server, default 120 s) or for the\n"
+       "                         server (client, default 30 s)\n";
+  u += "  --wire NAME            emu's shared-memory wire (/dev/shm/rdmx-emu-NAME); with\n"
+       "                         --listen the server picks one and tells the client\n";
   u += "  --no-verify            do not check payload contents\n";
   u += "  --show-topology        print the machine topology and the core placement\n";
   u += "  --emu-threads MODE     shared (default): one emu device thread for both ports, pinned\n"
@@ -68,8 +76,9 @@ std::string usage_text(const std::string& prog) {
   u += "  --fault-kinds LIST     error-cqe,qp-error,unreachable,delay (default all)\n";
   u += "  --fault-seed N         seed of the fault schedule (default 1)\n";
   u += "  -h, --help             this text\n";
-  u += "exit status: 0 ok, 1 runtime failure (errors, verification), 2 bad arguments,\n"
-       "             3 device not found\n";
+  u += "exit status: 0 ok, 1 runtime failure (errors, verification, no peer, the peer went\n"
+       "             away), 2 bad arguments (also: the peer runs with other sizes),\n"
+       "             3 device not found, 130 interrupted\n";
   return u;
 }
 
@@ -204,6 +213,20 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
         p.role = Role::kClient;
       else
         return fail("option --role: '" + v + "' is neither server nor client");
+    } else if (a == "--listen") {
+      if (!need(p.listen) || p.listen.empty()) return fail("option --listen needs [ADDR:]PORT");
+      if (auto hp = endpoint::parse_listen_address(p.listen); !hp)
+        return fail("option --listen: " + hp.error().message);
+    } else if (a == "--peer") {
+      if (!need(p.peer) || p.peer.empty()) return fail("option --peer needs HOST[:PORT]");
+      if (auto hp = endpoint::parse_peer_address(p.peer); !hp)
+        return fail("option --peer: " + hp.error().message);
+    } else if (a == "--rendezvous-timeout") {
+      if (!need(v)) return fail("option --rendezvous-timeout needs a value");
+      if (!to_seconds(v, p.rendezvous_timeout) || p.rendezvous_timeout <= 0 ||
+          p.rendezvous_timeout > 86400)
+        return fail("option --rendezvous-timeout: '" + v +
+                    "' is not a number of seconds in (0, 86400]");
     } else if (a == "--wire") {
       if (!need(p.wire) || p.wire.empty()) return fail("option --wire needs a name");
     } else if (a == "--no-verify" && flag()) {
@@ -263,12 +286,23 @@ std::string check_params(const Params& p) {
            " is too small for --io-depth " + std::to_string(p.io_depth) +
            " (at least 2 x io-depth: the peer keeps io-depth windows mapped in write/read)";
   }
+  const bool tcp = !p.listen.empty() || !p.peer.empty();
+  if (!p.listen.empty() && p.role != Role::kServer)
+    return "--listen is for the server (--role server)";
+  if (!p.peer.empty() && p.role != Role::kClient) return "--peer is for the client (--role client)";
+  if (p.rendezvous_timeout > 0 && !tcp) return "--rendezvous-timeout is for --listen/--peer";
   if (p.role != Role::kBoth) {
-    if (p.wire.empty()) return "--role needs --wire NAME (the shared-memory wire to use)";
+    if (!tcp && p.wire.empty())
+      return p.role == Role::kServer
+                 ? "--role server needs --listen [ADDR:]PORT (or --wire NAME: same host)"
+                 : "--role client needs --peer HOST[:PORT] (or --wire NAME: same host)";
     if (!e->two_process) return "two-process mode (--role) runs --fwd rpc only";
-    if (dk != DeviceKind::kEmuThreaded && dk != DeviceKind::kNone)
-      return "two-process mode (--role) runs on --device emu only";
-    if (p.nb_cores != 1) return "two-process mode (--role) runs one lane (--nb-cores 1)";
+    if (!tcp && dk != DeviceKind::kEmuThreaded && dk != DeviceKind::kNone)
+      return "two-process mode over --wire alone runs on --device emu only (with "
+             "--listen/--peer: emu or mlx5)";
+    if (!tcp && p.nb_cores != 1)
+      return "two-process mode over --wire alone runs one lane (--nb-cores 1; with "
+             "--listen/--peer, one QP per lane)";
   } else if (!p.wire.empty()) {
     return "--wire is for two-process mode (give --role server or --role client)";
   }

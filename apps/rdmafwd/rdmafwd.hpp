@@ -60,6 +60,12 @@ struct Params {
   std::string cmdline_file;
   Role role = Role::kBoth;
   std::string wire;  // two-process mode: shared-memory wire name
+  // Two-process mode over TCP (lib/endpoint rendezvous): the server listens on [ADDR:]PORT, the
+  // client connects to HOST[:PORT]; over emu the data still flows on the shm wire, whose name
+  // the server picks (unless --wire) and tells the client.
+  std::string listen;
+  std::string peer;
+  double rendezvous_timeout = 0;  // --rendezvous-timeout SEC; 0 = the library's defaults
   bool verify = true;
   bool show_topology = false;
   bool strict = false;               // --strict-no-syscalls

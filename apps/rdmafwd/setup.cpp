@@ -5,11 +5,14 @@
 // (--emu-threads per-port: a thread per port, placed by the kernel); dv: the named device opened
 // twice (two contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
 // c (A) <-> p (B) and r (B) <-> s (A). Two-process mode: the server opens side 0 of a
-// shared-memory wire and has p only, the client attaches side 1 and has c only; they exchange
-// their QP's ConnectInfo (and the client's sizes) through two small files in /dev/shm.
+// shared-memory wire (mlx5: its own device) and has p only, the client attaches side 1 and has
+// c only; they exchange their QPs' ConnectInfo either over TCP (--listen/--peer: lib/endpoint's
+// rendezvous, one QP per lane) or, on one host, through two small files in /dev/shm (--wire
+// alone: the client's sizes too, one lane).
 #include "setup.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -286,6 +289,13 @@ Status reconnect_lane(Testbed& tb, Lane& l) {
 Status open_devices(const Params& p, Testbed& tb) {
   endpoint::DeviceOptions oa, ob;
   RDMX_TRY_ASSIGN(const endpoint::DeviceSpec spec, endpoint::parse_device_spec(p.device, &oa));
+  if (spec.backend == endpoint::Backend::kMlx5 && p.role != Role::kBoth) {
+    // Two hosts: this side's device only; the peer's QP is reached through the fabric.
+    RDMX_TRY_ASSIGN(auto d, endpoint::open_device(p.device));
+    (p.role == Role::kServer ? tb.dev_b : tb.dev_a) = std::move(d.dev);
+    tb.notes.push_back("device: " + p.device + " (mlx5dv)");
+    return {};
+  }
   if (spec.backend == endpoint::Backend::kMlx5) {
     RDMX_TRY_ASSIGN(auto pair, endpoint::open_device_pair(p.device));
     tb.dev_a = std::move(pair[0].dev);
@@ -310,7 +320,7 @@ Status open_devices(const Params& p, Testbed& tb) {
     endpoint::DeviceOptions& o = server ? ob : oa;
     o.wire = "shm:" + p.wire;
     o.side = server ? 0 : 1;
-    o.attach_timeout = std::chrono::seconds(30);
+    o.attach_timeout = std::chrono::seconds(30);  // TCP: the server has made it already
     o.cancel = &g_signal;
     auto d = endpoint::open_device(p.device, o);
     if (!d && d.error().code == Errc::kTimeout)
@@ -480,16 +490,222 @@ Status rendezvous(const Params& p, Testbed& tb, const mlx5::ConnectInfo& client_
   return post_all_recvs(tb);
 }
 
+// ---- Two-process rendezvous over TCP (lib/endpoint/rendezvous) ---------------------------------
+//
+//   client                                   server (listening, everything built)
+//   HELLO   "key value" lines: fwd, lanes, sizes  ->
+//                                            <- WELCOME "wire NAME" (emu) | REFUSE (sizes differ)
+//                                            <- INFO    its QPs, one per lane
+//   (opens its device on the wire, builds)
+//   INFO    its QPs                           ->
+//                                               connects, posts its receives
+//                                            <- READY
+//   connects, posts its receives, forwards; at the end BYE.
+// The connection stays open for the run: a peer that goes away is seen at once.
+
+endpoint::Wait wait_for(const Params& p, std::chrono::milliseconds dflt) {
+  const auto ms = p.rendezvous_timeout > 0
+                      ? std::chrono::milliseconds(static_cast<int64_t>(p.rendezvous_timeout * 1000))
+                      : dflt;
+  return endpoint::Wait{ms, &g_signal};
+}
+
+std::string sizes_text(const Params& p, unsigned lanes) {
+  std::ostringstream o;
+  o << "fwd " << p.fwd << "\nlanes " << lanes << "\nio-depth " << p.io_depth << "\nmax-pages "
+    << p.max_pages << "\npages-per-io " << p.pages_per_io << "\npage-size " << p.page_size << "\n";
+  return o.str();
+}
+
+// "key value" lines into a map-like list (order kept for the messages).
+std::vector<std::pair<std::string, std::string>> kv_lines(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t sp = line.find(' ');
+    if (sp == std::string::npos) continue;
+    out.emplace_back(line.substr(0, sp), line.substr(sp + 1));
+  }
+  return out;
+}
+
+// Server: empty when the client runs with the same sizes, else what differs (one line).
+std::string size_mismatch(const std::string& client, const std::string& server) {
+  const auto c = kv_lines(client), s = kv_lines(server);
+  for (const auto& [k, v] : s) {
+    std::string theirs = "(not stated)";
+    for (const auto& [ck, cv] : c)
+      if (ck == k) theirs = cv;
+    if (theirs != v) {
+      const std::string opt = k == "fwd" ? "--fwd" : k == "lanes" ? "--nb-cores" : "--" + k;
+      return "the client runs " + k + " " + theirs + ", this server " + v +
+             ": start both with the same " + opt;
+    }
+  }
+  return "";
+}
+
+std::vector<mlx5::ConnectInfo> lane_infos(Testbed& tb, bool server, const endpoint::Channel& ch) {
+  std::vector<mlx5::ConnectInfo> v;
+  mlx5::Device& dev = server ? *tb.dev_b : *tb.dev_a;
+  for (auto& lp : tb.lanes) {
+    mlx5::ConnectInfo ci = dev.local_info((server ? lp->p : lp->c)->qp_handle());
+    // A device that states no GID (emu) is reached at this end's address: RoCE v2's GID for
+    // IPv4 (IBTA Annex A17), what a wire across hosts addresses its packets with.
+    bool zero = true;
+    for (uint8_t b : ci.gid) zero = zero && b == 0;
+    if (zero) (void)ch.local_ipv4_gid(ci.gid);
+    v.push_back(ci);
+  }
+  return v;
+}
+
+Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectInfo>& remote) {
+  if (remote.size() != tb.lanes.size())
+    return make_error(Errc::kProtocol, "the peer sent " + std::to_string(remote.size()) +
+                                           " QP(s) for " + std::to_string(tb.lanes.size()) +
+                                           " lane(s)");
+  for (size_t i = 0; i < remote.size(); ++i) {
+    Lane& l = *tb.lanes[i];
+    RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect((server ? l.p : l.c)->qp_handle(), remote[i]),
+             "lane " + std::to_string(i) + ": connect to the peer");
+  }
+  return {};
+}
+
+// One client, start to end. A client that is refused or breaks off before this server
+// connected its QPs is not fatal (kProtocol/kInvalidArgument: the server waits for the next);
+// `committed` says when it would be.
+Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, bool& committed) {
+  const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
+  RDMX_TRY_ASSIGN(const endpoint::Frame hello, ch.expect(endpoint::FrameType::kHello, w));
+  const std::string mine = sizes_text(p, static_cast<unsigned>(tb.lanes.size()));
+  if (std::string why = size_mismatch(hello.text(), mine); !why.empty()) {
+    (void)ch.refuse(Errc::kInvalidArgument, why, w);
+    return make_error(Errc::kInvalidArgument, why);
+  }
+  RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
+  RDMX_TRY(ch.send_info(lane_infos(tb, true, ch), w));
+  RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+  committed = true;
+  RDMX_TRY(connect_lanes(tb, true, theirs));
+  RDMX_TRY(post_all_recvs(tb));
+  return ch.send(endpoint::FrameType::kReady, {}, w);
+}
+
+Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const Say& say,
+                  const Say& warn) {
+  const endpoint::Wait total = wait_for(p, endpoint::kDefaultAcceptTimeout);
+  const auto deadline = std::chrono::steady_clock::now() + total.timeout;
+  if (say)
+    say("server: waiting for a client on " + lis.address() + " (up to " +
+        std::to_string((total.timeout.count() + 999) / 1000) + " s), Ctrl-C to stop");
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
+                                            std::to_string((total.timeout.count() + 999) / 1000) +
+                                            " s");
+    auto ch = lis.accept({left, &g_signal});
+    if (!ch) {
+      if (ch.error().code == Errc::kTimeout)
+        return make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
+                                              std::to_string((total.timeout.count() + 999) / 1000) +
+                                              " s");
+      return std::move(ch).error();
+    }
+    bool committed = false;
+    Status st = serve_client(p, tb, ch.value(), committed);
+    if (st) {
+      tb.notes.push_back("server: client " + ch.value().peer() + " over TCP from " +
+                         ch.value().local_address());
+      tb.peer = std::move(ch).value();
+      return {};
+    }
+    if (committed || st.error().code == Errc::kState) return st;
+    // Refused or broken off: this client only. Said in one line; wait for the next.
+    if (warn) warn("server: client " + ch.value().peer() + " not served: " + st.error().message);
+  }
+}
+
+// Client, before its device exists: reaches the server and learns the wire.
+Result<endpoint::Channel> tcp_client_hello(Params& p, unsigned lanes, const Say& say) {
+  RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
+  const endpoint::Wait w = wait_for(p, endpoint::kDefaultConnectTimeout);
+  if (say)
+    say("client: connecting to " + hp.str() + " (up to " +
+        std::to_string((w.timeout.count() + 999) / 1000) + " s), Ctrl-C to stop");
+  RDMX_TRY_ASSIGN(endpoint::Channel ch, endpoint::Channel::connect(hp, w));
+  const endpoint::Wait xw = {endpoint::kDefaultExchangeTimeout, &g_signal};
+  RDMX_TRY(ch.send_text(endpoint::FrameType::kHello, sizes_text(p, lanes), xw));
+  RDMX_TRY_ASSIGN(const endpoint::Frame welcome, ch.expect(endpoint::FrameType::kWelcome, xw));
+  for (const auto& [k, v] : kv_lines(welcome.text()))
+    if (k == "wire") p.wire = v;
+  if (device_kind(p) != DeviceKind::kMlx5 && p.wire.empty())
+    return make_error(Errc::kProtocol, "server " + ch.peer() +
+                                           " named no emu wire (is it running on --device emu?)");
+  return ch;
+}
+
+Status tcp_client_finish(Testbed& tb) {
+  const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
+  endpoint::Channel& ch = tb.peer;
+  RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+  RDMX_TRY(ch.send_info(lane_infos(tb, false, ch), w));
+  RDMX_TRY(connect_lanes(tb, false, theirs));
+  RDMX_TRY(post_all_recvs(tb));
+  // The server's receives are posted once it says so: only then may requests go.
+  RDMX_TRY(ch.expect(endpoint::FrameType::kReady, w));
+  tb.notes.push_back("client: server " + ch.peer() + " over TCP from " + ch.local_address());
+  return {};
+}
+
 }  // namespace
+
+PeerState watch_peer(Testbed& tb) {
+  if (!tb.peer.valid()) return PeerState::kHere;
+  if (tb.peer_said_bye) return PeerState::kBye;
+  pollfd pf{tb.peer.fd(), POLLIN, 0};
+  if (::poll(&pf, 1, 0) <= 0) return PeerState::kHere;
+  if (tb.peer.peer_gone()) return PeerState::kGone;
+  auto f = tb.peer.recv({std::chrono::milliseconds(200), &g_signal});
+  if (f && f.value().type == endpoint::FrameType::kBye) {
+    tb.peer_said_bye = true;
+    return PeerState::kBye;
+  }
+  return f ? PeerState::kHere : PeerState::kGone;
+}
+
+void say_bye(Testbed& tb, uint64_t ios) {
+  if (tb.peer.valid())
+    (void)tb.peer.send_text(endpoint::FrameType::kBye, "ios " + std::to_string(ios) + "\n",
+                            {std::chrono::milliseconds(1000), nullptr});
+}
 
 // Devices, then (server) the client's sizes, then per side an arena and a pool, then the lanes
 // with their cores and buffers, then connections and receives.
-Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores) {
+Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores,
+                                              const Say& say, const Say& warn) {
   auto tb = std::make_unique<Testbed>();
   const unsigned n_lanes = static_cast<unsigned>(lcores.size());
+  const bool tcp = !p.listen.empty() || !p.peer.empty();
+  // TCP: the server listens first (a bad address fails before any device work) and names the
+  // wire; the client meets the server first, to learn the wire its device attaches to.
+  endpoint::Listener lis;
+  if (!p.listen.empty()) {
+    RDMX_TRY_ASSIGN(const endpoint::HostPort at, endpoint::parse_listen_address(p.listen),
+                    "rendezvous");
+    RDMX_TRY_ASSIGN(lis, endpoint::Listener::listen(at), "rendezvous");
+    if (p.wire.empty()) p.wire = "rdmafwd-" + std::to_string(::getpid());
+  }
+  if (!p.peer.empty()) {
+    RDMX_TRY_ASSIGN(tb->peer, tcp_client_hello(p, n_lanes, say), "rendezvous");
+  }
   RDMX_TRY(open_devices(p, *tb));
   mlx5::ConnectInfo client_info;
-  if (p.role == Role::kServer) {
+  if (p.role == Role::kServer && !tcp) {
     RDMX_TRY_ASSIGN(client_info, adopt_client_sizes(p, *tb));
   }
 
@@ -511,6 +727,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   for (unsigned i = 0; i < n_lanes; ++i) RDMX_TRY(lb.lane(i, lcores[i]));
   if (p.role == Role::kBoth)
     RDMX_TRY(post_all_recvs(*tb));
+  else if (!p.listen.empty())
+    RDMX_TRY(tcp_server(p, *tb, lis, say, warn), "rendezvous");
+  else if (!p.peer.empty())
+    RDMX_TRY(tcp_client_finish(*tb), "rendezvous");
   else
     RDMX_TRY(rendezvous(p, *tb, client_info));
 

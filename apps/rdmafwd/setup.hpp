@@ -2,11 +2,13 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/rendezvous.hpp>
 
 #include "rdmafwd.hpp"
 
@@ -28,6 +30,10 @@ struct Testbed {
   std::vector<std::unique_ptr<win::PollCore>> cores;  // before the pools go
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::string> notes;  // how devices and cores are used (printed at start)
+  // Two-process mode over TCP: the rendezvous connection, kept open for the run (a peer that
+  // goes away is seen at once, see watch_peer) and closed with the testbed.
+  endpoint::Channel peer;
+  bool peer_said_bye = false;
 
   ~Testbed();
   // Window census of both pools (no lane running). Text lines; ok=false on an inconsistency.
@@ -43,8 +49,19 @@ struct Testbed {
 };
 
 // Builds everything for `lcores` (one lane each). Errors carry Errc::kNoDevice when the device
-// does not exist (exit 3), kInvalidArgument for impossible parameters (exit 2).
-Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores);
+// does not exist (exit 3), kInvalidArgument for impossible parameters or a peer that runs with
+// other sizes (exit 2), kState when interrupted (exit 130). `say` receives the announcements of
+// the waits ("waiting for a client on 0.0.0.0:7471 ..."), `warn` the clients a server refused.
+using Say = std::function<void(const std::string&)>;
+Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores,
+                                              const Say& say = {}, const Say& warn = {});
+
+// Two-process mode over TCP, while forwarding (main thread, no wait): kHere while the peer is
+// connected, kBye once it said goodbye, kGone when it went away without one (it died).
+enum class PeerState { kHere, kBye, kGone };
+PeerState watch_peer(Testbed& tb);
+// The client's goodbye over TCP, after its run (the server then stops without an error).
+void say_bye(Testbed& tb, uint64_t ios);
 
 // Posts every receive slot of the lane's c, p and s cores (setup, and after recovery).
 Status post_lane_recvs(Lane& l);

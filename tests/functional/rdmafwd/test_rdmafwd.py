@@ -187,7 +187,7 @@ def case_bad_args(binary):
         (["--pages-per-io"], "needs a value"),
         (["--burst", "0"], "--burst"),
         (["--frobnicate"], "unknown option '--frobnicate'"),
-        (["--role", "server"], "--role needs --wire"),
+        (["--role", "server"], "--role server needs --listen"),
         (["--page-size", "1000"], "not a chunk page size"),
         (["--device", "emu-sink", "--fwd", "rpc"], "emu-sink moves no data"),
         (["--pages-per-io", "64", "--max-pages", "16"], "larger than the windows"),

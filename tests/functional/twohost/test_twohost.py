@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""rdmafwd between two "hosts" (suite 'twohost'): the TCP rendezvous (--listen/--peer) over
+loopback and across two network namespaces joined by a veth pair (netns.sh), with emu's
+shared-memory wire underneath (the namespaces share /dev/shm); and every bad case of the
+rendezvous: one line on stderr, the documented exit code, no wait beyond the stated timeout,
+nothing left behind (sockets, shm files, DPDK runtime directories, namespaces).
+
+Usage: test_twohost.py PATH_TO_RDMAFWD CASE"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NETNS = os.path.join(HERE, "netns.sh")
+MEM = ["--no-huge", "-m", "256"]
+# Server and client on one machine of 2 CPUs: each process's main lcore on the CPU of the
+# other's poll lcore (the main lcore mostly sleeps while forwarding).
+SERVER_EAL = ["-l", "0-1", "--main-lcore", "1"] + MEM
+CLIENT_EAL = ["-l", "0-1"] + MEM
+BUDGET = 60  # seconds any process of a case may live
+
+
+def fail(msg, *procs):
+    for name, out, err in procs:
+        msg += f"\n--- {name} stdout ---\n{out}\n--- {name} stderr ---\n{err}"
+    raise AssertionError(msg)
+
+
+def check(cond, msg, *procs):
+    if not cond:
+        fail(msg, *procs)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def rdmafwd_lines(err):
+    """rdmafwd's own lines on stderr (DPDK's EAL prints its start-up lines there too)."""
+    return [l for l in err.splitlines() if l.startswith("rdmafwd:")]
+
+
+def summary(out):
+    lines = [l for l in out.splitlines() if l.startswith('{"type":"summary"')]
+    return json.loads(lines[-1]) if lines else None
+
+
+def runtime_dir_left(pid):
+    for base in ("/var/run/dpdk", os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")):
+        d = os.path.join(base, f"rdmafwd-{pid}")
+        if os.path.exists(d):
+            return d
+    return None
+
+
+def leftovers(pid):
+    """What a finished rdmafwd of process id pid left behind."""
+    left = [f for f in os.listdir("/dev/shm") if f"rdmafwd-{pid}" in f]
+    d = runtime_dir_left(pid)
+    return left + ([d] if d else [])
+
+
+def start(binary, eal, args, ns=None):
+    cmd = [binary] + eal + ["--"] + args
+    if ns:
+        cmd = [NETNS, "exec", ns] + cmd  # exec: the process is rdmafwd itself
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(p, timeout=BUDGET):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        fail(f"pid {p.pid} still running after {timeout} s", ("it", out, err))
+    return out, err
+
+
+def run(binary, eal, args, timeout=BUDGET):
+    p = start(binary, eal, args)
+    out, err = finish(p, timeout)
+    return p, out, err
+
+
+def wait_line(p, stream, text, timeout=BUDGET):
+    """Reads stream until a line holding text; returns what was read."""
+    seen = []
+    end = time.monotonic() + timeout
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(stream, selectors.EVENT_READ)
+    while time.monotonic() < end:
+        if not sel.select(timeout=max(0.0, end - time.monotonic())):
+            break
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    fail(f"never saw {text!r}", ("it", "".join(seen), ""))
+
+
+# ---- Good runs ---------------------------------------------------------------------------------
+
+def pair(binary, listen, peer, extra=(), server_ns=None, client_ns=None, duration="1.5"):
+    """Runs a server and a client to the end; checks both summaries and the cleanup."""
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", listen, "--json",
+                                     "--rendezvous-timeout", "40"] + list(extra), server_ns)
+    try:
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", peer, "--duration", duration,
+                                         "--json", "--rendezvous-timeout", "40"] + list(extra),
+                    client_ns)
+        cout, cerr = finish(cli)
+        sout, serr = finish(srv)
+    finally:
+        for p in (srv,):
+            if p.poll() is None:
+                p.kill()
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    c, s = summary(cout), summary(sout)
+    check(c and s, "no summary", *procs)
+    ct, st = c["total"], s["total"]
+    check(ct["ios"] > 0 and ct["errors"]["total"] == 0 and st["errors"]["total"] == 0,
+          f"client {ct['ios']} I/Os, errors {ct['errors']} / {st['errors']}", *procs)
+    check(st["ios"] == ct["ios"], f"server served {st['ios']}, client completed {ct['ios']}",
+          *procs)
+    check(ct["remote_invalidations"] == ct["ios"], "a reply did not invalidate its window", *procs)
+    check(len(c["lanes"]) == len(s["lanes"]), "lanes differ", *procs)
+    for i, (cl, sl) in enumerate(zip(c["lanes"], s["lanes"])):
+        check(cl["ios"] > 0 and cl["ios"] == sl["ios"], f"lane {i}: {cl['ios']} vs {sl['ios']}",
+              *procs)
+    check("waiting for a client on" in serr and "Ctrl-C to stop" in serr,
+          "the server's wait was not announced", *procs)
+    check("connecting to" in cerr, "the client's wait was not announced", *procs)
+    for p in (srv, cli):
+        check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+    return c, s, procs
+
+
+def case_loopback(binary):
+    port = free_port()
+    c, _, _ = pair(binary, f"127.0.0.1:{port}", f"127.0.0.1:{port}")
+    t = c["total"]
+    print(f"loopback: {t['ios']} RPCs verified, p50 {t['latency_us']['p50']:.1f} us")
+
+
+def case_lanes(binary):
+    # Two lanes, one QP each, over one rendezvous: 3 lcores on the 2 CPUs of the machine.
+    port = free_port()
+    srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
+    cli_eal = ["--lcores", "0@0,1@1,2@0"] + MEM
+    global SERVER_EAL, CLIENT_EAL
+    SERVER_EAL, CLIENT_EAL = srv_eal, cli_eal
+    c, _, _ = pair(binary, str(port), f"localhost:{port}", ["--nb-cores", "2"])
+    check(len(c["lanes"]) == 2, f"{len(c['lanes'])} lanes")
+    print("lanes: " + ", ".join(f"lane {i} {l['ios']} RPCs" for i, l in enumerate(c["lanes"])))
+
+
+class Netns:
+    """Two namespaces joined by a veth pair, always torn down (also on SIGTERM from meson)."""
+
+    def __init__(self):
+        self.name = f"rx{os.getpid() % 1000000}"
+
+    def __enter__(self):
+        p = subprocess.run([NETNS, "up", self.name], capture_output=True, text=True, timeout=30)
+        if p.returncode == 77:
+            print(p.stderr.strip() or "network namespaces unavailable: skipped")
+            sys.exit(77)
+        if p.returncode != 0:
+            subprocess.run([NETNS, "down", self.name], timeout=30)
+            raise AssertionError(f"netns.sh up: exit {p.returncode}: {p.stderr}")
+        self.a, self.b, self.addr_a, self.addr_b = p.stdout.split()
+        signal.signal(signal.SIGTERM, lambda *_: (self.__exit__(), sys.exit(1)))
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([NETNS, "down", self.name], timeout=30)
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert self.name not in out, f"namespaces left: {out}"
+
+
+def case_netns(binary):
+    with Netns() as n:
+        port = 7471  # each namespace has its own ports: the default is free in a new one
+        c, s, procs = pair(binary, f"{n.addr_a}:{port}", f"{n.addr_a}:{port}",
+                           server_ns=n.a, client_ns=n.b)
+        serr, cerr = procs[0][2], procs[1][2]
+        check(f"server {n.addr_a}:{port} over TCP from {n.addr_b}:" in cerr,
+              "the client did not reach the server across the veth pair", *procs)
+        check(f"client {n.addr_b}:" in serr, "the server saw another client address", *procs)
+        t = c["total"]
+        print(f"netns: {t['ios']} RPCs verified across {n.a} -> {n.b}, "
+              f"p50 {t['latency_us']['p50']:.1f} us")
+
+
+def case_netns_unreachable(binary):
+    # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
+    # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
+    # the namespaces: the host's own network may have a proxy that answers any address.)
+    with Netns() as n:
+        srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                         "--rendezvous-timeout", "30"], n.a)
+        try:
+            wait_line(srv, srv.stdout, "waiting for a client")
+            for to, why in ((f"{n.addr_a}:7472", "Connection refused"),
+                            ("10.47.0.3:7471", "")):
+                t0 = time.monotonic()
+                cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", to,
+                                                 "--rendezvous-timeout", "1"], n.b)
+                out, err = finish(cli)
+                check(time.monotonic() - t0 < 30, "waited too long")
+                one_line(cli, out, err, 1, f"no server at {to} within 1 s (last attempt: {why}")
+            srv.send_signal(signal.SIGINT)
+            sout, serr = finish(srv)
+            check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
+            check(not leftovers(srv.pid), f"left: {leftovers(srv.pid)}")
+        finally:
+            if srv.poll() is None:
+                srv.kill()
+
+
+# ---- Bad cases ---------------------------------------------------------------------------------
+
+def one_line(p, out, err, code, text, who="rdmafwd"):
+    lines = rdmafwd_lines(err)
+    errs = [l for l in lines if "Ctrl-C to stop" not in l]
+    check(p.returncode == code, f"exit {p.returncode}, want {code}", (who, out, err))
+    check(len(errs) == 1, f"want one error line, got {errs}", (who, out, err))
+    check(text in errs[0], f"{errs[0]!r} lacks {text!r}", (who, out, err))
+    check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", (who, out, err))
+    print(f"exit {code}: {errs[0]}")
+
+
+def case_no_server(binary):
+    port = free_port()
+    t0 = time.monotonic()
+    p, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                           "--rendezvous-timeout", "1"])
+    one_line(p, out, err, 1, f"no server at 127.0.0.1:{port} within 1 s (last attempt: "
+                             "Connection refused; is the server running?)")
+    check(time.monotonic() - t0 < 30, "waited too long")
+
+
+def case_bad_host(binary):
+    p, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", "no-such-host.invalid:9"])
+    one_line(p, out, err, 2, "cannot resolve 'no-such-host.invalid'")
+
+
+def case_bad_address(binary):
+    # Syntax: refused before the EAL starts. Not an address of this host: refused at bind.
+    p, out, err = run(binary, SERVER_EAL, ["--role", "server", "--listen", "1.2.3.4:99999"])
+    check(p.returncode == 2 and "port '99999' is not a number in 0..65535" in err,
+          f"exit {p.returncode}", ("server", out, err))
+    p, out, err = run(binary, SERVER_EAL, ["--role", "server", "--listen", "203.0.113.9:7471"])
+    one_line(p, out, err, 2, "cannot listen on 203.0.113.9:7471: Cannot assign requested address"
+                             " (not an address of this host)")
+
+
+def case_port_busy(binary):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    try:
+        p, out, err = run(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}"])
+    finally:
+        s.close()
+    one_line(p, out, err, 1, f"cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+def case_no_client(binary):
+    port = free_port()
+    t0 = time.monotonic()
+    p, out, err = run(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                           "--rendezvous-timeout", "1"])
+    one_line(p, out, err, 1, f"no client on 127.0.0.1:{port} within 1 s")
+    check(time.monotonic() - t0 < 30, "waited too long")
+
+
+def fake_server(reply, port_box, ready):
+    """A TCP server that reads the client's hello and answers `reply` bytes, then closes."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port_box.append(s.getsockname()[1])
+    ready.set()
+    s.settimeout(BUDGET)
+    try:
+        c, _ = s.accept()
+        c.settimeout(BUDGET)
+        c.recv(4096)
+        c.sendall(reply)
+        c.close()
+    except OSError:
+        pass
+    s.close()
+
+
+def against_fake_server(binary, reply):
+    port, ready = [], threading.Event()
+    t = threading.Thread(target=fake_server, args=(reply, port, ready), daemon=True)
+    t.start()
+    ready.wait(10)
+    p, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port[0]}",
+                                           "--rendezvous-timeout", "5"])
+    t.join(10)
+    return p, out, err
+
+
+def case_version_mismatch(binary):
+    p, out, err = against_fake_server(binary, b"RDXR\x09\x02\x00\x00")
+    one_line(p, out, err, 1, "speaks rendezvous version 9, this program speaks 1")
+
+
+def case_foreign_server(binary):
+    p, out, err = against_fake_server(binary, b"SSH-2.0-OpenSSH_9.2\r\n")
+    one_line(p, out, err, 1, "does not speak the rdmx rendezvous")
+
+
+def case_server_dies_mid_exchange(binary):
+    p, out, err = against_fake_server(binary, b"RDXR\x01\x02\x00\x20wire x")
+    one_line(p, out, err, 1, "closed the connection in the middle of welcome")
+
+
+def case_client_dies_mid_exchange(binary):
+    # A client that sends half a hello and goes: the server says so in one line and waits for
+    # the next client (a broken client does not end a server).
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30"])
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        c = socket.create_connection(("127.0.0.1", port), timeout=10)
+        c.sendall(b"RDXR\x01\x01\x00\x40fwd")
+        c.close()
+        # It is still waiting: now a good client is served.
+        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
+                                                   f"127.0.0.1:{port}", "--duration", "0.5",
+                                                   "--json"])
+        sout, serr = finish(srv)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
+    check(len(lines) == 1 and "closed the connection in the middle of hello" in lines[0],
+          f"server lines {lines}", *procs)
+    print(lines[0])
+
+
+def case_size_mismatch(binary):
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30"])
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                                 "--page-size", "65536"])
+        one_line(cli, out, err, 2, f"refused by 127.0.0.1:{port}: the client runs page-size "
+                                   "65536, this server 4096: start both with the same --page-size")
+        cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                                 "--io-depth", "8"])
+        one_line(cli, out, err, 2, "the client runs io-depth 8, this server 32")
+        srv.send_signal(signal.SIGINT)
+        sout, serr = finish(srv)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
+    check(len(lines) == 2, f"server lines {lines}", ("server", sout, serr))
+    check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
+    check(not leftovers(srv.pid), f"left: {leftovers(srv.pid)}")
+
+
+def interrupted_wait(binary, eal, args, announce, phase):
+    p = start(binary, eal, args)
+    try:
+        wait_line(p, p.stdout, announce)
+        p.send_signal(signal.SIGINT)
+        out, err = finish(p)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    one_line(p, out, err, 130, f"rdmafwd: interrupted {phase}")
+
+
+def case_sigint_server(binary):
+    interrupted_wait(binary, SERVER_EAL, ["--role", "server", "--listen", str(free_port())],
+                     "Ctrl-C to stop", "while waiting for the peer")
+
+
+def case_sigint_client(binary):
+    interrupted_wait(binary, CLIENT_EAL, ["--role", "client", "--peer",
+                                          f"127.0.0.1:{free_port()}"],
+                     "Ctrl-C to stop", "while waiting for the peer")
+
+
+def case_client_dies_mid_run(binary):
+    # kill -9 of the client while forwarding: the server sees the rendezvous connection close
+    # without a goodbye, stops at once and says so (exit 1), leaving nothing behind.
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}"])
+    cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--json",
+                                     "--stats-period", "0.2"])
+    try:
+        wait_line(cli, cli.stdout, '"type":"periodic"')
+        cli.kill()
+        cli.communicate()
+        t0 = time.monotonic()
+        sout, serr = finish(srv, 30)
+        took = time.monotonic() - t0
+    finally:
+        for p in (srv, cli):
+            if p.poll() is None:
+                p.kill()
+    lines = rdmafwd_lines(serr)
+    check(srv.returncode == 1, f"server exit {srv.returncode}", ("server", sout, serr))
+    check(any("went away during the run" in l for l in lines), f"lines {lines}",
+          ("server", sout, serr))
+    check(not leftovers(srv.pid), f"left: {leftovers(srv.pid)}")
+    # The client's own runtime directory (it was killed) is removed by the next rdmafwd.
+    import shutil
+    d = runtime_dir_left(cli.pid)
+    if d:
+        shutil.rmtree(d, ignore_errors=True)
+    print(f"server stopped {took:.2f} s after the client died: "
+          f"{[l for l in lines if 'went away' in l][0]}")
+
+
+CASES = {
+    "loopback": case_loopback,
+    "lanes": case_lanes,
+    "netns": case_netns,
+    "netns-unreachable": case_netns_unreachable,
+    "no-server": case_no_server,
+    "bad-host": case_bad_host,
+    "bad-address": case_bad_address,
+    "port-busy": case_port_busy,
+    "no-client": case_no_client,
+    "version-mismatch": case_version_mismatch,
+    "foreign-server": case_foreign_server,
+    "server-dies-mid-exchange": case_server_dies_mid_exchange,
+    "client-dies-mid-exchange": case_client_dies_mid_exchange,
+    "size-mismatch": case_size_mismatch,
+    "sigint-server": case_sigint_server,
+    "sigint-client": case_sigint_client,
+    "client-dies-mid-run": case_client_dies_mid_run,
+}
+
+if __name__ == "__main__":
+    CASES[sys.argv[2]](sys.argv[1])
