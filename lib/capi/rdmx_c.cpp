@@ -17,6 +17,7 @@
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
@@ -108,7 +109,7 @@ const rdmx_core_opts kCoreDefaults = RDMX_CORE_OPTS_INIT;
 
 struct rdmx_core {
   rdmx_port* port = nullptr;
-  std::unique_ptr<win::PollCore> pc;
+  win::PollCore* pc = nullptr;                // owned by port->ep
   std::unique_ptr<uint64_t[]> scratch_pages;  // rdmx_map_buf
   uint32_t max_pages = 0;
   // Completions a CQE produced beyond what rdmx_poll's array held (one CQE can complete many
@@ -119,23 +120,14 @@ struct rdmx_core {
 
 struct rdmx_port {
   std::mutex mu;
-  std::string backend;
-  std::shared_ptr<emu::Wire> wire;
-  std::unique_ptr<rdmx::mlx5::Device> dev;
-  emu::EmuDevice* emu = nullptr;
-  std::unique_ptr<mem::Arena> arena;
-  std::unique_ptr<win::WindowPool> pool;
-  std::unique_ptr<mem::PageAllocator> pages;  // made on first rdmx_pages_alloc
+  endpoint::Endpoint ep;                      // device, arena, pool and the cores' PollCores
+  std::unique_ptr<mem::PageAllocator> pages;  // made on first rdmx_pages_alloc; before ep's arena
   std::vector<rdmx_core*> cores;
 
   ~rdmx_port() {
     for (rdmx_core* c : cores) delete c;
     cores.clear();
-    pool.reset();
     pages.reset();
-    arena.reset();
-    dev.reset();
-    wire.reset();
   }
 };
 
@@ -262,29 +254,31 @@ int check_port_opts(const rdmx_port_opts& o) {
   return 0;
 }
 
-// Arena + window pool on an opened device.
-int finish_port(rdmx_port* p, const rdmx_port_opts& o) {
-  mem::ArenaConfig ac;
-  ac.page_size = o.page_size;
+// A port is an endpoint without cores (rdmx_core_create adds them). arena_bytes is the data
+// part: the builder adds what the window pool reserves at the arena's tail.
+endpoint::EndpointConfig endpoint_config(const rdmx_port_opts& o) {
+  endpoint::EndpointConfig ec;
+  ec.arena.page_size = o.page_size;
   if (o.user_buf) {
-    ac.source = mem::Source::kUser;
-    ac.user_buf = o.user_buf;
-    ac.bytes = o.user_buf_len;
+    ec.arena.source = mem::Source::kUser;
+    ec.arena.user_buf = o.user_buf;
+    ec.arena.bytes = o.user_buf_len;
   } else {
-    ac.source = mem::Source::kHeap;
-    ac.bytes = o.arena_bytes;
+    ec.arena.source = mem::Source::kHeap;
+    ec.arena.bytes = o.arena_bytes;
   }
-  auto a = mem::Arena::create(*p->dev, ac);
-  if (!a) return fail(a.error(), "rdmx_port_open: arena");
-  p->arena = std::move(a).value();
-  win::PoolConfig pc;
-  pc.n_windows = o.n_windows;
-  pc.max_pages = o.max_pages;
-  pc.remote_invalidate = o.remote_invalidate != 0;
-  pc.max_cores = o.max_cores;
-  auto pool = win::WindowPool::create(*p->dev, *p->arena, pc);
-  if (!pool) return fail(pool.error(), "rdmx_port_open: window pool");
-  p->pool = std::move(pool).value();
+  ec.pool.n_windows = o.n_windows;
+  ec.pool.max_pages = o.max_pages;
+  ec.pool.remote_invalidate = o.remote_invalidate != 0;
+  ec.pool.max_cores = o.max_cores;
+  ec.n_cores = 0;
+  return ec;
+}
+
+int finish_port(rdmx_port* p, endpoint::OpenedDevice&& d, const rdmx_port_opts& o) {
+  auto ep = endpoint::Endpoint::create(std::move(d), endpoint_config(o));
+  if (!ep) return fail(ep.error(), "rdmx_port_open");
+  p->ep = std::move(ep).value();
   return 0;
 }
 
@@ -296,13 +290,6 @@ endpoint::DeviceOptions device_options(const rdmx_port_opts& o) {
   d.ib_port = o.ib_port;
   d.gid_index = o.gid_index;
   return d;
-}
-
-void adopt(rdmx_port* p, endpoint::OpenedDevice&& d) {
-  p->wire = std::move(d.wire);
-  p->emu = d.emu;
-  p->dev = std::move(d.dev);
-  p->backend = std::move(d.backend);
 }
 
 }  // namespace
@@ -424,8 +411,7 @@ int rdmx_port_open(const char* device, const rdmx_port_opts* opts, rdmx_port** o
     auto d = endpoint::open_device(device, device_options(o));
     if (!d) return fail(d.error(), "rdmx_port_open");
     auto p = std::make_unique<rdmx_port>();
-    adopt(p.get(), std::move(d).value());
-    if (int rc = finish_port(p.get(), o)) return rc;
+    if (int rc = finish_port(p.get(), std::move(d).value(), o)) return rc;
     *out = p.release();
     return 0;
   });
@@ -455,10 +441,8 @@ int rdmx_port_open_pair(const char* device, const rdmx_port_opts* opts_a,
     if (!pair) return fail(pair.error(), "rdmx_port_open_pair");
     auto pa = std::make_unique<rdmx_port>();
     auto pb = std::make_unique<rdmx_port>();
-    adopt(pa.get(), std::move(pair.value()[0]));
-    adopt(pb.get(), std::move(pair.value()[1]));
-    if (int rc = finish_port(pa.get(), oa)) return rc;
-    if (int rc = finish_port(pb.get(), ob)) return rc;
+    if (int rc = finish_port(pa.get(), std::move(pair.value()[0]), oa)) return rc;
+    if (int rc = finish_port(pb.get(), std::move(pair.value()[1]), ob)) return rc;
     *a = pa.release();
     *b = pb.release();
     return 0;
@@ -478,37 +462,37 @@ int rdmx_port_query(rdmx_port* p, rdmx_port_info* out) {
     if (!p || !out) return fail(RDMX_EINVAL, "rdmx_port_query: NULL argument");
     std::lock_guard lk(p->mu);
     std::memset(out, 0, sizeof(*out));
-    std::snprintf(out->device, sizeof(out->device), "%s", p->dev->name().c_str());
-    std::snprintf(out->backend, sizeof(out->backend), "%s", p->backend.c_str());
-    const mem::Arena& a = *p->arena;
+    std::snprintf(out->device, sizeof(out->device), "%s", p->ep.device().name().c_str());
+    std::snprintf(out->backend, sizeof(out->backend), "%s", p->ep.backend().c_str());
+    const mem::Arena& a = p->ep.arena();
     out->arena_base = a.ptr(a.base());
     out->arena_bytes = a.size();
     out->data_bytes = a.data_end() - a.base();
     out->page_size = a.page_size();
     out->n_pages = a.n_pages();
     out->lkey = a.lkey();
-    out->n_windows = p->pool->n_windows();
-    out->max_pages = p->pool->max_pages();
-    out->depot_windows = p->pool->depot_count();
+    out->n_windows = p->ep.pool().n_windows();
+    out->max_pages = p->ep.pool().max_pages();
+    out->depot_windows = p->ep.pool().depot_count();
     out->free_pages = p->pages ? p->pages->n_free() : a.n_pages();
-    out->emu_checker_reports = p->emu ? p->emu->checker().total() : 0;
+    out->emu_checker_reports = p->ep.emu() ? p->ep.emu()->checker().total() : 0;
     return 0;
   });
 }
 
 void* rdmx_port_arena(const rdmx_port* p) {
-  return p ? p->arena->ptr(p->arena->base()) : nullptr;
+  return p ? p->ep.arena().ptr(p->ep.arena().base()) : nullptr;
 }
 
 uint32_t rdmx_port_lkey(const rdmx_port* p) {
-  return p ? p->arena->lkey() : 0;
+  return p ? p->ep.arena().lkey() : 0;
 }
 
 int rdmx_port_check(rdmx_port* p) {
   return guarded("rdmx_port_check", [&]() -> int {
     if (!p) return fail(RDMX_EINVAL, "rdmx_port_check: NULL port");
     std::lock_guard lk(p->mu);
-    auto r = p->pool->check_windows();
+    auto r = p->ep.pool().check_windows();
     if (!r) return fail(r.error(), "rdmx_port_check");
     return 0;
   });
@@ -517,7 +501,7 @@ int rdmx_port_check(rdmx_port* p) {
 int rdmx_port_progress(rdmx_port* p) {
   return guarded("rdmx_port_progress", [&]() -> int {
     if (!p) return fail(RDMX_EINVAL, "rdmx_port_progress: NULL port");
-    return p->emu && p->emu->progress() ? 1 : 0;
+    return p->ep.emu() && p->ep.emu()->progress() ? 1 : 0;
   });
 }
 
@@ -527,7 +511,7 @@ int rdmx_pages_alloc(rdmx_port* p, uint64_t* pages, uint32_t n) {
   return guarded("rdmx_pages_alloc", [&]() -> int {
     if (!p || (!pages && n)) return fail(RDMX_EINVAL, "rdmx_pages_alloc: NULL argument");
     std::lock_guard lk(p->mu);
-    if (!p->pages) p->pages = std::make_unique<mem::PageAllocator>(*p->arena);
+    if (!p->pages) p->pages = std::make_unique<mem::PageAllocator>(p->ep.arena());
     const Errc e = p->pages->alloc_bulk({pages, n});
     if (e != Errc::kOk)
       return fail(static_cast<int>(e), "rdmx_pages_alloc: " + std::to_string(n) + " pages asked, " +
@@ -554,7 +538,7 @@ int rdmx_buf_pages(const rdmx_port* p, const void* addr, uint64_t len, uint64_t*
                    uint32_t max, uint32_t* first_byte_offset) {
   if (!p || (!pages && max)) return -RDMX_EINVAL;
   const mem::PageSpan s =
-      p->arena->to_pages(reinterpret_cast<uint64_t>(addr), len, {pages, size_t{max}});
+      p->ep.arena().to_pages(reinterpret_cast<uint64_t>(addr), len, {pages, size_t{max}});
   if (!s.ok()) return neg(s.errc);
   if (first_byte_offset) *first_byte_offset = s.first_offset;
   return static_cast<int>(s.n_pages);
@@ -583,14 +567,14 @@ int rdmx_core_create(rdmx_port* p, const rdmx_core_opts* opts, rdmx_core** out) 
     cc.signal_every = o.signal_every;
     auto c = std::make_unique<rdmx_core>();
     c->port = p;
-    c->max_pages = p->pool->max_pages();
+    c->max_pages = p->ep.pool().max_pages();
     c->scratch_pages = std::make_unique<uint64_t[]>(c->max_pages);
     c->pend_cap = o.sq_depth + o.rq_depth + 1;
     c->pend = std::make_unique<rdmx_completion[]>(c->pend_cap);
     std::lock_guard lk(p->mu);
-    auto pc = win::PollCore::create(*p->pool, cc);
+    auto pc = p->ep.add_core(cc);
     if (!pc) return fail(pc.error(), "rdmx_core_create");
-    c->pc = std::move(pc).value();
+    c->pc = pc.value();
     p->cores.push_back(c.get());
     *out = c.release();
     return 0;
@@ -603,6 +587,7 @@ void rdmx_core_destroy(rdmx_core* c) {
     rdmx_port* p = c->port;
     std::lock_guard lk(p->mu);
     p->cores.erase(std::remove(p->cores.begin(), p->cores.end(), c), p->cores.end());
+    p->ep.remove_core(c->pc);
     delete c;
     return 0;
   });
@@ -612,7 +597,7 @@ int rdmx_core_connect_info(rdmx_core* c, rdmx_connect_info* out) {
   return guarded("rdmx_core_connect_info", [&]() -> int {
     if (!c || !out) return fail(RDMX_EINVAL, "rdmx_core_connect_info: NULL argument");
     std::lock_guard lk(c->port->mu);
-    encode(c->port->dev->local_info(c->pc->qp_handle()), out);
+    encode(c->port->ep.device().local_info(c->pc->qp_handle()), out);
     return 0;
   });
 }
@@ -623,7 +608,7 @@ int rdmx_core_connect(rdmx_core* c, const rdmx_connect_info* remote) {
     auto ci = decode(remote);
     if (!ci) return fail(ci.error(), "rdmx_core_connect");
     std::lock_guard lk(c->port->mu);
-    auto s = c->port->dev->connect(c->pc->qp_handle(), ci.value());
+    auto s = c->port->ep.device().connect(c->pc->qp_handle(), ci.value());
     if (!s) return fail(s.error(), "rdmx_core_connect");
     return 0;
   });

@@ -1,12 +1,15 @@
-// lib/endpoint: the device-name grammar and the connect/recover services (suite 'emu').
+// lib/endpoint: the device-name grammar, the endpoint builder and the connect/recover services
+// (suite 'emu').
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <vector>
 
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
@@ -104,32 +107,25 @@ TEST(DeviceOpen, BackendNamesAndAttachTimeoutInTime) {
   EXPECT_FALSE(take_emu(std::move(d)).value() == nullptr);
 }
 
-struct Side {
-  OpenedDevice dev;
-  std::unique_ptr<mem::Arena> arena;
-  std::unique_ptr<win::WindowPool> pool;
-  std::unique_ptr<win::PollCore> core;
-  void build() {
-    mem::ArenaConfig ac;
-    ac.bytes = 256 * 4096;
-    arena = take(mem::Arena::create(*dev.dev, ac));
-    win::PoolConfig pc;
-    pc.n_windows = 16;
-    pc.max_pages = 8;
-    pool = take(win::WindowPool::create(*dev.dev, *arena, pc));
-    win::CoreConfig cc;
-    cc.cache_size = 8;
-    cc.qp.sq_wqebbs = 256;
-    cc.qp.rq_wqes = 16;
-    cc.qp.cq_cqes = 1024;
-    core = take(win::PollCore::create(*pool, cc));
-  }
-  ~Side() {
-    core.reset();
-    pool.reset();
-    arena.reset();
-  }
-};
+// The endpoint both connect/recover tests use: 256 data pages, 16 windows of 8 pages, one core.
+EndpointConfig small_config() {
+  EndpointConfig ec;
+  ec.arena.bytes = 256 * 4096;
+  ec.pool.n_windows = 16;
+  ec.pool.max_pages = 8;
+  ec.core.cache_size = 8;
+  ec.core.qp.sq_wqebbs = 256;
+  ec.core.qp.rq_wqes = 16;
+  ec.core.qp.cq_cqes = 1024;
+  return ec;
+}
+
+std::array<Endpoint, 2> endpoint_pair(const char* spec) {
+  auto pair = take(open_device_pair(spec));
+  Endpoint a = take(Endpoint::create(std::move(pair[0]), small_config()));
+  Endpoint b = take(Endpoint::create(std::move(pair[1]), small_config()));
+  return {std::move(a), std::move(b)};
+}
 
 // The recovery protocol as one call: an error on A with map UMRs still in flight and nothing
 // polled; recover_cores drains, reconnects and re-invalidates, three times in a row, and the core
@@ -138,71 +134,109 @@ struct Side {
 // later, which is why recover_cores drains first.)
 TEST(Recover, WithWorkInFlight) {
   for (const char* spec : {"emu", "emu-inline"}) {
-    auto pair = take(open_device_pair(spec));
-    Side a, b;
-    a.dev = std::move(pair[0]);
-    b.dev = std::move(pair[1]);
-    a.build();
-    b.build();
-    ASSERT_TRUE(connect_cores(*a.core, *b.core).ok());
+    auto [a, b] = endpoint_pair(spec);
+    ASSERT_TRUE(connect_endpoints(a, b).ok());
     std::vector<uint64_t> pages(4);
-    for (uint32_t i = 0; i < pages.size(); ++i) pages[i] = a.arena->page_addr(i);
+    for (uint32_t i = 0; i < pages.size(); ++i) pages[i] = a.arena().page_addr(i);
     for (int round = 0; round < 3; ++round) {
       for (int i = 0; i < 6; ++i)
-        ASSERT_TRUE(
-            a.core->map(pages, mlx5::kAccessRemoteWrite | mlx5::kAccessLocalWrite, 0, 4 * 4096)
-                .ok());
-      a.core->flush();
-      ASSERT_TRUE(a.dev.emu->faults().qp_to_error(a.core->qp_handle()).ok());
-      const Status s = recover_cores(*a.core, *b.core);
+        ASSERT_TRUE(a.core()
+                        .map(pages, mlx5::kAccessRemoteWrite | mlx5::kAccessLocalWrite, 0, 4 * 4096)
+                        .ok());
+      a.core().flush();
+      ASSERT_TRUE(a.emu()->faults().qp_to_error(a.core().qp_handle()).ok());
+      const Status s = recover_cores(a.core(), b.core());
       ASSERT_TRUE(s.ok()) << spec << " round " << round << ": " << s.error().message;
-      EXPECT_EQ(a.core->umrs_in_flight(), 0u);
-      EXPECT_EQ(a.core->stats().recoveries, uint64_t(round + 1));
+      EXPECT_EQ(a.core().umrs_in_flight(), 0u);
+      EXPECT_EQ(a.core().stats().recoveries, uint64_t(round + 1));
     }
     EXPECT_TRUE(
-        a.core->map(std::span<const uint64_t>(pages.data(), 1), mlx5::kAccessLocalWrite, 0, 4096)
+        a.core()
+            .map(std::span<const uint64_t>(pages.data(), 1), mlx5::kAccessLocalWrite, 0, 4096)
             .ok());
-    a.core->flush();
-    EXPECT_TRUE(a.core->quiesce());
-    EXPECT_EQ(a.dev.emu->checker().total() + b.dev.emu->checker().total(), 0u)
-        << a.dev.emu->checker().dump() << b.dev.emu->checker().dump();
-  }
-}
-
-// An arena sized as data pages + WindowPool::arena_tail_bytes keeps exactly its data pages once
-// the pool reserved its pointer-mode KLM arrays (windows larger than any inline UMR).
-TEST(Sizing, ArenaTailBytesIsWhatThePoolReserves) {
-  auto d = take(open_device("emu-inline"));
-  for (uint32_t max_pages : {53u, 256u, 1024u}) {
-    win::PoolConfig pc;
-    pc.n_windows = 24;
-    pc.max_pages = max_pages;
-    const size_t tail = win::WindowPool::arena_tail_bytes(pc, 4096);
-    EXPECT_GE(tail, size_t{24} * max_pages * 16);
-    mem::ArenaConfig ac;
-    ac.bytes = 10 * 4096 + tail;
-    auto arena = take(mem::Arena::create(*d.dev, ac));
-    auto pool = take(win::WindowPool::create(*d.dev, *arena, pc));
-    EXPECT_EQ(arena->n_pages(), 10u) << max_pages;
+    a.core().flush();
+    EXPECT_TRUE(a.core().quiesce());
+    EXPECT_EQ(a.emu()->checker().total() + b.emu()->checker().total(), 0u)
+        << a.emu()->checker().dump() << b.emu()->checker().dump();
   }
 }
 
 TEST(Connect, AcrossTheCodec) {
-  auto pair = take(open_device_pair("emu-inline"));
-  Side a, b;
-  a.dev = std::move(pair[0]);
-  b.dev = std::move(pair[1]);
-  a.build();
-  b.build();
-  const mlx5::ConnectInfoBytes ia = local_connect_info(*a.core);
-  const mlx5::ConnectInfoBytes ib = local_connect_info(*b.core);
-  ASSERT_TRUE(connect_core(*a.core, ib).ok());
-  ASSERT_TRUE(connect_core(*b.core, ia).ok());
+  auto [ea, eb] = endpoint_pair("emu-inline");
+  win::PollCore* a = &ea.core();
+  win::PollCore* b = &eb.core();
+  const mlx5::ConnectInfoBytes ia = local_connect_info(*a);
+  const mlx5::ConnectInfoBytes ib = local_connect_info(*b);
+  ASSERT_TRUE(connect_core(*a, ib).ok());
+  ASSERT_TRUE(connect_core(*b, ia).ok());
   mlx5::ConnectInfoBytes bad = ib;
   bad[9] ^= 1;
-  const Status s = connect_core(*a.core, bad);
+  const Status s = connect_core(*a, bad);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, Errc::kProtocol);
+}
+
+// The builder sizes the arena by the pool: the data part keeps every page asked for, whether
+// the pool needs pointer-mode KLM arrays at the tail (max_pages above the inline limit: then
+// exactly those pages) or not.
+TEST(Builder, ArenaSizedByThePool) {
+  for (uint32_t max_pages : {8u, 53u, 256u, 1024u}) {
+    EndpointConfig ec;
+    ec.arena.bytes = 10 * 4096 + 1;  // rounded up to 11 pages
+    ec.pool.n_windows = 24;
+    ec.pool.max_pages = max_pages;
+    ec.n_cores = 2;
+    ec.core.cache_size = 4;
+    const size_t need = arena_bytes_needed(ec);
+    EXPECT_EQ(need, 11 * 4096 + win::WindowPool::arena_tail_bytes(ec.pool, 4096)) << max_pages;
+    Endpoint e = take(Endpoint::create(take(open_device("emu-inline")), ec));
+    // The tail is the bound for any device; a pool that needs no pointer mode leaves it mappable.
+    if (max_pages > e.pool().inline_klm_limit())
+      EXPECT_EQ(e.arena().n_pages(), 11u) << max_pages;
+    else
+      EXPECT_GE(e.arena().n_pages(), 11u) << max_pages;
+    EXPECT_EQ(e.arena().size(), need) << max_pages;
+    EXPECT_EQ(e.n_cores(), 2u);
+    EXPECT_EQ(e.backend(), "emu-inline");
+    ASSERT_NE(e.emu(), nullptr);
+  }
+  // A caller's buffer is the arena: the tail comes out of it.
+  EndpointConfig ec;
+  alignas(4096) static uint8_t buf[64 * 4096];
+  ec.arena.source = mem::Source::kUser;
+  ec.arena.user_buf = buf;
+  ec.arena.bytes = sizeof buf;
+  ec.pool.n_windows = 8;
+  ec.pool.max_pages = 256;
+  EXPECT_EQ(arena_bytes_needed(ec), sizeof buf);
+  Endpoint e = take(Endpoint::create(take(open_device("emu-inline")), ec));
+  EXPECT_EQ(e.arena().size(), sizeof buf);
+  EXPECT_LT(e.arena().n_pages(), 64u);
+}
+
+// Cores come and go on a built endpoint; errors name the step that failed; destruction in order
+// leaves the device's checker clean.
+TEST(Builder, CoresAndErrors) {
+  Endpoint e = take(Endpoint::create(take(open_device("emu-inline")), small_config()));
+  auto c2 = e.add_core(small_config().core);
+  ASSERT_TRUE(c2.ok()) << c2.error().message;
+  EXPECT_EQ(e.n_cores(), 2u);
+  EXPECT_TRUE(e.remove_core(c2.value()));
+  EXPECT_FALSE(e.remove_core(c2.value()));
+  EXPECT_EQ(e.n_cores(), 1u);
+  e.destroy_cores();
+  EXPECT_EQ(e.n_cores(), 0u);
+  EXPECT_EQ(e.pool().depot_count(), e.pool().n_windows());  // every window back in the depot
+  EXPECT_EQ(e.emu()->checker().total(), 0u) << e.emu()->checker().dump();
+
+  EndpointConfig bad = small_config();
+  bad.pool.n_windows = 0;
+  auto r = Endpoint::create(take(open_device("emu-inline")), bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.rfind("window pool: ", 0), 0u) << r.error().message;
+  auto none = Endpoint::create(OpenedDevice{}, small_config());
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code, Errc::kInvalidArgument);
 }
 
 }  // namespace

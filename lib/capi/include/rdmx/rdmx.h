@@ -131,10 +131,12 @@ typedef struct rdmx_port_opts {
   const char* wire;
   int side;                   /* 0 or 1 */
   uint32_t attach_timeout_ms; /* default 5000 */
-  /* Memory. Default: rdmx allocates arena_bytes (rounded up to whole pages). With user_buf set,
-   * the caller's buffer is registered instead: page_size aligned, user_buf_len bytes, kept
-   * alive by the caller until rdmx_port_close(). */
-  size_t arena_bytes; /* default 16 MiB */
+  /* Memory. Default: rdmx allocates arena_bytes of mappable memory (rounded up to whole pages)
+   * plus what the windows' tables need at its tail (rdmx_port_info.arena_bytes tells the
+   * total). With user_buf set, the caller's buffer is registered instead: page_size aligned,
+   * user_buf_len bytes, kept alive by the caller until rdmx_port_close(); the tables then come
+   * out of it (rdmx_port_info.data_bytes tells what stays mappable). */
+  size_t arena_bytes; /* the data part; default 16 MiB */
   void* user_buf;
   size_t user_buf_len;
   uint32_t page_size; /* chunk page: 4096 (default), 65536 or 2 MiB */
