@@ -18,6 +18,7 @@
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
+#include <rdmx/endpoint/rendezvous.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
@@ -869,6 +870,159 @@ int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
   s.cached_windows = c->pc->cache().len();
   std::memcpy(out, &s, std::min(size, sizeof(s)));
   return 0;
+}
+
+}  // extern "C"
+
+// ---- Rendezvous over TCP (lib/endpoint/rendezvous) ---------------------------------------------
+
+struct rdmx_listener {
+  endpoint::Listener l;
+};
+struct rdmx_conn {
+  endpoint::Channel ch;
+};
+
+namespace {
+
+endpoint::Wait c_wait(uint32_t timeout_ms, std::chrono::milliseconds dflt,
+                      const volatile int* cancel) {
+  endpoint::Wait w;
+  w.timeout = timeout_ms ? std::chrono::milliseconds(timeout_ms) : dflt;
+  w.cancel_flag = cancel;
+  return w;
+}
+
+}  // namespace
+
+extern "C" {
+
+int rdmx_listen(const char* address, rdmx_listener** out) {
+  return guarded("rdmx_listen", [&]() -> int {
+    if (!address || !out) return fail(RDMX_EINVAL, "rdmx_listen: NULL argument");
+    *out = nullptr;
+    auto at = endpoint::parse_listen_address(address);
+    if (!at) return fail(at.error(), "rdmx_listen");
+    auto l = endpoint::Listener::listen(at.value());
+    if (!l) return fail(l.error(), "rdmx_listen");
+    *out = new rdmx_listener{std::move(l).value()};
+    return 0;
+  });
+}
+
+unsigned rdmx_listener_port(const rdmx_listener* l) {
+  return l ? l->l.port() : 0;
+}
+
+const char* rdmx_listener_address(const rdmx_listener* l) {
+  return l ? l->l.address().c_str() : "";
+}
+
+int rdmx_accept(rdmx_listener* l, uint32_t timeout_ms, const volatile int* cancel,
+                rdmx_conn** out) {
+  return guarded("rdmx_accept", [&]() -> int {
+    if (!l || !out) return fail(RDMX_EINVAL, "rdmx_accept: NULL argument");
+    *out = nullptr;
+    auto ch = l->l.accept(c_wait(timeout_ms, endpoint::kDefaultAcceptTimeout, cancel));
+    if (!ch) return fail(ch.error(), "rdmx_accept");
+    *out = new rdmx_conn{std::move(ch).value()};
+    return 0;
+  });
+}
+
+void rdmx_listener_close(rdmx_listener* l) {
+  delete l;
+}
+
+int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volatile int* cancel,
+                    rdmx_conn** out) {
+  return guarded("rdmx_connect_to", [&]() -> int {
+    if (!peer || !out) return fail(RDMX_EINVAL, "rdmx_connect_to: NULL argument");
+    *out = nullptr;
+    auto to = endpoint::parse_peer_address(peer);
+    if (!to) return fail(to.error(), "rdmx_connect_to");
+    auto ch = endpoint::Channel::connect(
+        to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
+    if (!ch) return fail(ch.error(), "rdmx_connect_to");
+    *out = new rdmx_conn{std::move(ch).value()};
+    return 0;
+  });
+}
+
+const char* rdmx_conn_peer(const rdmx_conn* c) {
+  return c ? c->ch.peer().c_str() : "";
+}
+
+int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms,
+                       const volatile int* cancel) {
+  return guarded("rdmx_conn_exchange", [&]() -> int {
+    if (!c || !cores || n == 0) return fail(RDMX_EINVAL, "rdmx_conn_exchange: bad arguments");
+    for (uint32_t i = 0; i < n; ++i)
+      if (!cores[i]) return fail(RDMX_EINVAL, "rdmx_conn_exchange: NULL core");
+    const endpoint::Wait w = c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel);
+    std::vector<rdmx::mlx5::ConnectInfo> mine(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      std::lock_guard lk(cores[i]->port->mu);
+      mine[i] = cores[i]->port->dev->local_info(cores[i]->pc->qp_handle());
+    }
+    if (auto s = c->ch.send_info(mine, w); !s) return fail(s.error(), "rdmx_conn_exchange");
+    auto theirs = c->ch.recv_info(w);
+    if (!theirs) return fail(theirs.error(), "rdmx_conn_exchange");
+    if (theirs.value().size() != n)
+      return fail(RDMX_EPROTO, "rdmx_conn_exchange: the peer exchanged " +
+                                   std::to_string(theirs.value().size()) + " core(s), this side " +
+                                   std::to_string(n));
+    for (uint32_t i = 0; i < n; ++i) {
+      std::lock_guard lk(cores[i]->port->mu);
+      auto s = cores[i]->port->dev->connect(cores[i]->pc->qp_handle(), theirs.value()[i]);
+      if (!s) return fail(s.error(), "rdmx_conn_exchange: core " + std::to_string(i));
+    }
+    return 0;
+  });
+}
+
+int rdmx_conn_ready(rdmx_conn* c, uint32_t timeout_ms, const volatile int* cancel) {
+  return guarded("rdmx_conn_ready", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_conn_ready: NULL argument");
+    const endpoint::Wait w = c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel);
+    if (auto s = c->ch.send(endpoint::FrameType::kReady, {}, w); !s)
+      return fail(s.error(), "rdmx_conn_ready");
+    if (auto f = c->ch.expect(endpoint::FrameType::kReady, w); !f)
+      return fail(f.error(), "rdmx_conn_ready");
+    return 0;
+  });
+}
+
+int rdmx_conn_send(rdmx_conn* c, const void* buf, size_t len, uint32_t timeout_ms,
+                   const volatile int* cancel) {
+  return guarded("rdmx_conn_send", [&]() -> int {
+    if (!c || (!buf && len)) return fail(RDMX_EINVAL, "rdmx_conn_send: NULL argument");
+    auto s = c->ch.send(endpoint::FrameType::kHello, {static_cast<const uint8_t*>(buf), len},
+                        c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
+    if (!s) return fail(s.error(), "rdmx_conn_send");
+    return 0;
+  });
+}
+
+int rdmx_conn_recv(rdmx_conn* c, void* buf, size_t cap, uint32_t timeout_ms,
+                   const volatile int* cancel) {
+  return guarded("rdmx_conn_recv", [&]() -> int {
+    if (!c || (!buf && cap)) return fail(RDMX_EINVAL, "rdmx_conn_recv: NULL argument");
+    auto f = c->ch.expect(endpoint::FrameType::kHello,
+                          c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
+    if (!f) return fail(f.error(), "rdmx_conn_recv");
+    const auto& p = f.value().payload;
+    if (!p.empty() && cap) std::memcpy(buf, p.data(), std::min(cap, p.size()));
+    return static_cast<int>(p.size());
+  });
+}
+
+int rdmx_conn_peer_gone(const rdmx_conn* c) {
+  return !c || c->ch.peer_gone() ? 1 : 0;
+}
+
+void rdmx_conn_close(rdmx_conn* c) {
+  delete c;
 }
 
 }  // extern "C"

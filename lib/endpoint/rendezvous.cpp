@@ -59,9 +59,13 @@ std::string sockaddr_text(const sockaddr_storage& ss) {
 
 // Waits until fd is ready for `events`, the deadline passes or the cancel flag is set.
 // Returns 1 ready, 0 timeout, -1 interrupted (flag), -2 error (errno set).
-int wait_fd(int fd, short events, Clock::time_point deadline, const std::atomic<bool>* cancel) {
+bool cancelled(const Wait& w) {
+  return (w.cancel && w.cancel->load()) || (w.cancel_flag && *w.cancel_flag);
+}
+
+int wait_fd(int fd, short events, Clock::time_point deadline, const Wait& w) {
   for (;;) {
-    if (cancel && cancel->load()) return -1;
+    if (cancelled(w)) return -1;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     // One look even when the time is up: what is already there counts.
@@ -245,7 +249,7 @@ Result<Channel> Channel::connect(const HostPort& to, Wait w) {
       Channel c(fd, to.str());
       int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
       if (rc != 0 && errno == EINPROGRESS) {
-        const int r = wait_fd(fd, POLLOUT, deadline, w.cancel);
+        const int r = wait_fd(fd, POLLOUT, deadline, w);
         if (r == -1) return interrupted("connecting to " + to.str());
         if (r == 0) {
           last = "no answer";
@@ -265,7 +269,7 @@ Result<Channel> Channel::connect(const HostPort& to, Wait w) {
       last = errno_text(errno);
     }
     // Refused (no server yet) or unreachable: try again until the budget is spent.
-    if (w.cancel && w.cancel->load()) return interrupted("connecting to " + to.str());
+    if (cancelled(w)) return interrupted("connecting to " + to.str());
     if (Clock::now() >= deadline)
       return make_error(Errc::kTimeout, "no server at " + to.str() + " within " +
                                             seconds_text(w.timeout) + " (last attempt: " + last +
@@ -286,7 +290,7 @@ Status Channel::write_all(const uint8_t* p, size_t n, Wait w) {
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       return make_error(Errc::kProtocol, "peer " + peer_ + ": send failed: " + errno_text(errno) +
                                              " (did it exit?)");
-    const int r = wait_fd(fd_, POLLOUT, deadline, w.cancel);
+    const int r = wait_fd(fd_, POLLOUT, deadline, w);
     if (r == -1) return interrupted("sending to " + peer_);
     if (r == 0)
       return make_error(Errc::kTimeout,
@@ -315,7 +319,7 @@ Status Channel::read_all(uint8_t* p, size_t n, Wait w, const char* what) {
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
       return make_error(Errc::kProtocol, "peer " + peer_ + ": receive failed: " +
                                              errno_text(errno) + " (did it exit?)");
-    const int r = wait_fd(fd_, POLLIN, deadline, w.cancel);
+    const int r = wait_fd(fd_, POLLIN, deadline, w);
     if (r == -1) return interrupted(std::string("waiting for ") + what + " from " + peer_);
     if (r == 0)
       return make_error(Errc::kTimeout, "peer " + peer_ + " sent no " + what + " within " +
@@ -514,7 +518,7 @@ Result<Channel> Listener::accept(Wait w) {
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
       return make_error(Errc::kDeviceError, "accept on " + address_ + ": " + errno_text(errno));
-    const int r = wait_fd(fd_, POLLIN, deadline, w.cancel);
+    const int r = wait_fd(fd_, POLLIN, deadline, w);
     if (r == -1) return interrupted("waiting for a client on " + address_);
     if (r == 0)
       return make_error(Errc::kTimeout,

@@ -265,6 +265,64 @@ RDMX_API int rdmx_core_connect(rdmx_core* core, const rdmx_connect_info* remote)
 /* [setup] Connects two cores of one process (each to the other). */
 RDMX_API int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b);
 
+/* ---- Meeting a peer over TCP (rendezvous) ---------------------------------------------------
+ * So that an application does not hand-roll sockets to exchange rdmx_connect_info: a server
+ * listens, a client connects, and both exchange the connect info of their cores (one QP each)
+ * in rdmx's framed, versioned rendezvous (the one rdmafwd --listen/--peer uses; see
+ * doc/guides/two-hosts.md). Plain kernel TCP, on the setup path only.
+ *
+ *   server                                      client
+ *   rdmx_listen("7471", &l);
+ *   rdmx_accept(l, 0, NULL, &c);                rdmx_connect_to("host:7471", 0, NULL, &c);
+ *   rdmx_conn_exchange(c, cores, n, 0, NULL);   rdmx_conn_exchange(c, cores, n, 0, NULL);
+ *   ... post the receives ...                   ... post the receives ...
+ *   rdmx_conn_ready(c, 0, NULL);                rdmx_conn_ready(c, 0, NULL);
+ *   ... traffic; rdmx_conn_send/recv for the application's own messages ...
+ *
+ * Every wait is bounded: timeout_ms, or when 0 the default (rdmx_accept 120000, rdmx_connect_to
+ * 30000: a refused connection is retried until then; every other exchange 10000), and stops
+ * early, with -RDMX_ESTATE ("interrupted"), once *cancel (may be NULL; e.g. a flag a SIGINT
+ * handler sets) is nonzero: it is looked at every 50 ms. Errors: -RDMX_EINVAL (an address that
+ * does not parse or resolve, or is not this host's), -RDMX_EBUSY (port in use), -RDMX_ETIMEDOUT,
+ * -RDMX_EPROTO (the peer is not an rdmx rendezvous, speaks another version, closed the
+ * connection, or sent bad connect info), -RDMX_ESTATE; rdmx_last_error() says which in one
+ * line. Handles are closed by rdmx_listener_close/rdmx_conn_close (NULL is a no-op). */
+typedef struct rdmx_listener rdmx_listener;
+typedef struct rdmx_conn rdmx_conn;
+
+/* [setup] Listens on "[ADDR:]PORT" ("7471" = 0.0.0.0:7471, "10.0.0.1:7471", "[::1]:7471";
+ * port 0 picks a free one, see rdmx_listener_port). */
+RDMX_API int rdmx_listen(const char* address, rdmx_listener** out);
+/* [setup] The bound port, and the address as "ADDR:PORT" (for the "waiting on" line). */
+RDMX_API unsigned rdmx_listener_port(const rdmx_listener* l);
+RDMX_API const char* rdmx_listener_address(const rdmx_listener* l);
+/* [setup] The next client. */
+RDMX_API int rdmx_accept(rdmx_listener* l, uint32_t timeout_ms, const volatile int* cancel,
+                         rdmx_conn** out);
+RDMX_API void rdmx_listener_close(rdmx_listener* l);
+/* [setup] Connects to "HOST[:PORT]" (port 7471 when none). */
+RDMX_API int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volatile int* cancel,
+                             rdmx_conn** out);
+/* [setup] "HOST:PORT" of the other end. */
+RDMX_API const char* rdmx_conn_peer(const rdmx_conn* c);
+/* [setup] Sends the connect info of cores[0..n), receives the peer's and connects cores[i] to
+ * the peer's i-th (both sides call it with the same n: -RDMX_EPROTO otherwise). */
+RDMX_API int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n,
+                                uint32_t timeout_ms, const volatile int* cancel);
+/* [setup] Says "my receives are posted" and waits for the peer to say so: after it, sends may
+ * start on both sides. */
+RDMX_API int rdmx_conn_ready(rdmx_conn* c, uint32_t timeout_ms, const volatile int* cancel);
+/* [setup] The application's own messages (at most 16384 bytes each). rdmx_conn_recv returns
+ * the message's length (the bytes beyond cap are dropped) and -RDMX_EPROTO when the peer
+ * closed the connection. */
+RDMX_API int rdmx_conn_send(rdmx_conn* c, const void* buf, size_t len, uint32_t timeout_ms,
+                            const volatile int* cancel);
+RDMX_API int rdmx_conn_recv(rdmx_conn* c, void* buf, size_t cap, uint32_t timeout_ms,
+                            const volatile int* cancel);
+/* [setup] Without waiting: 1 once the peer closed the connection (it ended or died). */
+RDMX_API int rdmx_conn_peer_gone(const rdmx_conn* c);
+RDMX_API void rdmx_conn_close(rdmx_conn* c);
+
 /* [hot] The core's port. */
 RDMX_API rdmx_port* rdmx_core_port(const rdmx_core* core);
 

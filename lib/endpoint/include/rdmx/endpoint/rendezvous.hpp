@@ -77,6 +77,7 @@ Result<HostPort> parse_peer_address(std::string_view s);
 struct Wait {
   std::chrono::milliseconds timeout{kDefaultExchangeTimeout};
   const std::atomic<bool>* cancel = nullptr;  // true: stop waiting (kState, "interrupted ...")
+  const volatile int* cancel_flag = nullptr;  // the same for C callers (a sig_atomic_t)
 };
 
 struct Frame {
