@@ -8,15 +8,22 @@
  *   blockd                                   both sides in one process (two emu ports)
  *   blockd --wire shm:NAME --role server     two processes over a shared-memory wire
  *   blockd --wire shm:NAME --role client     (same --blocks/--qd/--max-io on both sides)
+ *   blockd --role server --listen [ADDR:]PORT   two processes (or hosts) meeting over TCP
+ *   blockd --role client --peer HOST[:PORT]     (rdmx_listen/rdmx_connect_to; over emu the
+ *                                               server names its shm wire to the client)
  * Options: --device emu|emu-threaded|mlx5_0  --blocks N  --requests N  --qd N  --max-io BLOCKS
- * Exit: 0 ok, 1 data or protocol error, 2 usage, 3 no device. */
+ * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away), 2 usage
+ * (also: the client's --qd/--max-io differ from the server's), 3 no device, 130 Ctrl-C while
+ * waiting for the peer. */
 #define _POSIX_C_SOURCE 200809L
 #include <rdmx/rdmx.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BLK 4096u
 #define MSG 64u  /* message slot */
@@ -47,12 +54,34 @@ static double now_us(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
-/* Exits when rc < 0: with rdmx's message, or with `why`. Exit 3 when there is no such device. */
+static volatile sig_atomic_t g_stop; /* SIGINT/SIGTERM: ends a rendezvous wait */
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+static void close_all(void);
+/* Exits when rc < 0: with rdmx's message, or with `why`. Exit 3 when there is no such device,
+ * 130 when a wait was interrupted. */
 static void check(int rc, const char* what, const char* why) {
   if (rc >= 0) return;
+  close_all(); /* the shm wire and sockets go with their handles */
+  if (g_stop) {
+    fprintf(stderr, "blockd: interrupted while waiting for the peer\n");
+    exit(130);
+  }
   fprintf(stderr, "blockd: %s: %s (%s)\n", what, why ? why : rdmx_strerror(rc), rdmx_last_error());
   exit(rc == -RDMX_ENODEV ? 3 : 1);
 }
+/* The rendezvous: an address that does not parse or resolve is a usage error (exit 2). */
+static void check_rdv(int rc, const char* what) {
+  if (rc == -RDMX_EINVAL && !g_stop) {
+    fprintf(stderr, "blockd: %s\n", rdmx_last_error());
+    close_all();
+    exit(2);
+  }
+  check(rc, what, NULL);
+}
+#define TRY_RDV(call) check_rdv((call), #call)
 #define TRY(call) check((call), #call, NULL)
 #define fatal(who, why) check(-1, (who), (why))
 
@@ -239,37 +268,117 @@ static void setup(struct side* s, uint64_t data_bytes) {
   TRY(rdmx_core_create(s->port, NULL, &s->core));
 }
 
+/* Two processes over TCP (rdmx_listen/rdmx_connect_to): the client says its sizes, the server
+ * answers "ok WIRE" (its shm wire, "-" on a NIC) or "no REASON". */
+static rdmx_listener* g_lis;
+static rdmx_conn* g_conn;
+static char g_wire[300];
+static void close_all(void) {
+  rdmx_conn_close(g_conn);
+  rdmx_listener_close(g_lis);
+  g_conn = NULL, g_lis = NULL;
+  rdmx_port_close(S.port);
+  rdmx_port_close(C.port);
+  S.port = C.port = NULL;
+}
+static void sizes_text(char* out, size_t n) {
+  snprintf(out, n, "blockd qd %u max-io %llu", g_qd, (unsigned long long)g_max_io);
+}
+/* Server: waits for a client whose sizes are ours; refuses others (one line) and waits on. */
+static void tcp_accept(void) {
+  char want[128], got[128], ok[310];
+  int n;
+  sizes_text(want, sizeof want);
+  printf("blockd: server: waiting for a client on %s (up to 120 s), Ctrl-C to stop\n",
+         rdmx_listener_address(g_lis));
+  fflush(stdout);
+  for (;;) {
+    TRY_RDV(rdmx_accept(g_lis, 0, &g_stop, &g_conn));
+    n = rdmx_conn_recv(g_conn, got, sizeof got - 1, 0, &g_stop);
+    if (n >= 0) got[n < (int)sizeof got ? n : (int)sizeof got - 1] = 0;
+    if (n >= 0 && !strcmp(got, want)) break;
+    if (n >= 0) {
+      char no[300];
+      snprintf(no, sizeof no, "no this server runs \"%s\": give the client the same --qd/--max-io",
+               want);
+      rdmx_conn_send(g_conn, no, strlen(no) + 1, 0, &g_stop);
+    }
+    if (g_stop) check(-RDMX_ESTATE, "rdmx_accept", NULL);
+    fprintf(stderr, "blockd: server: client %s not served: %s\n", rdmx_conn_peer(g_conn),
+            n < 0 ? rdmx_last_error() : "its --qd/--max-io differ");
+    rdmx_conn_close(g_conn);
+    g_conn = NULL;
+  }
+  snprintf(ok, sizeof ok, "ok %s", g_wire[0] ? g_wire : "-");
+  TRY(rdmx_conn_send(g_conn, ok, strlen(ok) + 1, 0, &g_stop));
+}
+/* Client: reaches the server and learns its wire (before any port exists here). */
+static const char* tcp_connect(const char* peer) {
+  char hello[128], ans[300];
+  int n;
+  printf("blockd: client: connecting to %s (up to 30 s), Ctrl-C to stop\n", peer);
+  fflush(stdout);
+  TRY_RDV(rdmx_connect_to(peer, 0, &g_stop, &g_conn));
+  sizes_text(hello, sizeof hello);
+  TRY(rdmx_conn_send(g_conn, hello, strlen(hello) + 1, 0, &g_stop));
+  TRY(n = rdmx_conn_recv(g_conn, ans, sizeof ans - 1, 0, &g_stop));
+  ans[n < (int)sizeof ans ? n : (int)sizeof ans - 1] = 0;
+  if (strncmp(ans, "ok ", 3)) {
+    fprintf(stderr, "blockd: refused by %s: %s\n", rdmx_conn_peer(g_conn),
+            strncmp(ans, "no ", 3) ? "(no reason)" : ans + 3);
+    close_all();
+    exit(2);
+  }
+  memcpy(g_wire, ans + 3, strlen(ans + 3) + 1); /* ans holds < 300 bytes */
+  return strcmp(g_wire, "-") ? g_wire : NULL;
+}
+
 static int cmp(const void* a, const void* b) {
   const double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
 }
 
 int main(int argc, char** argv) {
-  static const char* names[] = {"--device",   "--wire", "--role",  "--blocks",
-                                "--requests", "--qd",   "--max-io"};
-  const char* arg[] = {"emu", NULL, "both", "1024", "20000", "8", "16"};
-  const char *device, *wire, *role;
+  static const char* names[] = {"--device", "--wire",   "--role",   "--blocks", "--requests",
+                                "--qd",     "--max-io", "--listen", "--peer"};
+  const char* arg[] = {"emu", NULL, "both", "1024", "20000", "8", "16", NULL, NULL};
+  const char *device, *wire, *role, *listen_at, *peer;
   rdmx_port_opts os, oc;
   rdmx_port_info info;
-  int i, j, srv, cli;
+  struct sigaction sa;
+  int i, j, srv, cli, tcp;
   for (i = 1; i + 1 < argc; i += 2) {
-    for (j = 0; j < 7 && strcmp(argv[i], names[j]); ++j) continue;
-    if (j == 7) break;
+    for (j = 0; j < 9 && strcmp(argv[i], names[j]); ++j) continue;
+    if (j == 9) break;
     arg[j] = argv[i + 1];
   }
-  device = arg[0], wire = arg[1], role = arg[2];
+  device = arg[0], wire = arg[1], role = arg[2], listen_at = arg[7], peer = arg[8];
   g_blocks = strtoull(arg[3], NULL, 0), g_requests = strtoull(arg[4], NULL, 0);
   g_qd = (uint32_t)strtoul(arg[5], NULL, 0), g_max_io = strtoull(arg[6], NULL, 0);
   srv = strcmp(role, "client") != 0;
   cli = strcmp(role, "server") != 0;
+  tcp = listen_at || peer;
   if (i < argc || !g_qd || g_qd >= MAXQ || !g_max_io || g_max_io > 16 ||
-      g_blocks < g_qd * g_max_io || (wire == NULL) != (srv && cli) ||
-      (wire && strncmp(wire, "shm:", 4))) {
+      g_blocks < g_qd * g_max_io || (wire == NULL && !tcp) != (srv && cli) ||
+      (wire && strncmp(wire, "shm:", 4)) || (listen_at && cli) || (peer && srv) || (peer && wire)) {
     fprintf(stderr,
-            "usage: blockd [--wire shm:NAME --role server|client] [--device D] "
-            "[--blocks N] [--requests N] [--qd 1..63] [--max-io 1..16]\n");
+            "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
+            " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
+            " [--qd 1..63] [--max-io 1..16]\n");
     return 2;
   }
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  if (listen_at) {
+    TRY_RDV(rdmx_listen(listen_at, &g_lis));
+    if (!wire && !strncmp(device, "emu", 3)) { /* the server names the wire */
+      snprintf(g_wire, sizeof g_wire, "shm:blockd-%ld", (long)getpid());
+      wire = g_wire;
+    }
+  }
+  if (peer) wire = tcp_connect(peer);
   rdmx_port_opts_init(&os);
   rdmx_port_opts_init(&oc);
   os.arena_bytes = g_blocks * BLK + 2 * MAXQ * MSG;        /* the volume, messages */
@@ -285,8 +394,11 @@ int main(int argc, char** argv) {
   }
   if (srv) setup(&S, g_blocks * BLK);
   if (cli) setup(&C, (uint64_t)g_qd * g_max_io * BLK);
-  if (!wire) TRY(rdmx_core_connect_pair(S.core, C.core));
-  if (wire) {
+  if (!wire && !tcp) TRY(rdmx_core_connect_pair(S.core, C.core));
+  if (listen_at) tcp_accept();
+  if (tcp) {
+    TRY(rdmx_conn_exchange(g_conn, srv ? &S.core : &C.core, 1, 0, &g_stop));
+  } else if (wire) {
     rdmx_connect_info mine, peer;
     TRY(rdmx_core_connect_info(srv ? S.core : C.core, &mine));
     rendezvous(wire + 4, role, srv ? "client" : "server", &mine, &peer, sizeof mine);
@@ -301,7 +413,8 @@ int main(int argc, char** argv) {
   }
   if (srv) rdmx_flush(S.core);
   if (cli) rdmx_flush(C.core);
-  if (wire) { /* both sides' receives are posted before the first request */
+  if (tcp) TRY(rdmx_conn_ready(g_conn, 0, &g_stop)); /* both sides' receives are posted */
+  if (wire && !tcp) { /* both sides' receives are posted before the first request */
     char me = 1, them;
     rendezvous(wire + 4, srv ? "server-ready" : "client-ready",
                srv ? "client-ready" : "server-ready", &me, &them, 1);
@@ -329,8 +442,7 @@ int main(int argc, char** argv) {
   } else {
     printf("blockd: server done over %s\n", info.backend);
   }
-  rdmx_port_close(S.port); /* closes its core too */
-  rdmx_port_close(C.port);
+  close_all(); /* ports (their cores too), the rendezvous connection */
   free(g_gen);
   free(g_lat);
   return 0;

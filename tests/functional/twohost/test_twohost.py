@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""rdmafwd between two "hosts" (suite 'twohost'): the TCP rendezvous (--listen/--peer) over
+"""rdmafwd and blockd between two "hosts" (suite 'twohost'): the TCP rendezvous (--listen/--peer) over
 loopback and across two network namespaces joined by a veth pair (netns.sh), with emu's
 shared-memory wire underneath (the namespaces share /dev/shm); and every bad case of the
 rendezvous: one line on stderr, the documented exit code, no wait beyond the stated timeout,
 nothing left behind (sockets, shm files, DPDK runtime directories, namespaces).
 
-Usage: test_twohost.py PATH_TO_RDMAFWD CASE"""
+Usage: test_twohost.py PATH_TO_RDMAFWD CASE [PATH_TO_BLOCKD]"""
 import json
 import os
 import signal
@@ -444,6 +444,73 @@ def case_client_dies_mid_run(binary):
           f"{[l for l in lines if 'went away' in l][0]}")
 
 
+# ---- blockd (the C API's rdmx_listen/rdmx_connect_to) -------------------------------------------
+
+def blockd_pair(blockd, listen, peer, server_ns=None, client_ns=None):
+    args = ["--requests", "300", "--blocks", "256"]
+    def popen(cmd, ns):
+        if ns:
+            cmd = [NETNS, "exec", ns] + cmd
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = popen([blockd, "--role", "server", "--listen", listen] + args, server_ns)
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        cli = popen([blockd, "--role", "client", "--peer", peer] + args, client_ns)
+        cout, cerr = finish(cli)
+        sout, serr = finish(srv)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"blockd exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    check("verified end to end" in cout and "server done" in sout, "no verified run", *procs)
+    check(not [f for f in os.listdir("/dev/shm") if f"blockd-{srv.pid}" in f], "wire left", *procs)
+    print([l for l in cout.splitlines() if "verified" in l][0])
+
+
+def case_blockd_loopback(binary, blockd):
+    port = free_port()
+    blockd_pair(blockd, f"127.0.0.1:{port}", f"127.0.0.1:{port}")
+
+
+def case_blockd_netns(binary, blockd):
+    with Netns() as n:
+        blockd_pair(blockd, f"{n.addr_a}:7471", f"{n.addr_a}:7471", n.a, n.b)
+
+
+def case_blockd_refusals(binary, blockd):
+    # A client with another --qd: refused in one line (exit 2), the server carries on; Ctrl-C
+    # then ends the server's wait (exit 130) and its shm wire goes with it.
+    port = free_port()
+    srv = subprocess.Popen([blockd, "--role", "server", "--listen", f"127.0.0.1:{port}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        cli = subprocess.run([blockd, "--role", "client", "--peer", f"127.0.0.1:{port}",
+                              "--qd", "4"], capture_output=True, text=True, timeout=BUDGET)
+        lines = cli.stderr.strip().splitlines()
+        check(cli.returncode == 2 and len(lines) == 1 and
+              f"refused by 127.0.0.1:{port}: this server runs \"blockd qd 8 max-io 16\"" in lines[0],
+              f"client exit {cli.returncode}", ("client", cli.stdout, cli.stderr))
+        srv.send_signal(signal.SIGINT)
+        sout, serr = finish(srv)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    check(srv.returncode == 130 and serr.strip().splitlines()[-1] ==
+          "blockd: interrupted while waiting for the peer", f"server exit {srv.returncode}",
+          ("server", sout, serr))
+    check(not [f for f in os.listdir("/dev/shm") if f"blockd-{srv.pid}" in f], "wire left")
+    print(lines[0])
+
+
+BLOCKD_CASES = {
+    "blockd-loopback": case_blockd_loopback,
+    "blockd-netns": case_blockd_netns,
+    "blockd-refusals": case_blockd_refusals,
+}
+
 CASES = {
     "loopback": case_loopback,
     "lanes": case_lanes,
@@ -465,4 +532,7 @@ CASES = {
 }
 
 if __name__ == "__main__":
-    CASES[sys.argv[2]](sys.argv[1])
+    if sys.argv[2] in BLOCKD_CASES:
+        BLOCKD_CASES[sys.argv[2]](sys.argv[1], sys.argv[3])
+    else:
+        CASES[sys.argv[2]](sys.argv[1])
