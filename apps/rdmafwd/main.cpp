@@ -561,7 +561,8 @@ int main(int argc, char** argv) {
                    a.prm.role == Role::kServer ? "client" : "server", a.tb->peer.peer().c_str());
       st = kExitRuntime;
     }
-    if (a.stats().total().ios == 0 && st == kExitOk) {
+    const bool nothing_to_serve = a.prm.role == Role::kServer && a.tb->client_fwd == "umr";
+    if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve) {
       std::fprintf(stderr, "rdmafwd: no I/O completed\n");
       a.print_stats("summary", kExitRuntime);
       return kExitRuntime;

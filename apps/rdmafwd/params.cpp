@@ -296,7 +296,11 @@ std::string check_params(const Params& p) {
       return p.role == Role::kServer
                  ? "--role server needs --listen [ADDR:]PORT (or --wire NAME: same host)"
                  : "--role client needs --peer HOST[:PORT] (or --wire NAME: same host)";
-    if (!e->two_process) return "two-process mode (--role) runs --fwd rpc only";
+    // The server answers rpc; a client may also run umr (its maps and unmaps need a connected
+    // QP, and the server then only answers its goodbye).
+    if (!e->two_process && !(tcp && p.role == Role::kClient && p.fwd == "umr"))
+      return tcp ? "two-process mode runs --fwd rpc (a client may also run --fwd umr)"
+                 : "two-process mode (--role) runs --fwd rpc only";
     if (!tcp && dk != DeviceKind::kEmuThreaded && dk != DeviceKind::kNone)
       return "two-process mode over --wire alone runs on --device emu only (with "
              "--listen/--peer: emu or mlx5)";

@@ -533,7 +533,11 @@ std::vector<std::pair<std::string, std::string>> kv_lines(const std::string& tex
 // Server: empty when the client runs with the same sizes, else what differs (one line).
 std::string size_mismatch(const std::string& client, const std::string& server) {
   const auto c = kv_lines(client), s = kv_lines(server);
+  for (const auto& [k, v] : c)
+    if (k == "fwd" && v != "rpc" && v != "umr")
+      return "the client runs --fwd " + v + "; a server answers rpc and umr clients";
   for (const auto& [k, v] : s) {
+    if (k == "fwd") continue;  // checked above: the server answers either
     std::string theirs = "(not stated)";
     for (const auto& [ck, cv] : c)
       if (ck == k) theirs = cv;
@@ -585,6 +589,8 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, bool& c
     (void)ch.refuse(Errc::kInvalidArgument, why, w);
     return make_error(Errc::kInvalidArgument, why);
   }
+  for (const auto& [k, v] : kv_lines(hello.text()))
+    if (k == "fwd") tb.client_fwd = v;
   RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
   RDMX_TRY(ch.send_info(lane_infos(tb, true, ch), w));
   RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
@@ -620,7 +626,8 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     Status st = serve_client(p, tb, ch.value(), committed);
     if (st) {
       tb.notes.push_back("server: client " + ch.value().peer() + " over TCP from " +
-                         ch.value().local_address());
+                         ch.value().local_address() + ", running --fwd " + tb.client_fwd +
+                         (tb.client_fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
       tb.peer = std::move(ch).value();
       return {};
     }

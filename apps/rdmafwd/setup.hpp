@@ -34,6 +34,7 @@ struct Testbed {
   // goes away is seen at once, see watch_peer) and closed with the testbed.
   endpoint::Channel peer;
   bool peer_said_bye = false;
+  std::string client_fwd;  // server: the engine its client runs (rpc, or umr: nothing to serve)
 
   ~Testbed();
   // Window census of both pools (no lane running). Text lines; ok=false on an inconsistency.

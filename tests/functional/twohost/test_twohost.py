@@ -169,6 +169,29 @@ def case_lanes(binary):
     print("lanes: " + ", ".join(f"lane {i} {l['ios']} RPCs" for i, l in enumerate(c["lanes"])))
 
 
+def case_umr(binary):
+    # The client maps and unmaps on its QP connected across the processes; the server (rpc)
+    # has nothing to serve but the goodbye, and both end with exit 0.
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"])
+    try:
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--fwd", "umr", "--duration", "1", "--json"])
+        cout, cerr = finish(cli)
+        sout, serr = finish(srv)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    t = summary(cout)["total"]
+    check(t["ios"] > 0 and t["maps"] == t["ios"] and t["unmaps"] == t["ios"] and
+          t["errors"]["total"] == 0, f"client: {t}", *procs)
+    check("running --fwd umr (nothing to serve but its goodbye)" in serr, "server note", *procs)
+    print(f"umr across processes: {t['ios']} map+unmap pairs")
+
+
 class Netns:
     """Two namespaces joined by a veth pair, always torn down (also on SIGTERM from meson)."""
 
@@ -514,6 +537,7 @@ BLOCKD_CASES = {
 CASES = {
     "loopback": case_loopback,
     "lanes": case_lanes,
+    "umr": case_umr,
     "netns": case_netns,
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
