@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine.hpp"
+#include "roce_link.hpp"
 
 namespace rdmx::emu::detail {
 
@@ -1256,16 +1257,20 @@ bool Engine::poll_locked(bool* pending) {
   ++poll_count_;
   ++st_.polls;
   bool work = false;
+  bool wait = false;
+  RoceLink* link = wire_->roce();
+  // RoCE wire: network in before, engine packets out after this poll (device thread only).
+  if (link) work |= link->pump(*wire_, now_ns(), &wait);
   if (opt_.mode != Mode::kSink) {
     work |= rx_responses();
     work |= stream_reads();
     work |= rx_requests();
   }
-  bool wait = false;
   for (auto& [qpn, q] : qps_) {
     work |= poll_sq(*q);
     wait |= !q->inflight.empty() || !q->reads.empty() || q->recv_active;
   }
+  if (link) work |= link->pump(*wire_, now_ns(), &wait);
   if (work) ++st_.busy_polls;
   *pending |= wait;
   return work;

@@ -1,12 +1,14 @@
 // Control path of the emulated device: open, memory registration, windows, QPs, state
 // transitions, the device thread, faults and the checker store.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "engine.hpp"
+#include "roce_link.hpp"
 
 namespace rdmx::emu {
 
@@ -367,6 +369,7 @@ Status Engine::destroy_qp(uint32_t qpn) {
   std::free(q.rq_buf);
   std::free(q.cq_buf);
   std::free(q.db_page);
+  if (RoceLink* l = wire_->roce()) l->forget(qpn);
   qps_.erase(it);
   return Status{};
 }
@@ -381,6 +384,15 @@ mlx5::ConnectInfo Engine::local_info(uint32_t qpn) {
   }
   ci.lid = static_cast<uint16_t>(side_ + 1);
   ci.port_token = wire_->token() ^ static_cast<uint64_t>(side_);
+  if (RoceLink* l =
+          wire_->roce()) {  // RoCE v2: the GID is the IPv4-mapped address (::ffff:a.b.c.d)
+    ci.lid = 0;
+    ci.port_token = 0;
+    ci.gid[10] = ci.gid[11] = 0xFF;
+    const uint32_t ip = l->local_ip();
+    for (int i = 0; i < 4; ++i) ci.gid[12 + i] = static_cast<uint8_t>(ip >> (24 - 8 * i));
+    ci.path_mtu = static_cast<uint8_t>(std::countr_zero(path_mtu()) - 7);  // enum ibv_mtu
+  }
   return ci;
 }
 
@@ -389,6 +401,30 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
     std::lock_guard<std::mutex> g(mu_);
     QpCtx* q = find_qp(qpn);
     if (!q) return no_qp(qpn);
+    if (RoceLink* l = wire_->roce()) {
+      // The peer is named by its GID, which must be IPv4-mapped (RoCE v2 over IPv4).
+      static constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+      if (std::memcmp(remote.gid, kV4Mapped, 12) != 0)
+        return make_error(Errc::kInvalidArgument,
+                          "emu: connect: the remote GID is not an IPv4-mapped address (RoCE v2 "
+                          "over IPv4 needs ::ffff:A.B.C.D)");
+      if (remote.path_mtu && (128u << remote.path_mtu) != path_mtu())
+        return make_error(Errc::kInvalidArgument, "emu: connect: the peer's path MTU " +
+                                                      std::to_string(128u << remote.path_mtu) +
+                                                      " differs from ours (" +
+                                                      std::to_string(path_mtu()) + ")");
+      const uint32_t peer_ip = (uint32_t{remote.gid[12]} << 24) | (uint32_t{remote.gid[13]} << 16) |
+                               (uint32_t{remote.gid[14]} << 8) | remote.gid[15];
+      const uint32_t msn = q->next_msn;
+      reset_qp_locked(*q);
+      q->next_msn = msn;
+      q->epsn = remote.psn;
+      q->peer_qpn = remote.qpn;
+      q->connected = true;
+      q->state = QpState::kRts;
+      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn);
+      return Status{};
+    }
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
       return make_error(Errc::kInvalidArgument,
                         "emu: connect: the remote QP is not on the other side of this wire");
@@ -497,7 +533,9 @@ EmuDevice::MkeyView Engine::inspect_mkey(uint32_t key) {
 
 EmuStats Engine::stats() {
   std::lock_guard<std::mutex> g(mu_);
-  return st_;
+  EmuStats s = st_;
+  if (RoceLink* l = wire_->roce()) s.roce = l->stats();
+  return s;
 }
 
 Status Engine::fault_nth(uint32_t qpn, uint64_t n, uint8_t synd) {

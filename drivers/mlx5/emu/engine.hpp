@@ -248,7 +248,9 @@ class Engine {
   uint64_t now_ns() const noexcept;
   // Path MTU of every QP of this device: the profile's port active MTU (the local value, as dv
   // uses today), at most the wire's packet size.
-  uint32_t path_mtu() const noexcept { return std::min(kWireMtu, prof_->active_mtu); }
+  uint32_t path_mtu() const noexcept {
+    return std::min({kWireMtu, prof_->active_mtu, wire_->mtu_cap()});
+  }
 
   friend class rdmx::emu::EmuDevice;
   friend class rdmx::emu::Faults;

@@ -1,5 +1,7 @@
 #include "wire.hpp"
 
+#include <arpa/inet.h>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+
+#include "roce_link.hpp"
 
 namespace rdmx::emu {
 
@@ -158,6 +162,10 @@ bool Wire::peer_open(int side) const noexcept {
 
 Status Wire::attach(int side, detail::Engine* eng, Mode mode) {
   if (side != 0 && side != 1) return make_error(Errc::kInvalidArgument, "emu: side must be 0 or 1");
+  if (link_ && (side != 0 || mode != Mode::kThreaded))
+    return make_error(Errc::kInvalidArgument,
+                      "emu: a RoCE wire takes one device, on side 0, in threaded mode (the device "
+                      "thread does the network I/O)");
   std::lock_guard<std::mutex> g(mu_);
   uint32_t expect = 0;
   if (!sh_->side_open[side].compare_exchange_strong(expect, 1, std::memory_order_acq_rel))
@@ -186,6 +194,28 @@ void Wire::detach(int side) noexcept {
 detail::Engine* Wire::engine(int side) noexcept {
   if (shm_) return nullptr;
   return eng_[side];
+}
+
+Result<std::shared_ptr<Wire>> Wire::make_roce(const RoceOptions& opt) {
+  auto link = detail::RoceLink::open(opt);
+  if (!link) return std::move(link).error();
+  std::shared_ptr<Wire> w = make_local();
+  w->link_ = std::move(link.value());
+  w->mtu_cap_ = opt.mtu;
+  w->sh_->side_open[1].store(1, std::memory_order_release);  // the network is the peer
+  w->token_ = 0x526f434500000000ull | opt.local_ipv4;        // "RoCE" + address
+  return w;
+}
+
+Result<std::shared_ptr<Wire>> make_roce_wire(const RoceOptions& opt) {
+  return Wire::make_roce(opt);
+}
+
+Result<uint32_t> parse_ipv4(const std::string& s) {
+  in_addr a{};
+  if (inet_pton(AF_INET, s.c_str(), &a) != 1)
+    return make_error(Errc::kInvalidArgument, "\"" + s + "\" is not an IPv4 address (A.B.C.D)");
+  return ntohl(a.s_addr);
 }
 
 std::shared_ptr<Wire> make_wire() {

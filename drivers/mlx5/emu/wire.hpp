@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -17,7 +18,8 @@ namespace rdmx::emu {
 
 namespace detail {
 class Engine;
-}
+class RoceLink;
+}  // namespace detail
 
 // Packet kinds and operations.
 enum class PktOp : uint8_t {
@@ -97,6 +99,12 @@ class Wire {
   static std::shared_ptr<Wire> make_local();
   static Result<std::shared_ptr<Wire>> create_shm(const std::string& name);
   static Result<std::shared_ptr<Wire>> attach_shm(const std::string& name);
+  // RoCE v2 over the network (roce_link.hpp): the rings of an in-process wire whose side 1 is
+  // played by the link, which the device thread pumps.
+  static Result<std::shared_ptr<Wire>> make_roce(const RoceOptions& opt);
+  detail::RoceLink* roce() noexcept { return link_.get(); }
+  // Largest payload per packet this wire carries (the RoCE wire's path MTU).
+  uint32_t mtu_cap() const noexcept { return mtu_cap_; }
 
   bool shared_memory() const noexcept { return shm_; }
   uint64_t token() const noexcept { return token_; }
@@ -130,6 +138,8 @@ class Wire {
   uint64_t token_ = 0;
   std::mutex mu_;
   detail::Engine* eng_[2] = {nullptr, nullptr};
+  std::unique_ptr<detail::RoceLink> link_;
+  uint32_t mtu_cap_ = kWireMtu;
   Mode mode_[2] = {Mode::kInline, Mode::kInline};
 };
 

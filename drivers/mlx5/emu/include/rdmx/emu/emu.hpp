@@ -39,8 +39,8 @@ const char* mode_name(Mode m) noexcept;
 struct Options {
   Mode mode = Mode::kInline;
   std::string name = "emu0";
-  bool prm_checker = true;       // keep PRM rule reports (counters are always on)
-  bool checker_fatal = false;    // a report turns the offending WQE into an error CQE + QP error
+  bool prm_checker = true;     // keep PRM rule reports (counters are always on)
+  bool checker_fatal = false;  // a report turns the offending WQE into an error CQE + QP error
   // Device profile (profile.hpp; profiles() lists them): the HCA caps the device reports and
   // enforces. open() fails with kInvalidArgument naming the known profiles for an unknown name.
   std::string profile = "default";
@@ -137,6 +137,27 @@ std::shared_ptr<Wire> make_wire();
 Result<std::shared_ptr<Wire>> create_shm_wire(const std::string& name);
 Result<std::shared_ptr<Wire>> attach_shm_wire(const std::string& name);
 
+// Over a real network as RoCE v2 (doc/guides/emu.md, "RoCEv2 wire"): IPv4/UDP port 4791 packets
+// with the InfiniBand RC transport headers and ICRC, sent and received by the device thread on a
+// raw IPv4 socket (needs CAP_NET_RAW). One device per wire (side 0, threaded mode); its peer is
+// whatever RoCE v2 device owns the address in the remote QP's GID. Loss, reordering and
+// duplication of sent packets can be injected (seeded), for tests on kernels without netem.
+struct RoceOptions {
+  uint32_t local_ipv4 = 0;  // host order; the device GID is its IPv4-mapped form
+  double loss = 0;          // fraction of sent packets dropped
+  double reorder = 0;       // fraction of sent packets held back behind the next one
+  double duplicate = 0;     // fraction of sent packets sent twice
+  uint64_t seed = 1;
+  std::string pcap;                 // non-empty: every packet put on the network goes to this pcap
+  uint32_t ack_timeout_us = 20000;  // retransmission timer (go-back-N) of each QP
+  uint32_t retry_cnt = 7;           // timeouts in a row before TRANSPORT_RETRY_EXC_ERR
+  uint32_t window = 64;             // unacknowledged request packets per QP
+  uint32_t mtu = 1024;  // path MTU of every QP (bytes): 1024 fits a 1500-byte Ethernet MTU
+};
+Result<std::shared_ptr<Wire>> make_roce_wire(const RoceOptions& opt);
+// Parses "A.B.C.D" (host order result) for the device opener and tests.
+Result<uint32_t> parse_ipv4(const std::string& s);
+
 // ---- PRM checker ------------------------------------------------------------------------------
 enum class Rule : uint8_t {
   kMissingFenceAfterUmr,    // a WQE uses (lkey) a mkey changed by a not-yet-ordered UMR of its SQ
@@ -227,6 +248,18 @@ struct EmuStats {
   uint64_t retries = 0;       // requester retransmissions (RNR + transport)
   uint64_t cqes_dropped = 0;  // CQEs lost to a CQ overrun
   uint64_t mtu_drops = 0;     // request packets longer than the path MTU, dropped (responder)
+  // RoCE v2 wire only (zero on the other wires).
+  struct Roce {
+    uint64_t tx_packets = 0, rx_packets = 0;
+    uint64_t retransmits = 0;  // packets sent again (go-back-N after a timeout or a PSN NAK)
+    uint64_t timeouts = 0;     // retransmission timer expiries
+    uint64_t seq_naks_sent = 0, seq_naks_rcvd = 0;  // NAK PSN sequence error
+    uint64_t duplicates = 0;  // request packets received behind the expected PSN
+    uint64_t acks_sent = 0;
+    uint64_t rx_dropped[8] = {};  // per roce::Drop reason (index = reason)
+    uint64_t rx_full = 0;         // dropped because the device had no room (the peer retransmits)
+    uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
+  } roce;
 };
 
 // ---- The device

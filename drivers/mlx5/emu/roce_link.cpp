@@ -1,0 +1,740 @@
+#include "roce_link.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <rdmx/mlx5/prm/cqe.hpp>
+
+#include "wire.hpp"
+
+namespace rdmx::emu::detail {
+
+namespace {
+
+// Far outside any requester window: such a PSN is not from this connection's present.
+constexpr uint32_t kFarPsn = 1u << 20;
+
+std::string ip_str(uint32_t ip) {
+  char b[INET_ADDRSTRLEN];
+  const in_addr a{htonl(ip)};
+  inet_ntop(AF_INET, &a, b, sizeof b);
+  return b;
+}
+
+Status sys_error(const std::string& what) {
+  const int e = errno;
+  std::string msg = "emu: RoCE wire: " + what + ": " + std::strerror(e);
+  if (e == EPERM || e == EACCES) msg += " (a raw IPv4 socket needs CAP_NET_RAW)";
+  return make_error(Errc::kDeviceError, msg);
+}
+
+uint8_t req_opcode(PktOp op, bool first, bool last) noexcept {
+  using namespace roce;
+  switch (op) {
+    case PktOp::kWrite:
+      return first ? (last ? kWriteOnly : kWriteFirst) : (last ? kWriteLast : kWriteMiddle);
+    case PktOp::kWriteImm:
+      return first ? (last ? kWriteOnlyImm : kWriteFirst) : (last ? kWriteLastImm : kWriteMiddle);
+    case PktOp::kSend:
+      return first ? (last ? kSendOnly : kSendFirst) : (last ? kSendLast : kSendMiddle);
+    case PktOp::kSendImm:
+      return first ? (last ? kSendOnlyImm : kSendFirst) : (last ? kSendLastImm : kSendMiddle);
+    case PktOp::kSendInv:
+      return first ? (last ? kSendOnlyInv : kSendFirst) : (last ? kSendLastInv : kSendMiddle);
+    case PktOp::kRead:
+      return kReadRequest;
+    default:
+      return 0xFF;
+  }
+}
+
+// Request opcode -> kind (0 send, 1 write, 2 read), first, last, the engine operation.
+struct ReqShape {
+  uint8_t kind;
+  bool first, last;
+  PktOp op;
+};
+bool req_shape(uint8_t opc, ReqShape* s) noexcept {
+  using namespace roce;
+  switch (opc) {
+    case kSendFirst:
+      *s = {0, true, false, PktOp::kSend};
+      return true;
+    case kSendMiddle:
+      *s = {0, false, false, PktOp::kSend};
+      return true;
+    case kSendLast:
+      *s = {0, false, true, PktOp::kSend};
+      return true;
+    case kSendLastImm:
+      *s = {0, false, true, PktOp::kSendImm};
+      return true;
+    case kSendOnly:
+      *s = {0, true, true, PktOp::kSend};
+      return true;
+    case kSendOnlyImm:
+      *s = {0, true, true, PktOp::kSendImm};
+      return true;
+    case kSendLastInv:
+      *s = {0, false, true, PktOp::kSendInv};
+      return true;
+    case kSendOnlyInv:
+      *s = {0, true, true, PktOp::kSendInv};
+      return true;
+    case kWriteFirst:
+      *s = {1, true, false, PktOp::kWrite};
+      return true;
+    case kWriteMiddle:
+      *s = {1, false, false, PktOp::kWrite};
+      return true;
+    case kWriteLast:
+      *s = {1, false, true, PktOp::kWrite};
+      return true;
+    case kWriteLastImm:
+      *s = {1, false, true, PktOp::kWriteImm};
+      return true;
+    case kWriteOnly:
+      *s = {1, true, true, PktOp::kWrite};
+      return true;
+    case kWriteOnlyImm:
+      *s = {1, true, true, PktOp::kWriteImm};
+      return true;
+    case kReadRequest:
+      *s = {2, true, true, PktOp::kRead};
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint32_t read_psns(uint64_t len, uint32_t mtu) noexcept {  // rxe_req.c update_wqe_psn
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RoceLink>> RoceLink::open(const RoceOptions& opt) {
+  if (opt.loss < 0 || opt.loss >= 1 || opt.reorder < 0 || opt.reorder >= 1 || opt.duplicate < 0 ||
+      opt.duplicate >= 1)
+    return make_error(Errc::kInvalidArgument,
+                      "emu: RoCE wire: loss, reorder and duplicate are fractions in [0, 1)");
+  if (opt.window < 2 || opt.window > 4096 || opt.mtu < 256 || opt.mtu > kWireMtu ||
+      (opt.mtu & (opt.mtu - 1)) != 0)
+    return make_error(Errc::kInvalidArgument,
+                      "emu: RoCE wire: window must be 2..4096 and mtu a power of two 256..4096");
+  std::unique_ptr<RoceLink> l(new RoceLink(opt));
+  const std::string where = ip_str(opt.local_ipv4);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(opt.local_ipv4);
+  // IPPROTO_RAW implies IP_HDRINCL (raw(7)): the kernel sends our IP header as written, except
+  // that it always fills the checksum and total length and fills the ID only when it is 0.
+  l->tx_fd_ = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
+  if (l->tx_fd_ < 0) return sys_error("socket(SOCK_RAW, IPPROTO_RAW)").error();
+  l->rx_fd_ = socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
+  if (l->rx_fd_ < 0) return sys_error("socket(SOCK_RAW, IPPROTO_UDP)").error();
+  if (bind(l->rx_fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
+    return sys_error("bind raw socket to " + where).error();
+  const int rcvbuf = 4 << 20;
+  (void)setsockopt(l->rx_fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  // Claims UDP port 4791 on the address: no ICMP port-unreachable goes back for our packets, and
+  // a second RoCE device (or rxe) on the same address is refused. Never read; the kernel drops
+  // what overflows its small buffer.
+  l->port_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (l->port_fd_ < 0) return sys_error("socket(SOCK_DGRAM)").error();
+  local.sin_port = htons(roce::kUdpPort);
+  if (bind(l->port_fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+    if (errno == EADDRINUSE)
+      return make_error(Errc::kBusy, "emu: RoCE wire: " + where +
+                                         ":4791 is in use (another RoCE device on this address?)");
+    return sys_error("bind " + where + ":4791 (is the address on this host?)").error();
+  }
+  const int small = 1;
+  (void)setsockopt(l->port_fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  if (!opt.pcap.empty() && !l->pcap_.open(opt.pcap.c_str()))
+    return sys_error("cannot write pcap " + opt.pcap).error();
+  l->scratch_.resize(opt.mtu + roce::kMaxOverhead);
+  l->held_.resize(opt.mtu + roce::kMaxOverhead);
+  l->rx_bufs_.resize(size_t{kRxBatch} * kRxBuf);
+  return l;
+}
+
+RoceLink::~RoceLink() {
+  for (int fd : {tx_fd_, rx_fd_, port_fd_})
+    if (fd >= 0) ::close(fd);
+}
+
+RoceLink::Qp* RoceLink::find(uint32_t qpn) noexcept {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second.get();
+}
+
+void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu,
+                       uint32_t first_msn) {
+  auto q = std::make_unique<Qp>();
+  q->qpn = qpn;
+  q->peer_qpn = peer_qpn;
+  q->peer_ip = peer_ip;
+  q->mtu = mtu;
+  q->sport = static_cast<uint16_t>(0xC000 | (qpn & 0x3FFF));  // fixed per QP, as rxe_qp.c
+  // Both ends derive the same first PSN of each direction from the two QP numbers.
+  q->next_psn = (qpn * 2654435761u ^ peer_qpn) & roce::kPsnMask;
+  q->epsn = (peer_qpn * 2654435761u ^ qpn) & roce::kPsnMask;
+  q->tx.resize(opt_.window);
+  for (TxPkt& t : q->tx) t.buf.resize(mtu + roce::kMaxOverhead);
+  q->msgs.resize(opt_.window);
+  q->rmsgs.resize(size_t{opt_.window} * 2);
+  q->rmsn = first_msn;
+  q->retry_left = opt_.retry_cnt;
+  qps_[qpn] = std::move(q);
+}
+
+void RoceLink::forget(uint32_t qpn) {
+  qps_.erase(qpn);
+}
+
+// ---- transmit ----------------------------------------------------------------------------------
+void RoceLink::xmit(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(dst_ip);
+  if (sendto(tx_fd_, pkt, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
+      static_cast<ssize_t>(len))
+    ++st_.tx_packets;
+  if (pcap_.is_open()) pcap_.write(pkt, len, now_);
+}
+
+void RoceLink::put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept {
+  if (opt_.loss > 0 && uniform() < opt_.loss) {
+    ++st_.injected_loss;
+    return;
+  }
+  if (opt_.reorder > 0 && held_len_ == 0 && uniform() < opt_.reorder) {
+    std::memcpy(held_.data(), pkt, len);
+    held_len_ = static_cast<uint32_t>(len);
+    held_dst_ = dst_ip;
+    ++st_.injected_reorder;
+    return;
+  }
+  xmit(pkt, len, dst_ip);
+  if (opt_.duplicate > 0 && uniform() < opt_.duplicate) {
+    ++st_.injected_dup;
+    xmit(pkt, len, dst_ip);
+  }
+  flush_held();
+}
+
+void RoceLink::flush_held() noexcept {
+  if (!held_len_) return;
+  const uint32_t n = held_len_;
+  held_len_ = 0;
+  xmit(held_.data(), n, held_dst_);
+}
+
+void RoceLink::send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept {
+  roce::Packet p;
+  p.src_ip = opt_.local_ipv4;
+  p.dst_ip = q.peer_ip;
+  p.ip_id = next_ip_id();
+  p.sport = q.sport;
+  p.opcode = roce::kAcknowledge;
+  p.dqpn = q.peer_qpn;
+  p.psn = psn;
+  p.aeth_syndrome = synd;
+  p.aeth_msn = msn;
+  const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
+  if (roce::aeth_type(synd) == 0) ++st_.acks_sent;
+  put(scratch_.data(), n, q.peer_ip);
+}
+
+// Engine request packets -> RC request packets with PSNs (rxe_req.c init_req_packet).
+bool RoceLink::tx_from_engine(Wire& w) noexcept {
+  bool work = false;
+  while (const WireSlot* s = w.rx_slot(1, WireClass::kReq)) {
+    const PktHdr& h = s->h;
+    Qp* qp = find(h.src_qpn);
+    if (!qp || qp->dead ||
+        (qp->skip_gen_valid && static_cast<int32_t>(h.gen - qp->skip_gen) <= 0)) {
+      w.rx_pop(1, WireClass::kReq);  // stale (before an RNR rewind) or the QP is gone
+      work = true;
+      continue;
+    }
+    Qp& q = *qp;
+    const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
+    if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
+    roce::Packet p;
+    p.src_ip = opt_.local_ipv4;
+    p.dst_ip = q.peer_ip;
+    p.ip_id = next_ip_id();
+    p.sport = q.sport;
+    p.opcode = req_opcode(h.op, first, last);
+    p.dqpn = q.peer_qpn;
+    p.psn = q.next_psn;
+    p.se = last && (h.flags & kPktSolicited);
+    p.ack_req = last;  // AckReq on the last packet of each message
+    p.reth_va = h.raddr;
+    p.reth_rkey = h.rkey;
+    p.reth_len = static_cast<uint32_t>(h.msg_len);
+    p.imm = h.imm;
+    p.ieth = h.imm;
+    p.payload = s->payload;
+    p.payload_len = h.len;
+    TxPkt& t = q.tx[(q.tx_head + q.tx_count) % q.tx.size()];
+    t.len = static_cast<uint32_t>(roce::encode(p, t.buf.data(), t.buf.size()));
+    if (t.len == 0) {  // not encodable (cannot happen for engine packets): drop it
+      w.rx_pop(1, WireClass::kReq);
+      continue;
+    }
+    t.psn = p.psn;
+    ++q.tx_count;
+    const uint32_t n = h.op == PktOp::kRead ? read_psns(h.msg_len, q.mtu) : 1;
+    if (first) {
+      Msg& m = q.msgs[(q.m_head + q.m_count) % q.msgs.size()];
+      ++q.m_count;
+      m = Msg{};
+      m.msn = h.msn;
+      m.gen = h.gen;
+      m.first_psn = p.psn;
+      m.read = h.op == PktOp::kRead;
+      m.read_len = static_cast<uint32_t>(h.msg_len);
+    }
+    Msg& m = q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()];
+    m.last_psn = roce::psn_add(p.psn, static_cast<int32_t>(n - 1));
+    q.next_psn = roce::psn_add(q.next_psn, static_cast<int32_t>(n));
+    if (!q.timer_ns) q.timer_ns = now_;
+    put(t.buf.data(), t.len, q.peer_ip);
+    w.rx_pop(1, WireClass::kReq);
+    work = true;
+  }
+  return work;
+}
+
+void RoceLink::retransmit(Qp& q) noexcept {  // go-back-N from the oldest unacknowledged packet
+  for (uint32_t i = 0; i < q.tx_count; ++i) {
+    TxPkt& t = q.tx[(q.tx_head + i) % q.tx.size()];
+    put(t.buf.data(), t.len, q.peer_ip);
+    ++st_.retransmits;
+  }
+  q.timer_ns = q.tx_count ? now_ : 0;
+}
+
+bool RoceLink::to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept {
+  WireSlot* s = w.tx_slot(1, WireClass::kResp);
+  if (!s) return false;
+  s->h = PktHdr{};
+  s->h.op = op;
+  s->h.dst_qpn = q.qpn;
+  s->h.src_qpn = q.peer_qpn;
+  s->h.msn = m.msn;
+  s->h.gen = m.gen;
+  s->h.syndrome = synd;
+  s->h.flags = kPktFirst | kPktLast;
+  w.tx_commit(1, WireClass::kResp);
+  return true;
+}
+
+// Completes the messages an ACK at `psn` covers (coalesced ACKs: one ACK completes every message
+// up to it; IBTA 9.7.5.1.2, rxe_comp.c). A READ is completed only by its responses.
+void RoceLink::ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept {
+  bool progress = false;
+  while (q.m_count) {
+    const Msg& m = q.msgs[q.m_head];
+    const int32_t d = roce::psn_diff(m.last_psn, psn);
+    if (m.read || d > 0 || (d == 0 && !inclusive)) break;
+    if (!to_engine_resp(w, q, m, PktOp::kAck, 0)) break;
+    q.m_head = (q.m_head + 1) % q.msgs.size();
+    --q.m_count;
+    progress = true;
+  }
+  while (q.tx_count) {
+    const TxPkt& t = q.tx[q.tx_head];
+    if (q.m_count && roce::psn_diff(t.psn, q.msgs[q.m_head].first_psn) >= 0) break;
+    q.tx_head = (q.tx_head + 1) % q.tx.size();
+    --q.tx_count;
+  }
+  if (progress) {
+    q.retry_left = opt_.retry_cnt;
+    q.timer_ns = q.tx_count ? now_ : 0;
+    q.last_seq_nak = 0xFFFFFFFF;
+  }
+}
+
+void RoceLink::kill(Wire& w, Qp& q, uint8_t synd) noexcept {
+  if (q.m_count) to_engine_resp(w, q, q.msgs[q.m_head], PktOp::kNak, synd);
+  q.dead = true;
+  q.tx_count = q.m_count = 0;
+  q.timer_ns = 0;
+}
+
+void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+  if (q.dead) return;
+  if (p.opcode == roce::kAcknowledge) {
+    const uint8_t type = roce::aeth_type(p.aeth_syndrome);
+    if (type == 0) {
+      ack_up_to(w, q, p.psn, true);
+      return;
+    }
+    ack_up_to(w, q, p.psn, false);
+    if (type == 1) {  // RNR NAK: the engine waits its RNR timer and sends the message again
+      if (!q.m_count) return;
+      const Msg m = q.msgs[q.m_head];
+      if (roce::psn_diff(p.psn, m.first_psn) < 0 || roce::psn_diff(p.psn, m.last_psn) > 0) return;
+      if (!to_engine_resp(w, q, m, PktOp::kRnrNak, 0)) return;
+      // Everything from this message on is sent again by the engine with the same PSNs.
+      q.tx_count = q.m_count = 0;
+      q.next_psn = m.first_psn;
+      q.skip_gen_valid = true;
+      q.skip_gen = m.gen;
+      q.timer_ns = 0;
+      return;
+    }
+    const uint8_t code = p.aeth_syndrome & 0x1F;
+    if (code == 0) {  // PSN sequence error: go back to the oldest unacknowledged packet
+      ++st_.seq_naks_rcvd;
+      if (p.psn != q.last_seq_nak) retransmit(q);
+      q.last_seq_nak = p.psn;
+      return;
+    }
+    // Invalid request, remote access, remote operational: the WQE fails, the QP errors.
+    const uint8_t synd = code == 1   ? MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR
+                         : code == 2 ? MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
+                                     : MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
+    kill(w, q, synd);
+    return;
+  }
+  // READ response: implicitly acknowledges every earlier message (rxe_comp.c).
+  while (q.m_count && !q.msgs[q.m_head].read &&
+         roce::psn_diff(q.msgs[q.m_head].last_psn, p.psn) < 0) {
+    ack_up_to(w, q, q.msgs[q.m_head].last_psn, true);
+    if (q.m_count && !q.msgs[q.m_head].read && roce::psn_diff(q.msgs[q.m_head].last_psn, p.psn) < 0)
+      return;  // no room in the engine's ring: the peer's data comes again after a timeout
+  }
+  if (!q.m_count) return;
+  Msg& m = q.msgs[q.m_head];
+  if (!m.read || p.psn != roce::psn_add(m.first_psn, static_cast<int32_t>(m.rd_pkts))) return;
+  WireSlot* s = w.tx_slot(1, WireClass::kResp);
+  if (!s) return;
+  const uint32_t npk = ((m.last_psn - m.first_psn) & roce::kPsnMask) + 1;
+  PktHdr& h = s->h;
+  h = PktHdr{};
+  h.op = PktOp::kReadResp;
+  h.dst_qpn = q.qpn;
+  h.src_qpn = q.peer_qpn;
+  h.msn = m.msn;
+  h.gen = m.gen;
+  h.offset = uint64_t{m.rd_pkts} * q.mtu;
+  h.msg_len = m.read_len;
+  h.len = p.payload_len;
+  h.flags = static_cast<uint8_t>((m.rd_pkts == 0 ? kPktFirst : 0) |
+                                 (m.rd_pkts + 1 == npk ? kPktLast : 0));
+  if (p.payload_len) std::memcpy(s->payload, p.payload, p.payload_len);
+  w.tx_commit(1, WireClass::kResp);
+  ++m.rd_pkts;
+  q.retry_left = opt_.retry_cnt;
+  q.timer_ns = now_;
+  if (m.rd_pkts == npk) {
+    const uint32_t first = m.first_psn;
+    q.m_head = (q.m_head + 1) % q.msgs.size();
+    --q.m_count;
+    while (q.tx_count && roce::psn_diff(q.tx[q.tx_head].psn, first) <= 0) {
+      q.tx_head = (q.tx_head + 1) % q.tx.size();
+      --q.tx_count;
+    }
+    q.timer_ns = q.tx_count ? now_ : 0;
+  }
+}
+
+// ---- responder ---------------------------------------------------------------------------------
+void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+  switch (roce::classify_psn(p.psn, q.epsn, kFarPsn)) {
+    case roce::PsnClass::kFar:
+      ++st_.rx_dropped[static_cast<int>(roce::Drop::kPsnWindow)];
+      return;
+    case roce::PsnClass::kAhead:  // a packet was lost: one NAK, then silence (rxe sent_psn_nak)
+      if (!q.nak_sent) {
+        send_ack(q, roce::kAethNakPsn, q.epsn, q.acked_msn);
+        q.nak_sent = true;
+        ++st_.seq_naks_sent;
+      }
+      return;
+    case roce::PsnClass::kDuplicate: {
+      ++st_.duplicates;
+      if (p.opcode == roce::kReadRequest) {  // replay the responses of a READ already executed
+        for (const ReadRec& r : q.reads) {
+          if (!r.valid || r.first_psn != p.psn) continue;
+          WireSlot* s = w.tx_slot(1, WireClass::kReq);
+          if (!s) return;
+          s->h = PktHdr{};
+          s->h.op = PktOp::kRead;
+          s->h.flags = kPktFirst | kPktLast;
+          s->h.dst_qpn = q.qpn;
+          s->h.src_qpn = q.peer_qpn;
+          s->h.msn = r.msn;
+          s->h.rkey = p.reth_rkey;
+          s->h.raddr = p.reth_va;
+          s->h.msg_len = p.reth_len;
+          w.tx_commit(1, WireClass::kReq);
+          return;
+        }
+        return;
+      }
+      // SEND/WRITE are not executed twice; the last ACK is repeated (rxe_resp.c
+      // duplicate_request; IBTA C9-105).
+      if (p.ack_req && q.acked_valid) send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
+      return;
+    }
+    case roce::PsnClass::kExpected:
+      break;
+  }
+  ReqShape sh;
+  if (!req_shape(p.opcode, &sh)) return;
+  // Opcode sequence (rxe_resp.c check_op_seq) and lengths (rxe_resp_check_length): FIRST and
+  // MIDDLE carry exactly the path MTU, LAST and ONLY at most that.
+  const bool seq_ok = q.in_msg ? (!sh.first && sh.kind == q.cur_kind) : sh.first;
+  const bool len_ok = sh.last ? p.payload_len <= q.mtu : p.payload_len == q.mtu;
+  if (!seq_ok || !len_ok) {
+    send_ack(q, roce::kAethNakInvReq, p.psn, q.rmsn);
+    q.in_msg = false;
+    return;
+  }
+  if (sh.first && q.r_count == q.rmsgs.size()) {
+    ++st_.rx_full;
+    return;
+  }
+  WireSlot* s = w.tx_slot(1, WireClass::kReq);
+  if (!s) {
+    ++st_.rx_full;
+    return;
+  }
+  q.nak_sent = false;
+  if (sh.first) {
+    q.cur_kind = sh.kind;
+    q.cur_off = 0;
+    q.cur_va = p.reth_va;
+    q.cur_rkey = p.reth_rkey;
+    q.cur_len = p.reth_len;
+    RMsg& r = q.rmsgs[(q.r_head + q.r_count) % q.rmsgs.size()];
+    ++q.r_count;
+    r = RMsg{q.rmsn, p.psn, p.psn, sh.kind == 2, false};
+  }
+  RMsg& r = q.rmsgs[(q.r_head + q.r_count - 1) % q.rmsgs.size()];
+  PktHdr& h = s->h;
+  h = PktHdr{};
+  h.op = sh.op;
+  h.flags = static_cast<uint8_t>((sh.first ? kPktFirst : 0) | (sh.last ? kPktLast : 0) |
+                                 (p.se ? kPktSolicited : 0));
+  h.dst_qpn = q.qpn;
+  h.src_qpn = q.peer_qpn;
+  h.msn = q.rmsn;
+  h.imm = (roce::opcode_flags(p.opcode) & roce::kHasIeth) ? p.ieth : p.imm;
+  h.rkey = q.cur_rkey;
+  h.raddr = q.cur_va + q.cur_off;
+  h.offset = q.cur_off;
+  h.len = p.payload_len;
+  // A SEND's total length is known at its last packet; before, the bytes so far (the engine
+  // checks the receive buffer against it on every packet).
+  h.msg_len = sh.kind == 0 ? q.cur_off + p.payload_len : q.cur_len;
+  if (p.payload_len) std::memcpy(s->payload, p.payload, p.payload_len);
+  w.tx_commit(1, WireClass::kReq);
+  uint32_t n = 1;
+  if (sh.kind == 2) {
+    n = read_psns(p.reth_len, q.mtu);
+    ReadRec& rr = q.reads[q.read_next++ % (sizeof q.reads / sizeof q.reads[0])];
+    rr = ReadRec{p.psn, n, q.rmsn, true};
+  }
+  r.last_psn = roce::psn_add(p.psn, static_cast<int32_t>(n - 1));
+  q.cur_off += p.payload_len;
+  q.epsn = roce::psn_add(p.psn, static_cast<int32_t>(n));
+  if (sh.last) {
+    r.done = true;
+    q.rmsn = q.rmsn + 1;
+    q.in_msg = false;
+  } else {
+    q.in_msg = true;
+  }
+}
+
+// Engine responses -> ACK / NAK / READ responses. Consecutive ACKs of one QP in a batch are
+// coalesced into the last one (IBTA 9.7.5.1.2).
+bool RoceLink::resp_from_engine(Wire& w) noexcept {
+  bool work = false;
+  Qp* ack_q = nullptr;
+  auto flush_ack = [&] {
+    if (ack_q) send_ack(*ack_q, roce::kAethAck, ack_q->acked_psn, ack_q->acked_msn);
+    ack_q = nullptr;
+  };
+  while (const WireSlot* s = w.rx_slot(1, WireClass::kResp)) {
+    const PktHdr& h = s->h;
+    work = true;
+    Qp* qp = find(h.src_qpn);
+    if (!qp) {
+      w.rx_pop(1, WireClass::kResp);
+      continue;
+    }
+    Qp& q = *qp;
+    if (ack_q && ack_q != qp) flush_ack();
+    // The message this answers: pending ones in order, or a READ being replayed.
+    RMsg* r = nullptr;
+    uint32_t at = 0;
+    for (; at < q.r_count; ++at) {
+      RMsg& c = q.rmsgs[(q.r_head + at) % q.rmsgs.size()];
+      if (c.msn == h.msn) {
+        r = &c;
+        break;
+      }
+    }
+    auto pop_through = [&] {
+      q.r_head = (q.r_head + at + 1) % q.rmsgs.size();
+      q.r_count -= at + 1;
+    };
+    switch (h.op) {
+      case PktOp::kAck:
+        if (r) {
+          q.acked_valid = true;
+          q.acked_psn = r->last_psn;
+          q.acked_msn = (h.msn + 1) & roce::kPsnMask;
+          pop_through();
+          ack_q = &q;
+        }
+        break;
+      case PktOp::kReadResp: {
+        const ReadRec* rr = nullptr;
+        for (const ReadRec& c : q.reads)
+          if (c.valid && c.msn == h.msn) rr = &c;
+        if (!rr) break;
+        flush_ack();
+        const uint32_t k = static_cast<uint32_t>(h.offset / q.mtu);
+        const bool last = h.flags & kPktLast;
+        roce::Packet p;
+        p.src_ip = opt_.local_ipv4;
+        p.dst_ip = q.peer_ip;
+        p.ip_id = next_ip_id();
+        p.sport = q.sport;
+        p.dqpn = q.peer_qpn;
+        p.psn = roce::psn_add(rr->first_psn, static_cast<int32_t>(k));
+        p.opcode = rr->n == 1 ? roce::kReadRespOnly
+                   : k == 0   ? roce::kReadRespFirst
+                   : last     ? roce::kReadRespLast
+                              : roce::kReadRespMiddle;
+        p.aeth_syndrome = roce::kAethAck;
+        p.aeth_msn = (h.msn + 1) & roce::kPsnMask;
+        p.payload = s->payload;
+        p.payload_len = h.len;
+        const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
+        if (n) put(scratch_.data(), n, q.peer_ip);
+        if (last && r) {
+          q.acked_valid = true;
+          q.acked_psn = r->last_psn;
+          q.acked_msn = (h.msn + 1) & roce::kPsnMask;
+          pop_through();
+        }
+        break;
+      }
+      case PktOp::kNak: {
+        flush_ack();
+        const uint8_t code = h.syndrome == MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR      ? 0x62
+                             : h.syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR ? 0x61
+                                                                                    : 0x63;
+        send_ack(q, code, r ? r->last_psn : q.epsn, h.msn & roce::kPsnMask);
+        if (r) pop_through();
+        break;
+      }
+      case PktOp::kRnrNak:
+      case PktOp::kDrop:
+        flush_ack();
+        if (!r) break;
+        // The message is not executed: expect it again from its first PSN.
+        if (h.op == PktOp::kRnrNak)
+          send_ack(q, static_cast<uint8_t>(roce::kAethRnr | rnr_code()), r->first_psn,
+                   h.msn & roce::kPsnMask);
+        q.epsn = r->first_psn;
+        q.rmsn = r->msn;
+        q.in_msg = false;
+        q.nak_sent = true;  // the requester goes back on the RNR NAK (or its timer)
+        q.r_count = at;     // this message and everything after it come again
+        break;
+      default:
+        break;
+    }
+    w.rx_pop(1, WireClass::kResp);
+  }
+  flush_ack();
+  return work;
+}
+
+uint8_t RoceLink::rnr_code() const noexcept {
+  return 1;  // 0.01 ms (IBTA Table 45): the engine's own RNR timer paces the retry
+}
+
+// ---- receive -----------------------------------------------------------------------------------
+bool RoceLink::rx_network(Wire& w) noexcept {
+  // Only take packets the engine's rings can hold; the rest waits in the socket buffer.
+  if (w.tx_free(1, WireClass::kReq) < kRxBatch || w.tx_free(1, WireClass::kResp) < kRxBatch)
+    return false;
+  mmsghdr msgs[kRxBatch];
+  iovec iov[kRxBatch];
+  for (unsigned i = 0; i < kRxBatch; ++i) {
+    iov[i] = {rx_bufs_.data() + size_t{i} * kRxBuf, kRxBuf};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  const int got = recvmmsg(rx_fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+  if (got <= 0) return false;
+  for (int i = 0; i < got; ++i) {
+    const uint8_t* b = rx_bufs_.data() + size_t(i) * kRxBuf;
+    roce::Packet p;
+    roce::Drop d = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? roce::Drop::kNotRoce
+                                                           : roce::decode(b, msgs[i].msg_len, &p);
+    Qp* q = nullptr;
+    if (d == roce::Drop::kNone) {
+      q = find(p.dqpn);
+      // rxe_recv.c check_addr: an RC packet must come from the QP's peer to its own address.
+      if (!q || p.src_ip != q->peer_ip || p.dst_ip != opt_.local_ipv4) d = roce::Drop::kNoQp;
+    }
+    if (d != roce::Drop::kNone) {
+      // Another host's UDP traffic to this address is not counted as an error.
+      if (d != roce::Drop::kNotRoce || msgs[i].msg_len >= 24) ++st_.rx_dropped[int(d)];
+      continue;
+    }
+    ++st_.rx_packets;
+    if (roce::opcode_flags(p.opcode) & roce::kIsRequest)
+      on_request(w, *q, p);
+    else
+      on_response(w, *q, p);
+  }
+  return true;
+}
+
+void RoceLink::timers(Wire& w, Qp& q) noexcept {
+  if (!q.tx_count || !q.timer_ns || now_ - q.timer_ns < uint64_t{opt_.ack_timeout_us} * 1000)
+    return;
+  ++st_.timeouts;
+  if (q.retry_left == 0) {  // the peer is gone: TRANSPORT_RETRY_EXC_ERR (rxe_comp.c)
+    kill(w, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+    return;
+  }
+  --q.retry_left;
+  retransmit(q);
+}
+
+bool RoceLink::pump(Wire& w, uint64_t now_ns, bool* pending) noexcept {
+  now_ = now_ns;
+  bool work = false;
+  work |= rx_network(w);
+  work |= resp_from_engine(w);
+  work |= tx_from_engine(w);
+  for (auto& [qpn, q] : qps_) {
+    timers(w, *q);
+    *pending |= q->tx_count != 0 || q->r_count != 0;
+  }
+  flush_held();
+  return work;
+}
+
+}  // namespace rdmx::emu::detail

@@ -1,0 +1,142 @@
+// The RoCE v2 link under an emu device: it turns the engine's message-level packets (PktHdr, the
+// same ones the shm wire carries) into RC packets with per-packet PSNs on a raw IPv4 socket, and
+// back. The engine is unchanged and still speaks its own protocol (messages numbered by MSN,
+// RNR/NAK/ACK per message); this layer adds what a network needs and shared memory did not:
+// PSN sequencing, ACK coalescing, NAK PSN sequence error, duplicate detection, go-back-N
+// retransmission on a timer with the QP's retry count, "retry exceeded" when the peer is gone.
+// RC rules modelled after IBTA vol. 1 9.7 (as implemented by Linux rxe: rxe_req.c, rxe_resp.c,
+// rxe_comp.c); see doc/guides/emu.md "RoCEv2 wire".
+//
+// Everything runs in the device thread under the engine's mutex: pump() makes the system calls
+// (recvmmsg, sendto); poll cores never call into it. Buffers are sized when a QP is connected.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include <rdmx/emu/emu.hpp>
+
+#include "roce.hpp"
+#include "wire.hpp"
+
+namespace rdmx::emu {
+
+class Wire;
+
+namespace detail {
+
+class RoceLink {
+ public:
+  static Result<std::unique_ptr<RoceLink>> open(const RoceOptions& opt);
+  ~RoceLink();
+  RoceLink(const RoceLink&) = delete;
+  RoceLink& operator=(const RoceLink&) = delete;
+
+  uint32_t local_ip() const noexcept { return opt_.local_ipv4; }
+  uint32_t mtu() const noexcept { return opt_.mtu; }
+  // Control path (under the engine mutex).
+  // first_msn: the message number the peer's first request carries (its ConnectInfo psn).
+  void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t first_msn);
+  void forget(uint32_t qpn);
+  // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
+  // Returns true when it did work; *pending |= something awaits an answer.
+  bool pump(Wire& w, uint64_t now_ns, bool* pending) noexcept;
+  const EmuStats::Roce& stats() const noexcept { return st_; }
+
+ private:
+  struct TxPkt {
+    uint32_t psn = 0;
+    uint32_t len = 0;
+    std::vector<uint8_t> buf;
+  };
+  struct Msg {  // a message of the requester awaiting its response
+    uint32_t msn = 0, gen = 0;
+    uint32_t first_psn = 0, last_psn = 0;  // READ: first .. first + N - 1
+    bool read = false;
+    uint32_t read_len = 0;
+    uint32_t rd_pkts = 0;  // read-response packets delivered to the engine
+  };
+  struct RMsg {  // a message the responder handed to the engine, awaiting the engine's response
+    uint32_t msn = 0, first_psn = 0, last_psn = 0;
+    bool read = false;
+    bool done = false;  // all its packets handed over
+  };
+  struct ReadRec {  // recent READs, for answering a duplicate (replay)
+    uint32_t first_psn = 0, n = 0, msn = 0;
+    bool valid = false;
+  };
+  struct Qp {
+    uint32_t qpn = 0, peer_qpn = 0, peer_ip = 0, mtu = 0;
+    uint16_t sport = 0;
+    // requester
+    uint32_t next_psn = 0;
+    std::vector<TxPkt> tx;  // ring of sent, unacknowledged request packets
+    uint32_t tx_head = 0, tx_count = 0;
+    std::vector<Msg> msgs;  // ring
+    uint32_t m_head = 0, m_count = 0;
+    uint64_t timer_ns = 0;  // oldest unacked packet's (re)send time; 0 = idle
+    uint32_t retry_left = 0;
+    bool skip_gen_valid = false;  // after an RNR NAK: engine packets of gen <= skip_gen are stale
+    uint32_t skip_gen = 0;
+    bool dead = false;  // retry exceeded or a fatal NAK: nothing more is sent
+    uint32_t last_seq_nak = 0xFFFFFFFF;
+    // responder
+    uint32_t epsn = 0;
+    uint32_t rmsn = 0;  // message number the next request message gets
+    bool nak_sent = false;
+    bool in_msg = false;  // inside a multi-packet request message
+    uint8_t cur_kind = 0;
+    uint32_t cur_rkey = 0, cur_imm = 0;
+    uint64_t cur_va = 0, cur_len = 0, cur_off = 0;
+    std::vector<RMsg> rmsgs;  // ring
+    uint32_t r_head = 0, r_count = 0;
+    bool acked_valid = false;
+    uint32_t acked_psn = 0, acked_msn = 0;  // last ACK sent
+    ReadRec reads[16];
+    uint32_t read_next = 0;
+  };
+
+  explicit RoceLink(const RoceOptions& opt) : opt_(opt), rng_(opt.seed) {}
+  Qp* find(uint32_t qpn) noexcept;
+  bool tx_from_engine(Wire& w) noexcept;
+  bool resp_from_engine(Wire& w) noexcept;
+  bool rx_network(Wire& w) noexcept;
+  void on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
+  bool to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
+  void kill(Wire& w, Qp& q, uint8_t synd) noexcept;
+  void retransmit(Qp& q) noexcept;
+  void timers(Wire& w, Qp& q) noexcept;
+  uint8_t rnr_code() const noexcept;
+  uint16_t next_ip_id() noexcept {  // never 0: the kernel would write its own (raw(7))
+    if (++ip_id_ == 0) ip_id_ = 1;
+    return ip_id_;
+  }
+  void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
+  void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // with impairments
+  void xmit(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;
+  void flush_held() noexcept;
+  double uniform() noexcept { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+
+  RoceOptions opt_;
+  int tx_fd_ = -1, rx_fd_ = -1, port_fd_ = -1;
+  uint16_t ip_id_ = 0;
+  uint64_t now_ = 0;
+  std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  EmuStats::Roce st_;
+  std::mt19937_64 rng_;
+  roce::Pcap pcap_;
+  std::vector<uint8_t> scratch_;  // one encoded packet
+  std::vector<uint8_t> held_;     // reordering: a packet held back behind the next one
+  uint32_t held_len_ = 0, held_dst_ = 0;
+  static constexpr unsigned kRxBatch = 16;
+  static constexpr size_t kRxBuf = 9216;
+  std::vector<uint8_t> rx_bufs_;
+};
+
+}  // namespace detail
+}  // namespace rdmx::emu

@@ -1,0 +1,223 @@
+// Two emulated devices in one process speaking RoCE v2 to each other over the loopback
+// interface (127.0.x.y addresses; raw IPv4 sockets, so the test skips without CAP_NET_RAW):
+// every operation with its data verified, the same under injected loss, reordering and
+// duplication (nothing lost or duplicated, retransmission counters nonzero), "retry exceeded"
+// when the peer is gone, and a capture of what each device sent for tshark/Scapy
+// (RDMX_ROCE_CAPTURE_DIR; see roce_capture_check.sh).
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "emu_util.hpp"
+
+namespace rdmx::emu::test {
+namespace {
+
+constexpr uint32_t ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  return (uint32_t{a} << 24) | (uint32_t{b} << 16) | (uint32_t{c} << 8) | d;
+}
+
+class RoceWire : public EmuTest {
+ protected:
+  // Opens devices on 127.0.<net>.1 and 127.0.<net>.2; false (test skipped) without raw sockets.
+  bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true) {
+    ra.local_ipv4 = ip4(127, 0, net, 1);
+    rb.local_ipv4 = ip4(127, 0, net, 2);
+    auto wa = make_roce_wire(ra);
+    if (!wa.ok() && wa.error().message.find("CAP_NET_RAW") != std::string::npos) return false;
+    EXPECT_TRUE(wa.ok()) << wa.error().message;
+    auto wb = make_roce_wire(rb);
+    EXPECT_TRUE(wb.ok()) << wb.error().message;
+    if (!wa.ok() || !wb.ok()) return false;
+    Options o;
+    o.mode = Mode::kThreaded;
+    o.name = "roce-a";
+    auto a = EmuDevice::open(wa.value(), 0, o);
+    o.name = "roce-b";
+    auto b = EmuDevice::open(wb.value(), 0, o);
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (!a.ok() || !b.ok()) return false;
+    pair_.a = std::move(a.value());
+    pair_.b = std::move(b.value());
+    a_.dev = pair_.a.get();
+    b_.dev = pair_.b.get();
+    for (Side* s : {&a_, &b_}) {
+      auto d = s->dev->create_qp(small_cfg());
+      EXPECT_TRUE(d.ok());
+      s->desc = d.value();
+      s->qp.init(s->desc, 1);
+    }
+    if (connect) {
+      const Status st = mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn);
+      EXPECT_TRUE(st.ok()) << st.error().message;
+    }
+    return true;
+  }
+
+  // WRITE, READ back, SEND, SEND with immediate, WRITE with immediate, SEND with invalidate;
+  // `rounds` times, every byte checked.
+  void all_ops(int rounds) {
+    Buf src, dst, back, rbuf, arena;
+    src.alloc(*a_.dev, 3 * 4096, 1);
+    dst.alloc(*b_.dev, 3 * 4096, 2);
+    back.alloc(*a_.dev, 3 * 4096, 3);
+    rbuf.alloc(*b_.dev, 8192, 4);
+    arena.alloc(*b_.dev, 4096, 5);
+    auto w = b_.dev->create_window_mkey(4, true);
+    ASSERT_TRUE(w.ok());
+    for (int r = 0; r < rounds; ++r) {
+      auto data = random_bytes(src.len, 100 + r);
+      std::memcpy(src.p, data.data(), src.len);
+      const uint32_t len = 1000 + 97 * (r % 97);  // 1..10 packets of 1024
+      rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey,
+           {{src.addr(), len, src.mr.lkey}});
+      ASSERT_TRUE(wait(a_, 1)[0].ok());
+      ASSERT_EQ(0, std::memcmp(dst.p, src.p, len)) << "round " << r;
+      rdma(a_, MLX5_OPCODE_RDMA_READ, 2, dst.addr(7), dst.mr.rkey,
+           {{back.addr(), len - 7, back.mr.lkey}});
+      ASSERT_TRUE(wait(a_, 1)[0].ok());
+      ASSERT_EQ(0, std::memcmp(back.p, src.p + 7, len - 7)) << "round " << r;
+      recv(b_, 10, {{rbuf.addr(), 8192, rbuf.mr.lkey}});
+      send(a_, MLX5_OPCODE_SEND, 3, {{src.addr(100), len, src.mr.lkey}});
+      ASSERT_TRUE(wait(a_, 1)[0].ok());
+      auto cb = wait(b_, 1);
+      ASSERT_TRUE(cb[0].ok());
+      EXPECT_EQ(cb[0].byte_len, len);
+      ASSERT_EQ(0, std::memcmp(rbuf.p, src.p + 100, len)) << "round " << r;
+      recv(b_, 11, {{rbuf.addr(), 8192, rbuf.mr.lkey}});
+      send(a_, MLX5_OPCODE_SEND_IMM, 4, {{src.addr(5), 33, src.mr.lkey}}, 0xABC000 + r);
+      ASSERT_TRUE(wait(a_, 1)[0].ok());
+      cb = wait(b_, 1);
+      ASSERT_TRUE(cb[0].ok());
+      EXPECT_EQ(cb[0].cqe_opcode, MLX5_CQE_RESP_SEND_IMM);
+      EXPECT_EQ(cb[0].byte_len, 33u);
+      ASSERT_EQ(0, std::memcmp(rbuf.p, src.p + 5, 33));
+      recv(b_, 12, {{rbuf.addr(), 8192, rbuf.mr.lkey}});
+      rdma(a_, MLX5_OPCODE_RDMA_WRITE_IMM, 5, dst.addr(), dst.mr.rkey,
+           {{src.addr(9), 2100, src.mr.lkey}}, 0x5150 + r);
+      ASSERT_TRUE(wait(a_, 1)[0].ok());
+      cb = wait(b_, 1);
+      ASSERT_TRUE(cb[0].ok());
+      EXPECT_EQ(cb[0].cqe_opcode, MLX5_CQE_RESP_WR_IMM);
+      ASSERT_EQ(0, std::memcmp(dst.p, src.p + 9, 2100));
+      // SEND with invalidate frees the window at the receiver.
+      const uint32_t win = w.value() | uint32_t((r + 1) & 0xFF);
+      umr_map(b_, 13, win, arena.mr.lkey, {arena.addr(0)}, 4096, 4096, kAccRW);
+      ASSERT_TRUE(wait(b_, 1)[0].ok());
+      recv(b_, 14, {{rbuf.addr(), 8192, rbuf.mr.lkey}});
+      send(a_, MLX5_OPCODE_SEND_INVAL, 6, {{src.addr(), 1500, src.mr.lkey}}, win);
+      ASSERT_TRUE(wait(a_, 1)[0].ok());
+      cb = wait(b_, 1);
+      ASSERT_TRUE(cb[0].ok());
+      EXPECT_EQ(cb[0].cqe_opcode, MLX5_CQE_RESP_SEND_INV);
+      EXPECT_EQ(cb[0].imm, win);
+      ASSERT_EQ(0, std::memcmp(rbuf.p, src.p, 1500));
+      EXPECT_TRUE(b_.dev->inspect_mkey(win).free);
+    }
+  }
+};
+
+TEST_F(RoceWire, EveryOperationDataVerified) {
+  if (!open_roce(1)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  all_ops(3);
+  const EmuStats sa = a_.dev->stats(), sb = b_.dev->stats();
+  EXPECT_GT(sa.roce.tx_packets, 0u);
+  EXPECT_GT(sb.roce.rx_packets, 0u);
+  EXPECT_GT(sb.roce.acks_sent, 0u);
+  for (uint64_t d : sa.roce.rx_dropped) EXPECT_EQ(d, 0u);
+  for (uint64_t d : sb.roce.rx_dropped) EXPECT_EQ(d, 0u);
+}
+
+TEST_F(RoceWire, LossReorderDuplicationNothingLostOrDoubled) {
+  RoceOptions r;
+  r.loss = 0.01;
+  r.reorder = 0.01;
+  r.duplicate = 0.01;
+  r.ack_timeout_us = 5000;
+  r.retry_cnt = 7;
+  RoceOptions ra = r, rb = r;
+  ra.seed = 11;
+  rb.seed = 22;
+  if (!open_roce(2, ra, rb)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  all_ops(40);
+  // Exactly the completions asked for: nothing duplicated on either side.
+  expect_quiet(a_);
+  expect_quiet(b_);
+  const EmuStats sa = a_.dev->stats(), sb = b_.dev->stats();
+  EXPECT_GT(sa.roce.injected_loss + sb.roce.injected_loss, 0u);
+  EXPECT_GT(sa.roce.injected_dup + sb.roce.injected_dup, 0u);
+  EXPECT_GT(sa.roce.injected_reorder + sb.roce.injected_reorder, 0u);
+  EXPECT_GT(sa.roce.retransmits, 0u);
+  EXPECT_GT(sb.roce.duplicates, 0u);
+}
+
+TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
+  RoceOptions r;
+  r.ack_timeout_us = 2000;
+  r.retry_cnt = 3;
+  if (!open_roce(3, r, r)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Buf src;
+  src.alloc(*a_.dev, 4096, 1);
+  pair_.b.reset();  // the peer's device (and its socket) is gone
+  b_.dev = nullptr;
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, 0x1000, 0x1234, {{src.addr(), 3000, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and retry_cnt retries
+  EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
+  pair_.a.reset();
+  a_.dev = nullptr;
+}
+
+TEST_F(RoceWire, RemoteAccessErrorIsNakedNotExecuted) {
+  if (!open_roce(4)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 1);
+  dst.alloc(*b_.dev, 4096, 2);
+  const auto before = std::vector<uint8_t>(dst.p, dst.p + dst.len);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(100), dst.mr.rkey,
+       {{src.addr(), 4000, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(0, std::memcmp(dst.p, before.data(), dst.len));
+}
+
+TEST_F(RoceWire, DeviceGidIsIpv4Mapped) {
+  if (!open_roce(5, {}, {}, false)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  const mlx5::ConnectInfo ci = a_.dev->local_info(a_.desc.qpn);
+  const uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 127, 0, 5, 1};
+  EXPECT_EQ(0, std::memcmp(ci.gid, want, 16));
+  EXPECT_EQ(ci.path_mtu, 3);  // IBV_MTU_1024
+  mlx5::ConnectInfo bad = b_.dev->local_info(b_.desc.qpn);
+  bad.gid[10] = 0;
+  EXPECT_FALSE(a_.dev->connect(a_.desc.qpn, bad).ok());
+  // A second device on the same address is refused in one line.
+  RoceOptions r;
+  r.local_ipv4 = ip4(127, 0, 5, 1);
+  auto w = make_roce_wire(r);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message.find("in use"), std::string::npos) << w.error().message;
+}
+
+// With RDMX_ROCE_CAPTURE_DIR set: each device writes a pcap of what it sent, and the opcodes
+// expected in it (one message at a time, no loss: the order is fixed).
+TEST_F(RoceWire, Capture) {
+  const char* dir = std::getenv("RDMX_ROCE_CAPTURE_DIR");
+  if (!dir) GTEST_SKIP() << "RDMX_ROCE_CAPTURE_DIR not set (roce_capture_check.sh sets it)";
+  RoceOptions ra, rb;
+  ra.pcap = std::string(dir) + "/a.pcap";
+  rb.pcap = std::string(dir) + "/b.pcap";
+  if (!open_roce(6, ra, rb)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  all_ops(1);
+  // all_ops(1): len 1000: WRITE_ONLY, READ_REQUEST, SEND_ONLY, SEND_ONLY_IMM, WRITE 2100 with
+  // immediate (FIRST, MIDDLE, LAST_IMM), SEND_WITH_INV 1500 (FIRST, LAST_INV).
+  std::ofstream(std::string(dir) + "/a.ops") << "10\n12\n4\n5\n6\n7\n9\n0\n22\n";
+  // Responses: ACK, READ_RESPONSE_ONLY (993 bytes), then one ACK per message.
+  std::ofstream(std::string(dir) + "/b.ops") << "17\n16\n17\n17\n17\n17\n";
+  pair_.a.reset();  // closes the captures
+  pair_.b.reset();
+  a_.dev = b_.dev = nullptr;
+}
+
+}  // namespace
+}  // namespace rdmx::emu::test
