@@ -24,12 +24,26 @@ Result<long> number(std::string_view key, std::string_view v, long lo, long hi) 
   return n;
 }
 
+constexpr std::string_view kOptionNames =
+    "port=N, gid=N, side=0|1, timeout=MS, loss=PCT, reorder=PCT, dup=PCT, seed=N, mtu=N, "
+    "pcap=FILE";
+
+Result<double> percent(std::string_view key, std::string_view v) {
+  double d = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
+  if (ec != std::errc() || end != v.data() + v.size() || !(d >= 0) || !(d < 100))
+    return make_error(Errc::kInvalidArgument, "device option " + std::string(key) + "=" +
+                                                  std::string(v) +
+                                                  ": not a percentage in [0, 100)");
+  return d;
+}
+
 Status apply_option(std::string_view opt, DeviceOptions& o) {
   const size_t eq = opt.find('=');
   if (eq == std::string_view::npos)
-    return make_error(Errc::kInvalidArgument,
-                      "device option '" + std::string(opt) +
-                          "' is not key=value (port=N, gid=N, side=0|1, timeout=MS)");
+    return make_error(Errc::kInvalidArgument, "device option '" + std::string(opt) +
+                                                  "' is not key=value (" +
+                                                  std::string(kOptionNames) + ")");
   const std::string_view k = opt.substr(0, eq), v = opt.substr(eq + 1);
   if (k == "port") {
     RDMX_TRY_ASSIGN(const long n, number(k, v, 1, 255));
@@ -43,9 +57,24 @@ Status apply_option(std::string_view opt, DeviceOptions& o) {
   } else if (k == "timeout") {
     RDMX_TRY_ASSIGN(const long n, number(k, v, 0, 3'600'000));
     o.attach_timeout = std::chrono::milliseconds(n);
+  } else if (k == "loss" || k == "reorder" || k == "dup") {
+    RDMX_TRY_ASSIGN(const double pct, percent(k, v));
+    (k == "loss" ? o.roce.loss : k == "reorder" ? o.roce.reorder : o.roce.duplicate) = pct / 100;
+  } else if (k == "seed") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 0, 0x7FFFFFFF));
+    o.roce.seed = static_cast<uint64_t>(n);
+  } else if (k == "mtu") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 256, 4096));
+    if ((n & (n - 1)) != 0)
+      return make_error(Errc::kInvalidArgument,
+                        "device option mtu=" + std::string(v) + ": not a power of two");
+    o.roce.mtu = static_cast<uint32_t>(n);
+  } else if (k == "pcap") {
+    if (v.empty()) return make_error(Errc::kInvalidArgument, "device option pcap= needs a file");
+    o.roce.pcap = std::string(v);
   } else {
-    return make_error(Errc::kInvalidArgument, "unknown device option '" + std::string(k) +
-                                                  "' (port=N, gid=N, side=0|1, timeout=MS)");
+    return make_error(Errc::kInvalidArgument, "unknown device option '" + std::string(k) + "' (" +
+                                                  std::string(kOptionNames) + ")");
   }
   return {};
 }
@@ -57,10 +86,26 @@ const char* backend_name(const DeviceSpec& s) {
                                       : "emu-threaded";
 }
 
-Result<std::shared_ptr<emu::Wire>> shm_wire(const std::string& spec, const DeviceOptions& o) {
+bool is_roce(const std::string& wire) {
+  return wire.rfind("roce:", 0) == 0;
+}
+
+Result<std::shared_ptr<emu::Wire>> roce_wire(const std::string& spec, const DeviceOptions& o) {
+  if (o.side != 0)
+    return make_error(Errc::kInvalidArgument,
+                      "wire " + spec + ": a RoCE wire has no sides (side=1 is for shm wires)");
+  emu::RoceOptions r = o.roce;
+  RDMX_TRY_ASSIGN(r.local_ipv4, emu::parse_ipv4(spec.substr(5)), "wire " + spec);
+  auto w = emu::make_roce_wire(r);
+  if (!w) return add_context(std::move(w).error(), "wire " + spec);
+  return w;
+}
+
+Result<std::shared_ptr<emu::Wire>> wire_from_spec(const std::string& spec, const DeviceOptions& o) {
+  if (is_roce(spec)) return roce_wire(spec, o);
   if (spec.rfind("shm:", 0) != 0 || spec.size() == 4)
     return make_error(Errc::kInvalidArgument,
-                      "wire \"" + spec + "\" is neither empty nor \"shm:NAME\"");
+                      "wire \"" + spec + "\" is neither empty, \"shm:NAME\" nor \"roce:A.B.C.D\"");
   const std::string name = spec.substr(4);
   if (o.side == 0) {
     auto w = emu::create_shm_wire(name);
@@ -180,7 +225,7 @@ Result<OpenedDevice> open_device(std::string_view spec, DeviceOptions o) {
   if (o.wire.empty()) {
     wire = emu::make_wire();
   } else {
-    RDMX_TRY_ASSIGN(wire, shm_wire(o.wire, o));
+    RDMX_TRY_ASSIGN(wire, wire_from_spec(o.wire, o));
   }
   return open_emu(s, o, std::move(wire), !o.wire.empty());
 }

@@ -17,10 +17,19 @@
 //             | "mlx5_N", other  that verbs device (udev may rename them: any other word is one)
 //   profile  := an emu device profile ("emu:wqe512", emu::profiles(); doc/guides/emu.md)
 //   wire     := "shm:NAME"       emu only: a wire shared by two processes (/dev/shm/rdmx-emu-NAME)
+//             | "roce:A.B.C.D"   emu only: RoCE v2 on the network from this local IPv4 address
+//                                (raw sockets, CAP_NET_RAW; the device GID is ::ffff:A.B.C.D;
+//                                the device runs threaded; doc/guides/emu.md "RoCEv2 wire")
 //   option   := "port=N"         HCA port (mlx5)          -- DeviceOptions::ib_port
 //             | "gid=N"          GID table index (mlx5)   -- DeviceOptions::gid_index
 //             | "side=0|1"       emu wire side            -- DeviceOptions::side
 //             | "timeout=MS"     shm attach wait (ms)     -- DeviceOptions::attach_timeout
+//             | "loss=PCT" | "reorder=PCT" | "dup=PCT"
+//                                roce wire: inject loss / reordering / duplication of sent packets
+//                                (percent, e.g. 1 or 0.5)      -- DeviceOptions::roce
+//             | "seed=N"         roce wire: seed of the injections
+//             | "mtu=N"          roce wire: path MTU (256..4096, default 1024)
+//             | "pcap=FILE"      roce wire: write every packet sent to FILE
 //
 // Options in the spec override the DeviceOptions passed with it. Errors: kNoDevice for a name
 // that names no device (an unknown emu mode, a missing verbs device: the message lists the
@@ -50,7 +59,7 @@ struct DeviceSpec {
   emu::Mode mode = emu::Mode::kThreaded;  // emu
   std::string verbs_name;                 // mlx5: "" = the first mlx5 device
   std::string profile;                    // emu device profile ("" = Options::profile)
-  std::string wire;                       // "" = in-process, or "shm:NAME"
+  std::string wire;                       // "" = in-process, "shm:NAME" or "roce:A.B.C.D"
 };
 
 struct DeviceOptions {
@@ -63,8 +72,9 @@ struct DeviceOptions {
   bool start_thread = true;  // threaded emu: start the device's own thread (false: the caller
                              // drives it, e.g. with one emu::DeviceThread for several devices)
   const std::atomic<bool>* cancel = nullptr;  // side 1's attach wait stops when this is true
-  emu::Options emu;  // emu tuning (checker, idle backoff, transport model); its mode, name and
-                     // start_thread come from the spec, emu_name and start_thread above
+  emu::RoceOptions roce;  // emu@roce: link options (local_ipv4 comes from the wire)
+  emu::Options emu;       // emu tuning (checker, idle backoff, transport model); its mode, name and
+                          // start_thread come from the spec, emu_name and start_thread above
 };
 
 struct OpenedDevice {

@@ -1,0 +1,73 @@
+// lib/endpoint: the emu RoCE v2 wire in the device-name grammar ("emu@roce:A.B.C.D,loss=PCT,...")
+// and opening it (raw sockets: skipped without CAP_NET_RAW).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include <rdmx/endpoint/device.hpp>
+
+namespace {
+
+using namespace rdmx;
+using namespace rdmx::endpoint;
+
+TEST(RoceSpec, WireAndOptions) {
+  DeviceOptions o;
+  auto s = parse_device_spec("emu@roce:127.0.9.1,loss=1,reorder=0.5,dup=2,seed=7,mtu=2048", &o);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s.value().wire, "roce:127.0.9.1");
+  EXPECT_EQ(o.wire, "roce:127.0.9.1");
+  EXPECT_DOUBLE_EQ(o.roce.loss, 0.01);
+  EXPECT_DOUBLE_EQ(o.roce.reorder, 0.005);
+  EXPECT_DOUBLE_EQ(o.roce.duplicate, 0.02);
+  EXPECT_EQ(o.roce.seed, 7u);
+  EXPECT_EQ(o.roce.mtu, 2048u);
+}
+
+TEST(RoceSpec, Refusals) {
+  const struct {
+    const char* spec;
+    const char* words;
+  } cases[] = {
+      {"emu@roce:127.0.9.1,loss=100", "loss=100: not a percentage"},
+      {"emu@roce:127.0.9.1,dup=-1", "dup=-1"},
+      {"emu@roce:127.0.9.1,mtu=1000", "not a power of two"},
+      {"emu@roce:127.0.9.1,pcap=", "pcap= needs a file"},
+      {"mlx5_0@roce:127.0.9.1", "emu only"},
+  };
+  for (const auto& c : cases) {
+    auto s = parse_device_spec(c.spec, nullptr);
+    ASSERT_FALSE(s.ok()) << c.spec;
+    EXPECT_EQ(s.error().code, Errc::kInvalidArgument) << c.spec;
+    EXPECT_NE(s.error().message.find(c.words), std::string::npos) << s.error().message;
+  }
+  auto bad = open_device("emu@roce:127.0.9");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("not an IPv4 address"), std::string::npos)
+      << bad.error().message;
+  auto side = open_device("emu@roce:127.0.9.1,side=1");
+  ASSERT_FALSE(side.ok());
+  EXPECT_NE(side.error().message.find("no sides"), std::string::npos) << side.error().message;
+}
+
+TEST(RoceSpec, OpensWithIpv4MappedGid) {
+  auto d = open_device("emu-inline@roce:127.0.9.1");
+  if (!d.ok() && d.error().message.find("CAP_NET_RAW") != std::string::npos)
+    GTEST_SKIP() << d.error().message;
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d.value().backend, "emu-threaded");  // the network needs the device thread
+  mlx5::QpConfig cfg;
+  auto qp = d.value().dev->create_qp(cfg);
+  ASSERT_TRUE(qp.ok()) << qp.error().message;
+  const mlx5::ConnectInfo ci = d.value().dev->local_info(qp.value().qpn);
+  const uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 127, 0, 9, 1};
+  EXPECT_EQ(0, std::memcmp(ci.gid, want, 16));
+  // The address is taken while the device is open.
+  auto again = open_device("emu@roce:127.0.9.1");
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, Errc::kBusy) << again.error().message;
+  ASSERT_TRUE(d.value().dev->destroy_qp(qp.value().qpn).ok());
+}
+
+}  // namespace
