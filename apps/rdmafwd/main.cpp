@@ -552,7 +552,13 @@ int main(int argc, char** argv) {
     }
     if (a.running) (void)a.stop();
     if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
-    if (a.prm.role == Role::kClient) say_bye(*a.tb, a.stats().total().ios);
+    if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
+    if (a.prm.role == Role::kServer && a.tb->client_fwd == "write" && !peer_lost &&
+        !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
+      std::string note;
+      (void)check_client_writes(*a.tb, a.prm, note);
+      std::fprintf(out, "rdmafwd: %s\n", note.c_str());
+    }
     int st = a.exit_status();
     if (peer_lost) {
       std::fprintf(stderr,
@@ -561,7 +567,8 @@ int main(int argc, char** argv) {
                    a.prm.role == Role::kServer ? "client" : "server", a.tb->peer.peer().c_str());
       st = kExitRuntime;
     }
-    const bool nothing_to_serve = a.prm.role == Role::kServer && a.tb->client_fwd == "umr";
+    const bool nothing_to_serve =
+        a.prm.role == Role::kServer && a.tb->client_fwd != "" && a.tb->client_fwd != "rpc";
     if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve) {
       std::fprintf(stderr, "rdmafwd: no I/O completed\n");
       a.print_stats("summary", kExitRuntime);

@@ -249,6 +249,10 @@ struct Lane {
   uint64_t p_small = 0;        // depth x 64 B reply headers
   bool remote_peer = false;    // two-process client: p lives in the other process
   bool remote_client = false;  // two-process server: c lives in the other process
+  // Two-process write/read (client): the server's window over each of its slots (mapped by the
+  // server at the rendezvous), and for read the checksum of what each holds.
+  std::vector<uint32_t> remote_rkeys;
+  std::vector<Csum> remote_csums;
 
   RunConfig cfg;
   LaneCounters st;

@@ -534,8 +534,8 @@ std::vector<std::pair<std::string, std::string>> kv_lines(const std::string& tex
 std::string size_mismatch(const std::string& client, const std::string& server) {
   const auto c = kv_lines(client), s = kv_lines(server);
   for (const auto& [k, v] : c)
-    if (k == "fwd" && v != "rpc" && v != "umr")
-      return "the client runs --fwd " + v + "; a server answers rpc and umr clients";
+    if (k == "fwd" && v != "rpc" && v != "umr" && v != "write" && v != "read")
+      return "the client runs --fwd " + v + "; a server answers rpc, umr, write and read clients";
   for (const auto& [k, v] : s) {
     if (k == "fwd") continue;  // checked above: the server answers either
     std::string theirs = "(not stated)";
@@ -578,6 +578,85 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
   return {};
 }
 
+// Server of a write/read client: per lane, a window over each slot of its destination (write)
+// or source (read) buffers, mapped here before the lanes run (the core is not polled yet) and
+// kept for the run; their keys (and for read the checksum of each slot) go to the client in
+// READY: "lane L rkeys K0 K1 ...", "lane L csums A0:B0 ...".
+Result<std::string> map_targets(const Params& p, Testbed& tb, bool write) {
+  const uint32_t len = p.pages_per_io * p.page_size;
+  std::ostringstream o;
+  for (auto& lp : tb.lanes) {
+    Lane& l = *lp;
+    win::PollCore& core = *l.p;
+    const SlotBufs& b = write ? l.p_dst : l.p_src;
+    o << "lane " << l.index << " rkeys";
+    for (uint32_t i = 0; i < l.depth; ++i) {
+      for (;;) {
+        const win::MapResult m = core.map(
+            std::span<const uint64_t>(b.slot(i), p.pages_per_io),
+            mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead, 0, len);
+        if (m.ok()) {
+          l.targets[i] = m.window;
+          o << ' ' << m.window->rkey();
+          break;
+        }
+        if (m.errc != Errc::kNoRoom && m.errc != Errc::kBusy)
+          return make_error(m.errc, "lane " + std::to_string(l.index) + ": mapping the " +
+                                        (write ? "write" : "read") +
+                                        " targets: " + errc_str(m.errc));
+        core.flush();
+        (void)core.quiesce();
+      }
+    }
+    core.flush();
+    if (!core.quiesce())
+      return make_error(Errc::kTimeout, "lane " + std::to_string(l.index) +
+                                            ": the target windows were not mapped in time");
+    o << "\n";
+    if (!write) {
+      o << "lane " << l.index << " csums";
+      for (uint32_t i = 0; i < l.depth; ++i) {
+        const Csum c = csum_range(l.p_src.slot(i)[0], len);
+        o << ' ' << c.a << ':' << c.b;
+      }
+      o << "\n";
+      // --corrupt-every (tests): a byte of slot 0 changes after its checksum went out, so the
+      // client's check must fail.
+      if (p.corrupt_every) reinterpret_cast<uint8_t*>(l.p_src.slot(0)[0])[len / 2] ^= 0x5a;
+    }
+  }
+  tb.notes.push_back(std::string("server: ") + std::to_string(tb.lanes.size() * p.io_depth) +
+                     " windows over its " + (write ? "destination" : "source") +
+                     " slots mapped for the client's RDMA " + (write ? "WRITEs" : "READs"));
+  return o.str();
+}
+
+// Client: the server's target keys (and checksums) from READY.
+Status adopt_targets(Testbed& tb, const std::string& text) {
+  std::istringstream in(text);
+  std::string word, what;
+  unsigned lane = 0;
+  while (in >> word >> lane >> what) {
+    if (word != "lane" || lane >= tb.lanes.size())
+      return make_error(Errc::kProtocol, "the server's target list is malformed");
+    Lane& l = *tb.lanes[lane];
+    for (uint32_t i = 0; i < l.depth; ++i) {
+      if (what == "rkeys") {
+        uint32_t k = 0;
+        if (!(in >> k)) return make_error(Errc::kProtocol, "the server sent too few keys");
+        l.remote_rkeys.push_back(k);
+      } else {
+        Csum c;
+        char colon = 0;
+        if (!(in >> c.a >> colon >> c.b) || colon != ':')
+          return make_error(Errc::kProtocol, "the server sent too few checksums");
+        l.remote_csums.push_back(c);
+      }
+    }
+  }
+  return {};
+}
+
 // One client, start to end. A client that is refused or breaks off before this server
 // connected its QPs is not fatal (kProtocol/kInvalidArgument: the server waits for the next);
 // `committed` says when it would be.
@@ -597,7 +676,11 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, bool& c
   committed = true;
   RDMX_TRY(connect_lanes(tb, true, theirs));
   RDMX_TRY(post_all_recvs(tb));
-  return ch.send(endpoint::FrameType::kReady, {}, w);
+  std::string targets;
+  if (tb.client_fwd == "write" || tb.client_fwd == "read") {
+    RDMX_TRY_ASSIGN(targets, map_targets(p, tb, tb.client_fwd == "write"));
+  }
+  return ch.send_text(endpoint::FrameType::kReady, targets, w);
 }
 
 Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const Say& say,
@@ -656,7 +739,7 @@ Result<endpoint::Channel> tcp_client_hello(Params& p, unsigned lanes, const Say&
   return ch;
 }
 
-Status tcp_client_finish(Testbed& tb) {
+Status tcp_client_finish(const Params& p, Testbed& tb) {
   const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
   endpoint::Channel& ch = tb.peer;
   RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
@@ -664,7 +747,13 @@ Status tcp_client_finish(Testbed& tb) {
   RDMX_TRY(connect_lanes(tb, false, theirs));
   RDMX_TRY(post_all_recvs(tb));
   // The server's receives are posted once it says so: only then may requests go.
-  RDMX_TRY(ch.expect(endpoint::FrameType::kReady, w));
+  RDMX_TRY_ASSIGN(const endpoint::Frame ready, ch.expect(endpoint::FrameType::kReady, w));
+  RDMX_TRY(adopt_targets(tb, ready.text()));
+  for (auto& lp : tb.lanes)
+    if (((p.fwd == "write" || p.fwd == "read") && lp->remote_rkeys.size() != lp->depth) ||
+        (p.fwd == "read" && lp->remote_csums.size() != lp->depth))
+      return make_error(Errc::kProtocol, "the server sent no windows for --fwd " + p.fwd +
+                                             " (is it an older rdmafwd?)");
   tb.notes.push_back("client: server " + ch.peer() + " over TCP from " + ch.local_address());
   return {};
 }
@@ -680,15 +769,69 @@ PeerState watch_peer(Testbed& tb) {
   auto f = tb.peer.recv({std::chrono::milliseconds(200), &g_signal});
   if (f && f.value().type == endpoint::FrameType::kBye) {
     tb.peer_said_bye = true;
+    tb.peer_bye_text = f.value().text();
     return PeerState::kBye;
   }
   return f ? PeerState::kHere : PeerState::kGone;
 }
 
-void say_bye(Testbed& tb, uint64_t ios) {
-  if (tb.peer.valid())
-    (void)tb.peer.send_text(endpoint::FrameType::kBye, "ios " + std::to_string(ios) + "\n",
-                            {std::chrono::milliseconds(1000), nullptr});
+bool await_bye(Testbed& tb, std::chrono::milliseconds within) {
+  if (!tb.peer.valid() || tb.peer_said_bye) return tb.peer_said_bye;
+  auto f = tb.peer.expect(endpoint::FrameType::kBye, {within, &g_signal});
+  if (!f) return false;
+  tb.peer_said_bye = true;
+  tb.peer_bye_text = f.value().text();
+  return true;
+}
+
+void say_bye(Testbed& tb, const Params& p, uint64_t ios) {
+  if (!tb.peer.valid()) return;
+  std::ostringstream o;
+  o << "ios " << ios << "\n";
+  // --fwd write: what the last write of each slot carried, for the server to check.
+  if (p.fwd == "write")
+    for (auto& lp : tb.lanes)
+      for (uint32_t i = 0; i < lp->depth; ++i)
+        if (lp->slots[i].seq)
+          o << "slot " << lp->index << ' ' << i << ' ' << lp->slots[i].seq << ' ' << lp->csums[i].a
+            << ' ' << lp->csums[i].b << "\n";
+  (void)tb.peer.send_text(endpoint::FrameType::kBye, o.str(),
+                          {std::chrono::milliseconds(1000), nullptr});
+}
+
+uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
+  std::istringstream in(tb.peer_bye_text);
+  std::string word;
+  uint64_t checked = 0, bad = 0;
+  const uint32_t len = p.pages_per_io * p.page_size;
+  while (in >> word) {
+    if (word != "slot") {
+      std::getline(in, word);
+      continue;
+    }
+    unsigned lane = 0, slot = 0;
+    uint64_t seq = 0;
+    Csum want;
+    if (!(in >> lane >> slot >> seq >> want.a >> want.b) || lane >= tb.lanes.size() ||
+        slot >= tb.lanes[lane]->depth) {
+      ++bad;
+      break;
+    }
+    Lane& l = *tb.lanes[lane];
+    const uint64_t a = l.p_dst.slot(slot)[0];
+    if (p.corrupt_every && checked == 0) reinterpret_cast<uint8_t*>(a)[len / 2] ^= 0x5a;  // tests
+    const bool ok =
+        reinterpret_cast<const PayloadHdr*>(a)->seq == seq && csum_range(a, len) == want;
+    ++checked;
+    if (!ok) {
+      ++bad;
+      l.st.verify_fail.add(1);  // the lanes have stopped: no other writer
+    }
+  }
+  note = "server: checked the last write of " + std::to_string(checked) +
+         " slot(s) against the client's goodbye: " +
+         (bad ? std::to_string(bad) + " differ" : std::string("all match"));
+  return bad;
 }
 
 // Devices, then (server) the client's sizes, then per side an arena and a pool, then the lanes
@@ -737,7 +880,7 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   else if (!p.listen.empty())
     RDMX_TRY(tcp_server(p, *tb, lis, say, warn), "rendezvous");
   else if (!p.peer.empty())
-    RDMX_TRY(tcp_client_finish(*tb), "rendezvous");
+    RDMX_TRY(tcp_client_finish(p, *tb), "rendezvous");
   else
     RDMX_TRY(rendezvous(p, *tb, client_info));
 

@@ -34,7 +34,9 @@ struct Testbed {
   // goes away is seen at once, see watch_peer) and closed with the testbed.
   endpoint::Channel peer;
   bool peer_said_bye = false;
-  std::string client_fwd;  // server: the engine its client runs (rpc, or umr: nothing to serve)
+  std::string client_fwd;     // server: the engine its client runs (rpc; umr, write, read: nothing
+                              // to serve)
+  std::string peer_bye_text;  // server: the client's goodbye
 
   ~Testbed();
   // Window census of both pools (no lane running). Text lines; ok=false on an inconsistency.
@@ -61,8 +63,15 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 // connected, kBye once it said goodbye, kGone when it went away without one (it died).
 enum class PeerState { kHere, kBye, kGone };
 PeerState watch_peer(Testbed& tb);
-// The client's goodbye over TCP, after its run (the server then stops without an error).
-void say_bye(Testbed& tb, uint64_t ios);
+// The client's goodbye over TCP, after its run (the server then stops without an error); for
+// --fwd write it carries the sequence number and checksum of each slot's last write.
+void say_bye(Testbed& tb, const Params& p, uint64_t ios);
+// Server, after the run: waits (bounded) for the client's goodbye if it has not come yet (the
+// RDMA goodbye stops the lanes first). False when none came.
+bool await_bye(Testbed& tb, std::chrono::milliseconds within);
+// Server of a --fwd write client, after the run: its slots against the goodbye. Mismatches are
+// counted as verification failures; `note` says what was checked.
+uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note);
 
 // Posts every receive slot of the lane's c, p and s cores (setup, and after recovery).
 Status post_lane_recvs(Lane& l);

@@ -17,6 +17,13 @@ bool start(Lane& l) {
   reset_slots(l);
   l.targets_unmapped = false;
   const uint32_t len = io_len(l);
+  if (l.remote_peer) {  // two processes: the server mapped its windows at the rendezvous
+    if (l.remote_rkeys.size() < l.depth) return false;
+    if (kWrite)
+      for (uint32_t i = 0; i < l.depth; ++i)
+        l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
+    return true;
+  }
   win::PollCore& p = *l.p;
   // The peer exposes slot i of its dst (write) or src (read) buffers through a window.
   for (uint32_t i = 0; i < l.depth; ++i) {
@@ -51,6 +58,12 @@ bool start(Lane& l) {
 template <bool kWrite>
 bool verify(Lane& l, uint32_t slot, uint64_t seq) {
   const uint32_t len = io_len(l);
+  if (l.remote_peer) {
+    // Read: what arrived is what the server holds (its checksum, sent at the rendezvous). Write:
+    // the server checks its slots against the client's goodbye (apps/rdmafwd/setup.cpp).
+    if (kWrite) return true;
+    return csum_pages(l.c_dst.slot(slot), l.page_size, len) == l.remote_csums[slot];
+  }
   const SlotBufs& dst = kWrite ? l.p_dst : l.c_dst;
   const auto* h = reinterpret_cast<const PayloadHdr*>(dst.slot(slot)[0]);
   if (h->seq != seq) return false;
@@ -89,15 +102,17 @@ bool fwd(Lane& l) {
       break;
     }
     sl.seq = ++l.seq;
-    if (l.cfg.verify) {
+    if (l.cfg.verify && !l.remote_peer) {
       // Header: the source carries the sequence number; the destination's is cleared.
       auto* src = reinterpret_cast<PayloadHdr*>((kWrite ? l.c_src : l.p_src).slot(slot)[0]);
       auto* dst = reinterpret_cast<PayloadHdr*>((kWrite ? l.p_dst : l.c_dst).slot(slot)[0]);
       src->seq = sl.seq;
       dst->seq = 0;
+    } else if (kWrite && l.remote_peer) {  // the server checks the last write of each slot
+      reinterpret_cast<PayloadHdr*>(l.c_src.slot(slot)[0])->seq = sl.seq;
     }
     const mlx5::prm::Sge sg = sge(m.iova, len, m.lkey);
-    const uint32_t rkey = l.targets[slot]->rkey();
+    const uint32_t rkey = l.remote_peer ? l.remote_rkeys[slot] : l.targets[slot]->rkey();
     const Errc e = kWrite ? c.post_write({&sg, 1}, 0, rkey, cookie(kCkIo, slot), true)
                           : c.post_read({&sg, 1}, 0, rkey, cookie(kCkIo, slot), true);
     if (e != Errc::kOk) {
@@ -119,7 +134,7 @@ bool fwd(Lane& l) {
 template <bool kWrite>
 bool idle(Lane& l) {
   if (!l.failed && (!all_slots_free(l) || l.unmap_n != 0)) return false;
-  if (!l.targets_unmapped) {
+  if (!l.targets_unmapped && !l.remote_peer) {
     win::PollCore& p = *l.p;
     for (uint32_t i = 0; i < l.depth; ++i) {
       while (p.unmap(l.targets[i]) == Errc::kNoRoom) {

@@ -192,6 +192,44 @@ def case_umr(binary):
     print(f"umr across processes: {t['ios']} map+unmap pairs")
 
 
+def onesided(binary, fwd, corrupt):
+    """--fwd write/read against a server that maps windows over its slots at the rendezvous.
+    write: the server checks the last write of every slot against the client's goodbye; read:
+    the client checks every payload against the checksums the server sent. With corrupt, the
+    server flips one byte (hidden --corrupt-every) and the side that checks must fail."""
+    port = free_port()
+    extra = ["--corrupt-every", "1"] if corrupt else []
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"] + extra)
+    try:
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--fwd", fwd, "--duration", "1", "--json"])
+        cout, cerr = finish(cli)
+        sout, serr = finish(srv)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    c, s = summary(cout)["total"], summary(sout)["total"]
+    check(c["ios"] > 0 and c["maps"] == c["ios"], f"client: {c}", *procs)
+    checker = c if fwd == "read" else s
+    want = (1, 0) if fwd == "read" else (0, 1)  # (client, server) exit status when corrupted
+    if corrupt:
+        check((cli.returncode, srv.returncode) == want and checker["errors"]["verify"] > 0,
+              f"corruption not caught: exit client {cli.returncode}, server {srv.returncode}",
+              *procs)
+        check("verification failed" in (cerr if fwd == "read" else serr), "no message", *procs)
+    else:
+        check(cli.returncode == 0 and srv.returncode == 0 and c["errors"]["total"] == 0 and
+              s["errors"]["total"] == 0, f"exit client {cli.returncode}, server {srv.returncode}",
+              *procs)
+    if fwd == "write":
+        line = [l for l in serr.splitlines() if "checked the last write" in l]
+        check(line and ("differ" in line[0]) == corrupt, f"server check: {line}", *procs)
+        check("of 0 slot" not in line[0], "nothing checked", *procs)
+    print(f"{fwd}{' (corrupted)' if corrupt else ''}: {c['ios']} I/Os across processes, "
+          f"exit client {cli.returncode}, server {srv.returncode}")
+
+
 class Netns:
     """Two namespaces joined by a veth pair, always torn down (also on SIGTERM from meson)."""
 
@@ -538,6 +576,10 @@ CASES = {
     "loopback": case_loopback,
     "lanes": case_lanes,
     "umr": case_umr,
+    "write": lambda b: onesided(b, "write", False),
+    "read": lambda b: onesided(b, "read", False),
+    "write-corrupt": lambda b: onesided(b, "write", True),
+    "read-corrupt": lambda b: onesided(b, "read", True),
     "netns": case_netns,
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
