@@ -67,7 +67,7 @@ TEST_P(Soak, FaultsNothingLostNothingLeaked) {
       ++rounds;
       const uint32_t kind = rng() % 10 < 3 ? 1 + static_cast<uint32_t>(rng() % 4) : 0;
       ++by_kind[kind];
-      auto& f = r.pair.a->faults();
+      auto& f = r.a.emu()->faults();
       const auto qa = r.ca().qp_handle();
       switch (kind) {
         case 0:  // clean round, verified round trip
@@ -112,9 +112,9 @@ TEST_P(Soak, FaultsNothingLostNothingLeaked) {
     rss_end = rss_kib();
     EXPECT_EQ(r.checker_reports(), 0u) << r.checker_dump();
     // Leaks: once the cores are gone every window is back in its pool's depot.
-    r.a.cores.clear();
-    r.b.cores.clear();
-    for (WindowPool* p : {r.a.pool.get(), r.b.pool.get()}) {
+    r.a.destroy_cores();
+    r.b.destroy_cores();
+    for (WindowPool* p : {&r.a.pool(), &r.b.pool()}) {
       auto cen = p->check_windows();
       ASSERT_TRUE(cen.ok()) << cen.error().message;
       leaked += p->n_windows() - cen.value().depot;

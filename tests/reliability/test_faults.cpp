@@ -58,7 +58,8 @@ TEST_P(Faults, ErrorCqeMidBurst) {
   for (uint32_t round = 0; round < rounds; ++round) {
     const uint8_t synd =
         round % 2 ? MLX5_CQE_SYNDROME_LOCAL_PROT_ERR : MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR;
-    ASSERT_TRUE(rig_->pair.a->faults()
+    ASSERT_TRUE(rig_->a.emu()
+                    ->faults()
                     .error_on_nth_wqe(rig_->ca().qp_handle(), 1 + rng() % 150, synd)
                     .ok());
     w.burst(300);
@@ -79,12 +80,12 @@ TEST_P(Faults, QpToErrorWithManyWqesInFlight) {
   const uint32_t rounds = static_cast<uint32_t>(scaled(10, 2));
   for (uint32_t round = 0; round < rounds; ++round) {
     // Hold completions so that hundreds of WQEs are executed or queued but not completed.
-    ASSERT_TRUE(rig_->pair.a->faults().delay_completions(rig_->ca().qp_handle(), 1000000).ok());
+    ASSERT_TRUE(rig_->a.emu()->faults().delay_completions(rig_->ca().qp_handle(), 1000000).ok());
     w.burst(400);
     for (int i = 0; i < 50; ++i) rig_->pump();
     EXPECT_GT(rig_->ca().qp().sq().in_flight(), 100u);
-    ASSERT_TRUE(rig_->pair.a->faults().qp_to_error(rig_->ca().qp_handle()).ok());
-    ASSERT_TRUE(rig_->pair.a->faults().delay_completions(rig_->ca().qp_handle(), 0).ok());
+    ASSERT_TRUE(rig_->a.emu()->faults().qp_to_error(rig_->ca().qp_handle()).ok());
+    ASSERT_TRUE(rig_->a.emu()->faults().delay_completions(rig_->ca().qp_handle(), 0).ok());
     ASSERT_TRUE(w.drain());
     EXPECT_TRUE(rig_->ca().qp().in_error());
     EXPECT_GT(w.count_status(kFlushErr), 0u);
@@ -102,10 +103,10 @@ TEST_P(Faults, PeerUnreachable) {
   for (uint32_t round = 0; round < rounds; ++round) {
     w.burst(50);
     ASSERT_TRUE(w.drain());
-    rig_->pair.a->faults().set_peer_unreachable(true);
+    rig_->a.emu()->faults().set_peer_unreachable(true);
     w.burst(100);
     ASSERT_TRUE(w.drain());
-    rig_->pair.a->faults().set_peer_unreachable(false);
+    rig_->a.emu()->faults().set_peer_unreachable(false);
     EXPECT_TRUE(rig_->ca().qp().in_error());
     EXPECT_EQ(w.count_status(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR), 1u);
     w.check_windows("peer unreachable");
@@ -118,7 +119,7 @@ TEST_P(Faults, PeerUnreachable) {
 TEST_P(Faults, DelayedCompletions) {
   rig_ = std::make_unique<Rig>(cfg());
   Workload w(*rig_, 4, g_totals);
-  ASSERT_TRUE(rig_->pair.a->faults().delay_completions(rig_->ca().qp_handle(), 200).ok());
+  ASSERT_TRUE(rig_->a.emu()->faults().delay_completions(rig_->ca().qp_handle(), 200).ok());
   const uint32_t rounds = static_cast<uint32_t>(scaled(10, 2));
   for (uint32_t round = 0; round < rounds; ++round) {
     w.burst(300);
@@ -128,7 +129,7 @@ TEST_P(Faults, DelayedCompletions) {
     w.check_windows("delayed completions");
     w.check_ledger("delayed completions", false);
   }
-  ASSERT_TRUE(rig_->pair.a->faults().delay_completions(rig_->ca().qp_handle(), 0).ok());
+  ASSERT_TRUE(rig_->a.emu()->faults().delay_completions(rig_->ca().qp_handle(), 0).ok());
   ++g_totals.faults;
   w.expect_traffic_resumes("after delayed completions");
 }

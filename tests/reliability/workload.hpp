@@ -37,7 +37,7 @@ struct Totals {
 class Workload {
  public:
   Workload(Rig& r, uint64_t seed, Totals& t) : r_(r), rng_(seed), g_totals(t) {
-    for (uint32_t i = 8; i < r.a.arena->n_pages(); ++i) pages_.push_back(r.a.arena->page_addr(i));
+    for (uint32_t i = 8; i < r.a.arena().n_pages(); ++i) pages_.push_back(r.a.arena().page_addr(i));
     b_map();
   }
 
@@ -46,7 +46,7 @@ class Workload {
   // B maps 4 pages of its arena read/write for A.
   void b_map() {
     std::vector<uint64_t> p;
-    for (uint32_t i = 0; i < kBPages; ++i) p.push_back(r_.b.arena->page_addr(8 + i));
+    for (uint32_t i = 0; i < kBPages; ++i) p.push_back(r_.b.arena().page_addr(8 + i));
     MapResult m = r_.cb().map(p, kRw, 0, kBPages * 4096);
     ASSERT_TRUE(m.ok()) << errc_name(m.errc);
     b_rkey_ = m.rkey;
@@ -94,8 +94,8 @@ class Workload {
       const bool write = op & 1;
       const uint32_t len = 1 + static_cast<uint32_t>(rng_() % 8192);
       const uint64_t raddr = rng_() % (kBPages * 4096 - len + 1);
-      const Sge s{r_.a.arena->page_addr(static_cast<uint32_t>(rng_() % 8)), len,
-                  r_.a.arena->lkey()};
+      const Sge s{r_.a.arena().page_addr(static_cast<uint32_t>(rng_() % 8)), len,
+                  r_.a.arena().lkey()};
       const uint64_t cookie = next_cookie_++;
       Errc e;
       for (;;) {
@@ -175,11 +175,11 @@ class Workload {
   }
 
   void check_windows(const char* what) {
-    auto ca = r_.a.pool->check_windows();
+    auto ca = r_.a.pool().check_windows();
     ASSERT_TRUE(ca.ok()) << what << ": A: " << ca.error().message;
-    auto cb = r_.b.pool->check_windows();
+    auto cb = r_.b.pool().check_windows();
     ASSERT_TRUE(cb.ok()) << what << ": B: " << cb.error().message;
-    EXPECT_EQ(ca.value().total, r_.a.pool->n_windows());
+    EXPECT_EQ(ca.value().total, r_.a.pool().n_windows());
     EXPECT_EQ(ca.value().mapped, a_mapped_.size()) << what;
   }
 
@@ -189,13 +189,13 @@ class Workload {
     r_.recover_both();
     a_mapped_.clear();  // recover() freed them (their mappings are gone)
     check_windows("after recover");
-    auto ca = r_.a.pool->check_windows();
+    auto ca = r_.a.pool().check_windows();
     ASSERT_TRUE(ca.ok());
     EXPECT_EQ(ca.value().mapped, 0u);
     EXPECT_EQ(ca.value().dirty, 0u);
     EXPECT_EQ(ca.value().unmapping, 0u);
     b_map();
-    auto st = r_.pair.a->query_qp(r_.ca().qp_handle());
+    auto st = r_.a.emu()->query_qp(r_.ca().qp_handle());
     ASSERT_TRUE(st.ok());
     EXPECT_EQ(st.value(), mlx5::QpState::kRts);
     ++g_totals.faults;
@@ -204,12 +204,12 @@ class Workload {
   // Traffic resumes: a verified WRITE + READ round trip, then a clean burst.
   void expect_traffic_resumes(const char* what) {
     PollCore& c = r_.ca();
-    uint8_t* src = r_.a.base() + r_.a.arena->page_addr(2) - r_.a.arena->base();
-    uint8_t* dst = r_.a.base() + r_.a.arena->page_addr(4) - r_.a.arena->base();
+    uint8_t* src = side_mem(r_.a) + r_.a.arena().page_addr(2) - r_.a.arena().base();
+    uint8_t* dst = side_mem(r_.a) + r_.a.arena().page_addr(4) - r_.a.arena().base();
     for (int i = 0; i < 4096; ++i) src[i] = static_cast<uint8_t>(rng_());
     std::memset(dst, 0, 4096);
-    const Sge s{r_.a.arena->page_addr(2), 4096, r_.a.arena->lkey()};
-    const Sge d{r_.a.arena->page_addr(4), 4096, r_.a.arena->lkey()};
+    const Sge s{r_.a.arena().page_addr(2), 4096, r_.a.arena().lkey()};
+    const Sge d{r_.a.arena().page_addr(4), 4096, r_.a.arena().lkey()};
     const uint64_t cw = next_cookie_++, cr = next_cookie_++;
     ops_[cw] = OpRecord{seq_++, 0, 0xff};
     ops_[cr] = OpRecord{seq_++, 0, 0xff};

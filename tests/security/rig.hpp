@@ -18,7 +18,7 @@
 
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/connect.hpp>
-#include <rdmx/mem/arena.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
 
@@ -120,13 +120,14 @@ struct Snapshot {
   }
 };
 
-struct Side {
-  std::unique_ptr<mem::Arena> arena;
-  std::unique_ptr<WindowPool> pool;
-  std::vector<std::unique_ptr<PollCore>> cores;
-  uint8_t* base() const { return reinterpret_cast<uint8_t*>(arena->base()); }
-  size_t data_bytes() const { return arena->data_end() - arena->base(); }
-};
+// One side: device, arena, pool and cores (lib/endpoint's builder).
+using Side = endpoint::Endpoint;
+inline uint8_t* side_mem(const Side& s) {
+  return reinterpret_cast<uint8_t*>(s.arena().base());
+}
+inline size_t side_data_bytes(const Side& s) {
+  return s.arena().data_end() - s.arena().base();
+}
 
 struct RigConfig {
   emu::Mode mode = emu::Mode::kInline;
@@ -149,47 +150,42 @@ struct RigConfig {
 class Rig {
  public:
   explicit Rig(const RigConfig& c = RigConfig{}) : cfg(c) {
-    emu::Options o;
-    o.mode = c.mode;
-    o.checker_fatal = c.checker_fatal;
-    o.retry_cnt = c.retry_cnt;
-    o.transport_timeout_ms = c.transport_timeout_ms;
-    pair = take(emu::make_pair(o, o));
-    make_side(*pair.a, a, c.a_windows, c.a_max_pages, c.a_arena_pages, c.a_parent_access);
-    make_side(*pair.b, b, 4, 4, c.b_arena_pages, mlx5::kAccessAll);
-    for (uint32_t i = 0; i < c.n_cores; ++i) connect(i);
-  }
-  ~Rig() {
-    a.cores.clear();
-    b.cores.clear();
-  }
-
-  void make_side(emu::EmuDevice& dev, Side& s, uint32_t n_windows, uint32_t max_pages,
-                 uint32_t arena_pages, uint32_t parent_access) {
-    mem::ArenaConfig ac;
-    ac.bytes = size_t{arena_pages} * 4096;
-    ac.access = parent_access;
-    s.arena = take(mem::Arena::create(dev, ac));
-    win::PoolConfig pc;
-    pc.n_windows = n_windows;
-    pc.max_pages = max_pages;
-    s.pool = take(WindowPool::create(dev, *s.arena, pc));
-    win::CoreConfig cc;
-    cc.cache_size = cfg.cache_size;
-    cc.qp.sq_wqebbs = cfg.sq_wqebbs;
-    cc.qp.rq_wqes = cfg.rq_wqes;
-    cc.qp.cq_cqes = cfg.cq_cqes;
-    cc.signal_every = cfg.signal_every;
-    for (uint32_t i = 0; i < cfg.n_cores; ++i)
-      s.cores.push_back(take(PollCore::create(*s.pool, cc)));
-  }
-  void connect(uint32_t i) {
-    const Status s = endpoint::connect_cores(*a.cores[i], *b.cores[i]);
+    endpoint::DeviceOptions o;
+    o.emu.checker_fatal = c.checker_fatal;
+    o.emu.retry_cnt = c.retry_cnt;
+    o.emu.transport_timeout_ms = c.transport_timeout_ms;
+    auto devs = take(endpoint::open_device_pair(
+        c.mode == emu::Mode::kThreaded ? "emu-threaded" : "emu-inline", o, o));
+    a = take(Side::create(std::move(devs[0]), side_config(c.a_windows, c.a_max_pages,
+                                                          c.a_arena_pages, c.a_parent_access)));
+    b = take(
+        Side::create(std::move(devs[1]), side_config(4, 4, c.b_arena_pages, mlx5::kAccessAll)));
+    const Status s = endpoint::connect_endpoints(a, b);
     if (!s.ok()) throw std::runtime_error("connect: " + s.error().message);
   }
+  ~Rig() {
+    a.destroy_cores();
+    b.destroy_cores();
+  }
 
-  PollCore& ca(uint32_t i = 0) { return *a.cores[i]; }
-  PollCore& cb(uint32_t i = 0) { return *b.cores[i]; }
+  endpoint::EndpointConfig side_config(uint32_t n_windows, uint32_t max_pages, uint32_t arena_pages,
+                                       uint32_t parent_access) const {
+    endpoint::EndpointConfig ec;
+    ec.arena.bytes = size_t{arena_pages} * 4096;
+    ec.arena.access = parent_access;
+    ec.pool.n_windows = n_windows;
+    ec.pool.max_pages = max_pages;
+    ec.core.cache_size = cfg.cache_size;
+    ec.core.qp.sq_wqebbs = cfg.sq_wqebbs;
+    ec.core.qp.rq_wqes = cfg.rq_wqes;
+    ec.core.qp.cq_cqes = cfg.cq_cqes;
+    ec.core.signal_every = cfg.signal_every;
+    ec.n_cores = cfg.n_cores;
+    return ec;
+  }
+
+  PollCore& ca(uint32_t i = 0) { return a.core(i); }
+  PollCore& cb(uint32_t i = 0) { return b.core(i); }
   bool threaded() const { return cfg.mode == emu::Mode::kThreaded; }
 
   // One step of progress: inline mode pumps both devices, threaded mode yields.
@@ -197,8 +193,8 @@ class Rig {
     if (threaded()) {
       std::this_thread::yield();
     } else {
-      pair.a->progress();
-      pair.b->progress();
+      a.emu()->progress();
+      b.emu()->progress();
     }
   }
 
@@ -233,7 +229,7 @@ class Rig {
   // PSNs across it), then PollCore::recover(). Side A is not touched (its QP stayed in RTS: a
   // responder that NAKs a bad rkey does not leave RTS).
   void recover_peer(uint32_t i = 0) {
-    const Status s = endpoint::recover_core(cb(i), pair.a->local_info(ca(i).qp_handle()));
+    const Status s = endpoint::recover_core(cb(i), a.device().local_info(ca(i).qp_handle()));
     if (!s.ok()) throw std::runtime_error("peer recover: " + s.error().message);
   }
 
@@ -243,12 +239,13 @@ class Rig {
     if (!s.ok()) throw std::runtime_error(s.error().message);
   }
 
-  uint64_t checker_reports() const { return pair.a->checker().total() + pair.b->checker().total(); }
-  std::string checker_dump() const { return pair.a->checker().dump() + pair.b->checker().dump(); }
+  uint64_t checker_reports() const {
+    return a.emu()->checker().total() + b.emu()->checker().total();
+  }
+  std::string checker_dump() const { return a.emu()->checker().dump() + b.emu()->checker().dump(); }
 
   RigConfig cfg;
-  emu::DevicePair pair;
-  Side a, b;
+  Side a, b;  // declared after cfg; ~Rig destroys both sides' cores before either device
 };
 
 }  // namespace rdmx::sectest

@@ -30,7 +30,7 @@ struct NothingPosted {
 
 std::vector<uint64_t> pages_of(Rig& r, uint32_t first, uint32_t n) {
   std::vector<uint64_t> p;
-  for (uint32_t i = 0; i < n; ++i) p.push_back(r.a.arena->page_addr(first + i));
+  for (uint32_t i = 0; i < n; ++i) p.push_back(r.a.arena().page_addr(first + i));
   return p;
 }
 
@@ -52,13 +52,13 @@ TEST(BadFlows, DoubleUnmap) {
   }
   EXPECT_EQ(c.stats().error_count(Errc::kNotMapped), 2u);
   // A window never mapped (free in the cache / depot).
-  for (uint32_t i = 0; i < r.a.pool->n_windows(); ++i) {
-    Window& w = r.a.pool->window(i);
+  for (uint32_t i = 0; i < r.a.pool().n_windows(); ++i) {
+    Window& w = r.a.pool().window(i);
     if (w.state() == win::WindowState::kMapped) continue;
     NothingPosted np(c);
     EXPECT_EQ(c.unmap(&w), Errc::kNotMapped);
   }
-  auto cen = r.a.pool->check_windows();
+  auto cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().mapped, 0u);
 }
@@ -68,7 +68,7 @@ TEST(BadFlows, UnmapAfterRemoteInvalidation) {
   PollCore& c = r.ca();
   MapResult m = c.map(pages_of(r, 3, 1), kRw, 0, 4096);
   ASSERT_TRUE(m.ok());
-  const Sge rbuf{r.a.arena->page_addr(0), 64, r.a.arena->lkey()};
+  const Sge rbuf{r.a.arena().page_addr(0), 64, r.a.arena().lkey()};
   ASSERT_EQ(c.post_recv({&rbuf, 1}, 9), Errc::kOk);
   ASSERT_TRUE(r.settle(c));
   ASSERT_EQ(r.cb().post_send_inv({}, m.rkey, 1, true), Errc::kOk);
@@ -84,7 +84,7 @@ TEST(BadFlows, UnmapAfterRemoteInvalidation) {
   }
   // The notice arriving a second time (e.g. through another core) is stale.
   EXPECT_EQ(c.remote_invalidated(m.rkey), Errc::kNotMapped);
-  auto cen = r.a.pool->check_windows();
+  auto cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().mapped, 0u);
 }
@@ -94,7 +94,7 @@ TEST(BadFlows, MapOfPagesOutsideTheArena) {
   rc.a_max_pages = 64;  // > the inline limit: the pool reserves KLM arrays at the arena's tail
   Rig r(rc);
   PollCore& c = r.ca();
-  const mem::Arena& ar = *r.a.arena;
+  const mem::Arena& ar = r.a.arena();
   ASSERT_LT(ar.data_end(), ar.base() + ar.size()) << "expected a reserved tail";
   const uint64_t good = ar.page_addr(1);
   const uint64_t bad[] = {
@@ -105,7 +105,7 @@ TEST(BadFlows, MapOfPagesOutsideTheArena) {
       ar.data_end(),                   // the reserved tail (KLM arrays): registered, never mappable
       ar.base() + ar.size() - 4096,    // last page of the tail
       ar.base() + ar.size(),           // just past the registration
-      r.b.arena->page_addr(0),         // another host's arena
+      r.b.arena().page_addr(0),        // another host's arena
       reinterpret_cast<uint64_t>(&c),  // process memory
       ~uint64_t{0} & ~uint64_t{4095},  // top of the address space
   };
@@ -127,7 +127,7 @@ TEST(BadFlows, MapWithMorePagesThanTheWindowHolds) {
     NothingPosted np(c);
     EXPECT_EQ(c.map(pages, kRw, 0, 17 * 4096).errc, Errc::kTooManyPages);
   }
-  std::vector<uint64_t> huge(1u << 20, r.a.arena->page_addr(0));
+  std::vector<uint64_t> huge(1u << 20, r.a.arena().page_addr(0));
   {
     NothingPosted np(c);
     EXPECT_EQ(c.map(huge, kRw, 0, uint64_t{1} << 32).errc, Errc::kTooManyPages);
@@ -183,7 +183,7 @@ TEST(BadFlows, WrongCoreAndForeignWindows) {
     EXPECT_EQ(c1.remote_invalidated(m.rkey), Errc::kWrongCore);
   }
   // Not windows of this pool at all.
-  Window* foreign = &r.b.pool->window(0);
+  Window* foreign = &r.b.pool().window(0);
   auto* inside = reinterpret_cast<Window*>(reinterpret_cast<uint8_t*>(m.window) + 8);
   for (Window* w : {foreign, static_cast<Window*>(nullptr), inside}) {
     NothingPosted np(c0);
@@ -196,7 +196,7 @@ TEST(BadFlows, WrongCoreAndForeignWindows) {
 TEST(BadFlows, InternalCookieBitAndTooManySges) {
   Rig r;
   PollCore& c = r.ca();
-  const Sge s{r.a.arena->base(), 8, r.a.arena->lkey()};
+  const Sge s{r.a.arena().base(), 8, r.a.arena().lkey()};
   std::vector<Sge> many(17, s);
   NothingPosted np(c);
   EXPECT_EQ(c.post_write({&s, 1}, 0, 0, win::kInternalCookie | 1), Errc::kInvalidArgument);
@@ -212,9 +212,9 @@ TEST(BadFlows, EverythingRefusedOnAQpInError) {
   MapResult m = c.map(pages_of(r, 0, 1), kRw, 0, 4096);
   ASSERT_TRUE(m.ok());
   ASSERT_TRUE(r.settle(c));
-  ASSERT_TRUE(r.pair.a->faults().qp_to_error(c.qp_handle()).ok());
+  ASSERT_TRUE(r.a.emu()->faults().qp_to_error(c.qp_handle()).ok());
   // Anything posted now flushes; the error CQE is what tells the core.
-  const Sge s{r.a.arena->base(), 8, r.a.arena->lkey()};
+  const Sge s{r.a.arena().base(), 8, r.a.arena().lkey()};
   ASSERT_EQ(c.post_send({&s, 1}, 5, true), Errc::kOk);
   int flushed = 0;
   ASSERT_TRUE(r.poll_until(
@@ -245,31 +245,32 @@ TEST(BadFlows, EverythingRefusedOnAQpInError) {
 // or is disclosed. Windows over the local-only parent still work. (Finding 2 of reliability.md.)
 TEST(ParentKey, GuessedParentKeyOpensNothing) {
   Rig r;
-  const mlx5::MrInfo& mr = r.a.arena->mr();
+  const mlx5::MrInfo& mr = r.a.arena().mr();
   EXPECT_EQ(mr.access, kAccessLocalWrite);
-  EXPECT_EQ(r.pair.a->inspect_mkey(mr.lkey).access,
+  EXPECT_EQ(r.a.emu()->inspect_mkey(mr.lkey).access,
             MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ |
                 MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE);
-  for (uint32_t i = 0; i < r.a.pool->n_windows(); ++i)
-    EXPECT_NE(r.a.pool->window(i).mkey_index(), mr.rkey >> 8);
+  for (uint32_t i = 0; i < r.a.pool().n_windows(); ++i)
+    EXPECT_NE(r.a.pool().window(i).mkey_index(), mr.rkey >> 8);
 
   // A live RW window over page 1, so the attacks run while the arena is in use.
-  const uint64_t page1[] = {r.a.arena->page_addr(1)};
+  const uint64_t page1[] = {r.a.arena().page_addr(1)};
   MapResult w = r.ca().map(page1, kRw, 0, 4096);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE(r.settle(r.ca()));
 
   // Random contents on both hosts; B's READ landing area holds a canary.
-  for (size_t i = 0; i < r.a.data_bytes(); ++i) r.a.base()[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t i = 0; i < side_data_bytes(r.a); ++i)
+    side_mem(r.a)[i] = static_cast<uint8_t>(i * 131 + 7);
   const size_t land = 4096, land_len = 8192;
-  std::memset(r.b.base() + land, 0xA5, land_len);
+  std::memset(side_mem(r.b) + land, 0xA5, land_len);
   Snapshot sa, sb;
-  sa.take_from(r.a.base(), r.a.arena->size());
-  sb.take_from(r.b.base(), r.b.arena->size());
+  sa.take_from(side_mem(r.a), r.a.arena().size());
+  sb.take_from(side_mem(r.b), r.b.arena().size());
 
   uint64_t tried = 0, refused = 0, changed = 0, disclosed = 0;
   auto peer = [&](bool write, uint64_t raddr, uint32_t len, uint32_t rkey) {
-    const Sge s{r.b.arena->base() + (write ? 0 : land), len, r.b.arena->lkey()};
+    const Sge s{r.b.arena().base() + (write ? 0 : land), len, r.b.arena().lkey()};
     EXPECT_EQ(write ? r.cb().post_write({&s, 1}, raddr, rkey, 77, true)
                     : r.cb().post_read({&s, 1}, raddr, rkey, 77, true),
               Errc::kOk);
@@ -282,19 +283,19 @@ TEST(ParentKey, GuessedParentKeyOpensNothing) {
     refused += st == kRemAccess;
     EXPECT_EQ(st, kRemAccess) << (write ? "WRITE" : "READ") << " rkey 0x" << std::hex << rkey
                               << " raddr 0x" << raddr << " len 0x" << len;
-    for (size_t i = land; i < land + land_len; ++i) disclosed += r.b.base()[i] != 0xA5;
+    for (size_t i = land; i < land + land_len; ++i) disclosed += side_mem(r.b)[i] != 0xA5;
     changed += sa.verify_and_restore() + sb.verify_and_restore();
   };
-  const uint64_t base = r.a.arena->base(), size = r.a.arena->size();
+  const uint64_t base = r.a.arena().base(), size = r.a.arena().size();
   // Inside the arena: the first page, the mapped page, an unmapped page, the reserved tail (the
   // pointer-mode KLM arrays), the last bytes, a multi-packet range; then around it.
   const struct {
     uint64_t addr;
     uint32_t len;
   } ranges[] = {{base, 64},
-                {r.a.arena->page_addr(1), 4096},
-                {r.a.arena->page_addr(7) + 100, 300},
-                {r.a.arena->data_end(), 256},
+                {r.a.arena().page_addr(1), 4096},
+                {r.a.arena().page_addr(7) + 100, 300},
+                {r.a.arena().data_end(), 256},
                 {base + size - 64, 64},
                 {base + 8192, 3 * 4096},
                 {base - 1, 2},
@@ -308,10 +309,10 @@ TEST(ParentKey, GuessedParentKeyOpensNothing) {
   // Every direct mkey index nearby on A (all key bytes the device may have used for them, and
   // the actual one), and the parent index with every key byte.
   const uint32_t pidx = mr.rkey >> 8;
-  const uint32_t hi = pidx + r.a.pool->n_windows() + 8;
+  const uint32_t hi = pidx + r.a.pool().n_windows() + 8;
   uint32_t directs = 0;
   for (uint32_t idx = 0; idx <= hi; ++idx) {
-    const auto v = r.pair.a->inspect_mkey(idx << 8);
+    const auto v = r.a.emu()->inspect_mkey(idx << 8);
     if (v.exists && v.indirect) continue;  // windows: the stale-key campaign's job
     if (v.exists) {
       ++directs;
@@ -335,8 +336,8 @@ TEST(ParentKey, GuessedParentKeyOpensNothing) {
   EXPECT_EQ(disclosed, 0u);
 
   // The window over the local-only parent works for the peer, read and write.
-  const Sge src{r.b.arena->base(), 512, r.b.arena->lkey()};
-  const Sge dst{r.b.arena->base() + land, 512, r.b.arena->lkey()};
+  const Sge src{r.b.arena().base(), 512, r.b.arena().lkey()};
+  const Sge dst{r.b.arena().base() + land, 512, r.b.arena().lkey()};
   uint8_t st1 = 0xff, st2 = 0xff;
   ASSERT_EQ(r.cb().post_write({&src, 1}, 100, w.rkey, 1, true), Errc::kOk);
   ASSERT_EQ(r.cb().post_read({&dst, 1}, 100, w.rkey, 2, true), Errc::kOk);
@@ -345,8 +346,8 @@ TEST(ParentKey, GuessedParentKeyOpensNothing) {
       [&] { return st1 != 0xff && st2 != 0xff; }));
   EXPECT_EQ(st1, 0);
   EXPECT_EQ(st2, 0);
-  EXPECT_EQ(0, std::memcmp(r.a.base() + 4096 + 100, r.b.base(), 512));
-  EXPECT_EQ(0, std::memcmp(r.b.base() + land, r.b.base(), 512));
+  EXPECT_EQ(0, std::memcmp(side_mem(r.a) + 4096 + 100, side_mem(r.b), 512));
+  EXPECT_EQ(0, std::memcmp(side_mem(r.b) + land, side_mem(r.b), 512));
   EXPECT_EQ(r.checker_reports(), 0u) << r.checker_dump();
 }
 
@@ -357,9 +358,9 @@ TEST(ParentKey, RemoteCapableArenaIsAnExplicitOptIn) {
   RigConfig rc;
   rc.a_parent_access = mlx5::kAccessAll;
   Rig r(rc);
-  const mlx5::MrInfo& mr = r.a.arena->mr();
+  const mlx5::MrInfo& mr = r.a.arena().mr();
   auto peer = [&](bool write, uint64_t raddr, uint32_t len) {
-    const Sge s{r.b.arena->base(), len, r.b.arena->lkey()};
+    const Sge s{r.b.arena().base(), len, r.b.arena().lkey()};
     EXPECT_EQ(write ? r.cb().post_write({&s, 1}, raddr, mr.rkey, 77, true)
                     : r.cb().post_read({&s, 1}, raddr, mr.rkey, 77, true),
               Errc::kOk);
@@ -370,7 +371,7 @@ TEST(ParentKey, RemoteCapableArenaIsAnExplicitOptIn) {
     if (st) r.recover_peer();
     return st;
   };
-  const uint64_t base = r.a.arena->base(), size = r.a.arena->size();
+  const uint64_t base = r.a.arena().base(), size = r.a.arena().size();
   EXPECT_EQ(peer(false, base + 4096, 64), 0);
   EXPECT_EQ(peer(true, base + size - 64, 64), 0);
   EXPECT_EQ(peer(false, base - 1, 2), kRemAccess);

@@ -93,16 +93,16 @@ class Campaign {
  public:
   explicit Campaign(uint64_t seed) : rng_(seed), r_(rig_cfg()) {
     std::mt19937_64 fill(seed ^ 0x5eed);
-    uint8_t* pa = r_.a.base();
-    for (size_t i = 0; i < r_.a.arena->size(); ++i) pa[i] = static_cast<uint8_t>(fill());
-    uint8_t* pb = r_.b.base();
-    for (size_t i = 0; i < r_.b.arena->size(); ++i) pb[i] = static_cast<uint8_t>(fill());
+    uint8_t* pa = side_mem(r_.a);
+    for (size_t i = 0; i < r_.a.arena().size(); ++i) pa[i] = static_cast<uint8_t>(fill());
+    uint8_t* pb = side_mem(r_.b);
+    for (size_t i = 0; i < r_.b.arena().size(); ++i) pb[i] = static_cast<uint8_t>(fill());
     std::memset(pb + kLandOff, kCanary, kLandLen);
-    snap_a_.take_from(pa, r_.a.arena->size());
-    snap_b_.take_from(pb, r_.b.arena->size());
-    parent_rkey_ = r_.a.arena->mr().rkey;
-    for (uint32_t i = 0; i < r_.a.arena->n_pages(); ++i)
-      all_pages_.push_back(r_.a.arena->page_addr(i));
+    snap_a_.take_from(pa, r_.a.arena().size());
+    snap_b_.take_from(pb, r_.b.arena().size());
+    parent_rkey_ = r_.a.arena().mr().rkey;
+    for (uint32_t i = 0; i < r_.a.arena().n_pages(); ++i)
+      all_pages_.push_back(r_.a.arena().page_addr(i));
     // Most windows mapped, with a mix of access rights; a few stay free (never mapped).
     for (int i = 0; i < 40; ++i) map_one(pick_access());
     settle_a();
@@ -153,7 +153,7 @@ class Campaign {
   bool is_live_key(uint32_t k) const {
     // The parent MR counts as live only if it was registered with remote rights (by default it
     // is local-only, so its key is one more forged key the campaign may hit).
-    if (k == parent_rkey_ && (r_.a.arena->mr().access & (kAccessRemoteRead | kAccessRemoteWrite)))
+    if (k == parent_rkey_ && (r_.a.arena().mr().access & (kAccessRemoteRead | kAccessRemoteWrite)))
       return true;
     for (const Live& l : live_)
       if (l.rkey == k) return true;
@@ -168,7 +168,7 @@ class Campaign {
       return 0xff;
     }
     PollCore& c = r_.cb();
-    const Sge s{r_.b.arena->base() + (write ? kSrcOff : kLandOff), len, r_.b.arena->lkey()};
+    const Sge s{r_.b.arena().base() + (write ? kSrcOff : kLandOff), len, r_.b.arena().lkey()};
     const uint64_t cookie = ++cookie_;
     const Errc e = write ? c.post_write({&s, 1}, raddr, rkey, cookie, true)
                          : c.post_read({&s, 1}, raddr, rkey, cookie, true);
@@ -202,7 +202,7 @@ class Campaign {
     if (status != 0) r_.recover_peer();
     // Disclosure: the landing buffer keeps its canary.
     if (!write) {
-      uint8_t* land = r_.b.base() + kLandOff;
+      uint8_t* land = side_mem(r_.b) + kLandOff;
       for (uint32_t i = 0; i < len && i < kLandLen; ++i) {
         if (land[i] != kCanary) {
           ++n_.disclosed;
@@ -213,7 +213,7 @@ class Campaign {
     // The pages the attempt aimed at (when it named a mapping), byte for byte.
     if (target) {
       for (uint64_t p : target->pages) {
-        const uint64_t d = snap_a_.verify_range_and_restore(p - r_.a.arena->base(), 4096);
+        const uint64_t d = snap_a_.verify_range_and_restore(p - r_.a.arena().base(), 4096);
         if (d && n_failures_++ < 20)
           ADD_FAILURE() << d << " bytes of A changed by " << kCatName[cat]
                         << (write ? " WRITE" : " READ") << " raddr 0x" << std::hex << raddr
@@ -295,7 +295,7 @@ class Campaign {
     const Live l = live_[k];
     live_.erase(live_.begin() + static_cast<long>(k));
     // A posts a receive; B sends a zero-byte SEND_WITH_INV naming the rkey.
-    const Sge rbuf{r_.a.arena->page_addr(0), 64, r_.a.arena->lkey()};
+    const Sge rbuf{r_.a.arena().page_addr(0), 64, r_.a.arena().lkey()};
     ASSERT_EQ(r_.ca().post_recv({&rbuf, 1}, 0x1000 + invalidations_), Errc::kOk);
     settle_a();
     const uint64_t cookie = ++cookie_;
@@ -321,8 +321,8 @@ class Campaign {
   void ep_never_mapped() {
     // Windows that are free on the device right now: in A's cache or depot.
     std::vector<const Window*> free_ws;
-    for (uint32_t i = 0; i < r_.a.pool->n_windows(); ++i) {
-      const Window& w = r_.a.pool->window(i);
+    for (uint32_t i = 0; i < r_.a.pool().n_windows(); ++i) {
+      const Window& w = r_.a.pool().window(i);
       if (w.state() != win::WindowState::kMapped) free_ws.push_back(&w);
     }
     if (free_ws.empty()) return;
@@ -369,8 +369,9 @@ class Campaign {
         idx = (l.rkey >> 8) + ((rng_() & 1) ? 1 : -1);
         break;
       default:  // another window's index with this key byte
-        idx =
-            r_.a.pool->window(static_cast<uint32_t>(rng_() % r_.a.pool->n_windows())).mkey_index();
+        idx = r_.a.pool()
+                  .window(static_cast<uint32_t>(rng_() % r_.a.pool().n_windows()))
+                  .mkey_index();
         break;
     }
     const uint32_t key = (idx << 8) | kb;
@@ -534,7 +535,7 @@ TEST(Security, StaleKeyCampaign) {
   EXPECT_EQ(c.n_.disclosed, 0u);
   EXPECT_EQ(c.r_.checker_reports(), 0u) << c.r_.checker_dump();
   // Nothing lost on A's side either: every window is where the state checker expects it.
-  auto cen = c.r_.a.pool->check_windows();
+  auto cen = c.r_.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().mapped, c.live_.size());
   EXPECT_EQ(cen.value().dirty, 0u);
@@ -547,14 +548,14 @@ TEST(Security, StaleKeyCampaign) {
 TEST(Security, MultiPacketWritePastTheEndChangesNothing) {
   Rig r;
   std::vector<uint64_t> pages;
-  for (uint32_t i = 0; i < 4; ++i) pages.push_back(r.a.arena->page_addr(10 + i));
+  for (uint32_t i = 0; i < 4; ++i) pages.push_back(r.a.arena().page_addr(10 + i));
   MapResult m = r.ca().map(pages, kRw, 0, 4 * 4096);
   ASSERT_TRUE(m.ok());
   ASSERT_TRUE(r.settle(r.ca()));
   Snapshot snap;
-  snap.take_from(r.a.base(), r.a.arena->size());
-  std::memset(r.b.base(), 0x5a, 5 * 4096);
-  const Sge s{r.b.arena->base(), 3 * 4096, r.b.arena->lkey()};
+  snap.take_from(side_mem(r.a), r.a.arena().size());
+  std::memset(side_mem(r.b), 0x5a, 5 * 4096);
+  const Sge s{r.b.arena().base(), 3 * 4096, r.b.arena().lkey()};
   ASSERT_EQ(r.cb().post_write({&s, 1}, 2 * 4096, m.rkey, 1, true), Errc::kOk);  // 1 page too far
   uint8_t st = 0xff;
   ASSERT_TRUE(r.poll_until(
