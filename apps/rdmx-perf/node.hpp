@@ -1,5 +1,4 @@
-// An emulated device with an arena, a window pool and one poll core (the umr and io tests), and
-// a plain peer QP on the other side of the wire (io tests).
+// An emulated device with an arena, a window pool and one poll core (the umr and io tests).
 #pragma once
 
 #include <cstdint>
@@ -10,10 +9,10 @@
 
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/qp.hpp>
 #include <rdmx/win/poll_core.hpp>
-#include <rdmx/win/window_pool.hpp>
 
 namespace rdmx::perf {
 
@@ -29,45 +28,38 @@ inline void need(const Status& s, const char* what) {
 struct NodeConfig {
   uint32_t max_pages = 256;
   uint32_t n_windows = 256;
-  size_t arena_bytes = 8u << 20;
+  size_t data_bytes = 8u << 20;  // the arena's mappable part (the builder adds the pool's tail)
   uint32_t cache_size = 64;
 };
 
-// Declared in destruction order (core first, device last).
+// One endpoint (lib/endpoint's builder: device, arena, pool, one core) on an emulated device,
+// and every chunk page of its arena in order.
 struct Node {
-  std::unique_ptr<emu::EmuDevice> dev;
-  std::unique_ptr<mem::Arena> arena;
-  std::unique_ptr<win::WindowPool> pool;
-  std::unique_ptr<win::PollCore> core;
-  std::vector<uint64_t> pages;  // every chunk page of the arena's data part, in order
+  endpoint::Endpoint ep;
+  emu::EmuDevice* emu = nullptr;
+  std::vector<uint64_t> pages;
 
-  ~Node() {
-    if (core) core->quiesce();
-    core.reset();
-    pool.reset();
-    arena.reset();
-    dev.reset();
+  Node(endpoint::OpenedDevice d, const NodeConfig& nc) {
+    if (!d.emu)
+      throw std::runtime_error("device " + d.dev->name() + " (" + d.backend +
+                               ") is not an emulated device");
+    endpoint::EndpointConfig ec;
+    ec.arena.bytes = nc.data_bytes;
+    ec.arena.source = mem::Source::kHeap;
+    ec.pool.n_windows = nc.n_windows;
+    ec.pool.max_pages = nc.max_pages;
+    ec.core.cache_size = nc.cache_size;
+    ep = need(endpoint::Endpoint::create(std::move(d), ec), "endpoint");
+    emu = ep.emu();
+    for (uint32_t i = 0; i < ep.arena().n_pages(); ++i) pages.push_back(ep.arena().page_addr(i));
   }
-  // Arena + pool + poll core on `dev` (already open).
-  void build(const NodeConfig& nc) {
-    mem::ArenaConfig ac;
-    ac.bytes = nc.arena_bytes;
-    ac.source = mem::Source::kHeap;
-    arena = need(mem::Arena::create(*dev, ac), "arena");
-    win::PoolConfig pc;
-    pc.n_windows = nc.n_windows;
-    pc.max_pages = nc.max_pages;
-    pool = need(win::WindowPool::create(*dev, *arena, pc), "window pool");
-    win::CoreConfig cc;
-    cc.cache_size = nc.cache_size;
-    core = need(win::PollCore::create(*pool, cc), "poll core");
-    for (uint32_t i = 0; i < arena->n_pages(); ++i) pages.push_back(arena->page_addr(i));
-  }
+  win::PollCore& core() { return ep.core(); }
+  // RTS without a peer (emu-sink completes everything it is given).
   void to_rts_unconnected() {
-    const auto q = core->qp_handle();
-    need(dev->modify_qp(q, mlx5::QpState::kInit), "modify_qp init");
-    need(dev->modify_qp(q, mlx5::QpState::kRtr), "modify_qp rtr");
-    need(dev->modify_qp(q, mlx5::QpState::kRts), "modify_qp rts");
+    const auto q = core().qp_handle();
+    need(ep.device().modify_qp(q, mlx5::QpState::kInit), "modify_qp init");
+    need(ep.device().modify_qp(q, mlx5::QpState::kRtr), "modify_qp rtr");
+    need(ep.device().modify_qp(q, mlx5::QpState::kRts), "modify_qp rts");
   }
 };
 

@@ -57,17 +57,15 @@ TestResult test_io(Ctx& ctx, bool bw) {
   b.qpn = bq.qpn;
   b.qp = true;
 
-  Node a;
-  a.dev = need(endpoint::take_emu(std::move(devs[0])), ctx.device.c_str());
   NodeConfig nc;
   nc.max_pages = max_pages;
-  nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{max_pages} * 4096 * 2);
-  a.build(nc);
-  need(mlx5::connect_qps(*a.dev, a.core->qp_handle(), *b.dev, b.qpn), "connect");
-  win::PollCore& core = *a.core;
+  nc.data_bytes = std::max<size_t>(nc.data_bytes, size_t{max_pages} * 4096 * 2);
+  Node a(std::move(devs[0]), nc);
+  need(mlx5::connect_qps(a.ep.device(), a.core().qp_handle(), *b.dev, b.qpn), "connect");
+  win::PollCore& core = a.core();
   const uint64_t raddr = b.arena->base();
   const uint32_t rkey = b.arena->mr().rkey;
-  const uint32_t arena_lkey = a.arena->lkey();
+  const uint32_t arena_lkey = a.ep.arena().lkey();
 
   // Shared by every case of a group: completions of any of them free a slot.
   uint32_t inflight = 0;
@@ -185,7 +183,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
     for (auto& c : res) t.cases.push_back(std::move(c));
   }
   core.quiesce();
-  const auto es = a.dev->stats();
+  const auto es = a.emu->stats();
   t.notes.push_back("depth " + std::to_string(depth) +
                     "; device threads (both sides) pinned to "
                     "CPU " +

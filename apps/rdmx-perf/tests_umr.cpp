@@ -55,20 +55,17 @@ Target target(std::string name, double value, const char* cmp, double limit, std
 TestResult test_umr(Ctx& ctx) {
   TestResult t;
   t.test = "umr";
-  Node n;
   endpoint::DeviceOptions o;
   o.emu_name = "perf_sink";
   o.emu.prm_checker = false;  // counters only: the checker's reports are not the CPU side's cost
-  n.dev =
-      need(endpoint::take_emu(need(endpoint::open_device("emu-sink", o), "emu-sink")), "emu-sink");
   NodeConfig nc;
   std::vector<uint32_t> sweep = ctx.pages.empty() ? default_sweep(256) : ctx.pages;
   for (uint32_t p : sweep) nc.max_pages = std::max(nc.max_pages, p);
-  nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{nc.max_pages} * 4096 * 2);
-  n.build(nc);
+  nc.data_bytes = std::max<size_t>(nc.data_bytes, size_t{nc.max_pages} * 4096 * 2);
+  Node n(need(endpoint::open_device("emu-sink", o), "emu-sink"), nc);
   n.to_rts_unconnected();
-  win::PollCore& core = *n.core;
-  const uint32_t inline_limit = n.pool->inline_klm_limit();
+  win::PollCore& core = n.core();
+  const uint32_t inline_limit = n.ep.pool().inline_klm_limit();
 
   rte_mempool* mp = rte_mempool_create("perf_umr_mp", 8191, 64, 256, 0, nullptr, nullptr, nullptr,
                                        nullptr, SOCKET_ID_ANY, 0);
@@ -78,7 +75,7 @@ TestResult test_umr(Ctx& ctx) {
   uint64_t map_errors = 0;
   const uint32_t batch = ctx.batch;
   for (uint32_t pages : sweep) {
-    const uint64_t bytes = uint64_t{pages} * n.arena->page_size();
+    const uint64_t bytes = uint64_t{pages} * n.ep.arena().page_size();
     std::span<const uint64_t> pg(n.pages.data(), pages);
     std::vector<std::unique_ptr<Bench>> g;
     CaseResult m;
@@ -177,7 +174,6 @@ TestResult test_umr_lat(Ctx& ctx) {
   TestResult t;
   t.test = "umr_lat";
   const uint32_t pages = ctx.pages.empty() ? 16 : ctx.pages.front();
-  Node n;
   endpoint::DeviceOptions o;
   o.emu_name = "perf_umr_lat";
   o.emu.prm_checker = false;
@@ -186,13 +182,12 @@ TestResult test_umr_lat(Ctx& ctx) {
   set_affinity(ctx.device_cpu);
   auto dev = endpoint::open_device(ctx.device, o);
   set_affinity(ctx.measure_cpu);
-  n.dev = need(endpoint::take_emu(need(std::move(dev), ctx.device.c_str())), ctx.device.c_str());
   NodeConfig nc;
   nc.max_pages = std::max<uint32_t>(pages, 16);
-  nc.arena_bytes = std::max<size_t>(nc.arena_bytes, size_t{nc.max_pages} * 4096 * 2);
-  n.build(nc);
+  nc.data_bytes = std::max<size_t>(nc.data_bytes, size_t{nc.max_pages} * 4096 * 2);
+  Node n(need(std::move(dev), ctx.device.c_str()), nc);
   n.to_rts_unconnected();
-  win::PollCore& core = *n.core;
+  win::PollCore& core = n.core();
   const uint64_t bytes = uint64_t{pages} * 4096;
   std::span<const uint64_t> pg(n.pages.data(), pages);
   uint64_t errors = 0;
@@ -248,7 +243,7 @@ TestResult test_umr_lat(Ctx& ctx) {
   core.quiesce();
   add_ratio(t.cases[0], t.cases[2], true);
   add_ratio(t.cases[1], t.cases[2], true);
-  const auto es = n.dev->stats();
+  const auto es = n.emu->stats();
   t.notes.push_back("device thread pinned to CPU " + std::to_string(ctx.device_cpu) +
                     ", measuring lcore on CPU " + std::to_string(ctx.measure_cpu) +
                     "; device polls " + std::to_string(es.polls) + ", UMRs " +
