@@ -10,6 +10,8 @@
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/win/poll_core.hpp>
@@ -32,11 +34,7 @@ T take(rdmx::Result<T>&& r) {
   return std::move(r).value();
 }
 
-struct Side {
-  std::unique_ptr<rdmx::mem::Arena> arena;
-  std::unique_ptr<WindowPool> pool;
-  std::unique_ptr<PollCore> core;
-};
+using Side = rdmx::endpoint::Endpoint;
 
 // Busy threads on every CPU for the life of the object.
 struct CpuLoad {
@@ -57,73 +55,68 @@ struct CpuLoad {
 
 struct ThreadedRig {
   ThreadedRig() {
-    rdmx::emu::Options o;
-    o.mode = rdmx::emu::Mode::kThreaded;
-    o.idle_yield = true;  // the device thread shares its CPU with the load
-    pair = take(rdmx::emu::make_pair(o));
-    make_side(*pair.a, a);
-    make_side(*pair.b, b);
+    rdmx::endpoint::DeviceOptions o;
+    o.emu.idle_yield = true;  // the device thread shares its CPU with the load
+    auto devs = take(rdmx::endpoint::open_device_pair("emu-threaded", o, o));
+    a = take(Side::create(std::move(devs[0]), side_config()));
+    b = take(Side::create(std::move(devs[1]), side_config()));
     connect();
     pages.resize(8);
-    for (uint32_t i = 0; i < pages.size(); ++i) pages[i] = a.arena->page_addr(i);
+    for (uint32_t i = 0; i < pages.size(); ++i) pages[i] = a.arena().page_addr(i);
   }
   ~ThreadedRig() {
-    a.core.reset();
-    b.core.reset();
+    a.destroy_cores();
+    b.destroy_cores();
   }
-  static void make_side(rdmx::emu::EmuDevice& dev, Side& s) {
-    rdmx::mem::ArenaConfig ac;
-    ac.bytes = 256 * 4096;
-    s.arena = take(rdmx::mem::Arena::create(dev, ac));
-    PoolConfig pc;
-    pc.n_windows = 16;
-    pc.max_pages = 8;
-    s.pool = take(WindowPool::create(dev, *s.arena, pc));
-    CoreConfig cc;
-    cc.cache_size = 8;
-    cc.qp.sq_wqebbs = 256;
-    cc.qp.rq_wqes = 16;
-    cc.qp.cq_cqes = 1024;
-    s.core = take(PollCore::create(*s.pool, cc));
+  static rdmx::endpoint::EndpointConfig side_config() {
+    rdmx::endpoint::EndpointConfig ec;
+    ec.arena.bytes = 256 * 4096;
+    ec.pool.n_windows = 16;
+    ec.pool.max_pages = 8;
+    ec.core.cache_size = 8;
+    ec.core.qp.sq_wqebbs = 256;
+    ec.core.qp.rq_wqes = 16;
+    ec.core.qp.cq_cqes = 1024;
+    return ec;
   }
   void connect() {
-    auto s = rdmx::mlx5::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle());
+    auto s =
+        rdmx::mlx5::connect_qps(a.device(), a.core().qp_handle(), b.device(), b.core().qp_handle());
     ASSERT_TRUE(s.ok()) << s.error().message;
   }
   // Maps n windows on A (their state is unknown after the error: recover invalidates them).
   void map_some(uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
       MapResult m =
-          a.core->map(std::span<const uint64_t>(pages.data() + i % 4, 4), kRw, 0, 4 * 4096);
+          a.core().map(std::span<const uint64_t>(pages.data() + i % 4, 4), kRw, 0, 4 * 4096);
       ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
     }
-    a.core->flush();
+    a.core().flush();
   }
   // Error on A's QP, drained on both sides (bounded in time), reconnected, both recovered.
   void fail_and_recover(bool stall_device) {
-    ASSERT_TRUE(pair.a->faults().qp_to_error(a.core->qp_handle()).ok());
-    ASSERT_TRUE(a.core->quiesce()) << "flushes of A did not arrive";
-    ASSERT_TRUE(pair.b->faults().qp_to_error(b.core->qp_handle()).ok());
-    ASSERT_TRUE(b.core->quiesce());
+    ASSERT_TRUE(a.emu()->faults().qp_to_error(a.core().qp_handle()).ok());
+    ASSERT_TRUE(a.core().quiesce()) << "flushes of A did not arrive";
+    ASSERT_TRUE(b.emu()->faults().qp_to_error(b.core().qp_handle()).ok());
+    ASSERT_TRUE(b.core().quiesce());
     connect();
     std::thread restarter;
     if (stall_device) {
       // The device does not run for a second while recover() waits for its invalidates.
-      pair.a->stop();
+      a.emu()->stop();
       restarter = std::thread([this] {
         std::this_thread::sleep_for(milliseconds(1000));
-        ASSERT_TRUE(pair.a->start().ok());
+        ASSERT_TRUE(a.emu()->start().ok());
       });
     }
-    auto sa = a.core->recover();
+    auto sa = a.core().recover();
     if (restarter.joinable()) restarter.join();
     ASSERT_TRUE(sa.ok()) << sa.error().message;
-    auto sb = b.core->recover();
+    auto sb = b.core().recover();
     ASSERT_TRUE(sb.ok()) << sb.error().message;
-    EXPECT_EQ(a.core->umrs_in_flight(), 0u);
+    EXPECT_EQ(a.core().umrs_in_flight(), 0u);
   }
 
-  rdmx::emu::DevicePair pair;
   Side a, b;
   std::vector<uint64_t> pages;
 };
@@ -138,23 +131,23 @@ TEST(Deadlines, RecoverRepeatedlyUnderCpuLoadNeverTimesOut) {
     ASSERT_NO_FATAL_FAILURE(r.fail_and_recover(rounds == 1)) << "round " << rounds;
   }
   EXPECT_GE(rounds, 2);
-  EXPECT_EQ(r.a.core->stats().recoveries, static_cast<uint64_t>(rounds));
+  EXPECT_EQ(r.a.core().stats().recoveries, static_cast<uint64_t>(rounds));
   // Still usable: a map completes.
   r.map_some(1);
-  EXPECT_TRUE(r.a.core->quiesce());
+  EXPECT_TRUE(r.a.core().quiesce());
 }
 
 TEST(Deadlines, QuiesceHonoursItsBudgetWhenTheDeviceStopped) {
   ThreadedRig r;
-  r.pair.a->stop();
+  r.a.emu()->stop();
   r.map_some(2);
   const auto t0 = Clock::now();
-  EXPECT_FALSE(r.a.core->quiesce(milliseconds(200)));
+  EXPECT_FALSE(r.a.core().quiesce(milliseconds(200)));
   const auto took = Clock::now() - t0;
   EXPECT_GE(took, milliseconds(200));
   EXPECT_LT(took, milliseconds(5000)) << "the budget is a deadline, not a hint";
-  ASSERT_TRUE(r.pair.a->start().ok());
-  EXPECT_TRUE(r.a.core->quiesce());
+  ASSERT_TRUE(r.a.emu()->start().ok());
+  EXPECT_TRUE(r.a.core().quiesce());
 }
 
 }  // namespace

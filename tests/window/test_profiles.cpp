@@ -9,6 +9,7 @@
 
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
@@ -41,46 +42,39 @@ uint64_t be64(const uint8_t* p) {
   return v;
 }
 
-struct Side {
-  std::unique_ptr<rdmx::mem::Arena> arena;
-  std::unique_ptr<WindowPool> pool;
-  std::unique_ptr<PollCore> core;
-};
+using Side = rdmx::endpoint::Endpoint;
 
 struct Rig {
   explicit Rig(const std::string& profile) : Rig(profile, profile) {}
   Rig(const std::string& profile_a, const std::string& profile_b) {
-    rdmx::emu::Options oa, ob;
-    oa.profile = profile_a;
-    ob.profile = profile_b;
-    pair = take(rdmx::emu::make_pair(oa, ob));
-    make_side(*pair.a, a, 8, kMaxPages);
-    make_side(*pair.b, b, 4, 4);
+    rdmx::endpoint::DeviceOptions oa, ob;
+    oa.emu.profile = profile_a;
+    ob.emu.profile = profile_b;
+    auto devs = take(rdmx::endpoint::open_device_pair("emu-inline", oa, ob));
+    a = take(Side::create(std::move(devs[0]), side_config(8, kMaxPages)));
+    b = take(Side::create(std::move(devs[1]), side_config(4, 4)));
     connect();
   }
   ~Rig() {
-    a.core.reset();
-    b.core.reset();
+    a.destroy_cores();
+    b.destroy_cores();
   }
-  static void make_side(rdmx::emu::EmuDevice& dev, Side& s, uint32_t windows, uint32_t pages) {
-    rdmx::mem::ArenaConfig ac;
-    ac.bytes = 256 * 4096;
-    s.arena = take(rdmx::mem::Arena::create(dev, ac));
-    PoolConfig pc;
-    pc.n_windows = windows;
-    pc.max_pages = pages;
-    pc.max_inline_klm = 52;  // asks for the PRM maximum: the pool must clamp it to the device
-    s.pool = take(WindowPool::create(dev, *s.arena, pc));
-    CoreConfig cc;
-    cc.cache_size = 4;
-    cc.qp.sq_wqebbs = 256;
-    cc.qp.rq_wqes = 16;
-    cc.qp.cq_cqes = 1024;
-    s.core = take(PollCore::create(*s.pool, cc));
+  static rdmx::endpoint::EndpointConfig side_config(uint32_t windows, uint32_t pages) {
+    rdmx::endpoint::EndpointConfig ec;
+    ec.arena.bytes = 256 * 4096;
+    ec.pool.n_windows = windows;
+    ec.pool.max_pages = pages;
+    ec.pool.max_inline_klm = 52;  // asks for the PRM maximum: the pool must clamp it to the device
+    ec.core.cache_size = 4;
+    ec.core.qp.sq_wqebbs = 256;
+    ec.core.qp.rq_wqes = 16;
+    ec.core.qp.cq_cqes = 1024;
+    return ec;
   }
   void connect() {
     ASSERT_TRUE(
-        rdmx::mlx5::connect_qps(*pair.a, a.core->qp_handle(), *pair.b, b.core->qp_handle()).ok());
+        rdmx::mlx5::connect_qps(a.device(), a.core().qp_handle(), b.device(), b.core().qp_handle())
+            .ok());
   }
   std::vector<Completion> drain(PollCore& c) {
     std::vector<Completion> out;
@@ -91,14 +85,14 @@ struct Rig {
   }
   // Peer (B) WRITE or READ of len bytes at raddr through rkey; the completion status.
   uint8_t peer_op(bool write, uint64_t b_off, uint64_t raddr, uint32_t len, uint32_t rkey) {
-    const Sge s{b.arena->base() + b_off, len, b.arena->lkey()};
-    const Errc e = write ? b.core->post_write({&s, 1}, raddr, rkey, 1, true)
-                         : b.core->post_read({&s, 1}, raddr, rkey, 1, true);
+    const Sge s{b.arena().base() + b_off, len, b.arena().lkey()};
+    const Errc e = write ? b.core().post_write({&s, 1}, raddr, rkey, 1, true)
+                         : b.core().post_read({&s, 1}, raddr, rkey, 1, true);
     EXPECT_EQ(e, Errc::kOk);
-    b.core->flush();
+    b.core().flush();
     for (int i = 0; i < 1000; ++i) {
       uint8_t st = 0xff;
-      b.core->poll(16, [&](const Completion& x) {
+      b.core().poll(16, [&](const Completion& x) {
         if (x.cookie == 1) st = x.status;
       });
       if (st != 0xff) return st;
@@ -106,10 +100,9 @@ struct Rig {
     ADD_FAILURE() << "peer op did not complete";
     return 0xff;
   }
-  uint8_t* arena_a() { return reinterpret_cast<uint8_t*>(a.arena->base()); }
-  uint8_t* arena_b() { return reinterpret_cast<uint8_t*>(b.arena->base()); }
+  uint8_t* arena_a() { return reinterpret_cast<uint8_t*>(a.arena().base()); }
+  uint8_t* arena_b() { return reinterpret_cast<uint8_t*>(b.arena().base()); }
 
-  rdmx::emu::DevicePair pair;
   Side a, b;
 };
 
@@ -125,18 +118,18 @@ TEST_P(OnProfile, MapWriteReadUnmap) {
   Rig r(GetParam());
   const Profile& p = prof();
   const uint32_t inline_max = prm::max_inline_klm_for(p.max_wqe_sz_sq);
-  EXPECT_EQ(r.a.pool->inline_klm_limit(), std::min<uint32_t>(inline_max, 52))
+  EXPECT_EQ(r.a.pool().inline_klm_limit(), std::min<uint32_t>(inline_max, 52))
       << "the pool clamps the configured 52 to what max_wqe_sz_sq allows";
   std::mt19937_64 rng(3);
-  const uint64_t base = r.a.arena->base();
+  const uint64_t base = r.a.arena().base();
   for (uint32_t n : {1u, 4u, 20u, 24u, kMaxPages}) {
     std::vector<uint64_t> pages(n);
-    for (uint32_t i = 0; i < n; ++i) pages[i] = r.a.arena->page_addr((i * 7 + n) % 200);
+    for (uint32_t i = 0; i < n; ++i) pages[i] = r.a.arena().page_addr((i * 7 + n) % 200);
     const uint32_t off = 100;
     const uint64_t len = uint64_t{n} * 4096 - off - 50;
-    prm::RingCursor cur = r.a.core->qp().sq().cursor();
+    prm::RingCursor cur = r.a.core().qp().sq().cursor();
     const uint8_t* wqe = cur.here();  // the map WQE starts here
-    MapResult m = r.a.core->map(pages, kRw, off, len);
+    MapResult m = r.a.core().map(pages, kRw, off, len);
     ASSERT_TRUE(m.ok()) << n << " pages: " << rdmx::errc_name(m.errc);
     // The WQE as the device gets it.
     EXPECT_EQ(wqe[3], MLX5_OPCODE_UMR);
@@ -148,13 +141,13 @@ TEST_P(OnProfile, MapWriteReadUnmap) {
         << "UMR fence 0x" << std::hex << int(fence) << " for umr_fence " << int(p.umr_fence);
     EXPECT_EQ(wqe[16] & prm::kUmrFlagCheckMask, prm::kUmrFlagFailIfNotFree)
         << "every map asks the device to fail if the window is not free";
-    EXPECT_EQ((wqe[16] & MLX5_WQE_UMR_CTRL_FLAG_INLINE) != 0, n <= r.a.pool->inline_klm_limit());
+    EXPECT_EQ((wqe[16] & MLX5_WQE_UMR_CTRL_FLAG_INLINE) != 0, n <= r.a.pool().inline_klm_limit());
     const uint64_t mask = be64(wqe + 24);
     EXPECT_EQ((mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC) != 0,
               !p.umr_modify_atomic_disabled)
         << "mask 0x" << std::hex << mask;
-    r.a.core->flush();
-    ASSERT_TRUE(r.a.core->quiesce());
+    r.a.core().flush();
+    ASSERT_TRUE(r.a.core().quiesce());
     // WRITE 64 bytes at the end of the window, READ them back.
     uint8_t* src = r.arena_b();
     for (int i = 0; i < 64; ++i) src[i] = static_cast<uint8_t>(rng());
@@ -163,9 +156,9 @@ TEST_P(OnProfile, MapWriteReadUnmap) {
     ASSERT_EQ(std::memcmp(r.arena_a() + (pages[last] - base) + in, src, 64), 0);
     ASSERT_EQ(r.peer_op(false, 4096, len - 64, 64, m.rkey), 0);
     ASSERT_EQ(std::memcmp(r.arena_b() + 4096, src, 64), 0);
-    ASSERT_EQ(r.a.core->unmap(m.window), Errc::kOk);
-    r.a.core->flush();
-    ASSERT_TRUE(r.a.core->quiesce());
+    ASSERT_EQ(r.a.core().unmap(m.window), Errc::kOk);
+    r.a.core().flush();
+    ASSERT_TRUE(r.a.core().quiesce());
     if (n == kMaxPages) {
       // Stale key: refused, the page keeps its bytes.
       std::vector<uint8_t> before(r.arena_a() + (pages[0] - base),
@@ -174,25 +167,25 @@ TEST_P(OnProfile, MapWriteReadUnmap) {
       EXPECT_EQ(std::memcmp(before.data(), r.arena_a() + (pages[0] - base), 4096), 0);
     }
   }
-  EXPECT_EQ(r.pair.a->checker().total(), 0u) << r.pair.a->checker().dump();
-  EXPECT_EQ(r.pair.b->checker().total(), 0u) << r.pair.b->checker().dump();
+  EXPECT_EQ(r.a.emu()->checker().total(), 0u) << r.a.emu()->checker().dump();
+  EXPECT_EQ(r.b.emu()->checker().total(), 0u) << r.b.emu()->checker().dump();
 }
 
 // Atomic access: refused up front where the device cannot grant it by UMR, granted elsewhere.
 TEST_P(OnProfile, AtomicAccessFollowsTheCap) {
   Rig r(GetParam());
-  const uint64_t page = r.a.arena->page_addr(3);
-  MapResult m = r.a.core->map({&page, 1}, kRw | kAccessRemoteAtomic, 0, 4096);
+  const uint64_t page = r.a.arena().page_addr(3);
+  MapResult m = r.a.core().map({&page, 1}, kRw | kAccessRemoteAtomic, 0, 4096);
   if (prof().umr_modify_atomic_disabled) {
     EXPECT_EQ(m.errc, Errc::kUnsupported);
-    EXPECT_EQ(r.a.core->qp().sq().posted(), 0u) << "nothing posted";
+    EXPECT_EQ(r.a.core().qp().sq().posted(), 0u) << "nothing posted";
     return;
   }
   ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
-  r.a.core->flush();
-  ASSERT_TRUE(r.a.core->quiesce());
-  EXPECT_TRUE(r.pair.a->inspect_mkey(m.rkey).access & MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC);
-  EXPECT_EQ(r.pair.a->checker().total(), 0u) << r.pair.a->checker().dump();
+  r.a.core().flush();
+  ASSERT_TRUE(r.a.core().quiesce());
+  EXPECT_TRUE(r.a.emu()->inspect_mkey(m.rkey).access & MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC);
+  EXPECT_EQ(r.a.emu()->checker().total(), 0u) << r.a.emu()->checker().dump();
 }
 
 std::vector<std::string> all_profiles() {
@@ -214,17 +207,17 @@ INSTANTIATE_TEST_SUITE_P(Emu, OnProfile, ::testing::ValuesIn(all_profiles()),
 // Posts one raw map UMR (the bytes the window layer wrote before it read the caps) for `n_pages`
 // pages into a fresh window of A, and returns its completion.
 Completion raw_map(Rig& r, uint32_t n_pages, bool atomic_bit) {
-  const uint32_t mkey = take(r.pair.a->create_window_mkey(kMaxPages, false));
+  const uint32_t mkey = take(r.a.emu()->create_window_mkey(kMaxPages, false));
   std::vector<uint64_t> pages(n_pages);
-  for (uint32_t i = 0; i < n_pages; ++i) pages[i] = r.a.arena->page_addr(i);
-  rdmx::mlx5::SqWriter& sq = r.a.core->qp().sq();
+  for (uint32_t i = 0; i < n_pages; ++i) pages[i] = r.a.arena().page_addr(i);
+  rdmx::mlx5::SqWriter& sq = r.a.core().qp().sq();
   prm::UmrMap m;
   m.qpn = sq.qpn();
   m.wqe_index = sq.wqe_index();
   m.fm_ce_se = sq.next_fm_ce_se(true, prm::kFenceInitiatorSmall);
   m.mkey = mkey | 1;
   m.access = rdmx::mlx5::mkc_access_bits(kRw);
-  m.parent_lkey = r.a.arena->lkey();
+  m.parent_lkey = r.a.arena().lkey();
   m.page_size = 4096;
   m.length = uint64_t{n_pages} * 4096;
   m.pages = pages;
@@ -237,7 +230,7 @@ Completion raw_map(Rig& r, uint32_t n_pages, bool atomic_bit) {
   Completion got;
   got.status = 0xee;
   for (int i = 0; i < 1000 && got.status == 0xee; ++i)
-    r.a.core->poll(16, [&](const Completion& c) {
+    r.a.core().poll(16, [&](const Completion& c) {
       if (c.cookie == 77) got = c;
     });
   return got;
@@ -282,8 +275,8 @@ TEST(Profiles, AtomicMaskBitFailsWhereUmrModifyAtomicIsDisabled) {
     Rig r("atomic-umr-off");
     const Completion c = raw_map(r, 4, /*atomic_bit=*/true);
     EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-    EXPECT_EQ(r.pair.a->checker().count(rdmx::emu::Rule::kUmrMaskForbidden), 1u);
-    EXPECT_TRUE(r.a.core->qp().in_error());
+    EXPECT_EQ(r.a.emu()->checker().count(rdmx::emu::Rule::kUmrMaskForbidden), 1u);
+    EXPECT_TRUE(r.a.core().qp().in_error());
   }
   {
     Rig r("atomic-umr-off");
@@ -301,7 +294,7 @@ TEST(Profiles, WqeAboveMaxWqeSzSqFails) {
     // 28 inline KLMs: 128 + 16 * 28 = 576 bytes > 512.
     const Completion c = raw_map(r, 28, true);
     EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
-    EXPECT_EQ(r.pair.a->checker().count(rdmx::emu::Rule::kWqeTooLarge), 1u);
+    EXPECT_EQ(r.a.emu()->checker().count(rdmx::emu::Rule::kWqeTooLarge), 1u);
   }
   {
     Rig r("wqe512");
@@ -315,17 +308,17 @@ TEST(Profiles, WqeAboveMaxWqeSzSqFails) {
 
 // A: WRITE of `len` bytes into a window B mapped; the completion status.
 uint8_t write_to_b(Rig& r, uint32_t len) {
-  const uint64_t page[2] = {r.b.arena->page_addr(1), r.b.arena->page_addr(2)};
-  MapResult m = r.b.core->map(page, kRw, 0, 8192);
+  const uint64_t page[2] = {r.b.arena().page_addr(1), r.b.arena().page_addr(2)};
+  MapResult m = r.b.core().map(page, kRw, 0, 8192);
   EXPECT_TRUE(m.ok());
-  r.b.core->flush();
-  EXPECT_TRUE(r.b.core->quiesce());
-  const Sge s{r.a.arena->base(), len, r.a.arena->lkey()};
-  EXPECT_EQ(r.a.core->post_write({&s, 1}, 0, m.rkey, 5, true), Errc::kOk);
-  r.a.core->flush();
+  r.b.core().flush();
+  EXPECT_TRUE(r.b.core().quiesce());
+  const Sge s{r.a.arena().base(), len, r.a.arena().lkey()};
+  EXPECT_EQ(r.a.core().post_write({&s, 1}, 0, m.rkey, 5, true), Errc::kOk);
+  r.a.core().flush();
   for (int i = 0; i < 1000; ++i) {
     uint8_t st = 0xff;
-    r.a.core->poll(16, [&](const Completion& x) {
+    r.a.core().poll(16, [&](const Completion& x) {
       if (x.cookie == 5) st = x.status;
     });
     if (st != 0xff) return st;
@@ -341,7 +334,7 @@ TEST(Profiles, PacketAboveThePeersPathMtuIsDropped) {
   {
     Rig r("default", "mtu1024");
     EXPECT_EQ(write_to_b(r, 8192), MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
-    EXPECT_GT(r.pair.b->stats().mtu_drops, 0u);
+    EXPECT_GT(r.b.emu()->stats().mtu_drops, 0u);
   }
   {
     Rig r("default", "mtu1024");
@@ -350,8 +343,8 @@ TEST(Profiles, PacketAboveThePeersPathMtuIsDropped) {
   {
     Rig r("mtu1024", "mtu1024");
     EXPECT_EQ(write_to_b(r, 8192), 0) << "8 packets of 1024 bytes";
-    EXPECT_EQ(r.pair.b->stats().mtu_drops, 0u);
-    EXPECT_GE(r.pair.a->stats().tx_packets, 8u);
+    EXPECT_EQ(r.b.emu()->stats().mtu_drops, 0u);
+    EXPECT_GE(r.a.emu()->stats().tx_packets, 8u);
   }
 }
 
@@ -360,16 +353,16 @@ TEST(Profiles, PacketAboveThePeersPathMtuIsDropped) {
 // is refused with nothing changed, although the translation would reach the bytes.
 TEST(Profiles, AccessPastTheWindowLengthIsRefusedEvenWhereTheKlmsReach) {
   Rig r("default");
-  const uint32_t mkey = take(r.pair.a->create_window_mkey(4, false));
-  const uint64_t pages[2] = {r.a.arena->page_addr(10), r.a.arena->page_addr(11)};
-  rdmx::mlx5::SqWriter& sq = r.a.core->qp().sq();
+  const uint32_t mkey = take(r.a.emu()->create_window_mkey(4, false));
+  const uint64_t pages[2] = {r.a.arena().page_addr(10), r.a.arena().page_addr(11)};
+  rdmx::mlx5::SqWriter& sq = r.a.core().qp().sq();
   prm::UmrMap m;
   m.qpn = sq.qpn();
   m.wqe_index = sq.wqe_index();
   m.fm_ce_se = sq.next_fm_ce_se(true, prm::kFenceInitiatorSmall);
   m.mkey = mkey | 1;
   m.access = rdmx::mlx5::mkc_access_bits(kRw);
-  m.parent_lkey = r.a.arena->lkey();
+  m.parent_lkey = r.a.arena().lkey();
   m.page_size = 4096;
   m.length = 8192;
   m.pages = pages;
@@ -383,13 +376,13 @@ TEST(Profiles, AccessPastTheWindowLengthIsRefusedEvenWhereTheKlmsReach) {
   sq.ring_doorbell();
   uint8_t st = 0xff;
   for (int i = 0; i < 100 && st == 0xff; ++i)
-    r.a.core->poll(16, [&](const Completion& c) {
+    r.a.core().poll(16, [&](const Completion& c) {
       if (c.cookie == 9) st = c.status;
     });
   ASSERT_EQ(st, 0);
-  const auto view = r.pair.a->inspect_mkey(mkey | 1);
+  const auto view = r.a.emu()->inspect_mkey(mkey | 1);
   ASSERT_EQ(view.len, 4096u);
-  const uint64_t base = r.a.arena->base();
+  const uint64_t base = r.a.arena().base();
   std::vector<uint8_t> before(r.arena_a() + (pages[1] - base),
                               r.arena_a() + (pages[1] - base) + 4096);
   for (int i = 0; i < 64; ++i) r.arena_b()[i] = 0xa5;
@@ -398,11 +391,11 @@ TEST(Profiles, AccessPastTheWindowLengthIsRefusedEvenWhereTheKlmsReach) {
   // Wholly past LEN (the second page, which the KLMs translate): refused, page unchanged.
   EXPECT_EQ(r.peer_op(true, 0, 4096, 64, mkey | 1), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_EQ(std::memcmp(before.data(), r.arena_a() + (pages[1] - base), 4096), 0);
-  r.drain(*r.b.core);
-  r.drain(*r.a.core);
+  r.drain(r.b.core());
+  r.drain(r.a.core());
   r.connect();
-  ASSERT_TRUE(r.a.core->recover().ok());
-  ASSERT_TRUE(r.b.core->recover().ok());
+  ASSERT_TRUE(r.a.core().recover().ok());
+  ASSERT_TRUE(r.b.core().recover().ok());
   // Crossing LEN (READ of 4000..4199): refused, nothing scattered into B.
   std::memset(r.arena_b() + 8192, 0x5a, 200);
   EXPECT_EQ(r.peer_op(false, 8192, 4000, 200, mkey | 1), MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);

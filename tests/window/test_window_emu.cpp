@@ -8,6 +8,8 @@
 #include <random>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/win/poll_core.hpp>
@@ -32,67 +34,62 @@ T take(rdmx::Result<T>&& r) {
   return std::move(r).value();
 }
 
-struct Side {
-  std::unique_ptr<rdmx::mem::Arena> arena;
-  std::unique_ptr<WindowPool> pool;
-  std::vector<std::unique_ptr<PollCore>> cores;
-};
+using Side = rdmx::endpoint::Endpoint;
 
 struct EmuRig {
   EmuRig(uint32_t n_windows = 16, uint32_t max_pages = 16, uint32_t arena_pages = 512,
          uint32_t n_cores = 1, uint32_t cache_size = 8) {
-    pair = take(rdmx::emu::make_pair());
-    make_side(*pair.a, a, n_windows, max_pages, arena_pages, n_cores, cache_size);
-    make_side(*pair.b, b, 4, 4, 512, n_cores, 4);
+    auto devs = take(rdmx::endpoint::open_device_pair("emu-inline"));
+    a = take(Side::create(std::move(devs[0]),
+                          side_config(n_windows, max_pages, arena_pages, n_cores, cache_size)));
+    b = take(Side::create(std::move(devs[1]), side_config(4, 4, 512, n_cores, 4)));
     for (uint32_t i = 0; i < n_cores; ++i) connect(i);
-    page_alloc = std::make_unique<rdmx::mem::PageAllocator>(*a.arena);
+    page_alloc = std::make_unique<rdmx::mem::PageAllocator>(a.arena());
     std::mt19937_64 rng(7);
     fill(a, rng);
-    shadow.assign(arena_a(), arena_a() + a.arena->size());
+    shadow.assign(arena_a(), arena_a() + a.arena().size());
   }
   ~EmuRig() {
-    a.cores.clear();
-    b.cores.clear();
+    a.destroy_cores();
+    b.destroy_cores();
   }
-  static void make_side(rdmx::emu::EmuDevice& dev, Side& s, uint32_t n_windows, uint32_t max_pages,
-                        uint32_t arena_pages, uint32_t n_cores, uint32_t cache_size) {
-    rdmx::mem::ArenaConfig ac;
-    ac.bytes = size_t{arena_pages} * 4096;
-    s.arena = take(rdmx::mem::Arena::create(dev, ac));
-    PoolConfig pc;
-    pc.n_windows = n_windows;
-    pc.max_pages = max_pages;
-    s.pool = take(WindowPool::create(dev, *s.arena, pc));
-    CoreConfig cc;
-    cc.cache_size = cache_size;
-    cc.qp.sq_wqebbs = 1024;
-    cc.qp.rq_wqes = 64;
-    cc.qp.cq_cqes = 4096;
-    for (uint32_t i = 0; i < n_cores; ++i) s.cores.push_back(take(PollCore::create(*s.pool, cc)));
+  static rdmx::endpoint::EndpointConfig side_config(uint32_t n_windows, uint32_t max_pages,
+                                                    uint32_t arena_pages, uint32_t n_cores,
+                                                    uint32_t cache_size) {
+    rdmx::endpoint::EndpointConfig ec;
+    ec.arena.bytes = size_t{arena_pages} * 4096;
+    ec.pool.n_windows = n_windows;
+    ec.pool.max_pages = max_pages;
+    ec.core.cache_size = cache_size;
+    ec.core.qp.sq_wqebbs = 1024;
+    ec.core.qp.rq_wqes = 64;
+    ec.core.qp.cq_cqes = 4096;
+    ec.n_cores = n_cores;
+    return ec;
   }
   static void fill(Side& s, std::mt19937_64& rng) {
-    auto* p = reinterpret_cast<uint8_t*>(s.arena->base());
-    for (size_t i = 0; i < s.arena->size(); ++i) p[i] = static_cast<uint8_t>(rng());
+    auto* p = reinterpret_cast<uint8_t*>(s.arena().base());
+    for (size_t i = 0; i < s.arena().size(); ++i) p[i] = static_cast<uint8_t>(rng());
   }
   void connect(uint32_t i) {
-    ASSERT_TRUE(
-        rdmx::mlx5::connect_qps(*pair.a, a.cores[i]->qp_handle(), *pair.b, b.cores[i]->qp_handle())
-            .ok());
+    ASSERT_TRUE(rdmx::mlx5::connect_qps(a.device(), a.core(i).qp_handle(), b.device(),
+                                        b.core(i).qp_handle())
+                    .ok());
   }
   // After a peer error: both QPs back to RTS, both cores recovered.
   void recover(uint32_t i = 0) {
-    drain(*b.cores[i]);
-    drain(*a.cores[i]);
+    drain(b.core(i));
+    drain(a.core(i));
     connect(i);
-    auto s1 = a.cores[i]->recover();
+    auto s1 = a.core(i).recover();
     ASSERT_TRUE(s1.ok()) << s1.error().message;
-    auto s2 = b.cores[i]->recover();
+    auto s2 = b.core(i).recover();
     ASSERT_TRUE(s2.ok()) << s2.error().message;
   }
-  uint8_t* arena_a() { return reinterpret_cast<uint8_t*>(a.arena->base()); }
-  uint8_t* arena_b() { return reinterpret_cast<uint8_t*>(b.arena->base()); }
-  PollCore& ca(uint32_t i = 0) { return *a.cores[i]; }
-  PollCore& cb(uint32_t i = 0) { return *b.cores[i]; }
+  uint8_t* arena_a() { return reinterpret_cast<uint8_t*>(a.arena().base()); }
+  uint8_t* arena_b() { return reinterpret_cast<uint8_t*>(b.arena().base()); }
+  PollCore& ca(uint32_t i = 0) { return a.core(i); }
+  PollCore& cb(uint32_t i = 0) { return b.core(i); }
 
   std::vector<Completion> drain(PollCore& c) {
     std::vector<Completion> out;
@@ -114,7 +111,7 @@ struct EmuRig {
   uint8_t peer_op(bool write, uint64_t b_off, uint64_t raddr, uint32_t len, uint32_t rkey,
                   uint32_t core = 0) {
     PollCore& c = cb(core);
-    const Sge s{b.arena->base() + b_off, len, b.arena->lkey()};
+    const Sge s{b.arena().base() + b_off, len, b.arena().lkey()};
     const Errc e = write ? c.post_write({&s, 1}, raddr, rkey, 1, true)
                          : c.post_read({&s, 1}, raddr, rkey, 1, true);
     EXPECT_EQ(e, Errc::kOk);
@@ -125,8 +122,8 @@ struct EmuRig {
         if (x.cookie == 1) status = x.status;
       });
       if (status != 0xff) return status;
-      pair.a->progress();
-      pair.b->progress();
+      a.emu()->progress();
+      b.emu()->progress();
     }
     ADD_FAILURE() << "peer op did not complete";
     return 0xff;
@@ -139,7 +136,7 @@ struct EmuRig {
   }
   void expect_arena_matches_shadow(const char* what) {
     const uint8_t* p = arena_a();
-    const size_t data = a.arena->data_end() - a.arena->base();
+    const size_t data = a.arena().data_end() - a.arena().base();
     for (size_t i = 0; i < data; ++i) {
       if (p[i] != shadow[i]) {
         ADD_FAILURE() << what << ": arena byte " << i << " changed/unexpected (page " << i / 4096
@@ -150,17 +147,16 @@ struct EmuRig {
   }
   std::vector<uint64_t> random_pages(std::mt19937_64& rng, uint32_t n) {
     std::vector<uint64_t> all(page_alloc->n_total());
-    for (uint32_t i = 0; i < all.size(); ++i) all[i] = a.arena->page_addr(i);
+    for (uint32_t i = 0; i < all.size(); ++i) all[i] = a.arena().page_addr(i);
     std::shuffle(all.begin(), all.end(), rng);
     all.resize(n);
     return all;
   }
   void expect_no_checker_reports() {
-    EXPECT_EQ(pair.a->checker().total(), 0u) << pair.a->checker().dump();
-    EXPECT_EQ(pair.b->checker().total(), 0u) << pair.b->checker().dump();
+    EXPECT_EQ(a.emu()->checker().total(), 0u) << a.emu()->checker().dump();
+    EXPECT_EQ(b.emu()->checker().total(), 0u) << b.emu()->checker().dump();
   }
 
-  rdmx::emu::DevicePair pair;
   Side a, b;
   std::unique_ptr<rdmx::mem::PageAllocator> page_alloc;
   std::vector<uint8_t> shadow;
@@ -172,7 +168,7 @@ struct EmuRig {
 TEST(EmuWindow, PeerWriteReadTouchExactlyTheMappedBytes) {
   EmuRig r(16, 16);
   std::mt19937_64 rng(1);
-  const uint64_t base = r.a.arena->base();
+  const uint64_t base = r.a.arena().base();
   for (int iter = 0; iter < 60; ++iter) {
     const uint32_t n = 1 + static_cast<uint32_t>(rng() % 16);
     auto pages = r.random_pages(rng, n);
@@ -204,7 +200,7 @@ TEST(EmuWindow, PeerWriteReadTouchExactlyTheMappedBytes) {
   }
   EXPECT_EQ(r.ca().stats().maps, 60u);
   r.expect_no_checker_reports();
-  auto cen = r.a.pool->check_windows();
+  auto cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
 }
 
@@ -238,11 +234,11 @@ TEST(EmuWindow, UnmappedAndStaleKeysFail) {
   ASSERT_TRUE(m.ok());
   r.settle(r.ca());
   ASSERT_EQ(r.peer_op(true, 0, 0, 100, m.rkey), 0);
-  for (uint32_t i = 0; i < 100; ++i) r.shadow[pages[0] - r.a.arena->base() + i] = r.arena_b()[i];
+  for (uint32_t i = 0; i < 100; ++i) r.shadow[pages[0] - r.a.arena().base() + i] = r.arena_b()[i];
   const uint32_t old_rkey = m.rkey;
   ASSERT_EQ(r.ca().unmap(m.window), Errc::kOk);
   r.settle(r.ca());
-  auto v = r.pair.a->inspect_mkey(old_rkey);
+  auto v = r.a.emu()->inspect_mkey(old_rkey);
   EXPECT_TRUE(v.free);
   for (uint32_t i = 0; i < 100; ++i) r.arena_b()[i] = static_cast<uint8_t>(~r.arena_b()[i]);
   EXPECT_EQ(r.peer_op(true, 0, 0, 100, old_rkey), kRemAccess);
@@ -269,7 +265,7 @@ TEST(EmuWindow, UnmappedAndStaleKeysFail) {
   r.expect_arena_matches_shadow("write with a stale key after re-map");
   r.recover();
   r.expect_no_checker_reports();
-  auto cen = r.a.pool->check_windows();
+  auto cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().mapped, 0u);  // recover() freed them all
   EXPECT_EQ(cen.value().unmapping, 0u);
@@ -283,10 +279,10 @@ TEST(EmuWindow, RemoteInvalidation) {
   MapResult m = r.ca().map(pages, kRw, 10, 3 * 4096 - 20);
   ASSERT_TRUE(m.ok());
   // The receive lands in the last data page (the model copies what arrives there).
-  const Sge rbuf{r.a.arena->page_addr(r.a.arena->n_pages() - 1), 256, r.a.arena->lkey()};
+  const Sge rbuf{r.a.arena().page_addr(r.a.arena().n_pages() - 1), 256, r.a.arena().lkey()};
   ASSERT_EQ(r.ca().post_recv({&rbuf, 1}, 77), Errc::kOk);
   r.settle(r.ca());
-  const Sge msg{r.b.arena->base(), 8, r.b.arena->lkey()};
+  const Sge msg{r.b.arena().base(), 8, r.b.arena().lkey()};
   ASSERT_EQ(r.cb().post_send_inv({&msg, 1}, m.rkey, 5, true), Errc::kOk);
   r.drain(r.cb());
   bool got = false;
@@ -299,10 +295,10 @@ TEST(EmuWindow, RemoteInvalidation) {
     }
   });
   ASSERT_TRUE(got);
-  std::memcpy(&r.shadow[rbuf.addr - r.a.arena->base()], r.arena_b(), 8);
+  std::memcpy(&r.shadow[rbuf.addr - r.a.arena().base()], r.arena_b(), 8);
   EXPECT_EQ(r.ca().stats().remote_invalidations, 1u);
   EXPECT_NE(m.window->state(), WindowState::kMapped);
-  EXPECT_TRUE(r.pair.a->inspect_mkey(m.rkey).free);
+  EXPECT_TRUE(r.a.emu()->inspect_mkey(m.rkey).free);
   const uint32_t pi = r.ca().qp().sq().pi();
   EXPECT_EQ(r.ca().unmap(m.window), Errc::kNotMapped);
   EXPECT_EQ(r.ca().qp().sq().pi(), pi);
@@ -321,7 +317,7 @@ TEST(EmuWindow, RemoteInvalidation) {
 TEST(EmuWindow, PointerMode256Pages) {
   EmuRig r(4, 256, 1024);
   std::mt19937_64 rng(5);
-  const uint64_t base = r.a.arena->base();
+  const uint64_t base = r.a.arena().base();
   for (int iter = 0; iter < 4; ++iter) {
     auto pages = r.random_pages(rng, 256);
     const uint32_t off = static_cast<uint32_t>(rng() % 4096);
@@ -375,13 +371,13 @@ TEST(EmuWindow, WindowsMoveBetweenCoresOnlyAfterQuiescence) {
   // so none may leave core 0, however far over its nominal size its cache is.
   for (Window* w : ws) ASSERT_EQ(c0.unmap(w), Errc::kOk);
   EXPECT_EQ(c1.map(pages, kRw, 0, 4096).errc, Errc::kNoWindow);
-  EXPECT_EQ(r.a.pool->depot_count(), 0u);
-  auto cen = r.a.pool->check_windows();
+  EXPECT_EQ(r.a.pool().depot_count(), 0u);
+  auto cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().unmapping, ws.size());
   // Quiescence: the unmaps complete, core 0 flushes down to its nominal size.
   r.settle(c0);
-  EXPECT_EQ(r.a.pool->depot_count(), ws.size() - c0.cache().nominal_size());
+  EXPECT_EQ(r.a.pool().depot_count(), ws.size() - c0.cache().nominal_size());
   std::vector<Window*> got;
   for (;;) {
     MapResult m = c1.map(pages, kRw, 0, 4096);
@@ -398,7 +394,7 @@ TEST(EmuWindow, WindowsMoveBetweenCoresOnlyAfterQuiescence) {
     ASSERT_EQ(c1.unmap(w), Errc::kOk);
   }
   r.settle(c1);
-  cen = r.a.pool->check_windows();
+  cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().mapped, 0u);
   r.expect_no_checker_reports();
@@ -417,8 +413,10 @@ TEST(EmuWindow, RecoverAfterQpError) {
     ws.push_back(m.window);
   }
   r.settle(c);
-  ASSERT_TRUE(
-      r.pair.a->faults().error_on_nth_wqe(c.qp_handle(), 2, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR).ok());
+  ASSERT_TRUE(r.a.emu()
+                  ->faults()
+                  .error_on_nth_wqe(c.qp_handle(), 2, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR)
+                  .ok());
   ASSERT_EQ(c.unmap(ws[0]), Errc::kOk);
   ASSERT_EQ(c.unmap(ws[1]), Errc::kOk);          // this one fails
   MapResult m = c.map(pages, kRw, 0, 8 * 4096);  // flushed
@@ -428,18 +426,18 @@ TEST(EmuWindow, RecoverAfterQpError) {
   EXPECT_GE(c.stats().umr_errors, 2u);
   EXPECT_EQ(c.map(pages, kRw, 0, 4096 * 8).errc, Errc::kQpError);
   EXPECT_EQ(c.unmap(ws[2]), Errc::kQpError);
-  auto cen = r.a.pool->check_windows();
+  auto cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_GE(cen.value().dirty, 1u);
   r.recover();
-  cen = r.a.pool->check_windows();
+  cen = r.a.pool().check_windows();
   ASSERT_TRUE(cen.ok()) << cen.error().message;
   EXPECT_EQ(cen.value().mapped, 0u);
   EXPECT_EQ(cen.value().unmapping, 0u);
   EXPECT_EQ(cen.value().dirty, 0u);
-  for (uint32_t i = 0; i < r.a.pool->n_windows(); ++i) {
-    if (r.a.pool->window(i).owner() == c.id()) {
-      EXPECT_TRUE(r.pair.a->inspect_mkey(r.a.pool->window(i).rkey()).free) << i;
+  for (uint32_t i = 0; i < r.a.pool().n_windows(); ++i) {
+    if (r.a.pool().window(i).owner() == c.id()) {
+      EXPECT_TRUE(r.a.emu()->inspect_mkey(r.a.pool().window(i).rkey()).free) << i;
     }
   }
   // Every window maps again (the free-check in the map UMR passes) and works.
@@ -451,7 +449,7 @@ TEST(EmuWindow, RecoverAfterQpError) {
   }
   r.settle(c);
   for (Window* w : again) EXPECT_EQ(r.peer_op(false, 0, 0, 64, w->rkey()), 0);
-  EXPECT_EQ(r.pair.a->checker().count(rdmx::emu::Rule::kUmrNotFree), 0u);
+  EXPECT_EQ(r.a.emu()->checker().count(rdmx::emu::Rule::kUmrNotFree), 0u);
 }
 
 // 1,000,000 random map / unmap / remote-invalidate / poll steps, checker after every step.
@@ -460,8 +458,8 @@ TEST(EmuWindow, MillionRandomStepsWithChecker) {
   PollCore& c = r.ca();
   std::mt19937_64 rng(9);
   auto pool_pages = r.random_pages(rng, 64);
-  const Sge rbuf{r.a.arena->page_addr(r.a.arena->n_pages() - 1), 64, r.a.arena->lkey()};
-  const Sge msg{r.b.arena->base(), 8, r.b.arena->lkey()};
+  const Sge rbuf{r.a.arena().page_addr(r.a.arena().n_pages() - 1), 64, r.a.arena().lkey()};
+  const Sge msg{r.b.arena().base(), 8, r.b.arena().lkey()};
   std::vector<Window*> mapped;
   uint64_t invalidations = 0, maps = 0, unmaps = 0, peer_checks = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -512,7 +510,7 @@ TEST(EmuWindow, MillionRandomStepsWithChecker) {
       ASSERT_EQ(r.peer_op(true, 0, 0, 64, mapped[rng() % mapped.size()]->rkey()), 0);
       ++peer_checks;
     }
-    auto cen = r.a.pool->check_windows();
+    auto cen = r.a.pool().check_windows();
     ASSERT_TRUE(cen.ok()) << "step " << step << ": " << cen.error().message;
     ASSERT_EQ(cen.value().mapped, mapped.size()) << "step " << step;
   }
