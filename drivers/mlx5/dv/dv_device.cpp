@@ -123,6 +123,19 @@ struct DvDevice::Impl {
   uint8_t gid[16] = {};
   std::mt19937 rng{std::random_device{}()};
 
+  // DvDevice::open's steps, in bring-up order (defined after open).
+  static Result<ibv_device*> find_device(const std::string& name, detail::DeviceListPtr& list);
+  Status open_context(ibv_device* dev, const DeviceInfo& info);
+  Status query_device_and_port(const DvOptions& opts, const DeviceInfo& info,
+                               mlx5dv_context& dvctx);
+  Result<int> choose_gid(const DvOptions& opts, const DeviceInfo& info, bool roce);
+  Result<ibv_mtu> choose_mtu(const DvOptions& opts) const;
+  Status set_qp_params(const DvOptions& opts, ibv_mtu mtu, int gid_index, bool roce);
+  mlx5::DeviceCaps verbs_caps(const DeviceInfo& info) const;
+  Result<bool> read_hca_caps(const DeviceInfo& info, mlx5::DeviceCaps& caps);
+  Status alloc_pd(const DeviceInfo& info);
+  Status probe_mkey_flags(const DeviceInfo& info, mlx5::DeviceCaps& caps);
+
   ~Impl() {
     qps.clear();
     mkeys.clear();
@@ -186,13 +199,52 @@ ibv_context* DvDevice::verbs_context() const noexcept {
   return impl_->ctx.get();
 }
 
+// ---- Bring-up ----------------------------------------------------------------------------------
+//
+// DvDevice::open runs the steps below it in order (Impl's bring-up members); each returns the
+// error that stops the bring-up, and what it finds is kept in the Impl.
+
 Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const DvOptions& opts) {
-  // 0. An environment that would make rdma-core create QPs rdmx cannot drive.
+  // An environment that would make rdma-core create QPs rdmx cannot drive.
   if (std::string why = env_problem(); !why.empty()) return make_error(Errc::kUnsupported, why);
-  // 1. Find the device (ibv_get_device_list, mlx5dv_is_supported).
+  detail::DeviceListPtr list;
+  RDMX_TRY_ASSIGN(ibv_device* const dev, Impl::find_device(name, list));
+  const DeviceInfo info = info_of(dev);
+  auto impl = std::make_unique<Impl>();
+  RDMX_TRY(impl->open_context(dev, info));
+  mlx5dv_context dvctx{};
+  RDMX_TRY(impl->query_device_and_port(opts, info, dvctx));
+  const bool roce = impl->port.link_layer == IBV_LINK_LAYER_ETHERNET;
+  RDMX_TRY_ASSIGN(const int gid_index, impl->choose_gid(opts, info, roce));
+  RDMX_TRY_ASSIGN(const ibv_mtu mtu, impl->choose_mtu(opts));
+  RDMX_TRY(impl->set_qp_params(opts, mtu, gid_index, roce));
+  mlx5::DeviceCaps caps = impl->verbs_caps(info);
+  RDMX_TRY_ASSIGN(const bool hca_read, impl->read_hca_caps(info, caps));
+  RDMX_TRY(impl->alloc_pd(info));
+  RDMX_TRY(impl->probe_mkey_flags(info, caps));
+
+  auto d = std::unique_ptr<DvDevice>(new DvDevice(std::move(impl)));
+  d->name_ = info.name;
+  d->caps_ = caps;
+  d->opts_ = opts;
+  d->hca_caps_read_ = hca_read;
+  d->roce_ = roce;
+  RDMX_LOG_INFO(
+      "dv: opened %s (%s, NUMA %d, %s port %u, MTU %u, %s, dyn bfregs %u): %u KLMs "
+      "per window, %u inline, update_tag %d, remote_invalidate %d",
+      info.name.c_str(), info.pci_addr.c_str(), info.numa_node, roce ? "RoCE" : "IB", opts.port,
+      mtu_bytes(mtu), hca_read ? "HCA caps read" : "default caps", dvctx.max_dynamic_bfregs,
+      caps.max_klm_list, caps.max_inline_klm, caps.mkey_update_tag, caps.remote_invalidate);
+  return d;
+}
+
+// Step 1: the verbs device by name ("" = the first mlx5 one: ibv_get_device_list,
+// mlx5dv_is_supported). `list` keeps the device list alive for the caller.
+Result<ibv_device*> DvDevice::Impl::find_device(const std::string& name,
+                                                detail::DeviceListPtr& list) {
   int n = 0;
   errno = 0;
-  detail::DeviceListPtr list(ibv_get_device_list(&n));
+  list.reset(ibv_get_device_list(&n));
   const int list_err = list ? 0 : last_errno();
   if (!list) n = 0;
   std::vector<std::string> names;
@@ -208,52 +260,55 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
     return make_error(Errc::kUnsupported, "device \"" + name +
                                               "\" is not an mlx5 device (mlx5dv_is_supported is "
                                               "false); rdmx's real backend drives mlx5 NICs only");
-  const DeviceInfo info = info_of(dev);
+  return dev;
+}
 
-  auto impl = std::make_unique<Impl>();
-
-  // 2. Open with a DEVX context: mlx5dv_create_mkey issues CREATE_MKEY through DEVX (facts §3.1).
+// Step 2: open with a DEVX context: mlx5dv_create_mkey issues CREATE_MKEY through DEVX (facts
+// §3.1).
+Status DvDevice::Impl::open_context(ibv_device* dev, const DeviceInfo& info) {
   mlx5dv_context_attr dvattr{};
   dvattr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
   errno = 0;
-  impl->ctx.reset(mlx5dv_open_device(dev, &dvattr));
-  if (!impl->ctx) {
-    const int e = last_errno();
-    if (e == EOPNOTSUPP || e == EPROTONOSUPPORT)
-      return make_error(Errc::kUnsupported,
-                        "mlx5dv_open_device(" + info.name + ", DEVX) failed: " + std::strerror(e) +
-                            "; rdmx needs a DEVX context for indirect mkeys (mlx5_ib with "
-                            "user-context support and firmware that allows DEVX)");
-    return verbs_error("mlx5dv_open_device(" + info.name + ", DEVX)", e, devx_permission_hint());
-  }
-  ibv_context* ctx = impl->ctx.get();
+  ctx.reset(mlx5dv_open_device(dev, &dvattr));
+  if (ctx) return {};
+  const int e = last_errno();
+  if (e == EOPNOTSUPP || e == EPROTONOSUPPORT)
+    return make_error(Errc::kUnsupported,
+                      "mlx5dv_open_device(" + info.name + ", DEVX) failed: " + std::strerror(e) +
+                          "; rdmx needs a DEVX context for indirect mkeys (mlx5_ib with "
+                          "user-context support and firmware that allows DEVX)");
+  return verbs_error("mlx5dv_open_device(" + info.name + ", DEVX)", e, devx_permission_hint());
+}
 
-  // 3. Capabilities: verbs, mlx5dv, the port, then the HCA caps through DEVX.
-  if (int rc = ibv_query_device_ex(ctx, nullptr, &impl->attr); rc)
+// Step 3: what verbs and mlx5dv say of the device, and the port's attributes.
+Status DvDevice::Impl::query_device_and_port(const DvOptions& opts, const DeviceInfo& info,
+                                             mlx5dv_context& dvctx) {
+  if (int rc = ibv_query_device_ex(ctx.get(), nullptr, &attr); rc)
     return verbs_error("ibv_query_device_ex(" + info.name + ")", err_of(rc));
-  mlx5dv_context dvctx{};
   dvctx.comp_mask = MLX5DV_CONTEXT_MASK_DYN_BFREGS;
-  if (int rc = mlx5dv_query_device(ctx, &dvctx); rc)
+  if (int rc = mlx5dv_query_device(ctx.get(), &dvctx); rc)
     return verbs_error("mlx5dv_query_device(" + info.name + ")", err_of(rc));
-  if (opts.port == 0 || opts.port > impl->attr.orig_attr.phys_port_cnt)
+  if (opts.port == 0 || opts.port > attr.orig_attr.phys_port_cnt)
     return make_error(Errc::kInvalidArgument,
                       "port " + std::to_string(opts.port) + " does not exist on " + info.name +
-                          " (it has " + std::to_string(impl->attr.orig_attr.phys_port_cnt) +
-                          " port(s))");
-  if (int rc = ibv_query_port(ctx, opts.port, &impl->port); rc)
+                          " (it has " + std::to_string(attr.orig_attr.phys_port_cnt) + " port(s))");
+  if (int rc = ibv_query_port(ctx.get(), opts.port, &port); rc)
     return verbs_error("ibv_query_port(" + info.name + ", " + std::to_string(opts.port) + ")",
                        err_of(rc));
-  const ibv_port_attr& port = impl->port;
   if (port.state != IBV_PORT_ACTIVE)
     RDMX_LOG_WARN("dv: %s port %u is not ACTIVE (state %d); connections will fail until it is",
                   info.name.c_str(), opts.port, static_cast<int>(port.state));
-  const bool roce = port.link_layer == IBV_LINK_LAYER_ETHERNET;
+  lid = port.lid;
+  return {};
+}
 
-  // GID: RoCE needs one on every packet (GRH); InfiniBand only across subnets (force_grh).
+// Step 4: the GID index and its GID. RoCE needs one on every packet (GRH); InfiniBand only across
+// subnets (force_grh). -1: none.
+Result<int> DvDevice::Impl::choose_gid(const DvOptions& opts, const DeviceInfo& info, bool roce) {
   int gid_index = opts.gid_index;
   if (gid_index < 0 && roce) {
     std::vector<ibv_gid_entry> raw(std::max(port.gid_tbl_len, 1));
-    const ssize_t got = ibv_query_gid_table(ctx, raw.data(), raw.size(), 0);
+    const ssize_t got = ibv_query_gid_table(ctx.get(), raw.data(), raw.size(), 0);
     std::vector<GidEntry> table;
     for (ssize_t i = 0; i < got; ++i) {
       GidEntry g;
@@ -271,38 +326,41 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
                             "DvOptions.gid_index");
     gid_index = static_cast<int>(*pick);
   }
-  if (gid_index >= 0) {
-    if (gid_index >= port.gid_tbl_len)
-      return make_error(Errc::kInvalidArgument, "GID index " + std::to_string(gid_index) +
-                                                    " is past the GID table of " + info.name +
-                                                    " port " + std::to_string(opts.port) + " (" +
-                                                    std::to_string(port.gid_tbl_len) + " entries)");
-    ibv_gid g{};
-    if (int rc = ibv_query_gid(ctx, opts.port, gid_index, &g); rc)
-      return verbs_error(
-          "ibv_query_gid(" + info.name + ", index " + std::to_string(gid_index) + ")", err_of(rc));
-    std::memcpy(impl->gid, g.raw, 16);
-  }
-  impl->lid = port.lid;
+  if (gid_index < 0) return gid_index;
+  if (gid_index >= port.gid_tbl_len)
+    return make_error(Errc::kInvalidArgument, "GID index " + std::to_string(gid_index) +
+                                                  " is past the GID table of " + info.name +
+                                                  " port " + std::to_string(opts.port) + " (" +
+                                                  std::to_string(port.gid_tbl_len) + " entries)");
+  ibv_gid g{};
+  if (int rc = ibv_query_gid(ctx.get(), opts.port, gid_index, &g); rc)
+    return verbs_error("ibv_query_gid(" + info.name + ", index " + std::to_string(gid_index) + ")",
+                       err_of(rc));
+  std::memcpy(gid, g.raw, 16);
+  return gid_index;
+}
 
-  ibv_mtu mtu = port.active_mtu;
-  if (opts.mtu != 0) {
-    auto m = mtu_from_bytes(opts.mtu);
-    if (!m)
-      return make_error(Errc::kInvalidArgument, "DvOptions.mtu " + std::to_string(opts.mtu) +
-                                                    " is not one of 256, 512, 1024, 2048, 4096");
-    mtu = std::min(*m, port.active_mtu);
-  }
+// Step 5: the MTU a QP uses: the port's active MTU, or DvOptions.mtu when that is smaller.
+Result<ibv_mtu> DvDevice::Impl::choose_mtu(const DvOptions& opts) const {
+  if (opts.mtu == 0) return port.active_mtu;
+  auto m = mtu_from_bytes(opts.mtu);
+  if (!m)
+    return make_error(Errc::kInvalidArgument, "DvOptions.mtu " + std::to_string(opts.mtu) +
+                                                  " is not one of 256, 512, 1024, 2048, 4096");
+  return std::min(*m, port.active_mtu);
+}
 
-  QpParams& p = impl->params;
+// Step 6: the attributes every QP of the device is brought up with (rtr/rts_transition).
+Status DvDevice::Impl::set_qp_params(const DvOptions& opts, ibv_mtu mtu, int gid_index, bool roce) {
+  QpParams& p = params;
   p.port = opts.port;
   p.qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                (impl->attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+                (attr.orig_attr.atomic_cap != IBV_ATOMIC_NONE ? IBV_ACCESS_REMOTE_ATOMIC : 0);
   p.mtu = mtu;
   p.max_dest_rd_atomic = static_cast<uint8_t>(
-      std::min<int>(opts.max_rd_atomic, std::max(impl->attr.orig_attr.max_qp_rd_atom, 1)));
+      std::min<int>(opts.max_rd_atomic, std::max(attr.orig_attr.max_qp_rd_atom, 1)));
   p.max_rd_atomic = static_cast<uint8_t>(
-      std::min<int>(opts.max_rd_atomic, std::max(impl->attr.orig_attr.max_qp_init_rd_atom, 1)));
+      std::min<int>(opts.max_rd_atomic, std::max(attr.orig_attr.max_qp_init_rd_atom, 1)));
   p.min_rnr_timer = opts.min_rnr_timer;
   p.timeout = opts.timeout;
   p.retry_cnt = opts.retry_cnt;
@@ -314,55 +372,64 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
   p.traffic_class = opts.traffic_class;
   if (p.use_grh && gid_index < 0)
     return make_error(Errc::kInvalidArgument, "DvOptions.force_grh needs DvOptions.gid_index");
+  return {};
+}
 
+// Step 7: the capabilities verbs reports (queue depths) and the NUMA node.
+mlx5::DeviceCaps DvDevice::Impl::verbs_caps(const DeviceInfo& info) const {
   mlx5::DeviceCaps caps;
-  caps.max_sq_wqebbs = static_cast<uint32_t>(impl->attr.orig_attr.max_qp_wr);
-  caps.max_cq_cqes = static_cast<uint32_t>(impl->attr.orig_attr.max_cqe) + 1;
+  caps.max_sq_wqebbs = static_cast<uint32_t>(attr.orig_attr.max_qp_wr);
+  caps.max_cq_cqes = static_cast<uint32_t>(attr.orig_attr.max_cqe) + 1;
   caps.numa_node = info.numa_node < 0 ? 0 : info.numa_node;
+  return caps;
+}
 
-  // QUERY_HCA_CAP (general, current) through DEVX, as SPDK does for its UMR caps (facts §2.7). A
-  // refusal is not fatal: conservative defaults, documented in doc/guides/mlx5.md.
-  bool hca_read = false;
-  {
-    uint8_t in[hca::kCmdInBytes];
-    encode_query_hca_cap(std::span<uint8_t, hca::kCmdInBytes>(in, sizeof in));
-    std::vector<uint8_t> out(hca::kCmdOutHeaderBytes + hca::kCapBytes);
-    const int rc = mlx5dv_devx_general_cmd(ctx, in, sizeof in, out.data(), out.size());
-    auto h = rc == 0 ? decode_query_hca_cap(out)
-                     : Result<HcaCaps>(make_error(Errc::kDeviceError, std::strerror(err_of(rc))));
-    if (h.ok()) {
-      apply_hca_caps(h.value(), caps);
-      hca_read = true;
-      if (h.value().umr_indirect_mkey_disabled)
-        return make_error(Errc::kUnsupported,
-                          info.name +
-                              " reports umr_indirect_mkey_disabled: a UMR may not "
-                              "modify indirect mkeys, so windows cannot be mapped");
-      if (h.value().umr_modify_atomic_disabled)
-        RDMX_LOG_INFO(
-            "dv: %s forbids changing atomic access by UMR (umr_modify_atomic_disabled): map "
-            "UMRs leave the atomic bit out of their mask; atomic maps are refused",
-            info.name.c_str());
-    } else {
-      apply_default_hca_caps(caps);
-      RDMX_LOG_WARN(
-          "dv: %s: QUERY_HCA_CAP through DEVX failed (%s); using conservative "
-          "defaults: %u KLMs per window, %u inline KLMs, strongest UMR fence, no atomic maps",
-          info.name.c_str(), h.error().message.c_str(), caps.max_klm_list, caps.max_inline_klm);
-    }
+// Step 8: QUERY_HCA_CAP (general, current) through DEVX, as SPDK does for its UMR caps (facts
+// §2.7). A refusal is not fatal: conservative defaults, documented in doc/guides/mlx5.md.
+// Returns whether the caps were read.
+Result<bool> DvDevice::Impl::read_hca_caps(const DeviceInfo& info, mlx5::DeviceCaps& caps) {
+  uint8_t in[hca::kCmdInBytes];
+  encode_query_hca_cap(std::span<uint8_t, hca::kCmdInBytes>(in, sizeof in));
+  std::vector<uint8_t> out(hca::kCmdOutHeaderBytes + hca::kCapBytes);
+  const int rc = mlx5dv_devx_general_cmd(ctx.get(), in, sizeof in, out.data(), out.size());
+  auto h = rc == 0 ? decode_query_hca_cap(out)
+                   : Result<HcaCaps>(make_error(Errc::kDeviceError, std::strerror(err_of(rc))));
+  if (!h.ok()) {
+    apply_default_hca_caps(caps);
+    RDMX_LOG_WARN(
+        "dv: %s: QUERY_HCA_CAP through DEVX failed (%s); using conservative "
+        "defaults: %u KLMs per window, %u inline KLMs, strongest UMR fence, no atomic maps",
+        info.name.c_str(), h.error().message.c_str(), caps.max_klm_list, caps.max_inline_klm);
+    return false;
   }
+  apply_hca_caps(h.value(), caps);
+  if (h.value().umr_indirect_mkey_disabled)
+    return make_error(Errc::kUnsupported, info.name +
+                                              " reports umr_indirect_mkey_disabled: a UMR may not "
+                                              "modify indirect mkeys, so windows cannot be mapped");
+  if (h.value().umr_modify_atomic_disabled)
+    RDMX_LOG_INFO(
+        "dv: %s forbids changing atomic access by UMR (umr_modify_atomic_disabled): map "
+        "UMRs leave the atomic bit out of their mask; atomic maps are refused",
+        info.name.c_str());
+  return true;
+}
 
-  // 4. The protection domain: the parent MR, every window and every QP live in it.
+// Step 9: the protection domain: the parent MR, every window and every QP live in it.
+Status DvDevice::Impl::alloc_pd(const DeviceInfo& info) {
   errno = 0;
-  impl->pd.reset(ibv_alloc_pd(ctx));
-  if (!impl->pd) return verbs_error("ibv_alloc_pd(" + info.name + ")", last_errno());
+  pd.reset(ibv_alloc_pd(ctx.get()));
+  if (!pd) return verbs_error("ibv_alloc_pd(" + info.name + ")", last_errno());
+  return {};
+}
 
-  // 5. Probe the mkey flags the windows need (facts §3.1, §8.4): UPDATE_TAG is only accepted
-  //    when the kernel advertised MKEY_UPDATE_TAG; REMOTE_INVALIDATE needs a newer rdma-core and
-  //    kernel.
+// Step 10: probe the mkey flags the windows need (facts §3.1, §8.4): INDIRECT is required;
+// UPDATE_TAG is only accepted when the kernel advertised MKEY_UPDATE_TAG; REMOTE_INVALIDATE
+// needs a newer rdma-core and kernel.
+Status DvDevice::Impl::probe_mkey_flags(const DeviceInfo& info, mlx5::DeviceCaps& caps) {
   auto probe_mkey = [&](uint32_t flags) -> int {
     mlx5dv_mkey_init_attr a{};
-    a.pd = impl->pd.get();
+    a.pd = pd.get();
     a.create_flags = flags;
     a.max_entries = 4;
     errno = 0;
@@ -384,20 +451,7 @@ Result<std::unique_ptr<DvDevice>> DvDevice::open(const std::string& name, const 
         "rdma-core's UPDATE_TAG flag (it gates only rdma-core's own UMRs: rdmx's UMRs still "
         "rotate the key)",
         info.name.c_str());
-
-  auto d = std::unique_ptr<DvDevice>(new DvDevice(std::move(impl)));
-  d->name_ = info.name;
-  d->caps_ = caps;
-  d->opts_ = opts;
-  d->hca_caps_read_ = hca_read;
-  d->roce_ = roce;
-  RDMX_LOG_INFO(
-      "dv: opened %s (%s, NUMA %d, %s port %u, MTU %u, %s, dyn bfregs %u): %u KLMs "
-      "per window, %u inline, update_tag %d, remote_invalidate %d",
-      info.name.c_str(), info.pci_addr.c_str(), info.numa_node, roce ? "RoCE" : "IB", opts.port,
-      mtu_bytes(mtu), hca_read ? "HCA caps read" : "default caps", dvctx.max_dynamic_bfregs,
-      caps.max_klm_list, caps.max_inline_klm, caps.mkey_update_tag, caps.remote_invalidate);
-  return d;
+  return {};
 }
 
 // ---- Memory -------------------------------------------------------------------------------------
