@@ -1,4 +1,8 @@
-// rdmx-wqe: command line front end (argument parsing and line I/O only).
+// rdmx-wqe: command line front end (argument parsing and line I/O only). Options follow the
+// tools' convention (rdmx/core/cli.hpp): getopt_long, one-line usage errors, exit status 2.
+#include <getopt.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -6,16 +10,67 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/core/cli.hpp>
+
 #include "tool.hpp"
 
 namespace {
 
 using rdmx::wqetool::LineResult;
 
+constexpr const char* kTool = "rdmx-wqe";
+
 int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "rdmx-wqe: %s\n", msg.c_str());
-  std::fputs(std::string(rdmx::wqetool::usage_text()).c_str(), stderr);
-  return 2;
+  return rdmx::cli::usage_error(kTool, msg);
+}
+
+struct Args {
+  bool decode = false;
+  std::string input;  // "" or "-" = standard input
+  bool pretty = false;
+  std::vector<std::string> hex;  // decode: WQEBBs given as arguments
+};
+
+// The subcommand's options (argv[0] is the subcommand) with getopt_long: `--input FILE` and
+// `--input=FILE` alike. Returns an exit status when the tool is done (help, usage error),
+// -1 to go on.
+int parse_args(int argc, char** argv, Args& a) {
+  enum { kOptPretty = 256 };
+  static const option kLong[] = {{"input", required_argument, nullptr, 'i'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {"pretty", no_argument, nullptr, kOptPretty},
+                                 {nullptr, 0, nullptr, 0}};
+  const std::string cmd = argv[0];
+  opterr = 0;
+  optind = 1;
+  for (int c; (c = getopt_long(argc, argv, ":i:h", kLong, nullptr)) != -1;) {
+    switch (c) {
+      case 'i':
+        a.input = optarg;
+        break;
+      case 'h':
+        std::fputs(std::string(a.decode ? rdmx::wqetool::decode_help_text()
+                                        : rdmx::wqetool::encode_help_text())
+                       .c_str(),
+                   stdout);
+        return 0;
+      case kOptPretty:
+        if (!a.decode) return usage_error(cmd + ": option '--pretty' is for decode only");
+        a.pretty = true;
+        break;
+      default:
+        return usage_error(cmd + ": " + rdmx::cli::getopt_problem(c, argv));
+    }
+  }
+  for (int i = optind; i < argc; ++i) {
+    if (!a.decode)
+      return usage_error(std::string("encode takes no arguments ('") + argv[i] +
+                         "'): requests come on standard input or --input");
+    a.hex.push_back(argv[i]);
+  }
+  if (!a.hex.empty() && !a.input.empty())
+    return usage_error("give WQEBBs as arguments or with --input, not both");
+  return -1;
 }
 
 bool is_blank(const std::string& s) {
@@ -43,40 +98,20 @@ int run_lines(std::istream& in, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage_error("missing subcommand");
+  if (argc < 2) return usage_error("missing subcommand: encode or decode (rdmx-wqe --help)");
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(std::string(rdmx::wqetool::usage_text()).c_str(), stdout);
     return 0;
   }
-  if (cmd != "encode" && cmd != "decode") return usage_error("unknown subcommand '" + cmd + "'");
-
-  std::string input;
-  bool pretty = false;
-  std::vector<std::string> hex_args;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(std::string(cmd == "encode" ? rdmx::wqetool::encode_help_text()
-                                             : rdmx::wqetool::decode_help_text())
-                     .c_str(),
-                 stdout);
-      return 0;
-    } else if (a == "--input" || a == "-i") {
-      if (i + 1 >= argc) return usage_error("--input needs a file name");
-      input = argv[++i];
-    } else if (a.rfind("--input=", 0) == 0) {
-      input = a.substr(8);
-    } else if (a == "--pretty" && cmd == "decode") {
-      pretty = true;
-    } else if (cmd == "decode" && !a.empty() && a[0] != '-') {
-      hex_args.push_back(a);
-    } else {
-      return usage_error("unknown option '" + a + "' for " + cmd);
-    }
-  }
-  if (!hex_args.empty() && !input.empty())
-    return usage_error("give WQEBBs as arguments or with --input, not both");
+  if (cmd != "encode" && cmd != "decode")
+    return usage_error("unknown subcommand '" + cmd + "' (encode or decode)");
+  Args a;
+  a.decode = cmd == "decode";
+  if (const int rc = parse_args(argc - 1, argv + 1, a); rc >= 0) return rc;
+  const std::string& input = a.input;
+  const bool pretty = a.pretty;
+  const std::vector<std::string>& hex_args = a.hex;
 
   if (!hex_args.empty()) {
     const LineResult r = rdmx::wqetool::decode_hex(hex_args, pretty);

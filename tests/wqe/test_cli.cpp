@@ -1,9 +1,9 @@
 // The built rdmx-wqe binary end to end (path in $RDMX_WQE): encode | decode round trips for
 // every op, --input, --help, and exit codes.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -179,4 +179,31 @@ TEST_F(WqeCli, HelpAndUsage) {
   EXPECT_EQ(run(bin() + " frobnicate 2>/dev/null").status, 2);
   EXPECT_EQ(run(bin() + " encode --bogus 2>/dev/null").status, 2);
   EXPECT_EQ(run(bin() + " decode zz").status, 1);
+}
+
+// The tools' argument convention (getopt_long): `--opt value` and `--opt=value` alike; a bad
+// argument is one line on stderr, "rdmx-wqe: error: ...", and exit status 2.
+TEST_F(WqeCli, OneArgumentConvention) {
+  char path[] = "/tmp/rdmx-wqe-test-in-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string batch = std::string(kBatch) + "\n";
+  ASSERT_EQ(write(fd, batch.data(), batch.size()), static_cast<ssize_t>(batch.size()));
+  close(fd);
+  const Proc spaced = run(bin() + " encode --input " + path);
+  const Proc joined = run(bin() + " encode --input=" + path);
+  const Proc piped = run(bin() + " encode", batch);
+  unlink(path);
+  EXPECT_EQ(spaced.status, 0);
+  EXPECT_EQ(joined.status, 0);
+  EXPECT_FALSE(spaced.out.empty());
+  EXPECT_EQ(spaced.out, joined.out);
+  EXPECT_EQ(spaced.out, piped.out);
+  for (const char* bad : {" encode --bogus", " encode --input", " decode --pretty=1",
+                          " encode --pretty", " encode stray", " frobnicate", ""}) {
+    const Proc p = run(bin() + bad + " 2>&1 >/dev/null");  // stderr only
+    EXPECT_EQ(p.status, 2) << bad;
+    EXPECT_EQ(p.out.rfind("rdmx-wqe: error: ", 0), 0u) << bad << ": " << p.out;
+    EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << bad << ": " << p.out;
+  }
 }
