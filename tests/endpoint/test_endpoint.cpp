@@ -107,16 +107,14 @@ TEST(DeviceOpen, BackendNamesAndAttachTimeoutInTime) {
   EXPECT_FALSE(take_emu(std::move(d)).value() == nullptr);
 }
 
-// The endpoint both connect/recover tests use: 256 data pages, 16 windows of 8 pages, one core.
+// The endpoint the connect/recover tests use: 256 data pages, 16 windows of 8 pages, one core
+// (default queue depths).
 EndpointConfig small_config() {
   EndpointConfig ec;
   ec.arena.bytes = 256 * 4096;
   ec.pool.n_windows = 16;
   ec.pool.max_pages = 8;
   ec.core.cache_size = 8;
-  ec.core.qp.sq_wqebbs = 256;
-  ec.core.qp.rq_wqes = 16;
-  ec.core.qp.cq_cqes = 1024;
   return ec;
 }
 
