@@ -1,7 +1,7 @@
 // libFuzzer target: PollCore::map()'s argument validator against a real window pool over an
-// inline emu device pair. Random page lists (arena pages, pages +/- a few bytes, the reserved KLM
-// tail, addresses around the arena, raw 64-bit values), offsets, lengths and access bits.
-// Must hold for every input:
+// inline emu device pair (two endpoints from lib/endpoint's builder). Random page lists (arena
+// pages, pages +/- a few bytes, the reserved KLM tail, addresses around the arena, raw 64-bit
+// values), offsets, lengths and access bits. Must hold for every input:
 //   - no crash, no sanitizer report;
 //   - a request the reference rules reject is refused, posts nothing (SQ producer unchanged)
 //     and takes no window;
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
@@ -27,49 +29,34 @@ using namespace rdmx;
 constexpr uint32_t kMaxPages = 64;  // > the inline limit: pointer mode and a reserved KLM tail
 
 struct Harness {
-  emu::DevicePair pair;
-  std::unique_ptr<mem::Arena> arena_a, arena_b;
-  std::unique_ptr<win::WindowPool> pool_a, pool_b;
-  std::unique_ptr<win::PollCore> core, peer;
+  endpoint::Endpoint a, b;  // a maps; b is the peer (lib/endpoint's builder, inline emu)
   Harness() {
-    emu::Options o;
-    auto p = emu::make_pair(o, o);
-    if (!p.ok()) __builtin_trap();
-    pair = std::move(p.value());
-    mem::ArenaConfig ac;
-    ac.bytes = 128 * 4096;
-    auto a = mem::Arena::create(*pair.a, ac);
-    auto b = mem::Arena::create(*pair.b, ac);
-    if (!a.ok() || !b.ok()) __builtin_trap();
-    arena_a = std::move(a.value());
-    arena_b = std::move(b.value());
-    win::PoolConfig pc;
-    pc.n_windows = 8;
-    pc.max_pages = kMaxPages;
-    auto pa = win::WindowPool::create(*pair.a, *arena_a, pc);
-    pc.max_pages = 4;
-    auto pb = win::WindowPool::create(*pair.b, *arena_b, pc);
-    if (!pa.ok() || !pb.ok()) __builtin_trap();
-    pool_a = std::move(pa.value());
-    pool_b = std::move(pb.value());
-    win::CoreConfig cc;
-    cc.cache_size = 4;
-    cc.qp.sq_wqebbs = 256;
-    cc.qp.rq_wqes = 4;
-    cc.qp.cq_cqes = 512;
-    auto c = win::PollCore::create(*pool_a, cc);
-    auto d = win::PollCore::create(*pool_b, cc);
-    if (!c.ok() || !d.ok()) __builtin_trap();
-    core = std::move(c.value());
-    peer = std::move(d.value());
-    if (!mlx5::connect_qps(*pair.a, core->qp_handle(), *pair.b, peer->qp_handle()).ok())
-      __builtin_trap();
+    auto devs = endpoint::open_device_pair("emu-inline");
+    if (!devs.ok()) __builtin_trap();
+    auto ea = endpoint::Endpoint::create(std::move(devs.value()[0]), config(kMaxPages));
+    auto eb = endpoint::Endpoint::create(std::move(devs.value()[1]), config(4));
+    if (!ea.ok() || !eb.ok()) __builtin_trap();
+    a = std::move(ea).value();
+    b = std::move(eb).value();
+    if (!endpoint::connect_endpoints(a, b).ok()) __builtin_trap();
+  }
+  static endpoint::EndpointConfig config(uint32_t max_pages) {
+    endpoint::EndpointConfig ec;
+    ec.arena.bytes = 128 * 4096;
+    ec.pool.n_windows = 8;
+    ec.pool.max_pages = max_pages;
+    ec.core.cache_size = 4;
+    ec.core.qp.sq_wqebbs = 256;
+    ec.core.qp.rq_wqes = 4;
+    ec.core.qp.cq_cqes = 512;
+    return ec;
   }
   void settle() {
-    core->flush();
-    for (int i = 0; i < 1000 && core->umrs_in_flight(); ++i)
-      core->poll(64, [](const mlx5::Completion&) {});
-    if (core->umrs_in_flight()) __builtin_trap();
+    win::PollCore& core = a.core();
+    core.flush();
+    for (int i = 0; i < 1000 && core.umrs_in_flight(); ++i)
+      core.poll(64, [](const mlx5::Completion&) {});
+    if (core.umrs_in_flight()) __builtin_trap();
   }
 };
 
@@ -98,8 +85,8 @@ bool valid(const mem::Arena& ar, const std::vector<uint64_t>& pages, uint32_t ac
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness* h = new Harness();
   FuzzedDataProvider fdp(data, size);
-  const mem::Arena& ar = *h->arena_a;
-  win::PollCore& c = *h->core;
+  const mem::Arena& ar = h->a.arena();
+  win::PollCore& c = h->a.core();
   for (int req = 0; req < 8 && fdp.remaining_bytes() > 0; ++req) {
     const uint32_t n = fdp.ConsumeIntegralInRange<uint32_t>(0, kMaxPages + 6);
     std::vector<uint64_t> pages(n);
@@ -115,7 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         case 7: {
           const uint64_t edges[] = {ar.data_end(),         ar.base() + ar.size() - 4096,
                                     ar.base() + ar.size(), ar.base() - 4096,
-                                    h->arena_b->base(),    0};
+                                    h->b.arena().base(),   0};
           p = edges[fdp.ConsumeIntegral<uint8_t>() % 6];
           break;
         }
@@ -169,13 +156,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (!ok_ref) __builtin_trap();  // an invalid request was mapped
     h->settle();
-    const auto v = h->pair.a->inspect_mkey(m.rkey);
+    const auto v = h->a.emu()->inspect_mkey(m.rkey);
     if (!v.exists || v.free || v.len != len || v.tag != static_cast<uint8_t>(m.rkey))
       __builtin_trap();
     if (c.unmap(m.window) != Errc::kOk) __builtin_trap();
     h->settle();
-    if (!h->pair.a->inspect_mkey(m.rkey).free) __builtin_trap();
+    if (!h->a.emu()->inspect_mkey(m.rkey).free) __builtin_trap();
   }
-  if (h->pair.a->checker().total() != 0) __builtin_trap();
+  if (h->a.emu()->checker().total() != 0) __builtin_trap();
   return 0;
 }
