@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
@@ -45,6 +46,9 @@
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/connect.hpp>
+#include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/rt/eal.hpp>
 #include <rdmx/rt/launcher.hpp>
@@ -77,6 +81,7 @@ namespace rt = rdmx::rt;
 namespace win = rdmx::win;
 namespace emu = rdmx::emu;
 namespace mem = rdmx::mem;
+namespace endpoint = rdmx::endpoint;
 using rdmx::Errc;
 
 namespace {
@@ -142,37 +147,22 @@ bool take(rdmx::Result<T>&& r, T& out, const char* what) {
   return true;
 }
 
-// One side's window objects, destroyed in reverse order of creation.
-struct Side {
-  std::unique_ptr<mem::Arena> arena;
-  std::unique_ptr<win::WindowPool> pool;
-  std::unique_ptr<win::PollCore> core;
-  void destroy() {
-    core.reset();
-    pool.reset();
-    arena.reset();
-  }
-};
-
-bool make_side(emu::EmuDevice& dev, Side& s, uint32_t arena_pages, uint32_t n_windows,
-               uint32_t max_pages, uint32_t cache_size, mem::Source source, int socket,
-               const char* name) {
-  mem::ArenaConfig ac;
-  ac.bytes = size_t{arena_pages} * kPage;
-  ac.source = source;
-  ac.numa_node = socket;
-  ac.name = name;
-  if (!take(mem::Arena::create(dev, ac), s.arena, "arena")) return false;
-  win::PoolConfig pc;
-  pc.n_windows = n_windows;
-  pc.max_pages = max_pages;
-  if (!take(win::WindowPool::create(dev, *s.arena, pc), s.pool, "pool")) return false;
-  win::CoreConfig cc;
-  cc.cache_size = cache_size;
-  cc.qp.sq_wqebbs = 256;
-  cc.qp.rq_wqes = 16;
-  cc.qp.cq_cqes = 1024;
-  return take(win::PollCore::create(*s.pool, cc), s.core, "poll core");
+// One side: device, arena, window pool and one poll core (lib/endpoint's builder).
+endpoint::EndpointConfig side_config(uint32_t data_pages, uint32_t n_windows, uint32_t max_pages,
+                                     uint32_t cache_size, mem::Source source, int socket,
+                                     const char* name) {
+  endpoint::EndpointConfig ec;
+  ec.arena.bytes = size_t{data_pages} * kPage;
+  ec.arena.source = source;
+  ec.arena.numa_node = socket;
+  ec.arena.name = name;
+  ec.pool.n_windows = n_windows;
+  ec.pool.max_pages = max_pages;
+  ec.core.cache_size = cache_size;
+  ec.core.qp.sq_wqebbs = 256;
+  ec.core.qp.rq_wqes = 16;
+  ec.core.qp.cq_cqes = 1024;
+  return ec;
 }
 
 // Polls a core (setup/teardown path) until its UMRs completed.
@@ -202,7 +192,7 @@ bool census_clean(win::WindowPool& pool, const char* who, uint32_t mapped_expect
 
 // What the poll lcore owns and the main lcore destroys after wait().
 struct LocalCore {
-  Side side;
+  endpoint::Endpoint side;
   // Loop state: written by the poll lcore only; read by main after wait() (or `done` while it
   // runs, for progress and the watchdog).
   uint64_t started = 0;
@@ -227,8 +217,8 @@ struct Poller {
   bool add_getpid;
 
   bool operator()() noexcept {
-    win::PollCore& core = *lc.side.core;
-    mem::Arena& arena = *lc.side.arena;
+    win::PollCore& core = lc.side.core();
+    mem::Arena& arena = lc.side.arena();
     bool busy = false;
     if (lc.started == lc.done.load(std::memory_order_relaxed) && lc.started < n_iters) {
       const uint64_t i = lc.started;
@@ -263,7 +253,7 @@ struct Poller {
     // A map/post refused (never expected with one iteration in flight): the run fails at the
     // end. Ring what was posted (so the drain can finish) and stop.
     if (lc.post_errors++ == 0) lc.first_post_error = e;
-    lc.side.core->flush();
+    lc.side.core().flush();
     launcher.request_stop();
     return false;
   }
@@ -324,21 +314,21 @@ int windows_child(bool add_getpid) {
                poll_lcore, placement.poll[0].cpu, placement.device_thread_cpu);
 
   // ---- devices: a threaded emu pair (device threads pinned by inheritance) ----
-  emu::DevicePair pair;
+  std::array<endpoint::OpenedDevice, 2> pair;
   {
     InheritedAffinity pin(placement.device_thread_cpu);
-    emu::Options o;
-    o.mode = emu::Mode::kThreaded;
-    if (!take(emu::make_pair(o), pair, "emu pair")) return 12;
+    if (!take(endpoint::open_device_pair("emu-threaded"), pair, "emu pair")) return 12;
   }
   // ---- peer side (main lcore): arena, pool, its QP. Its window over the slots is mapped once
   // the QPs are connected (a QP executes nothing before), and handed to the poll lcore only
   // after its UMR completed (emu rule kRemoteUseBeforeOrdered).
-  Side peer;
-  if (!make_side(*pair.b, peer, kPeerPages + 16, 4, kPeerPages, 4, mem::Source::kHeap, -1,
-                 "strict_peer"))
+  endpoint::Endpoint peer;
+  if (!take(endpoint::Endpoint::create(std::move(pair[1]),
+                                       side_config(kPeerPages + 16, 4, kPeerPages, 4,
+                                                   mem::Source::kHeap, -1, "strict_peer")),
+            peer, "peer endpoint"))
     return 13;
-  std::memset(peer.arena->ptr(peer.arena->base()), 0, size_t{kPeerPages} * kPage);
+  std::memset(peer.arena().ptr(peer.arena().base()), 0, size_t{kPeerPages} * kPage);
 
   // ---- launcher: strict mode, kKill ----
   rt::LauncherConfig lc_cfg;
@@ -349,9 +339,6 @@ int windows_child(bool add_getpid) {
   if (!take(rt::Launcher::create(lc_cfg), launcher, "launcher")) return 15;
 
   LocalCore local;
-  emu::EmuDevice& dev_a = *pair.a;
-  emu::EmuDevice& dev_b = *pair.b;
-  const uint32_t peer_qp = peer.core->qp_handle();
   // Setup handshake: the lcore connects (1) or fails (-1); main maps the peer window and
   // publishes its rkey (1) or fails (-1).
   std::atomic<int> connected{0}, peer_ready{0};
@@ -360,15 +347,17 @@ int windows_child(bool add_getpid) {
     // Setup phase (system calls allowed): arena on this core's node, pool, PollCore (QP, CQ,
     // SQ writer, window cache), connection, source pages.
     local.tid = static_cast<pid_t>(syscall(SYS_gettid));
-    if (!make_side(dev_a, local.side, kLocalPages, 16, 2, 8, mem::Source::kDpdk, ctx.socket(),
-                   "strict_local"))
+    if (!take(endpoint::Endpoint::create(std::move(pair[0]),
+                                         side_config(kLocalPages, 16, 2, 8, mem::Source::kDpdk,
+                                                     ctx.socket(), "strict_local")),
+              local.side, "local endpoint"))
       return 20;
-    if (!rdmx::mlx5::connect_qps(dev_a, local.side.core->qp_handle(), dev_b, peer_qp).ok()) {
+    if (!endpoint::connect_cores(local.side.core(), peer.core()).ok()) {
       connected = -1;
       return 21;
     }
     connected = 1;
-    auto* base = static_cast<uint8_t*>(local.side.arena->ptr(local.side.arena->base()));
+    auto* base = static_cast<uint8_t*>(local.side.arena().ptr(local.side.arena().base()));
     for (uint32_t p = 0; p < kLocalPages; ++p)
       for (uint32_t b = 0; b < kPage; ++b) base[size_t{p} * kPage + b] = pattern(p, b);
     while (peer_ready.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -380,7 +369,7 @@ int windows_child(bool add_getpid) {
     // Run + drain phases: strict. Drained = nothing in flight (no WRITE, no UMR).
     return rt::run_poll_loop(ctx, poller, [&] {
       return local.started == local.done.load(std::memory_order_relaxed) &&
-             local.side.core->umrs_in_flight() == 0;
+             local.side.core().umrs_in_flight() == 0;
     });
   });
   if (!st.ok()) {
@@ -392,11 +381,11 @@ int windows_child(bool add_getpid) {
   win::MapResult peer_win;
   if (connected.load() == 1) {
     std::vector<uint64_t> peer_pages(kPeerPages);
-    for (uint32_t p = 0; p < kPeerPages; ++p) peer_pages[p] = peer.arena->page_addr(p);
+    for (uint32_t p = 0; p < kPeerPages; ++p) peer_pages[p] = peer.arena().page_addr(p);
     peer_win =
-        peer.core->map(peer_pages, rdmx::mlx5::kAccessLocalWrite | rdmx::mlx5::kAccessRemoteWrite,
-                       0, uint64_t{kPeerPages} * kPage);
-    if (peer_win.ok() && settle(*peer.core)) {
+        peer.core().map(peer_pages, rdmx::mlx5::kAccessLocalWrite | rdmx::mlx5::kAccessRemoteWrite,
+                        0, uint64_t{kPeerPages} * kPage);
+    if (peer_win.ok() && settle(peer.core())) {
       peer_rkey = peer_win.rkey;
       peer_ready = 1;
     } else {
@@ -439,7 +428,7 @@ int windows_child(bool add_getpid) {
   const double secs = static_cast<double>(local.tsc_run_end - local.tsc_run_begin) /
                       static_cast<double>(rte_get_tsc_hz());
   const uint64_t done = local.done.load();
-  const win::CoreStats& cs = local.side.core->stats();
+  const win::CoreStats& cs = local.side.core().stats();
   std::fprintf(stderr,
                "counts: iterations %" PRIu64 " writes_ok %" PRIu64 " write_errors %" PRIu64
                " post_errors %" PRIu64 " maps %" PRIu64 " unmaps %" PRIu64
@@ -464,7 +453,7 @@ int windows_child(bool add_getpid) {
   {
     std::vector<uint8_t> want(kWriteLen);
     uint64_t sum_want = 0, sum_got = 0;
-    const auto* peer_base = static_cast<const uint8_t*>(peer.arena->ptr(peer.arena->base()));
+    const auto* peer_base = static_cast<const uint8_t*>(peer.arena().ptr(peer.arena().base()));
     for (uint64_t i = n_iters >= kSlots ? n_iters - kSlots : 0; i < n_iters; ++i) {
       expected_bytes(i, want.data());
       const uint8_t* got = peer_base + (i % kSlots) * kSlotBytes;
@@ -477,27 +466,29 @@ int windows_child(bool add_getpid) {
                  kSlots, sum_got, sum_want, sum_got == sum_want ? "ok" : "MISMATCH");
     if (sum_got != sum_want) rc = rc ? rc : 33;
   }
-  if (pair.a->checker().total() != 0 || pair.b->checker().total() != 0) {
-    std::fprintf(stderr, "emu PRM checker:\n%s%s", pair.a->checker().dump().c_str(),
-                 pair.b->checker().dump().c_str());
+  const emu::EmuDevice* emu_a = local.side.emu();  // null when the lcore's setup failed
+  const emu::EmuDevice* emu_b = peer.emu();
+  if ((emu_a && emu_a->checker().total() != 0) || emu_b->checker().total() != 0) {
+    std::fprintf(stderr, "emu PRM checker:\n%s%s", emu_a ? emu_a->checker().dump().c_str() : "",
+                 emu_b->checker().dump().c_str());
     rc = rc ? rc : 34;
   }
   // ---- clean shutdown, reverse order of creation ----
   // The poll lcore drained before it left the run phase; every window must be back.
   std::string line;
-  if (local.side.core->umrs_in_flight() != 0 || !settle(*local.side.core)) rc = rc ? rc : 35;
-  if (!census_clean(*local.side.pool, "local", 0, line)) rc = rc ? rc : 36;
+  if (local.side.core().umrs_in_flight() != 0 || !settle(local.side.core())) rc = rc ? rc : 35;
+  if (!census_clean(local.side.pool(), "local", 0, line)) rc = rc ? rc : 36;
   std::fprintf(stderr, "%s\n", line.c_str());
-  local.side.destroy();  // PollCore (QP), pool (mkeys), arena (MR, memzone)
-  if (!peer_win.ok() || peer.core->unmap(peer_win.window) != Errc::kOk || !settle(*peer.core))
+  local.side.destroy_cores();  // PollCore (QP)
+  if (!peer_win.ok() || peer.core().unmap(peer_win.window) != Errc::kOk || !settle(peer.core()))
     rc = rc ? rc : 37;
-  if (!census_clean(*peer.pool, "peer", 0, line)) rc = rc ? rc : 38;
+  if (!census_clean(peer.pool(), "peer", 0, line)) rc = rc ? rc : 38;
   std::fprintf(stderr, "%s\n", line.c_str());
-  peer.destroy();
+  peer.destroy_cores();
   launcher.reset();
-  pair.b.reset();  // device threads stop and join
-  pair.a.reset();
-  eal.reset();  // rte_eal_cleanup
+  peer = endpoint::Endpoint{};        // pool (mkeys), arena (MR), device: its thread joins
+  local.side = endpoint::Endpoint{};  // the same, the arena's memzone too
+  eal.reset();                        // rte_eal_cleanup
 #ifdef RDMX_TEST_ASAN
   if (__lsan_do_recoverable_leak_check() != 0) {
     std::fprintf(stderr, "LeakSanitizer: leaks after shutdown\n");
