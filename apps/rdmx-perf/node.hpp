@@ -30,6 +30,7 @@ struct NodeConfig {
   uint32_t n_windows = 256;
   size_t data_bytes = 8u << 20;  // the arena's mappable part (the builder adds the pool's tail)
   uint32_t cache_size = 64;
+  win::KeyPolicy key_policy = win::KeyPolicy::kRandom;
 };
 
 // One endpoint (lib/endpoint's builder: device, arena, pool, one core) on an emulated device,
@@ -48,6 +49,7 @@ struct Node {
     ec.arena.source = mem::Source::kHeap;
     ec.pool.n_windows = nc.n_windows;
     ec.pool.max_pages = nc.max_pages;
+    ec.pool.key_policy = nc.key_policy;
     ec.core.cache_size = nc.cache_size;
     ep = need(endpoint::Endpoint::create(std::move(d), ec), "endpoint");
     emu = ep.emu();

@@ -66,6 +66,15 @@ TestResult test_umr(Ctx& ctx) {
   n.to_rts_unconnected();
   win::PollCore& core = n.core();
   const uint32_t inline_limit = n.ep.pool().inline_klm_limit();
+  // The same map+unmap with increment keys (the debugging policy) on a second sink device, in
+  // the same group: what the random keys cost, as a same-run ratio.
+  endpoint::DeviceOptions oi = o;
+  oi.emu_name = "perf_sink_inc";
+  NodeConfig nci = nc;
+  nci.key_policy = win::KeyPolicy::kIncrement;
+  Node ni(need(endpoint::open_device("emu-sink", oi), "emu-sink"), nci);
+  ni.to_rts_unconnected();
+  win::PollCore& core_inc = ni.core();
 
   rte_mempool* mp = rte_mempool_create("perf_umr_mp", 8191, 64, 256, 0, nullptr, nullptr, nullptr,
                                        nullptr, SOCKET_ID_ANY, 0);
@@ -99,6 +108,23 @@ TestResult test_umr(Ctx& ctx) {
       core.flush();
       core.poll(64, [](const mlx5::Completion&) {});
     }));
+    CaseResult mi = m;
+    mi.name = "umr.map_unmap_inckey.p" + std::to_string(pages);
+    mi.role = "peer";
+    mi.note = "increment keys (debugging policy), same map+unmap";
+    std::span<const uint64_t> pgi(ni.pages.data(), pages);
+    g.push_back(make_bench(mi, [&core_inc, pgi, bytes, batch, &map_errors] {
+      for (uint32_t i = 0; i < batch; ++i) {
+        win::MapResult r = core_inc.map(pgi, kAccess, 0, bytes);
+        if (!r.ok()) [[unlikely]] {
+          ++map_errors;
+          continue;
+        }
+        (void)core_inc.unmap(r.window);
+      }
+      core_inc.flush();
+      core_inc.poll(64, [](const mlx5::Completion&) {});
+    }));
     g.push_back(make_bench(mempool_meta(), [mp] {
       void* obj;
       (void)rte_mempool_get(mp, &obj);
@@ -108,17 +134,21 @@ TestResult test_umr(Ctx& ctx) {
     g.push_back(make_floor_bench(pages, bytes, fb.p));
     auto res = run_group(ctx.rc, g);
     res[0].extra.push_back({"inline", pages <= inline_limit ? 1.0 : 0.0});
-    add_ratio(res[0], res[1]);
     add_ratio(res[0], res[2]);
-    res[1].name += ".p" + std::to_string(pages);
-    res[1].ratios.clear();
-    res[0].ratios[0].peer = res[1].name;
+    add_ratio(res[0], res[3]);
+    add_ratio(res[0], res[1]);  // random keys / increment keys
     res[2].name += ".p" + std::to_string(pages);
-    res[0].ratios[1].peer = res[2].name;
-    res[0].extra.push_back({"floor_over_umr", res[2].ns / res[0].ns});
+    res[2].ratios.clear();
+    res[1].ratios.clear();
+    res[0].ratios[0].peer = res[2].name;
+    res[3].name += ".p" + std::to_string(pages);
+    res[0].ratios[1].peer = res[3].name;
+    res[0].extra.push_back({"floor_over_umr", res[3].ns / res[0].ns});
+    res[0].extra.push_back({"random_over_increment_keys", res[0].ns / res[1].ns});
     for (auto& c : res) t.cases.push_back(std::move(c));
   }
   core.quiesce();
+  core_inc.quiesce();
   rte_mempool_free(mp);
 
   const auto st = core.stats();

@@ -161,7 +161,7 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
     }
   }
 
-  const uint8_t key = static_cast<uint8_t>(w->key_ + 1);  // never the key just retired
+  const uint8_t key = keys_.next_key(w->key_);  // never the key just retired
   prm::UmrMap m;
   m.qpn = sq.qpn();
   m.wqe_index = sq.wqe_index();

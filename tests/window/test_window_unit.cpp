@@ -3,6 +3,8 @@
 // checker, with the test playing the device's part on the CQ (suite 'unit').
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include <rdmx/mem/arena.hpp>
@@ -27,7 +29,8 @@ constexpr uint32_t kRw = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteR
 
 struct Rig {
   explicit Rig(uint32_t n_windows = 8, uint32_t max_pages = 16, uint32_t cache_size = 8,
-               uint32_t sq = 1024, uint32_t page = 4096, uint32_t n_cores = 1) {
+               uint32_t sq = 1024, uint32_t page = 4096, uint32_t n_cores = 1,
+               KeyPolicy keys = KeyPolicy::kRandom, uint64_t key_seed = 0) {
     rdmx::mem::ArenaConfig ac;
     ac.bytes = size_t{512} * page;
     ac.page_size = page;
@@ -35,6 +38,8 @@ struct Rig {
     PoolConfig pc;
     pc.n_windows = n_windows;
     pc.max_pages = max_pages;
+    pc.key_policy = keys;
+    pc.key_seed = key_seed;
     auto p = WindowPool::create(dev, *arena, pc);
     EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message);
     pool = std::move(p).value();
@@ -227,7 +232,7 @@ TEST(Map, InlineUmrBytes) {
   EXPECT_EQ(m.iova, 0u);
   EXPECT_EQ(m.length, len);
   EXPECT_EQ(m.rkey, m.lkey);
-  EXPECT_EQ(m.rkey & 0xff, 1u);  // created with key 0: the first map writes key 1
+  EXPECT_NE(m.rkey & 0xff, 0u);  // created with key 0: the first map writes another key
   EXPECT_EQ(w->state(), WindowState::kMapped);
   EXPECT_EQ(c.qp().sq().pi() - slot, 2u + 2u);  // 8 + align4(5) = 16 DS = 4 WQEBBs
   prm::DecodedWqe d = r.decode(slot);
@@ -457,8 +462,8 @@ TEST(WindowCache, BurstsMatchOneAtATime) {
   EXPECT_EQ(a.pop(), in[5]);
 }
 
-TEST(Map, KeyRotatesEveryMapAndWraps) {
-  Rig r(1, 4, 2);
+TEST(Map, IncrementKeysRotateEveryMapAndWrap) {
+  Rig r(1, 4, 2, 1024, 4096, 1, KeyPolicy::kIncrement);
   PollCore& c = r.core();
   const auto pg = r.alloc(1);
   uint8_t prev = 0;
@@ -470,6 +475,107 @@ TEST(Map, KeyRotatesEveryMapAndWraps) {
     ASSERT_EQ(c.unmap(m.window), Errc::kOk);
     if (i % 50 == 49) r.complete_all();
   }
+}
+
+// Random keys (the default), one window mapped over and over: never the key it had, every step
+// 1..255 uniform (chi-square, fixed seed: the figure is deterministic), consecutive steps
+// independent (chi-square over the 255 x 255 pairs). RDMX_TEST_MAPS overrides the count.
+TEST(Map, RandomKeysNeverRepeatAndAreUniform) {
+  uint64_t maps = 1'000'000;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  maps = 100'000;
+#endif
+  if (const char* e = std::getenv("RDMX_TEST_MAPS")) maps = std::strtoull(e, nullptr, 10);
+  Rig r(1, 4, 2, 1024, 4096, 1, KeyPolicy::kRandom, 0x5eed);
+  PollCore& c = r.core();
+  ASSERT_EQ(c.keys().policy(), KeyPolicy::kRandom);
+  const auto pg = r.alloc(1);
+  std::vector<uint64_t> steps(256, 0);
+  std::vector<uint32_t> pairs(256 * 256, 0);
+  uint8_t prev = 0, prev_step = 0;
+  for (uint64_t i = 0; i < maps; ++i) {
+    MapResult m = c.map(pg, kRw, 0, 4096);
+    ASSERT_TRUE(m.ok()) << i << " " << rdmx::errc_name(m.errc);
+    const uint8_t key = static_cast<uint8_t>(m.rkey);
+    const uint8_t step = static_cast<uint8_t>(key - prev);
+    ASSERT_NE(step, 0) << "map " << i << " kept key " << int(key);
+    ++steps[step];
+    if (i) ++pairs[prev_step * 256 + step];
+    prev = key;
+    prev_step = step;
+    ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+    if (i % 128 == 127) r.complete_all();
+  }
+  EXPECT_EQ(steps[0], 0u);
+  // Chi-square bounds at p = 1e-6 either side (Wilson-Hilferty): a fixed seed gives one value.
+  auto bound = [](double df, double z) {
+    const double a = 2.0 / (9.0 * df);
+    return df * std::pow(1.0 - a + z * std::sqrt(a), 3);
+  };
+  const double e1 = static_cast<double>(maps) / 255.0;
+  double x1 = 0;
+  for (int s = 1; s < 256; ++s) x1 += (steps[s] - e1) * (steps[s] - e1) / e1;
+  EXPECT_LT(x1, bound(254, 4.75)) << "steps not uniform";
+  EXPECT_GT(x1, bound(254, -4.75)) << "steps too regular to be random";
+  const double e2 = static_cast<double>(maps - 1) / (255.0 * 255.0);
+  double x2 = 0;
+  for (int a = 1; a < 256; ++a)
+    for (int b = 1; b < 256; ++b) {
+      const double d = pairs[a * 256 + b] - e2;
+      x2 += d * d / e2;
+    }
+  EXPECT_LT(x2, bound(255.0 * 255 - 1, 4.75)) << "consecutive steps not independent";
+  RecordProperty("chi2_steps", std::to_string(x1));
+  RecordProperty("chi2_pairs", std::to_string(x2));
+}
+
+// Without a test seed every core keys its generator from getrandom(2): two cores of one pool and
+// two setups draw different sequences; with a test seed the cores still differ (core id mixed in)
+// and the same seed replays.
+TEST(Map, KeySeedsDifferBetweenCoresAndSetups) {
+  auto seq = [](Rig& r, size_t core) {
+    const auto pg = r.alloc(1);
+    std::vector<uint8_t> keys;
+    for (int i = 0; i < 32; ++i) {
+      MapResult m = r.core(core).map(pg, kRw, 0, 4096);
+      EXPECT_TRUE(m.ok());
+      if (!m.ok()) break;
+      keys.push_back(static_cast<uint8_t>(m.rkey));
+      EXPECT_EQ(r.core(core).unmap(m.window), Errc::kOk);
+    }
+    r.complete_all(core);
+    return keys;
+  };
+  // 32 keys alike by chance: 255^-32.
+  Rig a(4, 4, 2, 1024, 4096, 2), b(4, 4, 2, 1024, 4096, 2);
+  const auto a0 = seq(a, 0), a1 = seq(a, 1), b0 = seq(b, 0);
+  EXPECT_NE(a0, a1) << "two cores drew the same keys";
+  EXPECT_NE(a0, b0) << "two setups drew the same keys";
+  Rig s(4, 4, 2, 1024, 4096, 2, KeyPolicy::kRandom, 42),
+      t(4, 4, 2, 1024, 4096, 2, KeyPolicy::kRandom, 42);
+  const auto s0 = seq(s, 0), s1 = seq(s, 1), t0 = seq(t, 0);
+  EXPECT_NE(s0, s1) << "a test seed gave two cores one stream";
+  EXPECT_EQ(s0, t0) << "a test seed did not replay";
+}
+
+TEST(KeyGen, PolicyNamesAndIncrementSteps) {
+  KeyPolicy p = KeyPolicy::kRandom;
+  EXPECT_TRUE(parse_key_policy("increment", &p));
+  EXPECT_EQ(p, KeyPolicy::kIncrement);
+  EXPECT_TRUE(parse_key_policy("random", &p));
+  EXPECT_EQ(p, KeyPolicy::kRandom);
+  EXPECT_FALSE(parse_key_policy("rand", &p));
+  EXPECT_FALSE(parse_key_policy(nullptr, &p));
+  EXPECT_STREQ(key_policy_name(KeyPolicy::kIncrement), "increment");
+  KeyGen g;
+  ASSERT_TRUE(g.init(KeyPolicy::kIncrement).ok());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(g.next_step(), 1);
+  EXPECT_EQ(g.regenerations(), 0u);
+  // A random generator crosses keystream buffers (4 KiB: ~4080 steps each) without a zero step.
+  KeyGen h;
+  ASSERT_TRUE(h.init(KeyPolicy::kRandom).ok());
+  for (int i = 0; i < 20000; ++i) ASSERT_NE(h.next_step(), 0);
+  EXPECT_GE(h.regenerations(), 4u);
 }
 
 TEST(Map, ExhaustionIsImmediateAndCounted) {

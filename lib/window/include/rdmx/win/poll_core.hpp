@@ -22,6 +22,7 @@
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/device.hpp>
 #include <rdmx/mlx5/qp.hpp>
+#include <rdmx/win/key_gen.hpp>
 #include <rdmx/win/stats.hpp>
 #include <rdmx/win/window.hpp>
 #include <rdmx/win/window_cache.hpp>
@@ -56,6 +57,7 @@ class PollCore {
   mlx5::QueuePair& qp() noexcept { return qp_; }
   const WindowCache& cache() const noexcept { return cache_; }
   const CoreStats& stats() const noexcept { return stats_; }
+  const KeyGen& keys() const noexcept { return keys_; }
   uint32_t umrs_in_flight() const noexcept { return umrs_in_flight_; }
   WindowPool& pool() noexcept { return pool_; }
   // The Errc of the last rejected call (map_burst/unmap_burst stop at it).
@@ -63,7 +65,8 @@ class PollCore {
 
   // ---- Windows (hot path) ----------------------------------------------------------------
   // Maps `pages` (chunk pages of the pool's arena) into a free window of this core: writes one
-  // UMR WQE (inline list up to the inline limit, else pointer mode) with key = previous + 1.
+  // UMR WQE (inline list up to the inline limit, else pointer mode) with a new key from this
+  // core's KeyGen (never the window's current key; PoolConfig::key_policy).
   // The mapping is usable by WQEs posted after it on this SQ at once (the SQ writer puts
   // INITIATOR_SMALL_FENCE on the next WQE) and by the peer once the UMR executed — send the rkey
   // on this QP after the map, or wait for a completion. Bytes 0..length-1 of the window are
@@ -244,7 +247,7 @@ class PollCore {
   uint32_t max_pages_ = 0;
   uint32_t inline_limit_ = 0;
   uint8_t umr_fence_ = 0;
-  bool no_atomic_mask_ = false;  // DeviceCaps::umr_modify_atomic_disabled
+  bool no_atomic_mask_ = false;            // DeviceCaps::umr_modify_atomic_disabled
   mlx5::prm::KlmMidFn klm_mid_ = nullptr;  // KLM writer variant for this CPU (create)
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
@@ -252,6 +255,7 @@ class PollCore {
   mlx5::QueuePair qp_;
   Window* windows_ = nullptr;  // pool_.window(0): the pool's windows never move
   WindowCache cache_;
+  KeyGen keys_;                         // this core's window keys
   std::unique_ptr<Window*[]> scratch_;  // depot bursts
   CoreStats stats_;
 };

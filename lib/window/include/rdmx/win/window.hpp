@@ -1,10 +1,11 @@
 // A window: one indirect (KLM) mkey created at setup, pointed at a list of chunk pages by a map
 // (one UMR WQE) and freed by an unmap (one invalidate UMR WQE). See doc/guides/windows.md.
 //
-// rkey = lkey = (mkey index << 8) | key. Every map writes key + 1 (8 bits), so a peer holding the
-// rkey of an earlier mapping is refused by the NIC. IOVA: zero-based — the mkey's start address
-// is 0 from creation and no UMR writes it, so a peer addresses bytes 0 .. length-1 of a mapping
-// (the first byte is `first_byte_offset` into the first page).
+// rkey = lkey = (mkey index << 8) | key. Every map writes a new 8-bit key from the core's KeyGen
+// (key_gen.hpp: random by default, never the current key), so a peer holding the rkey of an
+// earlier mapping is refused by the NIC and cannot predict the next one. IOVA: zero-based — the
+// mkey's start address is 0 from creation and no UMR writes it, so a peer addresses bytes 0 ..
+// length-1 of a mapping (the first byte is `first_byte_offset` into the first page).
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include <rdmx/core/result.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/device.hpp>
+#include <rdmx/win/key_gen.hpp>
 #include <rdmx/win/window.hpp>
 
 namespace rdmx::win {
@@ -24,6 +25,12 @@ struct PoolConfig {
   // above it nor above the PRM limit of 52); longer lists use pointer mode.
   uint32_t max_inline_klm = 0;
   uint32_t max_cores = 64;
+  // The key each map gives a window (key_gen.hpp, doc/guides/security.md): kRandom draws it
+  // from a per-core AES-CTR generator keyed from getrandom(2) at core creation; kIncrement
+  // (previous + 1) is for debugging only. key_seed != 0 makes every core's stream deterministic
+  // (seed and core id; tests only).
+  KeyPolicy key_policy = KeyPolicy::kRandom;
+  uint64_t key_seed = 0;
 };
 
 // What check_windows() counted.
