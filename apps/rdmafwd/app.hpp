@@ -32,7 +32,8 @@ struct App {
   std::atomic<bool> published{false};
   std::atomic<uint64_t> run_start_tsc{0};
   std::atomic<uint64_t> run_cycles{0};  // forwarding time of finished runs since `clear stats`
-  Snapshot base;                        // `clear stats`
+  Snapshot base;                        // `start` or `clear stats`
+  std::string since = "start";          // which of the two (written under mu)
   std::mutex mu;                        // census text (main writes, telemetry reads)
   std::vector<Testbed::PoolCensus> census;
   std::string census_text;
@@ -44,6 +45,7 @@ struct App {
   Status start();
   Status stop();
   void refresh_census();
+  void reset_stats(const char* why);  // `start`, `clear stats`
   // Any thread.
   double seconds() const;
   Snapshot stats() const;

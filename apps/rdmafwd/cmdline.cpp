@@ -76,7 +76,7 @@ std::string help_text() {
   return "commands (TAB completes):\n"
          "  start                 start forwarding on every lane\n"
          "  stop                  stop forwarding (drains in-flight I/O), print statistics\n"
-         "  show stats            statistics since start or `clear stats`\n"
+         "  show stats            statistics since the last start or `clear stats`\n"
          "  show config           parameters, devices, cores\n"
          "  show windows          window census per pool and the invariant check (stopped)\n"
          "  show topology         machine topology and the placement of the lcores\n"
@@ -85,7 +85,7 @@ std::string help_text() {
          " (stopped)\n"
          "  set burst N           I/Os issued per loop iteration (stopped)\n"
          "  set pages N           chunk pages per I/O (stopped)\n"
-         "  clear stats           reset the statistics\n"
+         "  clear stats           reset the statistics (start resets them too)\n"
          "  sleep SECONDS         wait (scripts), serving periodic statistics\n"
          "  help                  this text\n"
          "  quit                  stop and exit\n";
@@ -247,10 +247,7 @@ struct ClearCmd {
   cmdline_fixed_string_t stats;
 };
 void do_clear(void*, cmdline* cl, void*) {
-  App& a = app();
-  a.base = take_snapshot(a.tb->lanes);
-  a.run_cycles = 0;
-  if (a.running) a.run_start_tsc = rte_rdtsc();
+  app().reset_stats("clear stats");
   say(cl, "statistics cleared\n");
 }
 cmdline_parse_token_string_t tok_clear = TOKEN_STRING_INITIALIZER(ClearCmd, clear, "clear");

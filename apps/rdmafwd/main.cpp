@@ -41,10 +41,12 @@ int lane_main(rt::CoreContext& ctx) {
   l.draining = false;
   l.drain_deadline = 0;
   l.st.issuing.set(1);
+  l.st.active.store(true, std::memory_order_release);
   l.issued_base = l.st.issued.get();
   if (!e->start(l)) {
     io_failed_public(l);
     l.st.issuing.set(0);
+    l.st.active.store(false, std::memory_order_release);
     return -1;
   }
   fault_start(l);
@@ -110,6 +112,7 @@ int lane_main(rt::CoreContext& ctx) {
   l.publish();
   l.st.issued.set(l.issued_base + l.issued);
   l.st.issuing.set(0);
+  l.st.active.store(false, std::memory_order_release);
   if (l.c && l.remote_peer && !l.failed) (void)rpc_send_bye(l);
   return rc;
 }
@@ -148,7 +151,9 @@ Status App::start() {
     l.cfg.lanes = static_cast<uint32_t>(n_lanes);
     l.st.runs.add(1);
   }
-  last_period = take_snapshot(tb->lanes);
+  // Statistics are those of this run (as testpmd's `start` does); the text says "since start".
+  reset_stats("start");
+  last_period = base;
   last_period_tsc = rte_rdtsc();
   run_start_tsc = rte_rdtsc();
   if (Status s = launcher->start(lane_main); !s) return s;
@@ -165,6 +170,15 @@ Status App::stop() {
   running = false;
   refresh_census();
   return {};
+}
+
+void App::reset_stats(const char* why) {
+  Snapshot b = take_snapshot(tb->lanes);
+  std::lock_guard<std::mutex> g(mu);  // telemetry reads `since`
+  base = std::move(b);
+  since = why;
+  run_cycles = 0;
+  if (running) run_start_tsc = rte_rdtsc();
 }
 
 void App::refresh_census() {
@@ -193,6 +207,11 @@ Labels App::labels() const {
   lb.device = prm.device;
   if (prm.role != Role::kBoth) lb.device += std::string(" (") + role_name(prm.role) + ")";
   lb.lcores = lcores;
+  lb.since = since;
+  if (prm.fwd == "umr")
+    lb.bytes_kind = "mapped";
+  else if (device_kind(prm) == DeviceKind::kEmuSink)
+    lb.bytes_kind = "posted";
   return lb;
 }
 
@@ -276,7 +295,8 @@ void App::print_period() {
 }
 
 int App::exit_status() {
-  const LaneSnap t = stats().total();
+  // Every run of the session counts, whatever `start` or `clear stats` reset for display.
+  const LaneSnap t = take_snapshot(tb->lanes).total();
   std::string dump;
   const uint64_t reports = tb->checker_reports(&dump);
   int st = kExitOk;
@@ -291,7 +311,7 @@ int App::exit_status() {
                  "rdmafwd: %" PRIu64 " error(s) during the run (I/O errors %" PRIu64
                  ", abandoned I/Os %" PRIu64 ", lost I/Os %" PRIu64 ", rejected %" PRIu64
                  ", lanes not recovered %" PRIu64 "; by syndrome: %s)\n",
-                 t.errors() - t.verify_fail, t.io_errors, t.abandoned, t.lost(), t.rejected, t.dead,
+                 t.errors() - t.verify_fail, t.io_errors, t.abandoned, t.lost, t.rejected, t.dead,
                  syndrome_list(t, false).c_str());
     st = kExitRuntime;
   }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/core/histogram.hpp>
 #include <rdmx/core/result.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/device.hpp>
@@ -110,6 +111,8 @@ DeviceKind device_kind(const Params& p);
 // One writer (its poll lcore: relaxed load + store, a plain mov on x86), any number of readers.
 struct Counter {
   std::atomic<uint64_t> v{0};
+  Counter() = default;
+  explicit Counter(uint64_t init) : v(init) {}
   void add(uint64_t d) noexcept {
     v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
@@ -117,46 +120,37 @@ struct Counter {
   uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 
-// Log-linear latency histogram in TSC cycles: 16 linear sub-buckets per power of two (~6%
-// resolution), 1024 buckets, preallocated; add() is a few instructions, no allocation.
+// Latency histogram in TSC cycles (rdmx/core/histogram.hpp, 16 sub-buckets per power of two:
+// ~6 % resolution), preallocated; add() is a few instructions, no allocation. Also the exact
+// minimum, maximum and sum (the mean).
 class LatencyHist {
  public:
-  static constexpr uint32_t kSubBits = 4;
-  static constexpr uint32_t kSub = 1u << kSubBits;
-  static constexpr uint32_t kBuckets = 64 * kSub;
+  using Buckets = LogLinearBuckets<5>;
+  static constexpr uint32_t kBuckets = Buckets::kBuckets;
 
-  static uint32_t bucket(uint64_t v) noexcept {
-    if (v < kSub) return static_cast<uint32_t>(v);
-    const uint32_t e = 63u - static_cast<uint32_t>(__builtin_clzll(v));
-    const uint32_t sub = static_cast<uint32_t>(v >> (e - kSubBits)) & (kSub - 1);
-    return (e - kSubBits + 1) * kSub + sub;
-  }
-  // Highest value that falls in bucket b.
-  static uint64_t bucket_high(uint32_t b) noexcept {
-    if (b < kSub) return b;
-    const uint32_t e = b / kSub + kSubBits - 1;
-    const uint64_t sub = b % kSub;
-    return ((kSub + sub + 1) << (e - kSubBits)) - 1;
-  }
   void add(uint64_t cycles) noexcept {
-    counts_[bucket(cycles)].add(1);
+    counts_[Buckets::index(cycles)].add(1);
+    sum_.add(cycles);
     if (cycles > max_.get()) max_.set(cycles);
+    if (cycles < min_.get()) min_.set(cycles);
   }
   uint64_t count(uint32_t b) const noexcept { return counts_[b].get(); }
   uint64_t max() const noexcept { return max_.get(); }
+  uint64_t min() const noexcept { return min_.get(); }  // UINT64_MAX when empty
+  uint64_t sum() const noexcept { return sum_.get(); }
 
  private:
   std::array<Counter, kBuckets> counts_{};
-  Counter max_;
+  Counter max_, sum_;
+  Counter min_{UINT64_MAX};
 };
 
 // A plain copy of a histogram (main thread).
 struct HistSnapshot {
   std::array<uint64_t, LatencyHist::kBuckets> counts{};
-  uint64_t max = 0;
+  uint64_t max = 0, min = UINT64_MAX, sum = 0;
   uint64_t total() const noexcept;
-  // Cycles at quantile q (0..1): the high end of the bucket holding it; max for q = 1.
-  uint64_t quantile(double q) const noexcept;
+  HistSummary summary() const noexcept;
   void take(const LatencyHist& h) noexcept;
   void subtract(const HistSnapshot& base) noexcept;
   void merge(const HistSnapshot& o) noexcept;
@@ -171,16 +165,19 @@ struct WinCounters {
 };
 
 struct alignas(64) LaneCounters {
-  Counter ios;              // completed I/Os (RPCs, messages relayed, map+unmap pairs, ...)
-  Counter bytes;            // payload bytes of the completed I/Os
-  Counter io_errors;        // other I/O errors (a reply that did not invalidate its window...)
-  Counter verify_fail;      // payload checks that failed
-  Counter rejected;         // posts refused by the window layer for another reason than no room
-  Counter corrupted;        // bytes flipped on purpose (--corrupt-every)
-  Counter runs;             // start/stop cycles
-  Counter failed;           // 1 once the lane stopped after a QP error it could not recover
-  Counter peer_bye;         // two-process server: the client said goodbye
-  Counter issuing;          // 1 while the lane may still issue I/Os
+  Counter ios;          // completed I/Os (RPCs, messages relayed, map+unmap pairs, ...)
+  Counter bytes;        // payload bytes of the completed I/Os
+  Counter io_errors;    // other I/O errors (a reply that did not invalidate its window...)
+  Counter verify_fail;  // payload checks that failed
+  Counter rejected;     // posts refused by the window layer for another reason than no room
+  Counter corrupted;    // bytes flipped on purpose (--corrupt-every)
+  Counter runs;         // start/stop cycles
+  Counter failed;       // 1 once the lane stopped after a QP error it could not recover
+  Counter peer_bye;     // two-process server: the client said goodbye
+  Counter issuing;      // 1 while the lane may still issue I/Os
+  // True from the start of a run until its drain ended (release by the poll lcore after its last
+  // counter update; acquire by readers): I/Os unaccounted while true are in flight, after it lost.
+  std::atomic<bool> active{false};
   Counter issued;           // I/Os posted (all runs)
   Counter abandoned;        // I/Os that never completed by the drain deadline at stop
   Counter faults_injected;  // --fault-every

@@ -4,6 +4,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include <rdmx/mlx5/prm/cqe.hpp>
 #include <rdmx/rt/dpdk.hpp>
 
@@ -16,39 +18,39 @@ uint64_t HistSnapshot::total() const noexcept {
   return n;
 }
 
-uint64_t HistSnapshot::quantile(double q) const noexcept {
-  const uint64_t n = total();
-  if (n == 0) return 0;
-  if (q >= 1.0) return max;
-  uint64_t rank = static_cast<uint64_t>(q * static_cast<double>(n));
-  if (rank >= n) rank = n - 1;
-  uint64_t seen = 0;
-  for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b) {
-    seen += counts[b];
-    if (seen > rank) return std::min(LatencyHist::bucket_high(b), max ? max : UINT64_MAX);
-  }
-  return max;
+HistSummary HistSnapshot::summary() const noexcept {
+  return summarize_hist<LatencyHist::Buckets>(counts.data(), min, max, sum);
 }
 
 void HistSnapshot::take(const LatencyHist& h) noexcept {
   for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b) counts[b] = h.count(b);
   max = h.max();
+  min = h.min();
+  sum = h.sum();
 }
 
 void HistSnapshot::subtract(const HistSnapshot& base) noexcept {
   for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b) counts[b] -= base.counts[b];
-  // The maximum cannot be un-merged: keep it when anything was added since the base.
-  if (total() == 0) max = 0;
+  sum -= base.sum;
+  // The extremes cannot be un-merged: keep them when anything was added since the base.
+  if (total() == 0) {
+    max = 0;
+    min = UINT64_MAX;
+  }
 }
 
 void HistSnapshot::merge(const HistSnapshot& o) noexcept {
   for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b) counts[b] += o.counts[b];
   max = std::max(max, o.max);
+  min = std::min(min, o.min);
+  sum += o.sum;
 }
 
 // ---- snapshots ---------------------------------------------------------------------------------
 void LaneSnap::take(const Lane& l) {
   const LaneCounters& c = l.st;
+  // Read first: once it says the drain ended (acquire), every counter the lane wrote is visible.
+  const bool running = c.active.load(std::memory_order_acquire);
   ios = c.ios.get();
   bytes = c.bytes.get();
   io_errors = c.io_errors.get();
@@ -71,17 +73,26 @@ void LaneSnap::take(const Lane& l) {
   faults_recovered = c.faults_recovered.get();
   fault_ios = c.fault_ios.get();
   dead = c.failed.get();
+  // After the drain, whatever is unaccounted is lost; before, it is in flight. st.issued is
+  // published every 64 loop iterations, so ios may run ahead of it for a moment: clamp.
+  const uint64_t accounted = ios + fault_ios + abandoned;
+  const uint64_t open = issued > accounted ? issued - accounted : 0;
+  in_flight = running ? open : 0;
+  lost = running ? 0 : open;
   for (uint32_t i = 0; i < 256; ++i) synd[i] = c.win.syndromes[i].get();
   hist.take(c.lat);
 }
 
-#define RDMAFWD_FIELDS(X)                                                                  \
-  X(ios)                                                                                   \
-  X(bytes)                                                                                 \
-  X(io_errors)                                                                             \
-  X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped) X(cache_hits)  \
-      X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries) X(exhausted) \
-          X(issued) X(abandoned) X(faults_injected) X(faults_recovered) X(fault_ios) X(dead)
+#define RDMAFWD_FIELDS(X)                                                                         \
+  X(ios)                                                                                          \
+  X(bytes)                                                                                        \
+  X(io_errors)                                                                                    \
+  X(verify_fail)                                                                                  \
+  X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped) X(cache_hits) X(cache_misses)        \
+      X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries) X(exhausted) X(issued) X(abandoned) \
+          X(faults_injected) X(faults_recovered) X(fault_ios) X(dead)
+
+#define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
 
 void LaneSnap::subtract(const LaneSnap& b) {
 #define X(f) f -= b.f;
@@ -94,6 +105,7 @@ void LaneSnap::subtract(const LaneSnap& b) {
 void LaneSnap::merge(const LaneSnap& o) {
 #define X(f) f += o.f;
   RDMAFWD_FIELDS(X)
+  RDMAFWD_GAUGES(X)
 #undef X
   for (uint32_t i = 0; i < 256; ++i) synd[i] += o.synd[i];
   hist.merge(o.hist);
@@ -103,12 +115,7 @@ void LaneSnap::merge(const LaneSnap& o) {
 // recovers from them; the I/Os they failed are fault_ios. What is left: I/Os that failed
 // otherwise, abandoned ones, lanes that could not recover, verification, refused posts.
 uint64_t LaneSnap::errors() const noexcept {
-  return io_errors + verify_fail + rejected + abandoned + dead + lost();
-}
-
-uint64_t LaneSnap::lost() const noexcept {
-  const uint64_t accounted = ios + fault_ios + abandoned;
-  return issued > accounted ? issued - accounted : 0;
+  return io_errors + verify_fail + rejected + abandoned + dead + lost;
 }
 
 LaneSnap Snapshot::total() const {
@@ -132,11 +139,88 @@ Snapshot diff(const Snapshot& cur, const Snapshot& base) {
   return d;
 }
 
+// ---- the table --------------------------------------------------------------------------------
+namespace {
+
+using K = StatKind;
+#define U(expr) [](const LaneSnap& s) -> uint64_t { return expr; }, nullptr
+#define D(expr) nullptr, [](const LaneSnap& s) -> double { return expr; }
+
+double hit_rate(const LaneSnap& s) {
+  const uint64_t n = s.cache_hits + s.cache_misses;
+  return n ? static_cast<double>(s.cache_hits) / static_cast<double>(n) : 0.0;
+}
+
+}  // namespace
+
+const std::vector<StatField>& stat_fields() {
+  static const std::vector<StatField> t = {
+      // json path, rate path, telemetry key, text label, text line, kind, value
+      {"/ios", "/ios_per_s", "ios", "I/Os", "io", K::kCounter, U(s.ios)},
+      {"/in_flight", nullptr, "in_flight", "in flight", "io", K::kGauge, U(s.in_flight)},
+      {"/bytes", "/bytes_per_s", "bytes", "bytes", "io", K::kBytes, U(s.bytes)},
+      {"/maps", nullptr, "maps", "maps", "windows", K::kCounter, U(s.maps)},
+      {"/unmaps", nullptr, "unmaps", "unmaps", "windows", K::kCounter, U(s.unmaps)},
+      {"/remote_invalidations", nullptr, "remote_invalidations", "remote-invalidated", "windows",
+       K::kCounter, U(s.remote_inv)},
+      {"/pages_mapped", nullptr, "pages_mapped", "pages mapped", "windows", K::kCounter,
+       U(s.pages_mapped)},
+      {"/cache_hits", nullptr, "cache_hits", nullptr, "windows", K::kCounter, U(s.cache_hits)},
+      {"/cache_misses", nullptr, "cache_misses", nullptr, "windows", K::kCounter,
+       U(s.cache_misses)},
+      {"/cache_hit_rate", nullptr, nullptr, "cache hit", "windows", K::kRatio, D(hit_rate(s))},
+      {"/exhausted", nullptr, nullptr, nullptr, "windows", K::kCounter, U(s.exhausted)},
+      {"/latency_us/count", nullptr, "latency_samples", nullptr, "latency", K::kCounter,
+       U(s.hist.total())},
+      {"/latency_us/min", nullptr, "latency_min_ns", "min", "latency", K::kLatency,
+       U(s.hist.summary().min)},
+      {"/latency_us/avg", nullptr, "latency_avg_ns", "avg", "latency", K::kLatency,
+       D(s.hist.summary().mean)},
+      {"/latency_us/stdev", nullptr, "latency_stdev_ns", "stdev", "latency", K::kLatency,
+       D(s.hist.summary().stdev)},
+      {"/latency_us/p50", nullptr, "latency_p50_ns", "p50", "latency", K::kLatency,
+       U(s.hist.summary().p50)},
+      {"/latency_us/p99", nullptr, "latency_p99_ns", "p99", "latency", K::kLatency,
+       U(s.hist.summary().p99)},
+      {"/latency_us/p99_9", nullptr, "latency_p99_9_ns", "p99.9", "latency", K::kLatency,
+       U(s.hist.summary().p999)},
+      {"/latency_us/max", nullptr, "latency_max_ns", "max", "latency", K::kLatency,
+       U(s.hist.summary().max)},
+      {"/errors/total", nullptr, "errors", "total", "errors", K::kCounter, U(s.errors())},
+      {"/errors/io", nullptr, nullptr, "I/O", "errors", K::kCounter, U(s.io_errors)},
+      {"/errors/verify", nullptr, "verify_failures", "verify", "errors", K::kCounter,
+       U(s.verify_fail)},
+      {"/errors/rejected", nullptr, nullptr, "rejected", "errors", K::kCounter, U(s.rejected)},
+      {"/errors/wqe", nullptr, "error_cqes", "error CQEs", "errors", K::kCounter, U(s.wqe_errors)},
+      {"/errors/umr", nullptr, nullptr, "UMR", "errors", K::kCounter, U(s.umr_errors)},
+      {"/faults_recovered", nullptr, "faults_recovered", nullptr, "faults", K::kCounter,
+       U(s.faults_recovered)},
+      {"/faults/injected", nullptr, "faults_injected", "injected", "faults", K::kCounter,
+       U(s.faults_injected)},
+      {"/faults/recovered", nullptr, nullptr, "recovered", "faults", K::kCounter,
+       U(s.faults_recovered)},
+      {"/faults/failed_ios", nullptr, nullptr, "I/Os failed by faults", "faults", K::kCounter,
+       U(s.fault_ios)},
+      {"/faults/abandoned_ios", nullptr, "abandoned_ios", "abandoned", "faults", K::kCounter,
+       U(s.abandoned)},
+      {"/faults/lost_ios", nullptr, "lost_ios", "lost", "faults", K::kGauge, U(s.lost)},
+      {"/faults/issued", nullptr, "issued", "issued", "faults", K::kCounter, U(s.issued)},
+      {"/faults/unrecovered_lanes", nullptr, "unrecovered_lanes", "lanes not recovered", "faults",
+       K::kCounter, U(s.dead)},
+      {"/faults/core_recoveries", nullptr, nullptr, nullptr, "faults", K::kCounter,
+       U(s.recoveries)},
+      {"/corrupted", nullptr, nullptr, nullptr, "faults", K::kCounter, U(s.corrupted)},
+  };
+  return t;
+}
+#undef U
+#undef D
+
 // ---- formatting --------------------------------------------------------------------------------
 namespace {
 
-double us(uint64_t cycles) {
-  return static_cast<double>(cycles) * 1e6 / static_cast<double>(rte_get_tsc_hz());
+double us(double cycles) {
+  return cycles * 1e6 / static_cast<double>(rte_get_tsc_hz());
 }
 
 std::string human_bytes(double b) {
@@ -151,147 +235,150 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-double rate(uint64_t n, double s) {
-  return s > 0 ? static_cast<double>(n) / s : 0.0;
+double rate(double n, double s) {
+  return s > 0 ? n / s : 0.0;
 }
 
-double hit_rate(const LaneSnap& s) {
-  const uint64_t n = s.cache_hits + s.cache_misses;
-  return n ? 100.0 * static_cast<double>(s.cache_hits) / static_cast<double>(n) : 0.0;
-}
-
-std::string lat_text(const HistSnapshot& h) {
-  if (h.total() == 0) return "latency: -";
+// One text row: "label value" in the unit its kind says.
+std::string text_cell(const StatField& f, const LaneSnap& s, double secs, const Labels& lb) {
+  const double v = f.value(s);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "latency us: p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f",
-                us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.quantile(0.999)), us(h.max));
+  switch (f.kind) {
+    case StatKind::kCounter:
+    case StatKind::kGauge:
+      if (f.per_s)
+        std::snprintf(buf, sizeof buf, "%s %.0f (%.0f/s)", f.text, v, rate(v, secs));
+      else
+        std::snprintf(buf, sizeof buf, "%s %.0f", f.text, v);
+      break;
+    case StatKind::kBytes:
+      // Only bytes the device carried are a wire rate.
+      if (lb.bytes_kind == "moved")
+        std::snprintf(buf, sizeof buf, "%s moved %s (%s/s, %.2f Gbit/s)", f.text,
+                      human_bytes(v).c_str(), human_bytes(rate(v, secs)).c_str(),
+                      rate(v, secs) * 8 / 1e9);
+      else
+        std::snprintf(buf, sizeof buf, "%s %s %s (%s/s; no data moved)", f.text,
+                      lb.bytes_kind.c_str(), human_bytes(v).c_str(),
+                      human_bytes(rate(v, secs)).c_str());
+      break;
+    case StatKind::kRatio:
+      std::snprintf(buf, sizeof buf, "%s %.1f%%", f.text, 100.0 * v);
+      break;
+    case StatKind::kLatency:
+      std::snprintf(buf, sizeof buf, "%s %.1f", f.text, us(v));
+      break;
+  }
   return buf;
 }
 
-void block(std::string& o, const char* title, const LaneSnap& s, double secs) {
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "  %s\n"
-                "    I/Os %" PRIu64
-                " (%.0f/s)   bytes %s (%s/s, %.2f Gbit/s)\n"
-                "    maps %" PRIu64 "  unmaps %" PRIu64 "  remote-invalidated %" PRIu64
-                "  pages mapped %" PRIu64
-                "  cache hit %.1f%%\n"
-                "    %s\n",
-                title, s.ios, rate(s.ios, secs), human_bytes(static_cast<double>(s.bytes)).c_str(),
-                human_bytes(rate(s.bytes, secs)).c_str(), rate(s.bytes, secs) * 8 / 1e9, s.maps,
-                s.unmaps, s.remote_inv, s.pages_mapped, hit_rate(s), lat_text(s.hist).c_str());
-  o += buf;
-  std::snprintf(buf, sizeof buf,
-                "    errors: %s  I/O errors %" PRIu64 "  verify failures %" PRIu64
-                "  rejected %" PRIu64 "  faults recovered %" PRIu64
-                "\n"
-                "    faults: injected %" PRIu64 "  recovered %" PRIu64
-                "  I/Os failed by faults %" PRIu64 "  abandoned %" PRIu64 "  lost %" PRIu64
-                "  (issued %" PRIu64 ")%s\n",
-                syndrome_list(s, false).c_str(), s.io_errors, s.verify_fail, s.rejected,
-                s.faults_recovered, s.faults_injected, s.faults_recovered, s.fault_ios, s.abandoned,
-                s.lost(), s.issued, s.dead ? "  NOT RECOVERED" : "");
-  o += buf;
+void block(std::string& o, const std::string& title, const LaneSnap& s, double secs,
+           const Labels& lb) {
+  o += "  " + title + "\n";
+  static const char* const kLines[][2] = {{"io", ""},
+                                          {"windows", ""},
+                                          {"latency", "latency us: "},
+                                          {"errors", "errors: "},
+                                          {"faults", "faults: "}};
+  for (const auto& line : kLines) {
+    const std::string group = line[0];
+    if (group == "latency" && s.hist.total() == 0) {
+      o += "    latency: -\n";
+      continue;
+    }
+    std::string row = std::string("    ") + line[1];
+    bool first = true;
+    for (const StatField& f : stat_fields()) {
+      if (!f.text || group != f.group) continue;
+      row += (first ? "" : "  ") + text_cell(f, s, secs, lb);
+      first = false;
+    }
+    if (group == "errors") row += "  by syndrome: " + syndrome_list(s, false);
+    if (group == "faults" && s.dead) row += "  NOT RECOVERED";
+    o += row + "\n";
+  }
+}
+
+nlohmann::ordered_json json_lane(const LaneSnap& s, double secs) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const StatField& f : stat_fields()) {
+    const nlohmann::ordered_json::json_pointer at(f.json);
+    if (f.kind == StatKind::kLatency)
+      j[at] = us(f.value(s));
+    else if (f.u)
+      j[at] = f.u(s);
+    else
+      j[at] = f.d(s);
+    if (f.per_s) j[nlohmann::ordered_json::json_pointer(f.per_s)] = rate(f.value(s), secs);
+  }
+  nlohmann::ordered_json by = nlohmann::ordered_json::object();
+  for (uint32_t i = 0; i < 256; ++i)
+    if (s.synd[i]) by[std::string(mlx5::prm::syndrome_name(static_cast<uint8_t>(i)))] = s.synd[i];
+  j["errors"]["by_syndrome"] = std::move(by);
+  return j;
 }
 
 }  // namespace
 
 std::string syndrome_list(const LaneSnap& s, bool json) {
-  std::string o = json ? "{" : "";
-  bool any = false;
+  if (json) return json_lane(s, 0)["errors"]["by_syndrome"].dump();
+  std::string o;
   for (uint32_t i = 0; i < 256; ++i) {
     if (!s.synd[i]) continue;
-    char buf[96];
-    const std::string name(mlx5::prm::syndrome_name(static_cast<uint8_t>(i)));
-    std::snprintf(buf, sizeof buf, json ? "%s\"%s\":%" PRIu64 : "%s%s %" PRIu64,
-                  any ? (json ? "," : ", ") : "", name.c_str(), s.synd[i]);
-    o += buf;
-    any = true;
+    if (!o.empty()) o += ", ";
+    o += std::string(mlx5::prm::syndrome_name(static_cast<uint8_t>(i))) + " " +
+         std::to_string(s.synd[i]);
   }
-  if (json) return o + "}";
-  return any ? o : "none";
+  return o.empty() ? "none" : o;
 }
 
 std::string format_text(const Snapshot& s, double secs, const Labels& lb) {
   std::string o;
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "---------------- rdmafwd statistics: fwd %s on %s, %.2f s ----------------\n",
-                lb.fwd.c_str(), lb.device.c_str(), secs);
+                "---------------- rdmafwd statistics since %s: fwd %s on %s, %.2f s "
+                "----------------\n",
+                lb.since.c_str(), lb.fwd.c_str(), lb.device.c_str(), secs);
   o += buf;
   for (size_t i = 0; i < s.lanes.size(); ++i) {
     std::snprintf(buf, sizeof buf, "lane %zu (poll lcore %u)", i,
                   i < lb.lcores.size() ? lb.lcores[i] : 0u);
-    block(o, buf, s.lanes[i], secs);
+    block(o, buf, s.lanes[i], secs, lb);
   }
-  if (s.lanes.size() > 1) block(o, "total", s.total(), secs);
+  if (s.lanes.size() > 1) block(o, "total", s.total(), secs, lb);
   o += "--------------------------------------------------------------------------------\n";
   return o;
 }
 
-namespace {
-void json_lane(std::string& o, const LaneSnap& s, double secs) {
-  char buf[1024];
-  const HistSnapshot& h = s.hist;
-  std::snprintf(
-      buf, sizeof buf,
-      "{\"ios\":%" PRIu64 ",\"ios_per_s\":%.1f,\"bytes\":%" PRIu64
-      ",\"bytes_per_s\":%.1f,"
-      "\"maps\":%" PRIu64 ",\"unmaps\":%" PRIu64 ",\"remote_invalidations\":%" PRIu64
-      ",\"pages_mapped\":%" PRIu64 ",\"cache_hits\":%" PRIu64 ",\"cache_misses\":%" PRIu64
-      ",\"cache_hit_rate\":%.4f,\"latency_us\":{\"count\":%" PRIu64
-      ",\"p50\":%.3f,\"p99\":%.3f,\"p99_9\":%.3f,\"max\":%.3f},"
-      "\"errors\":{\"total\":%" PRIu64 ",\"io\":%" PRIu64 ",\"verify\":%" PRIu64
-      ",\"rejected\":%" PRIu64 ",\"wqe\":%" PRIu64 ",\"umr\":%" PRIu64 ",\"by_syndrome\":",
-      s.ios, rate(s.ios, secs), s.bytes, rate(s.bytes, secs), s.maps, s.unmaps, s.remote_inv,
-      s.pages_mapped, s.cache_hits, s.cache_misses, hit_rate(s) / 100.0, h.total(),
-      us(h.quantile(0.5)), us(h.quantile(0.99)), us(h.quantile(0.999)), us(h.max), s.errors(),
-      s.io_errors, s.verify_fail, s.rejected, s.wqe_errors, s.umr_errors);
-  o += buf;
-  o += syndrome_list(s, true);
-  std::snprintf(buf, sizeof buf,
-                "},\"faults_recovered\":%" PRIu64 ",\"faults\":{\"injected\":%" PRIu64
-                ",\"recovered\":%" PRIu64 ",\"failed_ios\":%" PRIu64 ",\"abandoned_ios\":%" PRIu64
-                ",\"lost_ios\":%" PRIu64 ",\"issued\":%" PRIu64 ",\"unrecovered_lanes\":%" PRIu64
-                ",\"core_recoveries\":%" PRIu64 "},\"corrupted\":%" PRIu64 ",\"exhausted\":%" PRIu64
-                "}",
-                s.faults_recovered, s.faults_injected, s.faults_recovered, s.fault_ios, s.abandoned,
-                s.lost(), s.issued, s.dead, s.recoveries, s.corrupted, s.exhausted);
-  o += buf;
-}
-}  // namespace
-
 std::string format_json(const Snapshot& s, double secs, const Labels& lb, const char* type,
                         int exit_status) {
-  std::string o;
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "{\"type\":\"%s\",\"fwd\":\"%s\",\"device\":\"%s\",\"seconds\":%.3f", type,
-                lb.fwd.c_str(), lb.device.c_str(), secs);
-  o += buf;
-  if (exit_status >= 0) o += ",\"exit_status\":" + std::to_string(exit_status);
-  o += ",\"lanes\":[";
-  for (size_t i = 0; i < s.lanes.size(); ++i) {
-    if (i) o += ",";
-    json_lane(o, s.lanes[i], secs);
-  }
-  o += "],\"total\":";
-  json_lane(o, s.total(), secs);
-  o += "}";
-  return o;
+  nlohmann::ordered_json j;
+  j["type"] = type;
+  j["fwd"] = lb.fwd;
+  j["device"] = lb.device;
+  j["seconds"] = secs;
+  j["since"] = lb.since;
+  j["bytes_kind"] = lb.bytes_kind;
+  if (exit_status >= 0) j["exit_status"] = exit_status;
+  j["lanes"] = nlohmann::ordered_json::array();
+  for (const LaneSnap& l : s.lanes) j["lanes"].push_back(json_lane(l, secs));
+  j["total"] = json_lane(s.total(), secs);
+  // Labels come from the command line: never let a byte there break the line.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::string format_period(const Snapshot& d, double secs, double at, const Labels& lb) {
   std::string o;
-  char buf[320];
+  char buf[360];
   auto line = [&](const char* who, const LaneSnap& s) {
-    const HistSnapshot& h = s.hist;
+    const HistSummary h = s.hist.summary();
     std::snprintf(buf, sizeof buf,
                   "[%8.2f s] %-7s %10.0f I/O/s %10s/s  maps/s %10.0f  p50 %7.1f us  p99 %7.1f us  "
-                  "errors %" PRIu64 "\n",
-                  at, who, rate(s.ios, secs), human_bytes(rate(s.bytes, secs)).c_str(),
-                  rate(s.maps, secs), us(h.quantile(0.5)), us(h.quantile(0.99)), s.errors());
+                  "in flight %" PRIu64 "  errors %" PRIu64 "\n",
+                  at, who, rate(static_cast<double>(s.ios), secs),
+                  human_bytes(rate(static_cast<double>(s.bytes), secs)).c_str(),
+                  rate(static_cast<double>(s.maps), secs), us(static_cast<double>(h.p50)),
+                  us(static_cast<double>(h.p99)), s.in_flight, s.errors());
     o += buf;
   };
   for (size_t i = 0; i < d.lanes.size(); ++i) {

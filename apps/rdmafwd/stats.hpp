@@ -1,5 +1,5 @@
-// rdmafwd statistics: snapshots of the lanes' counters (main and telemetry threads), and their
-// text and JSON forms.
+// rdmafwd statistics: snapshots of the lanes' counters (main and telemetry threads), the one
+// table of what is shown (stat_fields), and the text, JSON and telemetry forms made from it.
 #pragma once
 
 #include <string>
@@ -15,6 +15,11 @@ struct LaneSnap {
   uint64_t remote_inv = 0, umr_errors = 0, wqe_errors = 0, recoveries = 0, exhausted = 0;
   uint64_t issued = 0, abandoned = 0, faults_injected = 0, faults_recovered = 0, fault_ios = 0;
   uint64_t dead = 0;  // lanes that could not recover
+  // Gauges (the lane's state when the snapshot was taken; not subtracted by diff()): I/Os issued
+  // and neither completed nor counted as failed (fault, abandoned). While the lane runs they are
+  // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where
+  // nothing is issued (two-process server).
+  uint64_t in_flight = 0, lost = 0;
   std::array<uint64_t, 256> synd{};
   HistSnapshot hist;
 
@@ -22,9 +27,6 @@ struct LaneSnap {
   void subtract(const LaneSnap& base);
   void merge(const LaneSnap& o);
   uint64_t errors() const noexcept;  // everything that makes the exit status 1
-  // I/Os issued and neither completed nor counted as failed (fault, abandoned): always 0 unless
-  // rdmafwd has a bug. 0 where nothing is issued (two-process server).
-  uint64_t lost() const noexcept;
 };
 
 struct Snapshot {
@@ -34,14 +36,41 @@ struct Snapshot {
 };
 
 Snapshot take_snapshot(const std::vector<std::unique_ptr<Lane>>& lanes);
-// cur - base, lane by lane.
+// cur - base, lane by lane (counters; gauges stay cur's).
 Snapshot diff(const Snapshot& cur, const Snapshot& base);
 
 struct Labels {
   std::string fwd;
   std::string device;
   std::vector<unsigned> lcores;
+  // What the byte counters count: "moved" (payload carried by the device), "mapped" (umr mode:
+  // bytes made reachable through windows, nothing moved), "posted" (emu-sink: nothing moved).
+  std::string bytes_kind = "moved";
+  std::string since = "start";  // "start" or "clear stats"
 };
+
+// How a statistic is read and shown.
+enum class StatKind {
+  kCounter,  // events since the base; JSON and telemetry print a rate too when per_s is set
+  kGauge,    // state now (in flight, lost)
+  kBytes,    // a counter of bytes (text: human units)
+  kRatio,    // derived 0..1 (text: percent)
+  kLatency,  // TSC cycles (JSON: microseconds, telemetry: nanoseconds, text: microseconds)
+};
+
+// One row of the statistics table. Text output, JSON and DPDK telemetry all iterate this table.
+struct StatField {
+  const char* json;       // JSON pointer inside a lane object ("/errors/io")
+  const char* per_s;      // JSON pointer of its rate, or nullptr
+  const char* telemetry;  // key in /rdmx/stats, or nullptr
+  const char* text;       // label in the text block, or nullptr
+  const char* group;      // text line: "io", "windows", "latency", "errors", "faults"
+  StatKind kind;
+  uint64_t (*u)(const LaneSnap&);  // integer rows (counters, gauges, bytes, latency cycles)
+  double (*d)(const LaneSnap&);    // derived rows (ratios, mean and stdev in cycles)
+  double value(const LaneSnap& s) const { return u ? static_cast<double>(u(s)) : d(s); }
+};
+const std::vector<StatField>& stat_fields();
 
 // Final / `show stats` block. `seconds`: forwarding time the counters cover.
 std::string format_text(const Snapshot& s, double seconds, const Labels& lb);

@@ -11,28 +11,21 @@
 namespace rdmafwd {
 namespace {
 
+// The rows of the statistics table that have a telemetry key (stats.cpp: stat_fields).
 void add_lane(rte_tel_data* d, const LaneSnap& s, double secs) {
-  auto rate = [&](uint64_t n) { return secs > 0 ? static_cast<uint64_t>(n / secs) : 0; };
-  rte_tel_data_add_dict_u64(d, "ios", s.ios);
-  rte_tel_data_add_dict_u64(d, "ios_per_s", rate(s.ios));
-  rte_tel_data_add_dict_u64(d, "bytes", s.bytes);
-  rte_tel_data_add_dict_u64(d, "bytes_per_s", rate(s.bytes));
-  rte_tel_data_add_dict_u64(d, "maps", s.maps);
-  rte_tel_data_add_dict_u64(d, "unmaps", s.unmaps);
-  rte_tel_data_add_dict_u64(d, "remote_invalidations", s.remote_inv);
-  rte_tel_data_add_dict_u64(d, "pages_mapped", s.pages_mapped);
-  rte_tel_data_add_dict_u64(d, "cache_hits", s.cache_hits);
-  rte_tel_data_add_dict_u64(d, "cache_misses", s.cache_misses);
-  const double hz = static_cast<double>(rte_get_tsc_hz());
-  auto ns = [&](uint64_t c) { return static_cast<uint64_t>(static_cast<double>(c) * 1e9 / hz); };
-  rte_tel_data_add_dict_u64(d, "latency_p50_ns", ns(s.hist.quantile(0.5)));
-  rte_tel_data_add_dict_u64(d, "latency_p99_ns", ns(s.hist.quantile(0.99)));
-  rte_tel_data_add_dict_u64(d, "latency_p99_9_ns", ns(s.hist.quantile(0.999)));
-  rte_tel_data_add_dict_u64(d, "latency_max_ns", ns(s.hist.max));
-  rte_tel_data_add_dict_u64(d, "errors", s.errors());
-  rte_tel_data_add_dict_u64(d, "verify_failures", s.verify_fail);
-  rte_tel_data_add_dict_u64(d, "faults_recovered", s.faults_recovered);
-  rte_tel_data_add_dict_u64(d, "faults_injected", s.faults_injected);
+  const double ns_per_cycle = 1e9 / static_cast<double>(rte_get_tsc_hz());
+  for (const StatField& f : stat_fields()) {
+    if (!f.telemetry) continue;
+    const double v = f.value(s);
+    if (f.kind == StatKind::kLatency)
+      rte_tel_data_add_dict_u64(d, f.telemetry, static_cast<uint64_t>(v * ns_per_cycle));
+    else
+      rte_tel_data_add_dict_u64(d, f.telemetry, f.u ? f.u(s) : static_cast<uint64_t>(v));
+    if (f.per_s) {
+      const std::string key = std::string(f.telemetry) + "_per_s";
+      rte_tel_data_add_dict_u64(d, key.c_str(), secs > 0 ? static_cast<uint64_t>(v / secs) : 0);
+    }
+  }
 }
 
 int cmd_stats(const char*, const char* params, rte_tel_data* d) {
@@ -50,6 +43,13 @@ int cmd_stats(const char*, const char* params, rte_tel_data* d) {
     return 0;
   }
   add_lane(d, s.total(), secs);
+  Labels lb;
+  {
+    std::lock_guard<std::mutex> g(a.mu);  // the prompt's `set` and `clear stats` write under it
+    lb = a.labels();
+  }
+  rte_tel_data_add_dict_string(d, "bytes_kind", lb.bytes_kind.c_str());
+  rte_tel_data_add_dict_string(d, "since", lb.since.c_str());
   rte_tel_data_add_dict_u64(d, "lanes", s.lanes.size());
   rte_tel_data_add_dict_u64(d, "running", a.running ? 1 : 0);
   return 0;

@@ -139,7 +139,11 @@ Latency summarize(std::vector<uint64_t>& v, double tsc_hz) {
   l.p50_ns = at(0.50);
   l.p99_ns = at(0.99);
   l.p999_ns = at(0.999);
-  l.avg_ns = static_cast<double>(sum / static_cast<long double>(v.size())) * ns;
+  const long double mean = sum / static_cast<long double>(v.size());
+  long double var = 0;
+  for (uint64_t x : v) var += (x - mean) * (x - mean);
+  l.avg_ns = static_cast<double>(mean) * ns;
+  l.stdev_ns = std::sqrt(static_cast<double>(var / static_cast<long double>(v.size()))) * ns;
   return l;
 }
 
@@ -238,6 +242,7 @@ std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_p
       c.hist.add(d[k]);
     }
     c.lat = summarize(d, rc.tsc_hz);
+    c.lat.resolution_ns = std::max(1.0, rc.timer_overhead) / burst * ns_per_cycle;
     out.push_back(std::move(c));
   }
   return out;

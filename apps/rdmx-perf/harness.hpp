@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include <rdmx/core/histogram.hpp>
+
 namespace rdmx::perf {
 
 inline uint64_t tsc() noexcept {
@@ -70,46 +72,16 @@ class SyscallCounter {
 };
 
 // ---- Histogram -------------------------------------------------------------------------------
-// Log-linear buckets over cycles, HdrHistogram style: values below 2^kSubBits have their own
-// bucket; above, every power of two is cut into 2^(kSubBits-1) linear sub-buckets, so a bucket
-// is at most 1/64 (1.6 %) of its value wide.
-class Histogram {
- public:
-  static constexpr uint32_t kSubBits = 7;
-  static constexpr uint32_t kSub = 1u << kSubBits;
-  static constexpr uint32_t kHalf = kSub / 2;
-  static constexpr uint32_t kBuckets = kSub + (64 - kSubBits) * kHalf;
-
-  Histogram() : counts_(kBuckets, 0) {}
-  static uint32_t index(uint64_t v) noexcept {
-    if (v < kSub) return static_cast<uint32_t>(v);
-    const uint32_t msb = 63u - static_cast<uint32_t>(__builtin_clzll(v));  // >= kSubBits
-    const uint32_t shift = msb - (kSubBits - 1);
-    return kSub + (msb - kSubBits) * kHalf + static_cast<uint32_t>((v >> shift) - kHalf);
-  }
-  static uint64_t lower(uint32_t i) noexcept {
-    if (i < kSub) return i;
-    const uint32_t k = (i - kSub) / kHalf, sub = (i - kSub) % kHalf;
-    const uint32_t shift = k + 1;
-    return (uint64_t{kHalf} + sub) << shift;
-  }
-  static uint64_t upper(uint32_t i) noexcept { return i + 1 < kBuckets ? lower(i + 1) : ~0ull; }
-  void add(uint64_t v) noexcept {
-    ++counts_[index(v)];
-    ++total_;
-  }
-  uint64_t total() const noexcept { return total_; }
-  const std::vector<uint64_t>& counts() const noexcept { return counts_; }
-
- private:
-  std::vector<uint64_t> counts_;
-  uint64_t total_ = 0;
-};
+// The shared log-linear histogram (rdmx/core/histogram.hpp), 1.6 % buckets.
+using Histogram = rdmx::Histogram<7>;
 
 // ---- Results -----------------------------------------------------------------------------------
 struct Latency {
   uint64_t samples = 0;
-  double min_ns = 0, p50_ns = 0, avg_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
+  double min_ns = 0, p50_ns = 0, avg_ns = 0, stdev_ns = 0, p99_ns = 0, p999_ns = 0, max_ns = 0;
+  // Per-op figures below this are below the timer's resolution (one stamp's cost, shared by the
+  // ops of a burst): shown as "<resolution", not as a number that looks measured.
+  double resolution_ns = 0;
 };
 
 struct Ratio {

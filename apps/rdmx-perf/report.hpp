@@ -32,6 +32,4 @@ void write_json(std::FILE* f, const Report& r);
 // Every case's histogram: "case bucket_low_ns bucket_high_ns count cumulative_fraction".
 void write_histograms(std::FILE* f, const Report& r);
 
-std::string json_escape(const std::string& s);
-
 }  // namespace rdmx::perf

@@ -9,7 +9,7 @@ import tempfile
 CASE_KEYS = {"name", "unit", "role", "pages", "bytes", "burst", "ops", "ns_per_op",
              "best_round_ns_per_op", "cycles_per_op", "ops_per_s", "allocs_per_op",
              "syscalls_per_op", "round_ns_per_op", "latency_ns", "ratios", "extra", "histogram"}
-LAT_KEYS = {"samples", "min", "p50", "avg", "p99", "p99_9", "max"}
+LAT_KEYS = {"samples", "min", "p50", "avg", "stdev", "p99", "p99_9", "max", "resolution"}
 CONFIG_KEYS = {"cpu_model", "online_cpus", "tsc_hz", "hugepages", "measure_cpu",
                "device_thread_cpu", "cores_used", "allocs_check", "syscalls_check"}
 EXPECT = {  # test -> (case name prefixes that must be there, needs an rdmx case with ratios)
@@ -42,6 +42,7 @@ def main():
             doc = json.load(f)
         with open(hpath) as f:
             hist = [l for l in f if not l.startswith("#")]
+        table = r.stdout
     if doc.get("tool") != "rdmx-perf":
         fail("tool key")
     missing = CONFIG_KEYS - set(doc["config"])
@@ -58,6 +59,17 @@ def main():
             fail("case %s latency lacks %s" % (c["name"], LAT_KEYS - set(c["latency_ns"])))
         if c["role"] == "rdmx" and not c["ratios"]:
             fail("rdmx case %s has no ratio to a peer" % c["name"])
+        lat = c["latency_ns"]
+        if not lat["min"] <= lat["p50"] <= lat["max"] or lat["stdev"] < 0 or lat["resolution"] <= 0:
+            fail("case %s: latency figures out of order: %s" % (c["name"], lat))
+        # A figure below the timer's resolution is printed as "<resolution", never as 0.00.
+        row = [l for l in table.splitlines() if l.startswith(c["name"] + " ")]
+        if not row:
+            fail("case %s not in the printed table" % c["name"])
+        cols = row[0].split()
+        if lat["p50"] < lat["resolution"] and not cols[4].startswith("<"):
+            fail("case %s: p50 %s below the resolution %s printed as %r"
+                 % (c["name"], lat["p50"], lat["resolution"], cols[4]))
         if c["role"] == "rdmx" and c["allocs_per_op"] != 0:
             fail("rdmx case %s allocates" % c["name"])
     names = [c["name"] for c in cases]

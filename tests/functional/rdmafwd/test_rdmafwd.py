@@ -45,8 +45,18 @@ def mode(binary, fwd, extra=()):
     check(t["errors"]["total"] == 0, f"fwd {fwd}: errors: {t['errors']}", p)
     check(t["latency_us"]["count"] > 0 and t["latency_us"]["p50"] > 0, "no latency samples", p)
     check(t["maps"] > 0, "no maps", p)
-    periodic = [l for l in p.stdout.splitlines() if '"type":"periodic"' in l]
+    lat = t["latency_us"]
+    check(0 < lat["min"] <= lat["p50"] <= lat["max"] and lat["min"] <= lat["avg"] <= lat["max"]
+          and lat["stdev"] >= 0, f"latency figures out of order: {lat}", p)
+    want_kind = "mapped" if fwd == "umr" else "posted" if "emu-sink" in extra else "moved"
+    check(s["bytes_kind"] == want_kind, f"bytes_kind {s['bytes_kind']!r}, want {want_kind!r}", p)
+    check(s["since"] == "start" and t["in_flight"] == 0, "summary: since/in_flight", p)
+    periodic = [json.loads(l) for l in p.stdout.splitlines() if '"type":"periodic"' in l]
     check(len(periodic) >= 1, "no periodic line with --stats-period", p)
+    # I/Os in flight while the lanes run are in flight, not lost, and no error.
+    for per in periodic:
+        check(per["total"]["faults"]["lost_ios"] == 0 and per["total"]["errors"]["total"] == 0,
+              f"periodic line reports lost I/Os or errors: {per['total']}", p)
     if fwd == "rpc":
         check(t["remote_invalidations"] == t["ios"], "rpc: replies did not invalidate every window", p)
     print(f"fwd {fwd}: {t['ios']} I/Os, {t['ios_per_s']:.0f}/s, p50 {t['latency_us']['p50']:.1f} us")
@@ -129,6 +139,26 @@ def check_prompt_output(p):
 def case_prompt_stdin(binary):
     p = run(binary, ["-i"], stdin=PROMPT_SCRIPT)
     check_prompt_output(p)
+
+
+def case_prompt_reset(binary):
+    # `start` resets the statistics (an rpc run's remote invalidations do not reach the umr run's
+    # figures), `clear stats` too, and each says since when it counts.
+    script = "start\nsleep 1\nstop\nset fwd umr\nstart\nsleep 1\nstop\nclear stats\nshow stats\nquit\n"
+    p = run(binary, ["-i", "--json"], stdin=script)
+    check(p.returncode == 0, f"exit {p.returncode}", p)
+    docs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    stats = [d for d in docs if d["type"] == "stats"]
+    check(len(stats) == 3, f"want 3 stats documents (stop, stop, show stats), got {len(stats)}", p)
+    rpc, umr, cleared = stats
+    check(rpc["fwd"] == "rpc" and rpc["total"]["remote_invalidations"] > 0, f"rpc run: {rpc}", p)
+    check(umr["fwd"] == "umr" and umr["since"] == "start", f"umr run: {umr}", p)
+    check(umr["total"]["remote_invalidations"] == 0 and umr["total"]["ios"] > 0,
+          f"the umr run carries the rpc run's counters: {umr['total']}", p)
+    check(cleared["since"] == "clear stats" and cleared["total"]["ios"] == 0, f"cleared: {cleared}", p)
+    # Text form: the label.
+    p = run(binary, ["-i"], stdin="start\nsleep 1\nstop\nquit\n")
+    check("rdmafwd statistics since start" in p.stdout, "no 'since start' label", p)
 
 
 def case_prompt_file(binary):
@@ -232,7 +262,11 @@ def case_telemetry(binary):
             s.send(cmd.encode())
             got[cmd] = json.loads(s.recv(65536).decode())[cmd]
         s.close()
-        check(got["/rdmx/stats"]["ios"] > 0, f"stats: {got['/rdmx/stats']}")
+        st = got["/rdmx/stats"]
+        check(st["ios"] > 0, f"stats: {st}")
+        # While forwarding, what is in flight is not an error (it was counted as lost once).
+        check(st["errors"] == 0 and st["lost_ios"] == 0 and "in_flight" in st, f"stats: {st}")
+        check(st["since"] == "start" and st["bytes_kind"] == "moved", f"stats: {st}")
         check(got["/rdmx/config"]["fwd"] == "rpc", f"config: {got['/rdmx/config']}")
         check(got["/rdmx/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmx/windows']}")
         print("telemetry:", got["/rdmx/stats"])
@@ -379,6 +413,7 @@ CASES = {
     "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,
+    "prompt-reset": case_prompt_reset,
     "two-process": case_two_process,
     "bad-args": case_bad_args,
     "no-device": case_no_device,
