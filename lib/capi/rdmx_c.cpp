@@ -963,7 +963,7 @@ int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32
     std::vector<rdmx::mlx5::ConnectInfo> mine(n);
     for (uint32_t i = 0; i < n; ++i) {
       std::lock_guard lk(cores[i]->port->mu);
-      mine[i] = cores[i]->port->dev->local_info(cores[i]->pc->qp_handle());
+      mine[i] = cores[i]->port->ep.device().local_info(cores[i]->pc->qp_handle());
     }
     if (auto s = c->ch.send_info(mine, w); !s) return fail(s.error(), "rdmx_conn_exchange");
     auto theirs = c->ch.recv_info(w);
@@ -974,7 +974,7 @@ int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32
                                    std::to_string(n));
     for (uint32_t i = 0; i < n; ++i) {
       std::lock_guard lk(cores[i]->port->mu);
-      auto s = cores[i]->port->dev->connect(cores[i]->pc->qp_handle(), theirs.value()[i]);
+      auto s = cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs.value()[i]);
       if (!s) return fail(s.error(), "rdmx_conn_exchange: core " + std::to_string(i));
     }
     return 0;
