@@ -15,47 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-static int g_failures = 0;
-
-#define CHECK_RC(expr, want)                                                                     \
-  do {                                                                                           \
-    int rc_ = (expr);                                                                            \
-    if (rc_ != (want)) {                                                                         \
-      fprintf(stderr, "%s:%d: %s = %d (%s), want %d (%s); last error: %s\n", __FILE__, __LINE__, \
-              #expr, rc_, rdmx_errname(rc_), (want), rdmx_errname(want), rdmx_last_error());     \
-      __atomic_add_fetch(&g_failures, 1, __ATOMIC_RELAXED);                                      \
-    }                                                                                            \
-  } while (0)
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              rdmx_last_error());                                                              \
-      __atomic_add_fetch(&g_failures, 1, __ATOMIC_RELAXED);                                    \
-    }                                                                                          \
-  } while (0)
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int wait_cookie(rdmx_core* c, uint64_t cookie, rdmx_completion* out) {
-  const double end = now_s() + 10.0;
-  while (now_s() < end) {
-    rdmx_completion wc[8];
-    int n = rdmx_poll(c, wc, 8);
-    int i;
-    for (i = 0; i < n; ++i) {
-      if (wc[i].cookie == cookie) {
-        *out = wc[i];
-        return 1;
-      }
-    }
-  }
-  return 0;
-}
+#include "check.h"
 
 struct server {
   rdmx_listener* l;
@@ -69,7 +29,7 @@ static void* server_main(void* arg) {
   rdmx_conn* c = NULL;
   uint64_t page;
   rdmx_sge sg;
-  rdmx_completion wc;
+  rdmx_completion wc = {0};
   char msg[64];
   int n;
   CHECK_RC(rdmx_accept(s->l, 10000, NULL, &c), 0);
@@ -122,7 +82,7 @@ int main(void) {
   char msg[64];
   uint64_t page;
   rdmx_sge sg;
-  rdmx_completion wc;
+  rdmx_completion wc = {0};
   int i;
   volatile int cancel = 1;
   double t0;

@@ -8,6 +8,7 @@ nothing left behind (sockets, shm files, DPDK runtime directories, namespaces).
 Usage: test_twohost.py PATH_TO_RDMAFWD CASE [PATH_TO_BLOCKD]"""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -64,23 +65,37 @@ def runtime_dir_left(pid):
 
 def leftovers(pid):
     """What a finished rdmafwd of process id pid left behind."""
-    left = [f for f in os.listdir("/dev/shm") if f"rdmafwd-{pid}" in f]
+    # The server's wire is rdmx-emu-rdmafwd-PID (a longer pid of another run must not match).
+    left = [f for f in os.listdir("/dev/shm") if re.search(rf"rdmafwd-{pid}($|\.)", f)]
     d = runtime_dir_left(pid)
     return left + ([d] if d else [])
 
 
+def reap(p):
+    """A process a failing case leaves running: killed, and what it owned removed (a killed
+    process cannot clean up: its shm wire and DPDK runtime directory)."""
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+        import shutil
+        for f in os.listdir("/dev/shm"):
+            if re.search(rf"(rdmafwd|blockd)-{p.pid}$", f):
+                os.unlink(os.path.join("/dev/shm", f))
+        d = runtime_dir_left(p.pid)
+        if d:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def start(binary, eal, args, ns=None):
-    cmd = [binary] + eal + ["--"] + args
-    if ns:
-        cmd = [NETNS, "exec", ns] + cmd  # exec: the process is rdmafwd itself
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command(binary, eal, args, ns), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def finish(p, timeout=BUDGET):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.kill()
+        reap(p)
         out, err = p.communicate()
         fail(f"pid {p.pid} still running after {timeout} s", ("it", out, err))
     return out, err
@@ -111,25 +126,45 @@ def wait_line(p, stream, text, timeout=BUDGET):
     fail(f"never saw {text!r}", ("it", "".join(seen), ""))
 
 
+def command(binary, eal, args, ns=None):
+    cmd = [binary] + (eal + ["--"] if eal is not None else []) + args
+    return [NETNS, "exec", ns] + cmd if ns else cmd  # exec: the process is the program itself
+
+
+def serve(server_cmd, client_cmd, ready=None):
+    """Runs a server and, once its output shows `ready` (None: at once), a client to the end.
+    Returns (server, client, procs) with procs = [(name, stdout, stderr)] for messages."""
+    popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
+    srv = popen(server_cmd)
+    try:
+        if ready:
+            wait_line(srv, srv.stdout, ready)
+        cli = popen(client_cmd)
+        cout, cerr = finish(cli)
+        sout, serr = finish(srv)
+    finally:
+        reap(srv)
+    return srv, cli, [("server", sout, serr), ("client", cout, cerr)]
+
+
+def both_ok(srv, cli, procs, what=""):
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"{what}exit: server {srv.returncode}, client {cli.returncode}", *procs)
+
+
 # ---- Good runs ---------------------------------------------------------------------------------
 
 def pair(binary, listen, peer, extra=(), server_ns=None, client_ns=None, duration="1.5"):
     """Runs a server and a client to the end; checks both summaries and the cleanup."""
-    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", listen, "--json",
-                                     "--rendezvous-timeout", "40"] + list(extra), server_ns)
-    try:
-        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", peer, "--duration", duration,
-                                         "--json", "--rendezvous-timeout", "40"] + list(extra),
-                    client_ns)
-        cout, cerr = finish(cli)
-        sout, serr = finish(srv)
-    finally:
-        for p in (srv,):
-            if p.poll() is None:
-                p.kill()
-    procs = [("server", sout, serr), ("client", cout, cerr)]
-    check(cli.returncode == 0 and srv.returncode == 0,
-          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    srv, cli, procs = serve(
+        command(binary, SERVER_EAL, ["--role", "server", "--listen", listen, "--json",
+                                     "--rendezvous-timeout", "40"] + list(extra), server_ns),
+        command(binary, CLIENT_EAL, ["--role", "client", "--peer", peer, "--duration", duration,
+                                     "--json", "--rendezvous-timeout", "40"] + list(extra),
+                client_ns))
+    (_, sout, serr), (_, cout, cerr) = procs
+    both_ok(srv, cli, procs)
     c, s = summary(cout), summary(sout)
     check(c and s, "no summary", *procs)
     ct, st = c["total"], s["total"]
@@ -173,18 +208,12 @@ def case_umr(binary):
     # The client maps and unmaps on its QP connected across the processes; the server (rpc)
     # has nothing to serve but the goodbye, and both end with exit 0.
     port = free_port()
-    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"])
-    try:
-        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
-                                         "--fwd", "umr", "--duration", "1", "--json"])
-        cout, cerr = finish(cli)
-        sout, serr = finish(srv)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-    procs = [("server", sout, serr), ("client", cout, cerr)]
-    check(cli.returncode == 0 and srv.returncode == 0,
-          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    srv, cli, procs = serve(
+        command(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"]),
+        command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--fwd",
+                                     "umr", "--duration", "1", "--json"]))
+    (_, sout, serr), (_, cout, cerr) = procs
+    both_ok(srv, cli, procs)
     t = summary(cout)["total"]
     check(t["ios"] > 0 and t["maps"] == t["ios"] and t["unmaps"] == t["ios"] and
           t["errors"]["total"] == 0, f"client: {t}", *procs)
@@ -199,16 +228,11 @@ def onesided(binary, fwd, corrupt):
     server flips one byte (hidden --corrupt-every) and the side that checks must fail."""
     port = free_port()
     extra = ["--corrupt-every", "1"] if corrupt else []
-    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"] + extra)
-    try:
-        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
-                                         "--fwd", fwd, "--duration", "1", "--json"])
-        cout, cerr = finish(cli)
-        sout, serr = finish(srv)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-    procs = [("server", sout, serr), ("client", cout, cerr)]
+    srv, cli, procs = serve(
+        command(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"] + extra),
+        command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--fwd",
+                                     fwd, "--duration", "1", "--json"]))
+    (_, sout, serr), (_, cout, cerr) = procs
     c, s = summary(cout)["total"], summary(sout)["total"]
     check(c["ios"] > 0 and c["maps"] == c["ios"], f"client: {c}", *procs)
     checker = c if fwd == "read" else s
@@ -290,8 +314,7 @@ def case_netns_unreachable(binary):
             check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
             check(not leftovers(srv.pid), f"left: {leftovers(srv.pid)}")
         finally:
-            if srv.poll() is None:
-                srv.kill()
+            reap(srv)
 
 
 # ---- Bad cases ---------------------------------------------------------------------------------
@@ -415,8 +438,7 @@ def case_client_dies_mid_exchange(binary):
                                                    "--json"])
         sout, serr = finish(srv)
     finally:
-        if srv.poll() is None:
-            srv.kill()
+        reap(srv)
     procs = [("server", sout, serr), ("client", cout, cerr)]
     check(cli.returncode == 0 and srv.returncode == 0,
           f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
@@ -442,8 +464,7 @@ def case_size_mismatch(binary):
         srv.send_signal(signal.SIGINT)
         sout, serr = finish(srv)
     finally:
-        if srv.poll() is None:
-            srv.kill()
+        reap(srv)
     lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
     check(len(lines) == 2, f"server lines {lines}", ("server", sout, serr))
     check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
@@ -457,8 +478,7 @@ def interrupted_wait(binary, eal, args, announce, phase):
         p.send_signal(signal.SIGINT)
         out, err = finish(p)
     finally:
-        if p.poll() is None:
-            p.kill()
+        reap(p)
     one_line(p, out, err, 130, f"rdmafwd: interrupted {phase}")
 
 
@@ -489,8 +509,7 @@ def case_client_dies_mid_run(binary):
         took = time.monotonic() - t0
     finally:
         for p in (srv, cli):
-            if p.poll() is None:
-                p.kill()
+            reap(p)
     lines = rdmafwd_lines(serr)
     check(srv.returncode == 1, f"server exit {srv.returncode}", ("server", sout, serr))
     check(any("went away during the run" in l for l in lines), f"lines {lines}",
@@ -509,24 +528,15 @@ def case_client_dies_mid_run(binary):
 
 def blockd_pair(blockd, listen, peer, server_ns=None, client_ns=None):
     args = ["--requests", "300", "--blocks", "256"]
-    def popen(cmd, ns):
-        if ns:
-            cmd = [NETNS, "exec", ns] + cmd
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    srv = popen([blockd, "--role", "server", "--listen", listen] + args, server_ns)
-    try:
-        wait_line(srv, srv.stdout, "waiting for a client")
-        cli = popen([blockd, "--role", "client", "--peer", peer] + args, client_ns)
-        cout, cerr = finish(cli)
-        sout, serr = finish(srv)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-    procs = [("server", sout, serr), ("client", cout, cerr)]
-    check(cli.returncode == 0 and srv.returncode == 0,
-          f"blockd exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    srv, cli, procs = serve(
+        command(blockd, None, ["--role", "server", "--listen", listen] + args, server_ns),
+        command(blockd, None, ["--role", "client", "--peer", peer] + args, client_ns),
+        ready="waiting for a client")
+    (_, sout, serr), (_, cout, cerr) = procs
+    both_ok(srv, cli, procs, "blockd ")
     check("verified end to end" in cout and "server done" in sout, "no verified run", *procs)
-    check(not [f for f in os.listdir("/dev/shm") if f"blockd-{srv.pid}" in f], "wire left", *procs)
+    check(not [f for f in os.listdir("/dev/shm") if f.endswith(f"blockd-{srv.pid}")], "wire left",
+          *procs)
     print([l for l in cout.splitlines() if "verified" in l][0])
 
 
@@ -557,12 +567,11 @@ def case_blockd_refusals(binary, blockd):
         srv.send_signal(signal.SIGINT)
         sout, serr = finish(srv)
     finally:
-        if srv.poll() is None:
-            srv.kill()
+        reap(srv)
     check(srv.returncode == 130 and serr.strip().splitlines()[-1] ==
           "blockd: interrupted while waiting for the peer", f"server exit {srv.returncode}",
           ("server", sout, serr))
-    check(not [f for f in os.listdir("/dev/shm") if f"blockd-{srv.pid}" in f], "wire left")
+    check(not [f for f in os.listdir("/dev/shm") if f.endswith(f"blockd-{srv.pid}")], "wire left")
     print(lines[0])
 
 
