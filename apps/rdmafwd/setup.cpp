@@ -690,21 +690,16 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
   if (say)
     say("server: waiting for a client on " + lis.address() + " (up to " +
         std::to_string((total.timeout.count() + 999) / 1000) + " s), Ctrl-C to stop");
+  // The whole wait is one budget, whatever clients were refused meanwhile.
+  const Error none =
+      make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
+                                     std::to_string((total.timeout.count() + 999) / 1000) + " s");
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      return make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
-                                            std::to_string((total.timeout.count() + 999) / 1000) +
-                                            " s");
+    if (left.count() <= 0) return none;
     auto ch = lis.accept({left, &g_signal});
-    if (!ch) {
-      if (ch.error().code == Errc::kTimeout)
-        return make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
-                                              std::to_string((total.timeout.count() + 999) / 1000) +
-                                              " s");
-      return std::move(ch).error();
-    }
+    if (!ch) return ch.error().code == Errc::kTimeout ? none : std::move(ch).error();
     bool committed = false;
     Status st = serve_client(p, tb, ch.value(), committed);
     if (st) {
