@@ -697,9 +697,8 @@ bool RoceLink::rx_network(Wire& w) noexcept {
       // rxe_recv.c check_addr: an RC packet must come from the QP's peer to its own address.
       if (!q || p.src_ip != q->peer_ip || p.dst_ip != opt_.local_ipv4) d = roce::Drop::kNoQp;
     }
-    if (d != roce::Drop::kNone) {
-      // Another host's UDP traffic to this address is not counted as an error.
-      if (d != roce::Drop::kNotRoce || msgs[i].msg_len >= 24) ++st_.rx_dropped[int(d)];
+    if (d != roce::Drop::kNone) {  // dropped and counted (other UDP to this address included)
+      ++st_.rx_dropped[int(d)];
       continue;
     }
     ++st_.rx_packets;
