@@ -12,10 +12,17 @@
 #include <fstream>
 #include <string>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "emu_util.hpp"
+#include "roce.hpp"
 
 namespace rdmx::emu::test {
 namespace {
+
+namespace roce = ::rdmx::emu::roce;
 
 constexpr uint32_t ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
   return (uint32_t{a} << 24) | (uint32_t{b} << 16) | (uint32_t{c} << 8) | d;
@@ -302,6 +309,79 @@ TEST_F(RoceWire, RemoteAccessErrorIsNakedNotExecuted) {
   auto c = wait(a_, 1);
   EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_EQ(0, std::memcmp(dst.p, before.data(), dst.len));
+}
+
+// Packets a NIC must refuse, sent from a raw socket of the test to device B: each is dropped and
+// counted by reason, and none touches memory.
+TEST_F(RoceWire, BadPacketsAreDroppedAndCounted) {
+  if (!open_roce(7)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Buf dst;
+  dst.alloc(*b_.dev, 4096, 2);
+  const std::vector<uint8_t> before(dst.p, dst.p + dst.len);
+  const int fd = socket(AF_INET, SOCK_RAW, IPPROTO_RAW);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(ip4(127, 0, 7, 2));
+  static const uint8_t data[64] = {0xEE};
+  roce::Packet p;  // a WRITE_ONLY from A's address and QP that would land in dst
+  p.src_ip = ip4(127, 0, 7, 1);
+  p.dst_ip = ip4(127, 0, 7, 2);
+  p.ip_id = 0x4242;
+  p.opcode = roce::kWriteOnly;
+  p.ack_req = true;
+  p.dqpn = b_.desc.qpn;
+  p.psn = roce::initial_psn(a_.desc.qpn, b_.desc.qpn);
+  p.reth_va = dst.addr();
+  p.reth_rkey = dst.mr.rkey;
+  p.reth_len = sizeof data;
+  p.payload = data;
+  p.payload_len = sizeof data;
+  auto send_pkt = [&](const roce::Packet& q, auto&& mangle) {
+    std::vector<uint8_t> v(roce::wire_len(q));
+    ASSERT_EQ(roce::encode(q, v.data(), v.size()), v.size());
+    mangle(v);
+    ASSERT_EQ(sendto(fd, v.data(), v.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+              static_cast<ssize_t>(v.size()));
+  };
+  auto none = [](std::vector<uint8_t>&) {};
+  send_pkt(p, [](std::vector<uint8_t>& v) { v[v.size() - 1] ^= 1; });  // bad ICRC
+  roce::Packet q = p;
+  q.psn = roce::psn_add(p.psn, 1 << 21);  // far out of the window
+  send_pkt(q, none);
+  q = p;
+  q.dqpn = 0xABCDE;  // no such QP
+  send_pkt(q, none);
+  q = p;
+  q.src_ip = ip4(127, 0, 7, 9);  // not the QP's peer
+  send_pkt(q, none);
+  q = p;
+  q.opcode = roce::kWriteOnly;
+  send_pkt(q, [](std::vector<uint8_t>& v) {  // another UDP port: not RoCE
+    v[23] = 0x35;
+  });
+  close(fd);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  EmuStats sb;
+  auto dropped = [&](roce::Drop d) { return sb.roce.rx_dropped[static_cast<int>(d)]; };
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    sb = b_.dev->stats();
+  } while ((dropped(roce::Drop::kBadIcrc) < 1 || dropped(roce::Drop::kPsnWindow) < 1 ||
+            dropped(roce::Drop::kNoQp) < 2 || dropped(roce::Drop::kNotRoce) < 1) &&
+           std::chrono::steady_clock::now() < end);
+  EXPECT_EQ(dropped(roce::Drop::kBadIcrc), 1u);
+  EXPECT_EQ(dropped(roce::Drop::kPsnWindow), 1u);
+  EXPECT_EQ(dropped(roce::Drop::kNoQp), 2u);
+  EXPECT_EQ(dropped(roce::Drop::kNotRoce), 1u);
+  EXPECT_EQ(sb.roce.rx_packets, 1u);  // only the far PSN got past the parser and QP checks
+  EXPECT_EQ(0, std::memcmp(dst.p, before.data(), dst.len));
+  // The real peer still gets through afterwards.
+  Buf src;
+  src.alloc(*a_.dev, 4096, 3);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), 4096, src.mr.lkey}});
+  ASSERT_TRUE(wait(a_, 1)[0].ok());
+  EXPECT_EQ(0, std::memcmp(dst.p, src.p, 4096));
 }
 
 TEST_F(RoceWire, DeviceGidIsIpv4Mapped) {

@@ -173,6 +173,12 @@ inline PsnClass classify_psn(uint32_t psn, uint32_t epsn, uint32_t window) noexc
   return d <= static_cast<int32_t>(window) ? PsnClass::kAhead : PsnClass::kFar;
 }
 
+// First PSN of the requests from QP `requester` to QP `responder`: both ends derive it from the
+// two QP numbers (emu's choice; ConnectInfo's psn field carries the engine's message number).
+inline uint32_t initial_psn(uint32_t requester, uint32_t responder) noexcept {
+  return (requester * 2654435761u ^ responder) & kPsnMask;
+}
+
 // pcap writer (LINKTYPE_RAW: each record is one IPv4 packet, exactly the bytes encode() wrote).
 class Pcap {
  public:

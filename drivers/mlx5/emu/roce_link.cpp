@@ -183,8 +183,8 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   q->mtu = mtu;
   q->sport = static_cast<uint16_t>(0xC000 | (qpn & 0x3FFF));  // fixed per QP, as rxe_qp.c
   // Both ends derive the same first PSN of each direction from the two QP numbers.
-  q->next_psn = (qpn * 2654435761u ^ peer_qpn) & roce::kPsnMask;
-  q->epsn = (peer_qpn * 2654435761u ^ qpn) & roce::kPsnMask;
+  q->next_psn = roce::initial_psn(qpn, peer_qpn);
+  q->epsn = roce::initial_psn(peer_qpn, qpn);
   q->tx.resize(opt_.window);
   for (TxPkt& t : q->tx) t.buf.resize(mtu + roce::kMaxOverhead);
   q->msgs.resize(opt_.window);
