@@ -8,6 +8,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -90,7 +92,7 @@ class NetnsPair {
 class RoceWire : public EmuTest {
  protected:
   // Opens one device on each given wire, QPs connected.
-  void open_on(std::shared_ptr<Wire> wa, std::shared_ptr<Wire> wb) {
+  void open_on(std::shared_ptr<Wire> wa, std::shared_ptr<Wire> wb, bool connect = true) {
     Options o;
     o.mode = Mode::kThreaded;
     o.name = "roce-a";
@@ -108,6 +110,7 @@ class RoceWire : public EmuTest {
       s->desc = d.value();
       s->qp.init(s->desc, 1);
     }
+    if (!connect) return;
     const Status st = mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn);
     ASSERT_TRUE(st.ok()) << st.error().message;
   }
@@ -122,29 +125,8 @@ class RoceWire : public EmuTest {
     auto wb = make_roce_wire(rb);
     EXPECT_TRUE(wb.ok()) << wb.error().message;
     if (!wa.ok() || !wb.ok()) return false;
-    Options o;
-    o.mode = Mode::kThreaded;
-    o.name = "roce-a";
-    auto a = EmuDevice::open(wa.value(), 0, o);
-    o.name = "roce-b";
-    auto b = EmuDevice::open(wb.value(), 0, o);
-    EXPECT_TRUE(a.ok() && b.ok());
-    if (!a.ok() || !b.ok()) return false;
-    pair_.a = std::move(a.value());
-    pair_.b = std::move(b.value());
-    a_.dev = pair_.a.get();
-    b_.dev = pair_.b.get();
-    for (Side* s : {&a_, &b_}) {
-      auto d = s->dev->create_qp(small_cfg());
-      EXPECT_TRUE(d.ok());
-      s->desc = d.value();
-      s->qp.init(s->desc, 1);
-    }
-    if (connect) {
-      const Status st = mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn);
-      EXPECT_TRUE(st.ok()) << st.error().message;
-    }
-    return true;
+    open_on(wa.value(), wb.value(), connect);
+    return !HasFatalFailure();
   }
 
   // WRITE, READ back, SEND, SEND with immediate, WRITE with immediate, SEND with invalidate;
@@ -244,6 +226,12 @@ TEST_F(RoceWire, LossReorderDuplicationNothingLostOrDoubled) {
   EXPECT_GT(sa.roce.injected_reorder + sb.roce.injected_reorder, 0u);
   EXPECT_GT(sa.roce.retransmits, 0u);
   EXPECT_GT(sb.roce.duplicates, 0u);
+  std::printf("a sent %" PRIu64 " (lost %" PRIu64 ", reordered %" PRIu64 ", doubled %" PRIu64
+              "), retransmits %" PRIu64 ", timeouts %" PRIu64 ", seq NAKs %" PRIu64
+              "; b sent %" PRIu64 ", duplicates received %" PRIu64 "\n",
+              sa.roce.tx_packets, sa.roce.injected_loss, sa.roce.injected_reorder,
+              sa.roce.injected_dup, sa.roce.retransmits, sa.roce.timeouts, sa.roce.seq_naks_rcvd,
+              sb.roce.tx_packets, sb.roce.duplicates);
 }
 
 // The same across a veth pair between two network namespaces, with 1 % loss, reordering and
