@@ -92,8 +92,8 @@ class NetnsPair {
 class RoceWire : public EmuTest {
  protected:
   // Opens one device on each given wire, QPs connected.
-  void open_on(std::shared_ptr<Wire> wa, std::shared_ptr<Wire> wb, bool connect = true) {
-    Options o;
+  void open_on(std::shared_ptr<Wire> wa, std::shared_ptr<Wire> wb, bool connect = true,
+               Options o = {}) {
     o.mode = Mode::kThreaded;
     o.name = "roce-a";
     auto a = EmuDevice::open(std::move(wa), 0, o);
@@ -116,7 +116,8 @@ class RoceWire : public EmuTest {
   }
 
   // Opens devices on 127.0.<net>.1 and 127.0.<net>.2; false (test skipped) without raw sockets.
-  bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true) {
+  bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true,
+                 Options o = {}) {
     ra.local_ipv4 = ip4(127, 0, net, 1);
     rb.local_ipv4 = ip4(127, 0, net, 2);
     auto wa = make_roce_wire(ra);
@@ -125,7 +126,7 @@ class RoceWire : public EmuTest {
     auto wb = make_roce_wire(rb);
     EXPECT_TRUE(wb.ok()) << wb.error().message;
     if (!wa.ok() || !wb.ok()) return false;
-    open_on(wa.value(), wb.value(), connect);
+    open_on(wa.value(), wb.value(), connect, o);
     return !HasFatalFailure();
   }
 
@@ -284,6 +285,42 @@ TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
   EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
   pair_.a.reset();
   a_.dev = nullptr;
+}
+
+// No receive posted: every SEND is answered with an RNR NAK; after rnr_retry retries the WQE
+// fails with RNR_RETRY_EXC_ERR.
+TEST_F(RoceWire, RnrNakRetriesThenFails) {
+  Options o;
+  o.rnr_retry = 3;
+  if (!open_roce(8, {}, {}, true, o)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Buf src;
+  src.alloc(*a_.dev, 4096, 1);
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), 3000, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+  EXPECT_EQ(b_.dev->stats().rnr_naks, 4u);  // the first try and 3 retries
+}
+
+// An RNR NAK, then a receive is posted: the SEND is sent again with the same PSNs and lands.
+TEST_F(RoceWire, RnrNakThenReceivePostedDelivers) {
+  Options o;
+  o.rnr_timer_us = 100000;  // long enough to post the receive before the retry, usually
+  if (!open_roce(9, {}, {}, true, o)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Buf src, rbuf;
+  src.alloc(*a_.dev, 4096, 1);
+  rbuf.alloc(*b_.dev, 4096, 2);
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), 3000, src.mr.lkey}});
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (b_.dev->stats().rnr_naks == 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  ASSERT_GE(b_.dev->stats().rnr_naks, 1u);
+  recv(b_, 7, {{rbuf.addr(), 4096, rbuf.mr.lkey}});
+  ASSERT_TRUE(wait(a_, 1)[0].ok());
+  auto cb = wait(b_, 1);
+  ASSERT_TRUE(cb[0].ok());
+  EXPECT_EQ(cb[0].byte_len, 3000u);
+  EXPECT_EQ(0, std::memcmp(rbuf.p, src.p, 3000));
+  EXPECT_EQ(b_.dev->stats().roce.rx_dropped[static_cast<int>(roce::Drop::kPsnWindow)], 0u);
 }
 
 TEST_F(RoceWire, RemoteAccessErrorIsNakedNotExecuted) {
