@@ -12,13 +12,18 @@
  *   blockd --role client --peer HOST[:PORT]     (rdmx_listen/rdmx_connect_to; over emu the
  *                                               server names its shm wire to the client)
  * Options: --device emu|emu-threaded|mlx5_0  --blocks N  --requests N  --qd N  --max-io BLOCKS
+ * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...").
  * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away), 2 usage
  * (also: the client's --qd/--max-io differ from the server's), 3 no device, 130 Ctrl-C while
  * waiting for the peer. */
 #define _POSIX_C_SOURCE 200809L
 #include <rdmx/rdmx.h>
 
+#include <errno.h>
+#include <getopt.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,35 +343,129 @@ static int cmp(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+/* The command line, by the convention of every rdmx tool: getopt_long (`--qd 8` and `--qd=8`
+ * alike); a bad argument is one line on stderr, "blockd: error: ...", and exit status 2. */
+struct args {
+  const char *device, *wire, *role, *listen, *peer;
+};
+static const char kUsage[] =
+    "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
+    " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
+    " [--qd 1..63] [--max-io 1..16]\n";
+static int usage_error(const char* fmt, ...) {
+  va_list ap;
+  fputs("blockd: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  return 2;
+}
+/* A whole number in [lo, hi] for --opt, or a usage error. */
+static int number(const char* opt, const char* s, uint64_t lo, uint64_t hi, uint64_t* out) {
+  char* end;
+  unsigned long long v;
+  errno = 0;
+  v = strtoull(s, &end, 0);
+  if (!*s || *s == '-' || *end || errno || v < lo || v > hi)
+    return usage_error("--%s '%s': a whole number from %llu to %llu", opt, s,
+                       (unsigned long long)lo, (unsigned long long)hi);
+  *out = v;
+  return 0;
+}
+/* What the options say together. */
+static int check_args(const struct args* a) {
+  const int srv = strcmp(a->role, "client") != 0, cli = strcmp(a->role, "server") != 0;
+  if (strcmp(a->role, "both") && strcmp(a->role, "server") && strcmp(a->role, "client"))
+    return usage_error("--role '%s': server or client (both sides in one process: no --role)",
+                       a->role);
+  if (g_blocks < g_qd * g_max_io)
+    return usage_error("--blocks %llu: at least --qd x --max-io (%llu)",
+                       (unsigned long long)g_blocks, (unsigned long long)(g_qd * g_max_io));
+  if (a->wire && strncmp(a->wire, "shm:", 4)) return usage_error("--wire '%s': shm:NAME", a->wire);
+  if (a->listen && cli) return usage_error("--listen is for --role server");
+  if (a->peer && srv) return usage_error("--peer is for --role client");
+  if (a->peer && a->wire) return usage_error("--peer: the server names the wire (no --wire)");
+  if (srv && cli && a->wire)
+    return usage_error("--wire joins two processes: add --role server|client");
+  if (!(srv && cli) && !a->wire && !a->listen && !a->peer)
+    return usage_error("--role %s needs --%s or --wire shm:NAME", a->role,
+                       srv ? "listen [ADDR:]PORT" : "peer HOST[:PORT]");
+  return -1;
+}
+/* Returns -1 to go on, or the exit status (--help, a usage error). */
+static int parse_args(int argc, char** argv, struct args* a) {
+  static const struct option opts[] = {{"device", required_argument, NULL, 'd'},
+                                       {"wire", required_argument, NULL, 'w'},
+                                       {"role", required_argument, NULL, 'r'},
+                                       {"blocks", required_argument, NULL, 'b'},
+                                       {"requests", required_argument, NULL, 'n'},
+                                       {"qd", required_argument, NULL, 'q'},
+                                       {"max-io", required_argument, NULL, 'm'},
+                                       {"listen", required_argument, NULL, 'l'},
+                                       {"peer", required_argument, NULL, 'p'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  uint64_t qd = g_qd;
+  int c, rc = 0;
+  a->device = "emu", a->role = "both", a->wire = NULL, a->listen = NULL, a->peer = NULL;
+  opterr = 0;
+  while (!rc && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    switch (c) {
+      case 'd':
+        a->device = optarg;
+        break;
+      case 'w':
+        a->wire = optarg;
+        break;
+      case 'r':
+        a->role = optarg;
+        break;
+      case 'l':
+        a->listen = optarg;
+        break;
+      case 'p':
+        a->peer = optarg;
+        break;
+      case 'b':
+        rc = number("blocks", optarg, 1, 1u << 24, &g_blocks);
+        break;
+      case 'n':
+        rc = number("requests", optarg, 0, UINT32_MAX, &g_requests);
+        break;
+      case 'q':
+        rc = number("qd", optarg, 1, MAXQ - 1, &qd);
+        break;
+      case 'm':
+        rc = number("max-io", optarg, 1, 16, &g_max_io);
+        break;
+      case 'h':
+        fputs(kUsage, stdout);
+        return 0;
+      case ':':
+        return usage_error("option '%s' needs a value", argv[optind - 1]);
+      default:
+        return usage_error("unknown option '%s' (blockd --help)", argv[optind - 1]);
+    }
+  }
+  if (rc) return rc;
+  if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+  g_qd = (uint32_t)qd;
+  return check_args(a);
+}
+
 int main(int argc, char** argv) {
-  static const char* names[] = {"--device", "--wire",   "--role",   "--blocks", "--requests",
-                                "--qd",     "--max-io", "--listen", "--peer"};
-  const char* arg[] = {"emu", NULL, "both", "1024", "20000", "8", "16", NULL, NULL};
+  struct args a;
   const char *device, *wire, *role, *listen_at, *peer;
   rdmx_port_opts os, oc;
   rdmx_port_info info;
   struct sigaction sa;
-  int i, j, srv, cli, tcp;
-  for (i = 1; i + 1 < argc; i += 2) {
-    for (j = 0; j < 9 && strcmp(argv[i], names[j]); ++j) continue;
-    if (j == 9) break;
-    arg[j] = argv[i + 1];
-  }
-  device = arg[0], wire = arg[1], role = arg[2], listen_at = arg[7], peer = arg[8];
-  g_blocks = strtoull(arg[3], NULL, 0), g_requests = strtoull(arg[4], NULL, 0);
-  g_qd = (uint32_t)strtoul(arg[5], NULL, 0), g_max_io = strtoull(arg[6], NULL, 0);
+  int rc, srv, cli, tcp;
+  if ((rc = parse_args(argc, argv, &a)) >= 0) return rc;
+  device = a.device, wire = a.wire, role = a.role, listen_at = a.listen, peer = a.peer;
   srv = strcmp(role, "client") != 0;
   cli = strcmp(role, "server") != 0;
   tcp = listen_at || peer;
-  if (i < argc || !g_qd || g_qd >= MAXQ || !g_max_io || g_max_io > 16 ||
-      g_blocks < g_qd * g_max_io || (wire == NULL && !tcp) != (srv && cli) ||
-      (wire && strncmp(wire, "shm:", 4)) || (listen_at && cli) || (peer && srv) || (peer && wire)) {
-    fprintf(stderr,
-            "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
-            " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
-            " [--qd 1..63] [--max-io 1..16]\n");
-    return 2;
-  }
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);

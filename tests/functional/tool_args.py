@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""The tools' argument convention (rdmx/core/cli.hpp; blockd keeps it in C): getopt_long, so
+`--opt value` and `--opt=value` mean the same; a bad argument is one line on stderr,
+"TOOL: error: ...", and exit status 2.
+
+Usage: tool_args.py TOOL PATH   (TOOL: blockd; rdmx-wqe is covered by tests/wqe/test_cli.cpp)"""
+import subprocess
+import sys
+
+CASES = {
+    "blockd": {
+        "ok": [["--qd", "4", "--max-io=2", "--blocks", "64", "--requests=200"],
+               ["--qd=4", "--max-io", "2", "--blocks=64", "--requests", "200"]],
+        "bad": [["--bogus"], ["--qd"], ["--qd", "0"], ["--qd=64"], ["--max-io", "x"],
+                ["--blocks", "-1"], ["stray"], ["--role", "server"], ["--role", "sideways"],
+                ["--wire", "tmp:x", "--role", "server"], ["--wire", "shm:x"],
+                ["--qd", "8", "--max-io", "16", "--blocks", "100"]],
+    },
+}
+
+
+def main(tool, path):
+    for args in CASES[tool]["ok"]:
+        p = subprocess.run([path] + args, capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise SystemExit(f"{tool} {' '.join(args)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        print(f"{tool} {' '.join(args)}: exit 0")
+    for args in CASES[tool]["bad"]:
+        p = subprocess.run([path] + args, capture_output=True, text=True, timeout=60)
+        lines = p.stderr.splitlines()
+        if p.returncode != 2 or len(lines) != 1 or not lines[0].startswith(f"{tool}: error: "):
+            raise SystemExit(f"{tool} {' '.join(args)}: exit {p.returncode} (want 2) and "
+                             f"{len(lines)} stderr lines (want one '{tool}: error: ...'):\n"
+                             f"{p.stderr}")
+        print(f"{tool} {' '.join(args)}: exit 2: {lines[0]}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
