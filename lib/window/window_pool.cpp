@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -25,6 +26,14 @@ const char* window_state_name(WindowState s) noexcept {
 }
 
 namespace {
+
+// "window 3 (mkey 0x1234, state mapped, owner 0)": how check_windows names a window.
+std::string describe(const Window& w) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%x", w.rkey());
+  return "window " + std::to_string(w.id()) + " (mkey 0x" + b + ", state " +
+         window_state_name(w.state()) + ", owner " + std::to_string(w.owner()) + ")";
+}
 
 // One window's pointer-mode KLM array: its translation entries (a multiple of 4, PRM), 2 KiB
 // aligned (PRM, mlx5-facts.md).
@@ -203,15 +212,7 @@ Result<Census> WindowPool::check_windows() {
   c.total = n;
   std::string err;
   auto fail = [&](const Window* w, const std::string& what) {
-    if (err.empty())
-      err = "window " + std::to_string(w->id_) + " (mkey 0x" +
-            [&] {
-              char b[16];
-              std::snprintf(b, sizeof b, "%x", w->mkey_base_ | w->key_);
-              return std::string(b);
-            }() +
-            ", state " + window_state_name(w->state_) + ", owner " + std::to_string(w->owner_) +
-            "): " + what;
+    if (err.empty()) err = describe(*w) + ": " + what;
   };
   auto visit = [&](const Window* w, const char* where) -> bool {
     if (!owns(w)) {
