@@ -91,44 +91,27 @@ ldd "$tmp/blockd-static" | grep -q librdmx && fail "static blockd still loads li
 # 2. The C++ API from the installed headers and librdmx.a.
 cat >"$tmp/cpp_user.cpp" <<'EOF'
 #include <cstdio>
-#include <rdmx/emu/emu.hpp>
-#include <rdmx/mem/arena.hpp>
+#include <rdmx/endpoint/connect.hpp>
+#include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/page_allocator.hpp>
-#include <rdmx/win/poll_core.hpp>
-#include <rdmx/win/window_pool.hpp>
 #include <rdmx/rdmx.h>
-struct Side {
-  std::unique_ptr<rdmx::mem::Arena> arena;
-  std::unique_ptr<rdmx::win::WindowPool> pool;
-  std::unique_ptr<rdmx::win::PollCore> core;
-};
-static bool make(rdmx::mlx5::Device& dev, Side& s) {
-  rdmx::mem::ArenaConfig ac;
-  ac.bytes = 1 << 20;
-  auto a = rdmx::mem::Arena::create(dev, ac);
-  if (!a) return false;
-  s.arena = std::move(a).value();
-  auto p = rdmx::win::WindowPool::create(dev, *s.arena, {});
-  if (!p) return false;
-  s.pool = std::move(p).value();
-  auto c = rdmx::win::PollCore::create(*s.pool, {});
-  if (!c) return false;
-  s.core = std::move(c).value();
-  return true;
-}
 int main() {
-  auto pair = rdmx::emu::make_pair();
-  if (!pair) return 1;
-  Side a, b;
-  if (!make(*pair->a, a) || !make(*pair->b, b)) return 2;
-  if (!rdmx::mlx5::connect_qps(*pair->a, a.core->qp_handle(), *pair->b, b.core->qp_handle()))
-    return 3;
-  rdmx::mem::PageAllocator pages(*a.arena);
+  auto devs = rdmx::endpoint::open_device_pair("emu");  // or open_device("mlx5_0") per side
+  if (!devs) return 1;
+  rdmx::endpoint::EndpointConfig cfg;
+  cfg.arena.bytes = 1 << 20;
+  auto a = rdmx::endpoint::Endpoint::create(std::move(devs.value()[0]), cfg);
+  auto b = rdmx::endpoint::Endpoint::create(std::move(devs.value()[1]), cfg);
+  if (!a || !b) return 2;
+  if (!rdmx::endpoint::connect_endpoints(a.value(), b.value())) return 3;
+  rdmx::win::PollCore& core = a.value().core();
+  rdmx::mem::PageAllocator pages(a.value().arena());
   uint64_t page = pages.alloc();
-  auto m = a.core->map({&page, 1}, rdmx::mlx5::kAccessLocalWrite, 0, 4096);
+  auto m = core.map({&page, 1}, rdmx::mlx5::kAccessLocalWrite, 0, 4096);
   if (!m.ok()) return 4;
-  if (a.core->unmap(m.window) != rdmx::Errc::kOk) return 5;
-  if (!a.core->quiesce()) return 6;
+  if (core.unmap(m.window) != rdmx::Errc::kOk) return 5;
+  if (!core.quiesce()) return 6;
   std::printf("C++ API: mapped and unmapped window rkey 0x%x (rdmx %s)\n", m.rkey,
               rdmx_version_string());
   return 0;
