@@ -24,6 +24,10 @@ struct App {
   std::string topology_text;
   std::string telemetry_path;
   bool quit = false;
+  bool stats_shown = false;  // `stop` printed the statistics of the run that ended
+  // --cmdline-file: lines that did not parse (the exit status is then 2) and the first of them.
+  unsigned script_errors = 0;
+  std::string first_script_error;
 
   std::atomic<bool> running{false};
   // Set (release) once the testbed and prm are complete; telemetry handlers, which run on

@@ -65,6 +65,7 @@ void do_stop(void*, cmdline* cl, void*) {
     say(cl, format_text(a.stats(), a.seconds(), a.labels()));
   else
     a.print_stats("stats");
+  a.stats_shown = true;
 }
 
 void do_quit(void*, cmdline* cl, void*) {
@@ -284,34 +285,56 @@ cmdline_parse_inst_t cmd_sleep = {
 cmdline_parse_ctx_t main_ctx[] = {&cmd_start, &cmd_stop,  &cmd_show, &cmd_set_fwd, &cmd_set_num,
                                   &cmd_clear, &cmd_sleep, &cmd_help, &cmd_quit,    nullptr};
 
-// One line from a file or a pipe: echo it, run it, explain a failure.
-void run_line(cmdline* cl, std::string line) {
+// The syntax of every command that starts with `word` ("set fwd umr|write|read|rpc|relay, set
+// burst|pages N"), from the instances' help strings; empty when none does.
+std::string syntax_of(const std::string& word) {
+  std::string o;
+  for (cmdline_parse_inst_t** i = main_ctx; *i; ++i) {
+    std::string h = (*i)->help_str;
+    h = h.substr(0, h.find(':'));
+    if (h.compare(0, word.size(), word) != 0 || (h.size() > word.size() && h[word.size()] != ' '))
+      continue;
+    o += (o.empty() ? "" : ", ") + h;
+  }
+  return o;
+}
+
+// One line from a file or a pipe: echo it, run it, explain a failure. Returns the error (empty
+// when the line parsed).
+std::string run_line(App& a, cmdline* cl, std::string line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
   const size_t b = line.find_first_not_of(" \t");
-  if (b == std::string::npos || line[b] == '#') return;
+  if (b == std::string::npos || line[b] == '#') return "";
   // cmdline_new printed the first prompt; every later one is printed after a command.
   cmdline_printf(cl, "%s\n", line.c_str());
   line += "\n";
   const int rc = cmdline_parse_check(cl, line.c_str());
   if (rc >= 0) {  // success: the length parsed
     cmdline_parse(cl, line.c_str());
-    cmdline_printf(cl, "%s", kPrompt);
-    return;
+    if (!a.quit) cmdline_printf(cl, "%s", kPrompt);
+    return "";
   }
-  std::string word = line.substr(b, line.find_first_of(" \t\n", b) - b);
+  const std::string word = line.substr(b, line.find_first_of(" \t\n", b) - b);
+  const std::string syntax = syntax_of(word);
+  std::string err;
   if (rc == CMDLINE_PARSE_AMBIGUOUS)
-    cmdline_printf(cl, "error: ambiguous command '%s'; type 'help'\n", word.c_str());
-  else if (rc == CMDLINE_PARSE_BAD_ARGS)
-    cmdline_printf(cl, "error: bad arguments for '%s'; type 'help' for the syntax\n", word.c_str());
+    err = "ambiguous command '" + word + "'; type 'help'";
+  else if (rc == CMDLINE_PARSE_BAD_ARGS && !syntax.empty())
+    err = "bad arguments for '" + word + "': " + syntax;
   else
-    cmdline_printf(cl, "error: unknown command '%s'; type 'help' for the list\n", word.c_str());
-  cmdline_printf(cl, "%s", kPrompt);
+    err = "unknown command '" + word + "'; type 'help' for the list";
+  cmdline_printf(cl, "error: %s\n%s", err.c_str(), kPrompt);
+  return err;
 }
 
-void run_lines(App& a, cmdline* cl, std::istream& in) {
+void run_lines(App& a, cmdline* cl, std::istream& in, bool script) {
   std::string line;
+  unsigned n = 0;
   while (!a.quit && !g_signal.load() && std::getline(in, line)) {
-    run_line(cl, line);
+    ++n;
+    const std::string err = run_line(a, cl, line);
+    if (script && !err.empty() && a.script_errors++ == 0)
+      a.first_script_error = "line " + std::to_string(n) + ": " + err;
     background_tick(a);
   }
 }
@@ -327,8 +350,8 @@ void run_prompt(App& a) {
     } else if (cl) {
       std::printf("rdmafwd: running commands from %s\n", a.prm.cmdline_file.c_str());
       std::fflush(stdout);
-      run_lines(a, cl, f);
-      cmdline_printf(cl, "\n");
+      run_lines(a, cl, f, true);
+      if (!a.quit) cmdline_printf(cl, "\n");
     }
     if (cl) cmdline_free(cl);
     // Without -i, the file was the whole session; a run it left going ends as usual.
@@ -345,8 +368,8 @@ void run_prompt(App& a) {
   if (!isatty(STDIN_FILENO)) {
     cmdline* cl = cmdline_new(main_ctx, kPrompt, -1, STDOUT_FILENO);
     if (!cl) return;
-    run_lines(a, cl, std::cin);
-    cmdline_printf(cl, "\n");
+    run_lines(a, cl, std::cin, false);
+    if (!a.quit) cmdline_printf(cl, "\n");
     cmdline_free(cl);
     return;
   }

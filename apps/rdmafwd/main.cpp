@@ -8,6 +8,7 @@
 // not found.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
@@ -158,6 +159,7 @@ Status App::start() {
   run_start_tsc = rte_rdtsc();
   if (Status s = launcher->start(lane_main); !s) return s;
   running = true;
+  stats_shown = false;
   return {};
 }
 
@@ -406,6 +408,9 @@ int main(int argc, char** argv) {
     if (s == "--fwd" || s == "--device" || s == "--duration")
       return fail_usage(prog, "'" + s + "' is an rdmafwd option: put it after `--`");
   }
+  // A script that cannot be read is a usage error found before any set-up.
+  if (!a.prm.cmdline_file.empty() && ::access(a.prm.cmdline_file.c_str(), R_OK) != 0)
+    return fail_usage(prog, "--cmdline-file " + a.prm.cmdline_file + ": " + std::strerror(errno));
 
   rt::EalOptions eo;
   eo.auto_no_huge = true;
@@ -472,11 +477,15 @@ int main(int argc, char** argv) {
                                                  : "while waiting for the peer");
   if (!tb) {
     const Error& e = tb.error();
-    // A rendezvous error names the peer; others the device.
+    // A rendezvous error names the peer; others the device (with a hint when memory ran out).
     if (e.message.rfind("rendezvous: ", 0) == 0)
       std::fprintf(stderr, "rdmafwd: %s\n", e.message.c_str());
     else
-      std::fprintf(stderr, "rdmafwd: %s: %s\n", a.prm.device.c_str(), e.message.c_str());
+      std::fprintf(stderr, "rdmafwd: %s: %s%s\n", a.prm.device.c_str(), e.message.c_str(),
+                   e.code == Errc::kNoMemory
+                       ? " (smaller --page-size, --max-pages, --io-depth or --windows-per-core "
+                         "need less memory)"
+                       : "");
     if (e.code == Errc::kNoDevice) return kExitNoDevice;
     if (e.code == Errc::kInvalidArgument) return kExitUsage;
     return kExitRuntime;
@@ -543,8 +552,16 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "rdmafwd: %s\n", s.error().message.c_str());
     }
     run_prompt(a);
-    if (a.running) (void)a.stop();
-    a.print_stats("summary", -1);
+    // The last run's statistics, unless `stop` just printed them.
+    if (a.running || !a.stats_shown) {
+      if (a.running) (void)a.stop();
+      a.print_stats("summary", -1);
+    }
+    if (a.script_errors) {
+      std::fprintf(stderr, "rdmafwd: error: --cmdline-file %s: %s\n", a.prm.cmdline_file.c_str(),
+                   a.first_script_error.c_str());
+      return kExitUsage;
+    }
   } else {
     if (g_signal.load()) return interrupted("before forwarding started");
     if (Status s = a.start(); !s) {

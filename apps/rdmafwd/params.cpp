@@ -39,7 +39,9 @@ std::string usage_text(const std::string& prog) {
     n.resize(std::max<size_t>(n.size() + 1, 42), ' ');
     u += n + pr.about + "\n";
   }
-  u += "  --fwd MODE             forwarding engine: " + engine_names("|") + " (default rpc)\n";
+  u += "  --fwd MODE             forwarding engine: " + engine_names("|") +
+       " (default rpc);\n"
+       "                         also --forward-mode=MODE (testpmd's spelling)\n";
   u += "  --nb-cores N           poll lcores (default 1; needs N worker lcores in -l)\n";
   u += "  --pages-per-io N       chunk pages per I/O (default 16)\n";
   u += "  --max-pages N          translation entries per window (default max(pages-per-io, 16))\n";
@@ -48,11 +50,12 @@ std::string usage_text(const std::string& prog) {
   u += "  --burst N              most I/Os issued per loop iteration, one doorbell (default 16)\n";
   u += "  --io-depth N           I/Os in flight per lane (default 32)\n";
   u += "  --stats-period SEC     print statistics every SEC seconds (default off)\n";
-  u += "  --duration SEC         forward for SEC seconds, then stop\n";
+  u += "  --duration SEC         forward for SEC seconds, then stop (0, the default: until\n"
+       "                         Ctrl-C, --io-count or `stop`)\n";
   u += "  --io-count N           stop after N I/Os (all lanes together)\n";
   u += "  --json                 machine-readable statistics (JSON lines on stdout)\n";
   u += "  -i, --interactive      interactive prompt (DPDK cmdline)\n";
-  u += "  --auto-start           interactive: start forwarding at once\n";
+  u += "  -a, --auto-start       interactive: start forwarding at once\n";
   u += "  --cmdline-file FILE    run prompt commands from FILE (then the prompt with -i)\n";
   u += "  --role server|client   two-process mode (with --listen/--peer, or --wire alone)\n";
   u += "  --listen [ADDR:]PORT   server: wait for clients on this TCP address (rendezvous; the\n"
@@ -76,9 +79,11 @@ std::string usage_text(const std::string& prog) {
   u += "  --fault-kinds LIST     error-cqe,qp-error,unreachable,delay (default all)\n";
   u += "  --fault-seed N         seed of the fault schedule (default 1)\n";
   u += "  -h, --help             this text\n";
+  u += "every option takes its value as --opt VALUE or --opt=VALUE\n";
   u += "exit status: 0 ok, 1 runtime failure (errors, verification, no peer, the peer went\n"
-       "             away), 2 bad arguments (also: the peer runs with other sizes),\n"
-       "             3 device not found, 130 interrupted\n";
+       "             away), 2 bad arguments (also: the peer runs with other sizes, a\n"
+       "             --cmdline-file line that does not parse), 3 device not found,\n"
+       "             130 interrupted before forwarding started\n";
   return u;
 }
 
@@ -155,10 +160,11 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
       return o;
     } else if (a == "--device") {
       if (!need(p.device) || p.device.empty()) return fail("option --device needs a value");
-    } else if (a == "--fwd") {
-      if (!need(v)) return fail("option --fwd needs a value");
+    } else if (a == "--fwd" || a == "--forward-mode") {  // testpmd's name
+      if (!need(v)) return fail("option " + a + " needs a value");
       if (!find_engine(v)) {
-        return fail("option --fwd: unknown mode '" + v + "' (one of " + engine_names(", ") + ")");
+        return fail("option " + a + ": unknown mode '" + v + "' (one of " + engine_names(", ") +
+                    ")");
       }
       p.fwd = v;
     } else if (a == "--nb-cores") {
@@ -200,7 +206,7 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
       p.json = true;
     } else if ((a == "-i" || a == "--interactive") && flag()) {
       p.interactive = true;
-    } else if (a == "--auto-start" && flag()) {
+    } else if ((a == "-a" || a == "--auto-start") && flag()) {
       p.auto_start = true;
     } else if (a == "--cmdline-file") {
       if (!need(p.cmdline_file) || p.cmdline_file.empty())

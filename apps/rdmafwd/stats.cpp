@@ -83,14 +83,13 @@ void LaneSnap::take(const Lane& l) {
   hist.take(c.lat);
 }
 
-#define RDMAFWD_FIELDS(X)                                                                         \
-  X(ios)                                                                                          \
-  X(bytes)                                                                                        \
-  X(io_errors)                                                                                    \
-  X(verify_fail)                                                                                  \
-  X(rejected) X(corrupted) X(maps) X(unmaps) X(pages_mapped) X(cache_hits) X(cache_misses)        \
-      X(remote_inv) X(umr_errors) X(wqe_errors) X(recoveries) X(exhausted) X(issued) X(abandoned) \
-          X(faults_injected) X(faults_recovered) X(fault_ios) X(dead)
+// clang-format off
+#define RDMAFWD_FIELDS(X)                                                                       \
+  X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps)        \
+  X(pages_mapped) X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors)       \
+  X(recoveries) X(exhausted) X(issued) X(abandoned) X(faults_injected) X(faults_recovered)      \
+  X(fault_ios) X(dead)
+// clang-format on
 
 #define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
 

@@ -1,3 +1,4 @@
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -45,7 +46,14 @@ Result<std::unique_ptr<Arena>> Arena::create(mlx5::Device& dev, const ArenaConfi
       break;
     case Source::kHeap:
       mem = std::aligned_alloc(cfg.page_size, bytes);
-      if (!mem) return make_error(Errc::kNoMemory, "arena: aligned_alloc failed");
+      if (!mem) {
+        char what[160];
+        std::snprintf(what, sizeof what,
+                      "arena: cannot allocate %zu bytes (%.1f MiB) aligned to %u-byte pages "
+                      "from the heap (aligned_alloc: out of memory)",
+                      bytes, static_cast<double>(bytes) / (1 << 20), cfg.page_size);
+        return make_error(Errc::kNoMemory, what);
+      }
       std::memset(mem, 0, bytes);
       a->heap_ = mem;
       break;

@@ -1,5 +1,6 @@
 #include <rdmx/rt/eal.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -140,7 +141,7 @@ Result<EalPlan> plan_eal_args(const std::vector<std::string>& eal, const EalOpti
 
   if (user_no_huge && user_in_memory) {
     return make_error(Errc::kInvalidArgument,
-                      "EAL: --no-huge cannot be combined with --in-memory in DPDK 22.11 (it "
+                      "--no-huge cannot be combined with --in-memory in DPDK 22.11 (it "
                       "rejects the pair as 'legacy-mem'); drop --in-memory: with --no-huge the "
                       "memory is already private to the process (add --no-shconf to also skip "
                       "the shared config files)");
@@ -275,6 +276,43 @@ std::vector<LcoreSlot> Eal::lcores() const {
   return out;
 }
 
+namespace {
+
+// The process holding DPDK's config file of a runtime directory (the primary process of that
+// --file-prefix keeps a write lock on it: lib/eal/linux/eal.c, rte_config_init), or 0.
+pid_t config_lock_holder(const char* runtime_dir) {
+  if (!runtime_dir || !*runtime_dir) return 0;
+  const std::string path = std::string(runtime_dir) + "/config";
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return 0;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  const pid_t holder = ::fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK ? fl.l_pid : 0;
+  ::close(fd);
+  return holder;
+}
+
+// rte_eal_init's failure as one message (the caller prefixes "EAL: " once). EINVAL (a bad EAL
+// argument) is a usage error. Some failures leave rte_errno at 0 (DPDK 22.11's "Cannot init
+// config" among them): say what is known rather than strerror(0), "Success".
+Error eal_init_error(int err, bool hugepages_ok) {
+  if (err == EINVAL)
+    return make_error(Errc::kInvalidArgument,
+                      "rte_eal_init failed: invalid EAL arguments (see DPDK's lines above)");
+  std::string msg = "rte_eal_init failed";
+  if (err != 0) msg += std::string(": ") + rte_strerror(err);
+  if (const pid_t holder = config_lock_holder(rte_eal_get_runtime_dir()))
+    msg += ": its --file-prefix is in use by process " + std::to_string(holder) +
+           " (give each process its own --file-prefix)";
+  else if (err == 0)
+    msg += " (DPDK gave no error code; its last 'EAL:' line above says why)";
+  if (!hugepages_ok) msg += " (no free hugepages: add --no-huge -m 256, or reserve hugepages)";
+  return make_error(err == EALREADY ? Errc::kState : Errc::kDeviceError, std::move(msg));
+}
+
+}  // namespace
+
 Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
   HugepageInfo detected;
   const HugepageInfo* hp = opts.hugepages;
@@ -286,7 +324,7 @@ Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
   if (!plan) return std::move(plan).error();
   if (g_eal_used.exchange(true)) {
     return make_error(Errc::kState,
-                      "EAL: rte_eal_init already ran in this process (DPDK allows one init per "
+                      "rte_eal_init already ran in this process (DPDK allows one init per "
                       "process, and none after rte_eal_cleanup)");
   }
   auto st = std::make_unique<State>();
@@ -300,15 +338,9 @@ Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
   for (const auto& s : st->storage) joined += " " + s;
   RDMX_LOG_INFO("EAL: rte_eal_init(%s )", joined.c_str());
 
+  rte_errno = 0;
   int rc = rte_eal_init(static_cast<int>(st->storage.size()), st->argv.data());
-  if (rc < 0) {
-    int err = rte_errno;
-    std::string msg = std::string("EAL: rte_eal_init failed: ") + rte_strerror(err);
-    if (!st->plan.no_huge && !hp->any_free()) {
-      msg += " (no free hugepages: add --no-huge -m 256, or reserve hugepages)";
-    }
-    return make_error(Errc::kDeviceError, std::move(msg));
-  }
+  if (rc < 0) return eal_init_error(rte_errno, st->plan.no_huge || hp->any_free());
   st->runtime_dir = rte_eal_get_runtime_dir();
   if (st->plan.owns_runtime_dir) sweep_stale_runtime_dirs(st->runtime_dir);
   return Eal(std::move(st));

@@ -125,9 +125,9 @@ quit
 """
 
 
-def check_prompt_output(p):
+def check_prompt_output(p, want_exit=0):
     out = p.stdout
-    check(p.returncode == 0, f"exit {p.returncode}", p)
+    check(p.returncode == want_exit, f"exit {p.returncode}, want {want_exit}", p)
     for want in ["forwarding started: fwd rpc", "forwarding stopped", "every window in exactly one place: ok",
                  "error: unknown command 'frobnicate'", "larger than the windows", "pages set to 8",
                  "fwd set to umr", "forwarding started: fwd umr", "forwarding started: fwd relay",
@@ -167,8 +167,13 @@ def case_prompt_file(binary):
         path = f.name
     try:
         p = run(binary, ["--cmdline-file", path], stdin="")
-        check_prompt_output(p)
+        # The script's "frobnicate now" does not parse: the session runs to its end, then exit 2
+        # with the line that failed (a piped prompt, above, is interactive use: exit 0).
+        check_prompt_output(p, want_exit=2)
         check("running commands from" in p.stdout, "file not announced", p)
+        last = p.stderr.strip().splitlines()[-1]
+        check(last.startswith("rdmafwd: error: --cmdline-file") and "unknown command 'frobnicate'" in last
+              and "line 10:" in last, f"last stderr line: {last!r}", p)
     finally:
         os.unlink(path)
 
@@ -236,6 +241,63 @@ def case_bad_args(binary):
     check(p.returncode == 0 and "--pages-per-io" in p.stdout, "--help", p)
 
 
+def first_rdmafwd_line(p):
+    lines = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd:")]
+    return lines[0] if lines else ""
+
+
+def case_eal_errors(binary):
+    # A bad EAL argument is a usage error: exit 2, one rdmafwd line, "EAL:" once.
+    p = subprocess.run([binary, "--no-such-eal-option", "--", "--fwd", "rpc"], capture_output=True,
+                       text=True, timeout=30)
+    check(p.returncode == 2, f"bad EAL argument: exit {p.returncode}, want 2", p)
+    mine = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd:")]
+    check(len(mine) == 1 and mine[0].count("EAL:") == 1, f"rdmafwd lines: {mine!r}", p)
+    # Two processes with one --file-prefix: the second says who holds it, never "Success".
+    prefix = f"fwdpfx{os.getpid()}"
+    eal = EAL + ["--file-prefix", prefix]
+    first = subprocess.Popen([binary] + eal + ["--", "--fwd", "rpc", "--duration", "20"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ok, seen = read_until(first.stdout, lambda l: l.startswith("rdmafwd: telemetry:"), 60)
+        check(ok, f"first instance never came up: {seen}")
+        p = run(binary, ["--fwd", "rpc", "--duration", "1"], eal=eal, timeout=30)
+        check(p.returncode == 1, f"second instance: exit {p.returncode}, want 1", p)
+        line = first_rdmafwd_line(p)
+        check("Success" not in p.stderr and f"in use by process {first.pid}" in line,
+              f"second instance: {line!r}", p)
+    finally:
+        first.send_signal(2)
+        first.communicate(timeout=30)
+
+
+def case_options(binary):
+    # --cmdline-file that cannot be read: exit 2 before any set-up (no EAL line at all).
+    p = run(binary, ["--cmdline-file", "/nonexistent/cmds"], timeout=20)
+    check(p.returncode == 2, f"missing --cmdline-file: exit {p.returncode}, want 2", p)
+    check(p.stderr.splitlines()[0].startswith("rdmafwd: error: --cmdline-file /nonexistent/cmds"),
+          "first stderr line", p)
+    check("rte_eal_init" not in p.stderr, "the EAL was started before the file was checked", p)
+    # testpmd's spellings: --forward-mode=MODE, -a; --opt=value.
+    p = run(binary, ["--forward-mode=umr", "--duration=0.3", "--json"])
+    check(p.returncode == 0 and summary(p)["fwd"] == "umr", f"--forward-mode=umr: exit {p.returncode}", p)
+    p = run(binary, ["--forward-mode=io"], timeout=20)
+    check(p.returncode == 2 and "unknown mode 'io' (one of umr, write, read, rpc, relay)" in p.stderr,
+          f"--forward-mode=io: exit {p.returncode}", p)
+    # Prompt: an error lists what is valid; `quit` after `stop` prints no prompt and no second
+    # summary; -a started forwarding.
+    p = run(binary, ["-i", "-a"], stdin="set fwd io\nstop\nquit\n")
+    check(p.returncode == 0, f"-i -a: exit {p.returncode}", p)
+    check("error: bad arguments for 'set': set fwd umr|write|read|rpc|relay, set burst|pages N"
+          in p.stdout, "the prompt error does not list the valid commands", p)
+    check("forwarding stopped" in p.stdout, "-a did not start forwarding", p)
+    check(p.stdout.count("rdmafwd statistics since") == 1, "statistics printed twice", p)
+    check(p.stdout.rstrip().endswith("rdmafwd> quit"), f"output after quit: {p.stdout[-200:]!r}", p)
+    # --duration 0 is documented as "until Ctrl-C".
+    h = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=20)
+    check("0, the default: until" in h.stdout and "Ctrl-C" in h.stdout, "--duration 0 undocumented", h)
+
+
 def case_no_device(binary):
     p = run(binary, ["--device", "mlx5_0", "--fwd", "rpc", "--duration", "1"], timeout=20)
     check(p.returncode == 3, f"exit {p.returncode}, want 3", p)
@@ -301,21 +363,27 @@ def runtime_dir_left(pid):
 
 
 def read_until(stream, pred, timeout):
-    """Reads lines from a text pipe until pred(line) or timeout; returns (found, lines read)."""
-    import selectors
-    sel = selectors.DefaultSelector()
-    sel.register(stream, selectors.EVENT_READ)
-    seen = []
+    """Reads lines from a pipe until pred(line) or timeout; returns (found, lines read). Reads the
+    file descriptor itself: a text stream's readline may buffer lines that select() then no longer
+    sees, and the wait would last until the process exits. What came with the matching line is
+    returned too."""
+    import select
+    fd = stream.fileno()
+    buf, seen = b"", []
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if not sel.select(timeout=max(0.0, end - time.monotonic())):
+        if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
             break
-        line = stream.readline()
-        if not line:
+        chunk = os.read(fd, 65536)
+        if not chunk:
             break
-        seen.append(line)
-        if pred(line):
-            return True, seen
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            seen.append(line.decode(errors="replace") + "\n")
+            if pred(seen[-1]):
+                seen.append(buf.decode(errors="replace"))
+                return True, seen
     return False, seen
 
 
@@ -417,6 +485,8 @@ CASES = {
     "two-process": case_two_process,
     "bad-args": case_bad_args,
     "no-device": case_no_device,
+    "eal-errors": case_eal_errors,
+    "options": case_options,
     "telemetry": case_telemetry,
     "sigint": case_sigint,
     "sigint-early": case_sigint_early,
