@@ -1,5 +1,6 @@
 // rdmx-perf: per-core latency and throughput microbenchmarks of rdmx, each figure beside a peer
 // measured in the same run (doc/guides/rdmx-perf.md).
+#include <getopt.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -149,59 +150,103 @@ int main(int argc, char** argv) {
   Ctx ctx;
   bool want_callgrind = false;
   int device_cpu = -1;
-  const auto& app = split->app;
-  for (size_t i = 0; i < app.size(); ++i) {
-    const std::string& a = app[i];
-    auto next = [&](const char* what) -> const char* {
-      if (i + 1 >= app.size()) {
-        std::fprintf(stderr, "rdmx-perf: %s needs a value\n", what);
-        std::exit(2);
-      }
-      return app[++i].c_str();
-    };
+  // getopt_long, as the other tools: --opt VALUE and --opt=VALUE.
+  enum : int {
+    kTest = 256,
+    kIterations,
+    kWarmup,
+    kRounds,
+    kStamped,
+    kBatch,
+    kDevice,
+    kDeviceCpu,
+    kPages,
+    kJson,
+    kHistogram,
+    kCallgrind
+  };
+  static const option kOptions[] = {{"help", no_argument, nullptr, 'h'},
+                                    {"test", required_argument, nullptr, kTest},
+                                    {"iterations", required_argument, nullptr, kIterations},
+                                    {"warmup", required_argument, nullptr, kWarmup},
+                                    {"rounds", required_argument, nullptr, kRounds},
+                                    {"stamped", required_argument, nullptr, kStamped},
+                                    {"batch", required_argument, nullptr, kBatch},
+                                    {"device", required_argument, nullptr, kDevice},
+                                    {"device-cpu", required_argument, nullptr, kDeviceCpu},
+                                    {"pages", required_argument, nullptr, kPages},
+                                    {"json", required_argument, nullptr, kJson},
+                                    {"histogram", required_argument, nullptr, kHistogram},
+                                    {"callgrind", no_argument, nullptr, kCallgrind},
+                                    {nullptr, 0, nullptr, 0}};
+  std::vector<std::string> args = {"rdmx-perf"};
+  args.insert(args.end(), split->app.begin(), split->app.end());
+  std::vector<char*> av;
+  for (auto& x : args) av.push_back(x.data());
+  av.push_back(nullptr);
+  opterr = 0;
+  optind = 1;
+  auto usage = [](const std::string& msg) {
+    std::fprintf(stderr, "rdmx-perf: error: %s (see --help)\n", msg.c_str());
+    std::exit(2);
+  };
+  auto num = [&](const char* what) {
     uint64_t v = 0;
-    auto num = [&](const char* what) {
-      if (!parse_u64(next(what), &v)) {
-        std::fprintf(stderr, "rdmx-perf: bad number for %s\n", what);
-        std::exit(2);
-      }
-      return v;
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    } else if (a == "--test") {
-      test = next("--test");
-    } else if (a == "--iterations") {
-      ctx.rc.iterations = std::max<uint64_t>(1, num("--iterations"));
-    } else if (a == "--warmup") {
-      ctx.rc.warmup = num("--warmup");
-    } else if (a == "--rounds") {
-      ctx.rc.rounds = static_cast<uint32_t>(std::max<uint64_t>(1, num("--rounds")));
-    } else if (a == "--stamped") {
-      ctx.rc.stamped = num("--stamped");
-    } else if (a == "--batch") {
-      ctx.batch = static_cast<uint32_t>(std::max<uint64_t>(1, num("--batch")));
-    } else if (a == "--device") {
-      ctx.device = next("--device");
-    } else if (a == "--device-cpu") {
-      device_cpu = static_cast<int>(num("--device-cpu"));
-    } else if (a == "--pages") {
-      if (!parse_list(next("--pages"), &ctx.pages)) {
-        std::fprintf(stderr, "rdmx-perf: bad --pages list\n");
-        return 2;
-      }
-    } else if (a == "--json") {
-      json_path = next("--json");
-    } else if (a == "--histogram") {
-      hist_path = next("--histogram");
-    } else if (a == "--callgrind") {
-      want_callgrind = true;
-    } else {
-      std::fprintf(stderr, "rdmx-perf: unknown option '%s' (see --help)\n", a.c_str());
-      return 2;
+    if (!parse_u64(optarg, &v)) usage(std::string("bad number '") + optarg + "' for --" + what);
+    return v;
+  };
+  int opt;
+  while ((opt = getopt_long(static_cast<int>(av.size()) - 1, av.data(), ":h", kOptions, nullptr)) !=
+         -1) {
+    switch (opt) {
+      case 'h':
+        std::fputs(kHelp, stdout);
+        return 0;
+      case kTest:
+        test = optarg;
+        break;
+      case kIterations:
+        ctx.rc.iterations = std::max<uint64_t>(1, num("iterations"));
+        break;
+      case kWarmup:
+        ctx.rc.warmup = num("warmup");
+        break;
+      case kRounds:
+        ctx.rc.rounds = static_cast<uint32_t>(std::max<uint64_t>(1, num("rounds")));
+        break;
+      case kStamped:
+        ctx.rc.stamped = num("stamped");
+        break;
+      case kBatch:
+        ctx.batch = static_cast<uint32_t>(std::max<uint64_t>(1, num("batch")));
+        break;
+      case kDevice:
+        ctx.device = optarg;
+        break;
+      case kDeviceCpu:
+        device_cpu = static_cast<int>(num("device-cpu"));
+        break;
+      case kPages:
+        if (!parse_list(optarg, &ctx.pages)) usage("bad --pages list");
+        break;
+      case kJson:
+        json_path = optarg;
+        break;
+      case kHistogram:
+        hist_path = optarg;
+        break;
+      case kCallgrind:
+        want_callgrind = true;
+        break;
+      case ':':
+        usage(std::string(av[optind - 1]) + " needs a value");
+        break;
+      default:
+        usage(std::string("unknown option '") + av[optind - 1] + "'");
     }
   }
+  if (optind < static_cast<int>(av.size()) - 1)
+    usage(std::string("unexpected argument '") + av[optind] + "'");
   // --help may also come before `--` when there are no EAL arguments.
   for (const auto& a : split->eal)
     if (a == "--help" || a == "-h") {
@@ -256,7 +301,7 @@ int main(int argc, char** argv) {
   auto eal = rdmx::rt::Eal::init(*split, eo);
   if (!eal) {
     std::fprintf(stderr, "rdmx-perf: EAL: %s\n", eal.error().message.c_str());
-    return 1;
+    return eal.error().code == rdmx::Errc::kInvalidArgument ? 2 : 1;
   }
   for (const auto& n : eal->notices()) std::fprintf(stderr, "rdmx-perf: %s\n", n.c_str());
 

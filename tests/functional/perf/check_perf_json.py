@@ -33,7 +33,7 @@ def main():
     binary, test = sys.argv[1], sys.argv[2]
     with tempfile.TemporaryDirectory() as d:
         jpath, hpath = d + "/out.json", d + "/hist.txt"
-        cmd = [binary, "--", "--test", test, "--iterations", "400", "--warmup", "40",
+        cmd = [binary, "--", "--test", test, "--iterations=400", "--warmup", "40",
                "--rounds", "2", "--json", jpath, "--histogram", hpath] + ARGS.get(test, [])
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
