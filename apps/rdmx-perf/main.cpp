@@ -163,22 +163,25 @@ int main(int argc, char** argv) {
     kPages,
     kJson,
     kHistogram,
-    kCallgrind
+    kCallgrind,
+    kBadRkey
   };
-  static const option kOptions[] = {{"help", no_argument, nullptr, 'h'},
-                                    {"test", required_argument, nullptr, kTest},
-                                    {"iterations", required_argument, nullptr, kIterations},
-                                    {"warmup", required_argument, nullptr, kWarmup},
-                                    {"rounds", required_argument, nullptr, kRounds},
-                                    {"stamped", required_argument, nullptr, kStamped},
-                                    {"batch", required_argument, nullptr, kBatch},
-                                    {"device", required_argument, nullptr, kDevice},
-                                    {"device-cpu", required_argument, nullptr, kDeviceCpu},
-                                    {"pages", required_argument, nullptr, kPages},
-                                    {"json", required_argument, nullptr, kJson},
-                                    {"histogram", required_argument, nullptr, kHistogram},
-                                    {"callgrind", no_argument, nullptr, kCallgrind},
-                                    {nullptr, 0, nullptr, 0}};
+  static const option kOptions[] = {
+      {"help", no_argument, nullptr, 'h'},
+      {"test", required_argument, nullptr, kTest},
+      {"iterations", required_argument, nullptr, kIterations},
+      {"warmup", required_argument, nullptr, kWarmup},
+      {"rounds", required_argument, nullptr, kRounds},
+      {"stamped", required_argument, nullptr, kStamped},
+      {"batch", required_argument, nullptr, kBatch},
+      {"device", required_argument, nullptr, kDevice},
+      {"device-cpu", required_argument, nullptr, kDeviceCpu},
+      {"pages", required_argument, nullptr, kPages},
+      {"json", required_argument, nullptr, kJson},
+      {"histogram", required_argument, nullptr, kHistogram},
+      {"callgrind", no_argument, nullptr, kCallgrind},
+      {"bad-rkey", no_argument, nullptr, kBadRkey},  // hidden: tests of the failure path
+      {nullptr, 0, nullptr, 0}};
   std::vector<std::string> args = {"rdmx-perf"};
   args.insert(args.end(), split->app.begin(), split->app.end());
   std::vector<char*> av;
@@ -237,6 +240,9 @@ int main(int argc, char** argv) {
         break;
       case kCallgrind:
         want_callgrind = true;
+        break;
+      case kBadRkey:
+        ctx.bad_rkey = true;
         break;
       case ':':
         usage(std::string(av[optind - 1]) + " needs a value");

@@ -17,6 +17,7 @@ struct Ctx {
   int measure_cpu = -1;         // CPU of the measuring (main) lcore
   int device_cpu = -1;          // CPU the emulated device thread is pinned to (threaded tests)
   std::string device = "emu";   // --device: umr_lat, io_lat, io_bw (umr runs on emu-sink)
+  bool bad_rkey = false;        // hidden --bad-rkey (tests): io WRITEs/READs complete in error
   std::vector<std::string>* warnings = nullptr;
   std::vector<std::string>* notices = nullptr;
 };

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <span>
 
+#include <rdmx/mlx5/prm/cqe.hpp>
+
 #include "node.hpp"
 #include "tests.hpp"
 
@@ -64,12 +66,20 @@ TestResult test_io(Ctx& ctx, bool bw) {
   need(mlx5::connect_qps(a.ep.device(), a.core().qp_handle(), *b.dev, b.qpn), "connect");
   win::PollCore& core = a.core();
   const uint64_t raddr = b.arena->base();
-  const uint32_t rkey = b.arena->mr().rkey;
+  // --bad-rkey (tests): a key the peer never gave out, so every WRITE/READ completes in error.
+  const uint32_t rkey = b.arena->mr().rkey ^ (ctx.bad_rkey ? 0xff00u : 0u);
   const uint32_t arena_lkey = a.ep.arena().lkey();
 
   // Shared by every case of a group: completions of any of them free a slot.
   uint32_t inflight = 0;
   uint64_t app_errors = 0, map_errors = 0;
+  // The first error completion (or a refused map/post) breaks the connection: every later call
+  // of the cases returns at once and the test fails after run_group, instead of waiting forever
+  // for completions an errored QP will not produce in the expected way.
+  std::string broken;
+  auto fail_once = [&](std::string why) {
+    if (broken.empty()) broken = std::move(why);
+  };
   // The window of each I/O in flight, by cookie: it is unmapped once its WRITE/READ completed,
   // as the NFS client invalidates after the reply. The unmap then needs no ordering fence (an
   // unmap posted right behind the WRITE is strongly ordered after it and stalls the SQ until
@@ -86,7 +96,11 @@ TestResult test_io(Ctx& ctx, bool bw) {
       if (core.unmap(later[i]) == Errc::kNoRoom) later[k++] = later[i];
     n_later = k;
     core.poll(32, [&](const mlx5::Completion& c) {
-      if (!c.ok()) ++app_errors;
+      if (!c.ok()) {
+        ++app_errors;
+        fail_once("a WRITE/READ completed in error (" +
+                  std::string(mlx5::prm::syndrome_name(c.status)) + ")");
+      }
       if (!c.signaled) return;
       --inflight;
       win::Window*& w = slot_win[c.cookie % kSlots];
@@ -97,10 +111,10 @@ TestResult test_io(Ctx& ctx, bool bw) {
     });
   };
   auto wait_slot = [&] {
-    while (inflight >= depth) reap();
+    while (inflight >= depth && broken.empty()) reap();
   };
   auto drain = [&] {
-    while (inflight > 0 || n_later > 0) reap();
+    while ((inflight > 0 || n_later > 0) && broken.empty()) reap();
   };
 
   uint64_t cookie = 0;
@@ -122,12 +136,18 @@ TestResult test_io(Ctx& ctx, bool bw) {
       g.push_back(
           make_bench(meta(std::string("io.") + op + ".map_unmap", "rdmx"), [&, pg, bytes, read] {
             wait_slot();
+            if (!broken.empty()) return;
             win::MapResult r;
             for (;;) {
               r = core.map(pg, kAccess, 0, bytes);
               if (r.ok()) break;
+              if (r.errc != Errc::kNoRoom && r.errc != Errc::kBusy) {
+                fail_once("map refused: " + std::string(errc_name(r.errc)));
+                return;
+              }
               ++map_errors;  // kNoRoom / kBusy: reap and retry
               reap();
+              if (!broken.empty()) return;
             }
             mlx5::prm::Sge sge{0, static_cast<uint32_t>(bytes), r.lkey};
             const Errc e = read ? core.post_read({&sge, 1}, raddr, rkey, ++cookie, true)
@@ -137,6 +157,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
               slot_win[cookie % kSlots] = r.window;  // unmapped by reap() at its completion
             } else {
               (void)core.unmap(r.window);
+              fail_once("post refused: " + std::string(errc_name(e)));
             }
             core.flush();
             if (depth == 1) drain();
@@ -144,13 +165,18 @@ TestResult test_io(Ctx& ctx, bool bw) {
       g.push_back(make_bench(
           meta(std::string("io.") + op + ".register_once", "peer"), [&, pg, bytes, read] {
             wait_slot();
+            if (!broken.empty()) return;
             mlx5::prm::Sge sge{pg[0], static_cast<uint32_t>(bytes), arena_lkey};
             Errc e;
             while ((e = read ? core.post_read({&sge, 1}, raddr, rkey, ++cookie, true)
                              : core.post_write({&sge, 1}, raddr, rkey, ++cookie, true)) ==
-                   Errc::kNoRoom)
+                       Errc::kNoRoom &&
+                   broken.empty())
               reap();
-            if (e == Errc::kOk) ++inflight;
+            if (e == Errc::kOk)
+              ++inflight;
+            else if (e != Errc::kNoRoom)
+              fail_once("post refused: " + std::string(errc_name(e)));
             core.flush();
             if (depth == 1) drain();
           }));
@@ -163,6 +189,9 @@ TestResult test_io(Ctx& ctx, bool bw) {
     auto res = run_group(rc, g);
     drain();
     std::free(fbuf);
+    if (!broken.empty())
+      throw std::runtime_error(broken + " (" + std::to_string(app_errors) +
+                               " error completion(s)); no figure is reported");
     // res: write.map_unmap, write.register_once, read.map_unmap, read.register_once, floor
     for (int k : {0, 2}) {
       // Depth 1: round trips, compared at p50 (means carry the device threads' preemptions);

@@ -19,4 +19,12 @@ expect "unexpected argument 'extra'" --test cache extra
 # A bad EAL argument is a usage error too.
 out=$(timeout 30 "$perf" --no-such-eal-option -- --test cache 2>&1); rc=$?
 [ "$rc" = 2 ] || { echo "bad EAL argument: exit $rc, want 2: $out"; exit 1; }
+# io tests whose WRITEs/READs complete in error (hidden --bad-rkey) fail, exit 1, at once.
+for t in io_lat io_bw; do
+  out=$(timeout 60 "$perf" -- --test $t --iterations 400 --warmup 40 --rounds 2 --pages 1 --bad-rkey 2>&1)
+  rc=$?
+  [ "$rc" = 1 ] || { echo "$t --bad-rkey: exit $rc, want 1 (124: it hung): $out"; exit 1; }
+  echo "$out" | grep -q "^rdmx-perf: test $t failed: a WRITE/READ completed in error (remote-access" ||
+    { echo "$t --bad-rkey: $out"; exit 1; }
+done
 echo "ok"
