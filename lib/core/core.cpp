@@ -1,3 +1,5 @@
+#include <atomic>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 
@@ -51,21 +53,33 @@ Error add_context(Error e, std::string_view what) {
 }
 
 namespace {
-LogLevel g_level = LogLevel::kInfo;
+std::atomic<LogLevel> g_level{LogLevel::kInfo};
+std::atomic<const LogSink*> g_sink{nullptr};
+}  // namespace
+
+void set_log_level(LogLevel l) noexcept { g_level.store(l, std::memory_order_relaxed); }
+LogLevel log_level() noexcept { return g_level.load(std::memory_order_relaxed); }
+void set_log_sink(const LogSink* sink) noexcept { g_sink.store(sink, std::memory_order_release); }
+
+bool log_enabled(LogLevel l) noexcept {
+  if (const LogSink* s = g_sink.load(std::memory_order_acquire)) return s->enabled(l);
+  return static_cast<int>(l) <= static_cast<int>(log_level());
 }
 
-void set_log_level(LogLevel l) noexcept { g_level = l; }
-LogLevel log_level() noexcept { return g_level; }
-
 void log(LogLevel l, const char* fmt, ...) noexcept {
-  if (static_cast<int>(l) > static_cast<int>(g_level)) return;
-  static const char* const kNames[] = {"ERR", "WARN", "INFO", "DEBUG"};
-  std::fprintf(stderr, "rdmx %s: ", kNames[static_cast<int>(l)]);
+  const LogSink* sink = g_sink.load(std::memory_order_acquire);
+  if (sink ? !sink->enabled(l) : static_cast<int>(l) > static_cast<int>(log_level())) return;
+  char line[1024];
   va_list ap;
   va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
+  std::vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  std::fputc('\n', stderr);
+  if (sink) {
+    sink->write(l, line);
+    return;
+  }
+  static const char* const kNames[] = {"ERR", "WARN", "INFO", "DEBUG"};
+  std::fprintf(stderr, "rdmx %s: %s\n", kNames[static_cast<int>(l)], line);
 }
 
 }  // namespace rdmx

@@ -17,6 +17,8 @@
 #include <rdmx/core/log.hpp>
 #include <rdmx/rt/dpdk.hpp>
 
+#include <rte_log.h>
+
 namespace rdmx::rt {
 
 namespace {
@@ -228,12 +230,53 @@ Eal& Eal::operator=(Eal&& o) noexcept {
   return *this;
 }
 
+namespace {
+
+// rdmx's log lines through DPDK's logging once the EAL runs: log type "rdmx.lib", registered
+// with rte_log_register_type_and_pick_level so that an EAL `--log-level=rdmx.*:LEVEL` given on
+// the command line applies (lib/eal/common/eal_common_log.c). The lines keep rdmx's own format.
+int g_logtype = -1;
+
+uint32_t rte_level(LogLevel l) noexcept {
+  switch (l) {
+    case LogLevel::kError:
+      return RTE_LOG_ERR;
+    case LogLevel::kWarn:
+      return RTE_LOG_WARNING;
+    case LogLevel::kInfo:
+      return RTE_LOG_INFO;
+    case LogLevel::kDebug:
+      break;
+  }
+  return RTE_LOG_DEBUG;
+}
+
+bool dpdk_log_enabled(LogLevel l) noexcept {
+  return rte_log_can_log(static_cast<uint32_t>(g_logtype), rte_level(l));
+}
+
+void dpdk_log_write(LogLevel l, const char* line) noexcept {
+  static const char* const kNames[] = {"ERR", "WARN", "INFO", "DEBUG"};
+  rte_log(rte_level(l), static_cast<uint32_t>(g_logtype), "rdmx %s: %s\n",
+          kNames[static_cast<int>(l)], line);
+}
+
+const LogSink kDpdkLogSink{dpdk_log_enabled, dpdk_log_write};
+
+void route_log_through_dpdk() {
+  if (g_logtype < 0) g_logtype = rte_log_register_type_and_pick_level("rdmx.lib", RTE_LOG_INFO);
+  if (g_logtype >= 0) set_log_sink(&kDpdkLogSink);
+}
+
+}  // namespace
+
 Eal::~Eal() {
   release();
 }
 
 void Eal::release() noexcept {
   if (!s_) return;
+  set_log_sink(nullptr);  // back to plain stderr: DPDK's logging goes with the EAL
   int rc = rte_eal_cleanup();
   if (rc != 0) RDMX_LOG_WARN("rte_eal_cleanup failed: %s", rte_strerror(-rc));
   if (s_->plan.owns_runtime_dir && !s_->runtime_dir.empty()) {
@@ -336,11 +379,12 @@ Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
   st->argv.push_back(nullptr);
   std::string joined;
   for (const auto& s : st->storage) joined += " " + s;
-  RDMX_LOG_INFO("EAL: rte_eal_init(%s )", joined.c_str());
+  RDMX_LOG_DEBUG("EAL: rte_eal_init(%s )", joined.c_str());
 
   rte_errno = 0;
   int rc = rte_eal_init(static_cast<int>(st->storage.size()), st->argv.data());
   if (rc < 0) return eal_init_error(rte_errno, st->plan.no_huge || hp->any_free());
+  route_log_through_dpdk();
   st->runtime_dir = rte_eal_get_runtime_dir();
   if (st->plan.owns_runtime_dir) sweep_stale_runtime_dirs(st->runtime_dir);
   return Eal(std::move(st));

@@ -41,7 +41,7 @@ size_t HotLogRing::drain() noexcept {
   size_t n = 0;
   HotLogRecord r;
   while (pop(&r)) {
-    if (static_cast<int>(r.level) <= static_cast<int>(log_level())) {
+    if (log_enabled(r.level)) {
       std::string s = format_hot_log_record(r);
       log(r.level, "%s", s.c_str());
     }

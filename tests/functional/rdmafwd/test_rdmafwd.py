@@ -298,6 +298,16 @@ def case_options(binary):
     check("0, the default: until" in h.stdout and "Ctrl-C" in h.stdout, "--duration 0 undocumented", h)
 
 
+def case_log_level(binary):
+    # rdmx's own log lines go through DPDK's log type rdmx.lib once the EAL runs: the EAL option
+    # --log-level=rdmx.*:debug shows its debug lines, the default does not.
+    dbg = run(binary, ["--fwd", "rpc", "--duration", "0.3"], eal=EAL + ["--log-level=rdmx.*:debug"])
+    check(dbg.returncode == 0, f"exit {dbg.returncode}", dbg)
+    check("rdmx DEBUG: arena:" in dbg.stderr, "--log-level=rdmx.*:debug shows no rdmx debug line", dbg)
+    plain = run(binary, ["--fwd", "rpc", "--duration", "0.3"])
+    check(plain.returncode == 0 and "rdmx DEBUG" not in plain.stderr, "debug lines by default", plain)
+
+
 def case_no_device(binary):
     p = run(binary, ["--device", "mlx5_0", "--fwd", "rpc", "--duration", "1"], timeout=20)
     check(p.returncode == 3, f"exit {p.returncode}, want 3", p)
@@ -487,6 +497,7 @@ CASES = {
     "no-device": case_no_device,
     "eal-errors": case_eal_errors,
     "options": case_options,
+    "log-level": case_log_level,
     "telemetry": case_telemetry,
     "sigint": case_sigint,
     "sigint-early": case_sigint_early,
