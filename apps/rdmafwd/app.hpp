@@ -60,6 +60,7 @@ struct App {
   // Prints `show stats` (text or JSON, as --json says).
   void print_stats(const char* type, int exit_status = -1);
   void print_period();
+  double period() const;  // seconds between periodic lines; 0 = none
   int exit_status();
   FILE* text_out() const { return prm.json ? stderr : stdout; }
 };

@@ -280,18 +280,29 @@ void App::print_stats(const char* type, int exit_status) {
   }
 }
 
+double App::period() const {
+  if (prm.stats_period > 0) return prm.stats_period;
+  const bool prompt = prm.interactive || !prm.cmdline_file.empty();
+  // Without --stats-period, a run that lasts prints a one-line status every status_period seconds
+  // (10; the first after that long, so short runs print none), unless --quiet or at the prompt.
+  return prm.quiet || prompt ? 0 : prm.status_period;
+}
+
 void App::print_period() {
   const Snapshot cur = take_snapshot(tb->lanes);
   const uint64_t now = cur.tsc;
   const double dt =
       static_cast<double>(now - last_period_tsc) / static_cast<double>(rte_get_tsc_hz());
   const Snapshot d = diff(cur, last_period);
-  if (prm.json) {
+  if (prm.stats_period == 0) {  // the default status line: text, beside the other messages
+    std::fputs(format_period(d, dt, seconds(), labels()).c_str(), text_out());
+  } else if (prm.json) {
     std::printf("%s\n", format_json(d, dt, labels(), "periodic").c_str());
   } else {
     std::fputs(format_period(d, dt, seconds(), labels()).c_str(), stdout);
   }
   std::fflush(stdout);
+  std::fflush(stderr);
   last_period = cur;
   last_period_tsc = now;
 }
@@ -340,8 +351,9 @@ void background_tick(App& a) {
   if (!a.running) return;
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t now = rte_rdtsc();
-  if (a.prm.stats_period > 0 &&
-      static_cast<double>(now - a.last_period_tsc) >= a.prm.stats_period * static_cast<double>(hz))
+  const double period = a.period();
+  if (period > 0 &&
+      static_cast<double>(now - a.last_period_tsc) >= period * static_cast<double>(hz))
     a.print_period();
   const bool timed_out = a.prm.duration > 0 && static_cast<double>(now - a.run_start_tsc.load()) >=
                                                    a.prm.duration * static_cast<double>(hz);

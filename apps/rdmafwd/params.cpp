@@ -49,7 +49,9 @@ std::string usage_text(const std::string& prog) {
   u += "  --windows-per-core N   windows per poll core (default 2*io-depth+16)\n";
   u += "  --burst N              most I/Os issued per loop iteration, one doorbell (default 16)\n";
   u += "  --io-depth N           I/Os in flight per lane (default 32)\n";
-  u += "  --stats-period SEC     print statistics every SEC seconds (default off)\n";
+  u += "  --stats-period SEC     print statistics every SEC seconds (default: a one-line status\n"
+       "                         every 10 s, so only runs longer than that print any)\n";
+  u += "  --quiet                no status line on long runs (--stats-period still prints)\n";
   u += "  --duration SEC         forward for SEC seconds, then stop (0, the default: until\n"
        "                         Ctrl-C, --io-count or `stop`)\n";
   u += "  --io-count N           stop after N I/Os (all lanes together)\n";
@@ -204,6 +206,11 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
       if (!(err = num(1, UINT64_MAX, p.io_count)).empty()) return fail(err);
     } else if (a == "--json" && flag()) {
       p.json = true;
+    } else if (a == "--quiet" && flag()) {
+      p.quiet = true;
+    } else if (a == "--status-period") {  // hidden: tests of the default status line
+      if (!need(v) || !to_seconds(v, p.status_period) || p.status_period <= 0)
+        return fail("option --status-period needs a number of seconds above 0");
     } else if ((a == "-i" || a == "--interactive") && flag()) {
       p.interactive = true;
     } else if ((a == "-a" || a == "--auto-start") && flag()) {

@@ -52,9 +52,11 @@ struct Params {
   uint32_t windows_per_core = 0;  // 0 = 2 * io_depth + 16
   uint32_t burst = 16;
   uint32_t io_depth = 32;
-  double stats_period = 0;  // seconds; 0 = no periodic lines
-  double duration = 0;      // seconds; 0 = until io_count, Ctrl-C or `stop`
-  uint64_t io_count = 0;    // total I/Os; 0 = no limit
+  double stats_period = 0;      // seconds; 0 = no periodic lines (but see kStatusPeriod)
+  bool quiet = false;           // --quiet: no default status line on long runs
+  double status_period = 10.0;  // hidden --status-period (tests): seconds between status lines
+  double duration = 0;          // seconds; 0 = until io_count, Ctrl-C or `stop`
+  uint64_t io_count = 0;        // total I/Os; 0 = no limit
   bool json = false;
   bool interactive = false;
   bool auto_start = false;

@@ -308,6 +308,23 @@ def case_log_level(binary):
     check(plain.returncode == 0 and "rdmx DEBUG" not in plain.stderr, "debug lines by default", plain)
 
 
+def case_status(binary):
+    # Without --stats-period, a long run prints a one-line status every 10 s (here shortened with
+    # the hidden --status-period) on the text stream (stderr with --json, stdout stays JSON);
+    # --quiet silences it.
+    p = run(binary, ["--fwd", "rpc", "--duration", "1.3", "--json", "--status-period", "0.4"])
+    check(p.returncode == 0, f"exit {p.returncode}", p)
+    status = [l for l in p.stderr.splitlines() if l.startswith("[") and " I/O/s " in l]
+    check(len(status) >= 1, "no status line on a run longer than the status period", p)
+    check(all(l.startswith("{") for l in p.stdout.splitlines() if l.strip()), "stdout is not JSON", p)
+    q = run(binary, ["--fwd", "rpc", "--duration", "1.3", "--quiet", "--status-period", "0.4"])
+    check(q.returncode == 0, f"--quiet: exit {q.returncode}", q)
+    check(not [l for l in q.stdout.splitlines() if " I/O/s " in l], "--quiet printed a status line", q)
+    # The default period is 10 s: a 1-second run prints none.
+    d = run(binary, ["--fwd", "rpc", "--duration", "1"])
+    check(not [l for l in d.stdout.splitlines() if " I/O/s " in l], "a short run printed a status line", d)
+
+
 def case_no_device(binary):
     p = run(binary, ["--device", "mlx5_0", "--fwd", "rpc", "--duration", "1"], timeout=20)
     check(p.returncode == 3, f"exit {p.returncode}, want 3", p)
@@ -498,6 +515,7 @@ CASES = {
     "eal-errors": case_eal_errors,
     "options": case_options,
     "log-level": case_log_level,
+    "status": case_status,
     "telemetry": case_telemetry,
     "sigint": case_sigint,
     "sigint-early": case_sigint_early,
