@@ -245,6 +245,9 @@ rdmx::Result<rdmx::mlx5::ConnectInfo> decode(const rdmx_connect_info* in) {
 
 int check_port_opts(const rdmx_port_opts& o) {
   if (o.side != 0 && o.side != 1) return fail(RDMX_EINVAL, "port options: side must be 0 or 1");
+  if (o.key_policy != RDMX_KEYS_RANDOM && o.key_policy != RDMX_KEYS_INCREMENT)
+    return fail(RDMX_EINVAL,
+                "port options: key_policy must be RDMX_KEYS_RANDOM or RDMX_KEYS_INCREMENT");
   if (o.user_buf) {
     if (o.user_buf_len == 0 || o.page_size == 0 || o.user_buf_len % o.page_size != 0)
       return fail(RDMX_EINVAL,
@@ -272,6 +275,8 @@ endpoint::EndpointConfig endpoint_config(const rdmx_port_opts& o) {
   ec.pool.max_pages = o.max_pages;
   ec.pool.remote_invalidate = o.remote_invalidate != 0;
   ec.pool.max_cores = o.max_cores;
+  ec.pool.key_policy =
+      o.key_policy == RDMX_KEYS_INCREMENT ? win::KeyPolicy::kIncrement : win::KeyPolicy::kRandom;
   ec.n_cores = 0;
   return ec;
 }

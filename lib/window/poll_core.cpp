@@ -28,7 +28,9 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->attached_ = true;
 
   mlx5::Device& dev = pool.device();
-  auto desc = dev.create_qp(cfg.qp);
+  mlx5::QpConfig qc = cfg.qp;
+  qc.pd = pool.pd();  // the windows' PD: UMRs and remote accesses through this QP reach them
+  auto desc = dev.create_qp(qc);
   if (!desc) return make_error(desc.error().code, "poll core: create_qp: " + desc.error().message);
   c->qp_created_ = true;
   const mlx5::QpDesc& d = desc.value();
@@ -47,7 +49,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   if (mlx5::prm::ds_to_wqebbs(largest) > d.sq.wqe_cnt)
     return make_error(Errc::kInvalidArgument, "poll core: SQ too small for one map WQE");
   c->qp_.init(d, cfg.signal_every);
-  c->parent_lkey_ = pool.arena().lkey();
+  c->parent_lkey_ = pool.parent_lkey();
   c->max_pages_ = pool.max_pages();
   c->inline_limit_ = pool.inline_klm_limit();
   // DeviceCaps::umr_fence is the HCA cap (0 strong, 1 small, 2 none); the UMR WQE itself carries

@@ -84,6 +84,17 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
   if (cfg.max_inline_klm && cfg.max_inline_klm < lim) lim = cfg.max_inline_klm;
   if (lim > mlx5::prm::kMaxInlineKlm) lim = mlx5::prm::kMaxInlineKlm;
   p->inline_limit_ = lim;
+  p->parent_lkey_ = arena.lkey();
+  if (cfg.own_pd) {
+    RDMX_TRY_ASSIGN(p->pd_, dev.alloc_pd(), "window pool: own PD");
+    p->own_pd_ = true;
+    const mlx5::MrInfo& am = arena.mr();
+    RDMX_TRY_ASSIGN(
+        p->own_mr_,
+        dev.reg_mr_in_pd(reinterpret_cast<void*>(am.addr), am.length, am.access, p->pd_),
+        "window pool: the arena in its own PD");
+    p->parent_lkey_ = p->own_mr_.lkey;
+  }
 
   // Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM; doc/guides/mlx5-facts.md §2.6), in
   // the registered arena's reserved tail (never a mappable chunk page).
@@ -117,7 +128,7 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
   p->depot_ = mem;
 
   for (uint32_t i = 0; i < cfg.n_windows; ++i) {
-    auto mk = dev.create_window_mkey(cfg.max_pages, cfg.remote_invalidate);
+    auto mk = dev.create_window_mkey_in_pd(cfg.max_pages, cfg.remote_invalidate, p->pd_);
     if (!mk) {
       // Windows made so far are destroyed by ~WindowPool (n_windows is shrunk to i).
       p->cfg_.n_windows = i;
@@ -159,6 +170,14 @@ WindowPool::~WindowPool() {
     if (!windows_) break;
     Status s = dev_->destroy_mkey(windows_[i].mkey_base_ | windows_[i].key_);
     if (!s) RDMX_LOG_WARN("window pool: destroy_mkey: %s", s.error().message.c_str());
+  }
+  if (own_mr_.lkey) {
+    Status s = dev_->dereg_mr(own_mr_);
+    if (!s) RDMX_LOG_WARN("window pool: dereg_mr: %s", s.error().message.c_str());
+  }
+  if (own_pd_) {
+    Status s = dev_->dealloc_pd(pd_);
+    if (!s) RDMX_LOG_WARN("window pool: dealloc_pd: %s", s.error().message.c_str());
   }
   std::free(depot_);
 }

@@ -110,6 +110,14 @@ static void test_version_and_errors(void) {
   o.side = 2;
   CHECK_RC(rdmx_port_open("emu", &o, &p), -RDMX_EINVAL);
   rdmx_port_opts_init(&o);
+  CHECK(o.key_policy == RDMX_KEYS_RANDOM);
+  o.key_policy = 7;
+  CHECK_RC(rdmx_port_open("emu-sink", &o, &p), -RDMX_EINVAL);
+  CHECK(strstr(rdmx_last_error(), "key_policy") != NULL);
+  o.key_policy = RDMX_KEYS_INCREMENT;
+  CHECK_RC(rdmx_port_open("emu-sink", &o, &p), 0);
+  rdmx_port_close(p);
+  rdmx_port_opts_init(&o);
   o.wire = "shm:rdmx-capi-absent";
   o.side = 1;
   o.attach_timeout_ms = 20;

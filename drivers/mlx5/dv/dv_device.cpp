@@ -112,6 +112,15 @@ struct QpRec {
 struct DvDevice::Impl {
   detail::ContextPtr ctx;
   detail::PdPtr pd;
+  std::unordered_map<uint32_t, detail::PdPtr> pds;  // alloc_pd (handle -> PD), freed after
+                                                    // the MRs, mkeys and QPs below
+  uint32_t next_pd = 1;
+  // The PD of a handle (kDefaultPd: the device's own), or nullptr. Under mu.
+  ibv_pd* pd_of(uint32_t h) {
+    if (h == mlx5::kDefaultPd) return pd.get();
+    auto it = pds.find(h);
+    return it == pds.end() ? nullptr : it->second.get();
+  }
   std::unordered_map<uint32_t, detail::MrPtr> mrs;           // by lkey
   std::unordered_map<uint32_t, detail::MkeyPtr> mkeys;       // by mkey index (key >> 8)
   std::unordered_map<uint32_t, std::unique_ptr<QpRec>> qps;  // by QPN
@@ -457,6 +466,37 @@ Status DvDevice::Impl::probe_mkey_flags(const DeviceInfo& info, mlx5::DeviceCaps
 // ---- Memory -------------------------------------------------------------------------------------
 
 Result<mlx5::MrInfo> DvDevice::reg_mr(void* addr, size_t len, uint32_t access) {
+  return reg_mr_in_pd(addr, len, access, mlx5::kDefaultPd);
+}
+
+Result<uint32_t> DvDevice::alloc_pd() {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  errno = 0;
+  detail::PdPtr p(ibv_alloc_pd(impl_->ctx.get()));
+  if (!p) return verbs_error("ibv_alloc_pd(" + name_ + ")", last_errno());
+  const uint32_t h = impl_->next_pd++;
+  impl_->pds.emplace(h, std::move(p));
+  return h;
+}
+
+Status DvDevice::dealloc_pd(uint32_t pd) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto it = impl_->pds.find(pd);
+  if (it == impl_->pds.end())
+    return make_error(Errc::kInvalidArgument,
+                      "dealloc_pd: PD " + std::to_string(pd) + " was not allocated by alloc_pd");
+  if (int rc = ibv_dealloc_pd(it->second.get()); rc)
+    return verbs_error("ibv_dealloc_pd", err_of(rc), "something made in the PD still exists");
+  (void)it->second.release();
+  impl_->pds.erase(it);
+  return {};
+}
+
+Result<uint32_t> DvDevice::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
+  return create_window_mkey_in_pd(max_entries, remote_invalidate, mlx5::kDefaultPd);
+}
+
+Result<mlx5::MrInfo> DvDevice::reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd) {
   if (!addr || len == 0) return make_error(Errc::kInvalidArgument, "reg_mr: empty range");
   auto flags = to_ibv_access(access);
   if (!flags)
@@ -466,8 +506,10 @@ Result<mlx5::MrInfo> DvDevice::reg_mr(void* addr, size_t len, uint32_t access) {
   int f = *flags;
   if (opts_.relaxed_ordering) f |= IBV_ACCESS_RELAXED_ORDERING;
   std::lock_guard<std::mutex> g(impl_->mu);
+  ibv_pd* ipd = impl_->pd_of(pd);
+  if (!ipd) return make_error(Errc::kInvalidArgument, "reg_mr: no PD " + std::to_string(pd));
   errno = 0;
-  detail::MrPtr mr(ibv_reg_mr(impl_->pd.get(), addr, len, f));
+  detail::MrPtr mr(ibv_reg_mr(ipd, addr, len, f));
   if (!mr)
     return verbs_error("ibv_reg_mr(" + std::to_string(len) + " bytes)", last_errno(),
                        "is `ulimit -l` (locked memory) large enough?");
@@ -495,7 +537,8 @@ Status DvDevice::dereg_mr(const mlx5::MrInfo& mr) {
 
 // ---- Windows ------------------------------------------------------------------------------------
 
-Result<uint32_t> DvDevice::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
+Result<uint32_t> DvDevice::create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
+                                                    uint32_t pd) {
   if (max_entries == 0 || max_entries > caps_.max_klm_list)
     return make_error(Errc::kOutOfRange, "create_window_mkey: " + std::to_string(max_entries) +
                                              " entries; " + name_ + " allows 1.." +
@@ -507,11 +550,13 @@ Result<uint32_t> DvDevice::create_window_mkey(uint32_t max_entries, bool remote_
                           "kernel too old); create windows without remote invalidation");
   const uint32_t flags = window_mkey_flags(caps_.mkey_update_tag, remote_invalidate);
 
+  std::lock_guard<std::mutex> g(impl_->mu);
   mlx5dv_mkey_init_attr a{};
-  a.pd = impl_->pd.get();
+  a.pd = impl_->pd_of(pd);
+  if (!a.pd)
+    return make_error(Errc::kInvalidArgument, "create_window_mkey: no PD " + std::to_string(pd));
   a.create_flags = flags;
   a.max_entries = static_cast<uint16_t>(max_entries);
-  std::lock_guard<std::mutex> g(impl_->mu);
   errno = 0;
   detail::MkeyPtr k(mlx5dv_create_mkey(&a));
   if (!k) {
@@ -566,6 +611,9 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
 
   std::lock_guard<std::mutex> g(impl_->mu);
   ibv_context* ctx = impl_->ctx.get();
+  ibv_pd* qp_pd = impl_->pd_of(cfg.pd);
+  if (!qp_pd)
+    return make_error(Errc::kInvalidArgument, "create_qp: no PD " + std::to_string(cfg.pd));
   auto rec = std::make_unique<QpRec>();
 
   // Thread domain: a dedicated UAR/BlueFlame register for this QP, so its poll core rings the
@@ -582,7 +630,7 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
     RDMX_LOG_WARN("dv: ibv_alloc_td failed (%s); QP shares a doorbell register", strerror(e));
   }
   ibv_parent_domain_init_attr pda{};
-  pda.pd = impl_->pd.get();
+  pda.pd = qp_pd;
   pda.td = rec->td.get();
   errno = 0;
   rec->parent.reset(ibv_alloc_parent_domain(ctx, &pda));

@@ -19,7 +19,6 @@ constexpr uint8_t kRR = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ;
 constexpr uint8_t kRW = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
 constexpr uint8_t kAT = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC;
 constexpr uint64_t kMaxMsg = 1ull << 31;
-constexpr uint32_t kPd = 0;  // the device's single protection domain
 
 constexpr uint8_t kSynLocLen = MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR;
 constexpr uint8_t kSynLocQpOp = MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR;
@@ -88,9 +87,14 @@ Mkey* Engine::lookup(uint32_t key) noexcept {
 }
 
 template <class F>
-XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on) noexcept {
+XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on,
+                      uint32_t pd) noexcept {
   Mkey* m = lookup(key);
   if (!m) return XlateErr::kBadKey;
+  // The key must belong to the PD of the QP it arrives on, like a wrong key byte: Linux
+  // drivers/infiniband/sw/rxe/rxe_mr.c lookup_mr() ("mr->ibmr.pd != &pd->ibpd" fails the
+  // lookup; rxe_resp.c check_rkey() then NAKs with a remote access error) and ibv_alloc_pd(3).
+  if (pd != kAnyPd && m->pd != pd) return XlateErr::kPd;
   if (m->free) return XlateErr::kState;
   if ((m->access & access) != access) return XlateErr::kAccess;
   if (!in_range(iova, len, m->start, m->len)) return XlateErr::kBounds;
@@ -134,8 +138,10 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
   return XlateErr::kOk;
 }
 
-XlateErr Engine::check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access) noexcept {
-  return walk(key, iova, len, access, [](uint8_t*, uint64_t) {});
+XlateErr Engine::check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
+                       uint32_t pd) noexcept {
+  return walk(
+      key, iova, len, access, [](uint8_t*, uint64_t) {}, pd);
 }
 
 // ---- checker helpers --------------------------------------------------------------------------
@@ -401,12 +407,13 @@ void Engine::sink_sq(QpCtx& q) noexcept {
 // ---- the WQE interpreter ----------------------------------------------------------------------
 uint8_t Engine::check_local_sges(QpCtx& q, const prm::DecodedWqe& w, uint8_t access,
                                  uint64_t* total) noexcept {
-  (void)q;
   uint64_t t = 0;
   for (uint32_t i = 0; i < w.n_sge; ++i) {
     const prm::KlmFields& s = w.sge[i];
     if (s.byte_count == 0) continue;
-    if (check(s.mkey, s.address, s.byte_count, access) != XlateErr::kOk) return kSynLocProt;
+    // Local keys too must be of the QP's PD (rxe_mr.c lookup_mr() with the QP's PD for
+    // RXE_LOOKUP_LOCAL): another PD's lkey is a local protection error.
+    if (check(s.mkey, s.address, s.byte_count, access, q.pd) != XlateErr::kOk) return kSynLocProt;
     t += s.byte_count;
   }
   if (w.has_inline) t += w.inline_len;
@@ -671,7 +678,7 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
     report(&q, idx16, Rule::kMalformedWqe, buf);
     return kSynLocQpOp;
   }
-  if ((mask & prm::kMaskPd) && (c.flags_pd & prm::kMkcPdMask) != kPd) return kSynLocProt;
+  if ((mask & prm::kMaskPd) && (c.flags_pd & prm::kMkcPdMask) != m.pd) return kSynLocProt;
 
   // Commit.
   if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY) m.tag = c.key;
@@ -973,14 +980,17 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
       }
       // The responder validates the RETH (R_Key, VA and the whole DMA length) on the first
       // packet (IBA 9.7.5.1.3), so a multi-packet WRITE that runs past the mkey changes nothing.
-      XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW) : XlateErr::kOk;
+      XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW, q->pd) : XlateErr::kOk;
       if (xe == XlateErr::kOk)
-        xe = walk(h.rkey, h.raddr, h.len, kRW,
+        xe = walk(
+            h.rkey, h.raddr, h.len, kRW,
                   [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
                     std::memcpy(p, s.payload + done, k);
                     done += k;
-                  });
+            },
+            q->pd);
       if (xe != XlateErr::kOk) {
+        refused(*q, xe);
         if (h.op == PktOp::kWriteImm) {
           uint32_t counter;
           if (rq_take(*q, &counter)) {
@@ -1066,7 +1076,8 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
         nak(PktOp::kNak, kSynRemInval, true);
         return true;
       }
-      if (check(h.rkey, h.raddr, h.msg_len, kRR) != XlateErr::kOk) {
+      if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q->pd); xe != XlateErr::kOk) {
+        refused(*q, xe);
         nak(PktOp::kNak, kSynRemAccess, true);
         return true;
       }
@@ -1096,11 +1107,15 @@ bool Engine::stream_reads() noexcept {
       h.msn = r.msn;
       h.gen = r.gen;
       uint32_t got = 0;
-      const XlateErr xe = walk(r.rkey, r.raddr + r.off, n, kRR, [&](uint8_t* p, uint64_t k) {
+      const XlateErr xe = walk(
+          r.rkey, r.raddr + r.off, n, kRR,
+          [&](uint8_t* p, uint64_t k) {
         std::memcpy(s->payload + got, p, k);
         got += static_cast<uint32_t>(k);
-      });
+          },
+          q.pd);
       if (xe != XlateErr::kOk) {
+        refused(q, xe);
         h.op = PktOp::kNak;
         h.syndrome = kSynRemAccess;
         h.flags = kPktFirst | kPktLast;

@@ -255,7 +255,40 @@ Status Engine::dereg_mr(const mlx5::MrInfo& mr) {
   return Status{};
 }
 
-Result<uint32_t> Engine::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
+Result<uint32_t> Engine::alloc_pd() {
+  std::lock_guard<std::mutex> g(mu_);
+  pds_.push_back(next_pd_++);
+  return pds_.back();
+}
+
+Status Engine::dealloc_pd(uint32_t pd) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = std::find(pds_.begin(), pds_.end(), pd);
+  if (it == pds_.end())
+    return make_error(Errc::kInvalidArgument,
+                      "emu: dealloc_pd: PD " + std::to_string(pd) + " was not allocated");
+  // ibv_dealloc_pd(3): EBUSY while an MR, mkey or QP of the PD exists.
+  for (const Mkey& m : mkeys_)
+    if (m.kind != Mkey::Kind::kNone && m.pd == pd)
+      return make_error(Errc::kBusy,
+                        "emu: dealloc_pd: PD " + std::to_string(pd) + " still has mkeys");
+  for (const auto& [qpn, q] : qps_)
+    if (q->pd == pd)
+      return make_error(Errc::kBusy,
+                        "emu: dealloc_pd: PD " + std::to_string(pd) + " still has QPs");
+  pds_.erase(it);
+  return {};
+}
+
+Result<uint64_t> Engine::refused_remote_accesses(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return make_error(Errc::kInvalidArgument, "emu: no QP " + std::to_string(qpn));
+  return q->remote_access_refused;
+}
+
+Result<uint32_t> Engine::create_window_mkey(uint32_t max_entries, bool remote_invalidate,
+                                            uint32_t pd) {
   std::lock_guard<std::mutex> g(mu_);
   if (fail_mkeys_) {
     --fail_mkeys_;
@@ -274,6 +307,7 @@ Result<uint32_t> Engine::create_window_mkey(uint32_t max_entries, bool remote_in
   m.free = true;
   m.umr_en = true;
   m.en_rinval = remote_invalidate;
+  m.pd = pd;
   m.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ;  // lr=1, as rdma-core creates it
   m.max_entries = max_entries;
   m.capacity = prm::align4(max_entries);
@@ -305,9 +339,16 @@ Result<mlx5::QpDesc> Engine::create_qp(const mlx5::QpConfig& cfg) {
     return make_error(Errc::kInvalidArgument, "emu: cq_cqes must be a power of two <= 2^22");
   if (cfg.rq_wqes && (cfg.rq_sges == 0 || cfg.rq_sges > 64))
     return make_error(Errc::kInvalidArgument, "emu: rq_sges must be 1..64");
+  if (cfg.pd != 0) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (std::find(pds_.begin(), pds_.end(), cfg.pd) == pds_.end())
+      return make_error(Errc::kInvalidArgument,
+                        "emu: create_qp: PD " + std::to_string(cfg.pd) + " was not allocated");
+  }
   auto q = std::make_unique<QpCtx>();
   q->eng = this;
   q->cfg = cfg;
+  q->pd = cfg.pd;
   q->sq_n = cfg.sq_wqebbs;
   q->rq_n = cfg.rq_wqes;
   uint32_t stride = 16;
@@ -684,6 +725,19 @@ Status EmuDevice::dereg_mr(const mlx5::MrInfo& mr) {
 }
 Result<uint32_t> EmuDevice::create_window_mkey(uint32_t max_entries, bool remote_invalidate) {
   return eng_->create_window_mkey(max_entries, remote_invalidate);
+}
+Result<uint32_t> EmuDevice::create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
+                                                     uint32_t pd) {
+  return eng_->create_window_mkey(max_entries, remote_invalidate, pd);
+}
+Result<uint32_t> EmuDevice::alloc_pd() {
+  return eng_->alloc_pd();
+}
+Status EmuDevice::dealloc_pd(uint32_t pd) {
+  return eng_->dealloc_pd(pd);
+}
+Result<uint64_t> EmuDevice::refused_remote_accesses(mlx5::QpHandle qp) const {
+  return eng_->refused_remote_accesses(qp);
 }
 Status EmuDevice::destroy_mkey(uint32_t mkey) {
   return eng_->destroy_mkey(mkey);

@@ -54,7 +54,8 @@ struct Mkey {
 };
 
 // Errors translation reports (mapped to a syndrome by the caller).
-enum class XlateErr : uint8_t { kOk, kBadKey, kState, kAccess, kBounds };
+enum class XlateErr : uint8_t { kOk, kBadKey, kState, kAccess, kBounds, kPd };
+inline constexpr uint32_t kAnyPd = UINT32_MAX;  // walk(): no PD check
 
 // ---- queues ------------------------------------------------------------------------------------
 struct SendEntry {
@@ -100,6 +101,8 @@ struct PendingRead {
 
 struct QpCtx {
   uint32_t qpn = 0;
+  uint32_t pd = 0;                     // protection domain (QpConfig::pd)
+  uint64_t remote_access_refused = 0;  // responder NAKs with a remote access error
   QpState state = QpState::kReset;
   Engine* eng = nullptr;
   mlx5::QpConfig cfg;
@@ -159,7 +162,11 @@ class Engine {
   Status attach();
   Result<mlx5::MrInfo> reg_mr(void* addr, size_t len, uint32_t access, uint32_t pd = 0);
   Status dereg_mr(const mlx5::MrInfo& mr);
-  Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate);
+  Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate,
+                                      uint32_t pd = 0);
+  Result<uint32_t> alloc_pd();
+  Status dealloc_pd(uint32_t pd);
+  Result<uint64_t> refused_remote_accesses(uint32_t qpn);
   Status destroy_mkey(uint32_t mkey);
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg);
   Status destroy_qp(uint32_t qpn);
@@ -202,9 +209,13 @@ class Engine {
   // --- mkeys (datapath.cpp)
   Mkey* lookup(uint32_t key) noexcept;
   // Walks [iova, iova+len) of `key` needing `access` (mkc bits); calls on(host_ptr, n) per piece.
+  // `pd` (kAnyPd: unchecked) is the PD of the QP the access comes through: an mkey of another
+  // PD fails with kPd.
   template <class F>
-  XlateErr walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on) noexcept;
-  XlateErr check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access) noexcept;
+  XlateErr walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on,
+                uint32_t pd = kAnyPd) noexcept;
+  XlateErr check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
+                 uint32_t pd = kAnyPd) noexcept;
 
   // --- send queue (datapath.cpp)
   bool poll_sq(QpCtx& q) noexcept;
@@ -231,6 +242,12 @@ class Engine {
   bool stream_reads() noexcept;
   // Returns false when the request could not be consumed yet (no response-ring space).
   bool handle_request(const WireSlot& s) noexcept;
+  // Counts a remote access the responder of q refuses (NAK remote access error).
+  void refused(QpCtx& q, XlateErr why) noexcept {
+    ++q.remote_access_refused;
+    ++st_.remote_access_naks;
+    if (why == XlateErr::kPd) ++st_.pd_refusals;
+  }
   void handle_response(const WireSlot& s) noexcept;
   bool respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,
                uint8_t synd) noexcept;
@@ -269,6 +286,8 @@ class Engine {
   std::vector<Mkey> mkeys_;  // index -> mkey (0 and 1 reserved)
   std::vector<uint32_t> free_idx_;
   uint8_t next_variant_ = 1;
+  std::vector<uint32_t> pds_;  // allocated PDs (alloc_pd), besides the default PD 0
+  uint32_t next_pd_ = 0x100;   // above the small numbers tests pass to reg_mr_in_pd
   uint32_t fail_mkeys_ = 0;
   std::atomic<bool> unreachable_{false};
 

@@ -149,3 +149,34 @@ Status connect_qps(Device& da, QpHandle qa, Device& db, QpHandle qb) {
 }
 
 }  // namespace rdmx::mlx5
+
+namespace rdmx::mlx5 {
+
+// Defaults of the protection-domain calls (device.hpp): only the default PD.
+Result<uint32_t> Device::alloc_pd() {
+  return make_error(Errc::kUnsupported, name() + ": no protection domains beyond the default one");
+}
+
+Status Device::dealloc_pd(uint32_t pd) {
+  return make_error(Errc::kInvalidArgument,
+                    name() + ": dealloc_pd: PD " + std::to_string(pd) + " is not one of ours");
+}
+
+Result<MrInfo> Device::reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd) {
+  if (pd != kDefaultPd) return alloc_pd().error();
+  return reg_mr(addr, len, access);
+}
+
+Result<uint64_t> Device::refused_remote_accesses(QpHandle qp) const {
+  return make_error(
+      Errc::kUnsupported,
+      name() + ": no per-QP count of refused remote accesses (QP " + std::to_string(qp) + ")");
+}
+
+Result<uint32_t> Device::create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
+                                                  uint32_t pd) {
+  if (pd != kDefaultPd) return alloc_pd().error();
+  return create_window_mkey(max_entries, remote_invalidate);
+}
+
+}  // namespace rdmx::mlx5

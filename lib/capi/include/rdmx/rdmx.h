@@ -148,10 +148,19 @@ typedef struct rdmx_port_opts {
   /* mlx5 only. */
   uint8_t ib_port; /* HCA port; default 1 */
   int gid_index;   /* -1 (default): RoCE v2 IPv4 GID / none on InfiniBand */
+  /* The key each map gives a window (doc/guides/security.md): RDMX_KEYS_RANDOM (default) or
+   * RDMX_KEYS_INCREMENT (previous + 1: predictable, for debugging only). */
+  int key_policy;
 } rdmx_port_opts;
 
-#define RDMX_PORT_OPTS_INIT \
-  { sizeof(rdmx_port_opts), NULL, 0, 5000, (size_t)16 << 20, NULL, 0, 4096, 256, 16, 1, 64, 1, -1 }
+#define RDMX_KEYS_RANDOM 0
+#define RDMX_KEYS_INCREMENT 1
+
+#define RDMX_PORT_OPTS_INIT                                                                      \
+  {                                                                                              \
+    sizeof(rdmx_port_opts), NULL, 0, 5000, (size_t)16 << 20, NULL, 0, 4096, 256, 16, 1, 64, 1, \
+        -1, RDMX_KEYS_RANDOM                                                                     \
+  }
 
 /* [any] Fills *o with the defaults (and o->size). */
 RDMX_API void rdmx_port_opts_init(rdmx_port_opts* o);

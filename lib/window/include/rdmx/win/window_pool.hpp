@@ -31,6 +31,12 @@ struct PoolConfig {
   // (seed and core id; tests only).
   KeyPolicy key_policy = KeyPolicy::kRandom;
   uint64_t key_seed = 0;
+  // Isolation (doc/guides/security.md): the pool allocates its own protection domain, registers
+  // the arena again in it (its own parent MR: parent_lkey()) and creates its windows and its
+  // cores' QPs there. A remote access through another pool's QP naming one of these windows is
+  // refused by the device (PD check), whatever the key. Give each peer its own pool (and core).
+  // Local SGEs over arena memory on such a core use parent_lkey(), not the arena's lkey.
+  bool own_pd = false;
 };
 
 // What check_windows() counted.
@@ -63,6 +69,10 @@ class WindowPool {
   uint32_t max_pages() const noexcept { return cfg_.max_pages; }
   uint32_t inline_klm_limit() const noexcept { return inline_limit_; }
   uint32_t n_windows() const noexcept { return cfg_.n_windows; }
+  // The PD of the windows and of the cores' QPs (mlx5::kDefaultPd unless own_pd).
+  uint32_t pd() const noexcept { return pd_; }
+  // The lkey of the arena in pd(): the KLM entries' key, and the one local SGEs use.
+  uint32_t parent_lkey() const noexcept { return parent_lkey_; }
   Window& window(uint32_t id) noexcept { return windows_[id]; }
   const Window& window(uint32_t id) const noexcept { return windows_[id]; }
   // The pool's window with this mkey index, or nullptr. Hot-path safe (open addressing).
@@ -98,6 +108,10 @@ class WindowPool {
   mem::Arena* arena_ = nullptr;
   PoolConfig cfg_;
   uint32_t inline_limit_ = 0;
+  uint32_t pd_ = mlx5::kDefaultPd;
+  uint32_t parent_lkey_ = 0;
+  mlx5::MrInfo own_mr_{};  // own_pd: the arena registered in pd_
+  bool own_pd_ = false;
   std::unique_ptr<Window[]> windows_;
   std::unique_ptr<uint32_t[]> hash_keys_;  // mkey index + 1 (0 = empty)
   std::unique_ptr<uint32_t[]> hash_ids_;

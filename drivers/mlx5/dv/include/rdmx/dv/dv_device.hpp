@@ -85,6 +85,13 @@ class DvDevice final : public mlx5::Device {
   Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate) override;
   Status destroy_mkey(uint32_t mkey) override;
 
+  // More protection domains (ibv_alloc_pd on the same context); handles 1, 2, ...
+  Result<uint32_t> alloc_pd() override;
+  Status dealloc_pd(uint32_t pd) override;
+  Result<mlx5::MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd) override;
+  Result<uint32_t> create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
+                                            uint32_t pd) override;
+
   // CQ + thread domain + parent domain + RC QP (mlx5dv_create_qp), all owned by the returned QPN.
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override;
   Status destroy_qp(mlx5::QpHandle qp) override;

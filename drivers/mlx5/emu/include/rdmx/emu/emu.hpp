@@ -248,6 +248,9 @@ struct EmuStats {
   uint64_t retries = 0;       // requester retransmissions (RNR + transport)
   uint64_t cqes_dropped = 0;  // CQEs lost to a CQ overrun
   uint64_t mtu_drops = 0;     // request packets longer than the path MTU, dropped (responder)
+  uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
+                                    // rights, bounds or another PD's mkey)
+  uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD
   // RoCE v2 wire only (zero on the other wires).
   struct Roce {
     uint64_t tx_packets = 0, rx_packets = 0;
@@ -279,6 +282,10 @@ class EmuDevice final : public mlx5::Device {
   Status dereg_mr(const mlx5::MrInfo& mr) override;
   Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate) override;
   Status destroy_mkey(uint32_t mkey) override;
+  Result<uint32_t> alloc_pd() override;
+  Status dealloc_pd(uint32_t pd) override;
+  Result<uint32_t> create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
+                                            uint32_t pd) override;
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override;
   Status destroy_qp(mlx5::QpHandle qp) override;
   mlx5::ConnectInfo local_info(mlx5::QpHandle qp) override;
@@ -318,10 +325,12 @@ class EmuDevice final : public mlx5::Device {
     uint32_t max_entries = 0;
   };
   MkeyView inspect_mkey(uint32_t mkey) const;
-  // Test helper: reg_mr in protection domain `pd`. Everything else the device makes (reg_mr,
-  // windows, QPs) lives in PD 0, so an MR with pd != 0 is "another PD's" memory: a window whose
-  // KLM entry names it fails translation (see doc/guides/emu.md, "Indirect mkeys").
-  Result<mlx5::MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd);
+  // reg_mr in protection domain `pd`. Tests may name any PD number here (no alloc_pd needed):
+  // an MR with a PD nothing else uses is "another PD's" memory, so a window whose KLM entry
+  // names it fails translation (see doc/guides/emu.md, "Indirect mkeys").
+  Result<mlx5::MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd) override;
+  // Remote accesses this QP's responder refused (NAK remote access error), since creation.
+  Result<uint64_t> refused_remote_accesses(mlx5::QpHandle qp) const override;
 
  private:
   friend class DeviceThread;

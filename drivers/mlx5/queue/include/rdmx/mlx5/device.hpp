@@ -56,6 +56,12 @@ struct MrInfo {
   uint32_t access = 0;
 };
 
+// Protection domains (ibv_alloc_pd(3)): a QP reaches only memory keys of its own PD, locally and
+// remotely; a remote access naming an mkey of another PD is refused like a bad key (remote
+// access error at the requester). Handle 0 is the PD every device makes at open; reg_mr,
+// create_window_mkey and a QpConfig without `pd` use it.
+inline constexpr uint32_t kDefaultPd = 0;
+
 struct QpConfig {
   uint32_t sq_wqebbs = 1024;     // power of two
   uint32_t rq_wqes = 256;        // power of two; 0 = no receive queue
@@ -63,6 +69,7 @@ struct QpConfig {
   uint32_t cq_cqes = 4096;       // power of two; >= every signaled WQE + receive in flight
   uint32_t max_inline_data = 0;  // bytes; also bounds inline UMR translation lists
   int numa_node = -1;            // -1: the device's node
+  uint32_t pd = kDefaultPd;      // protection domain of the QP (Device::alloc_pd)
 };
 
 // Opaque per-backend QP handle.
@@ -86,6 +93,20 @@ class Device {
   // key byte 0, start address 0. Returns its mkey (index << 8).
   virtual Result<uint32_t> create_window_mkey(uint32_t max_entries, bool remote_invalidate) = 0;
   virtual Status destroy_mkey(uint32_t mkey) = 0;
+
+  // Protection domains beyond the default one (setup path). kUnsupported on a backend without
+  // them. A PD may be deallocated only once nothing made in it is left.
+  virtual Result<uint32_t> alloc_pd();
+  virtual Status dealloc_pd(uint32_t pd);
+  // reg_mr / create_window_mkey in protection domain `pd` (kDefaultPd: the plain calls).
+  virtual Result<MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd);
+  virtual Result<uint32_t> create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
+                                                    uint32_t pd);
+  // Remote accesses the responder of `qp` refused with a remote access error since the QP was
+  // created (bad key, state, rights, bounds, another PD): the peer behind that QP tried memory
+  // it may not touch. Control path (may lock). kUnsupported where the backend cannot count
+  // per QP.
+  virtual Result<uint64_t> refused_remote_accesses(QpHandle qp) const;
 
   // Creates an RC QP and its CQ in the reset state; the descriptor is what QueuePair::init takes.
   virtual Result<QpDesc> create_qp(const QpConfig& cfg) = 0;
