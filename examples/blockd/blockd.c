@@ -346,7 +346,7 @@ static int cmp(const void* a, const void* b) {
 /* The command line, by the convention of every rdmx tool: getopt_long (`--qd 8` and `--qd=8`
  * alike); a bad argument is one line on stderr, "blockd: error: ...", and exit status 2. */
 struct args {
-  const char *device, *wire, *role, *listen, *peer;
+  const char *device, *wire, *role, *listen_at, *peer;
 };
 static const char kUsage[] =
     "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
@@ -383,14 +383,13 @@ static int check_args(const struct args* a) {
     return usage_error("--blocks %llu: at least --qd x --max-io (%llu)",
                        (unsigned long long)g_blocks, (unsigned long long)(g_qd * g_max_io));
   if (a->wire && strncmp(a->wire, "shm:", 4)) return usage_error("--wire '%s': shm:NAME", a->wire);
-  if (a->listen && cli) return usage_error("--listen is for --role server");
+  if (srv && cli && (a->wire || a->listen_at || a->peer))
+    return usage_error("--wire, --listen and --peer join two processes: add --role server|client");
+  if (!(srv && cli) && !a->wire && !a->listen_at && !a->peer)
+    return usage_error("--role %s needs --wire shm:NAME, --listen or --peer", a->role);
+  if (a->listen_at && cli) return usage_error("--listen is for --role server");
   if (a->peer && srv) return usage_error("--peer is for --role client");
-  if (a->peer && a->wire) return usage_error("--peer: the server names the wire (no --wire)");
-  if (srv && cli && a->wire)
-    return usage_error("--wire joins two processes: add --role server|client");
-  if (!(srv && cli) && !a->wire && !a->listen && !a->peer)
-    return usage_error("--role %s needs --%s or --wire shm:NAME", a->role,
-                       srv ? "listen [ADDR:]PORT" : "peer HOST[:PORT]");
+  if (a->peer && a->wire) return usage_error("--peer and --wire: the server names the wire");
   return -1;
 }
 /* Returns -1 to go on, or the exit status (--help, a usage error). */
@@ -408,7 +407,7 @@ static int parse_args(int argc, char** argv, struct args* a) {
                                        {NULL, 0, NULL, 0}};
   uint64_t qd = g_qd;
   int c, rc = 0;
-  a->device = "emu", a->role = "both", a->wire = NULL, a->listen = NULL, a->peer = NULL;
+  a->device = "emu", a->role = "both", a->wire = a->listen_at = a->peer = NULL;
   opterr = 0;
   while (!rc && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
@@ -422,7 +421,7 @@ static int parse_args(int argc, char** argv, struct args* a) {
         a->role = optarg;
         break;
       case 'l':
-        a->listen = optarg;
+        a->listen_at = optarg;
         break;
       case 'p':
         a->peer = optarg;
@@ -462,7 +461,7 @@ int main(int argc, char** argv) {
   struct sigaction sa;
   int rc, srv, cli, tcp;
   if ((rc = parse_args(argc, argv, &a)) >= 0) return rc;
-  device = a.device, wire = a.wire, role = a.role, listen_at = a.listen, peer = a.peer;
+  device = a.device, wire = a.wire, role = a.role, listen_at = a.listen_at, peer = a.peer;
   srv = strcmp(role, "client") != 0;
   cli = strcmp(role, "server") != 0;
   tcp = listen_at || peer;
