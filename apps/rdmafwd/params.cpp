@@ -45,6 +45,7 @@ std::string usage_text(const std::string& prog) {
   u += "  --nb-cores N           poll lcores (default 1; needs N worker lcores in -l)\n";
   u += "  --pages-per-io N       chunk pages per I/O (default 16)\n";
   u += "  --max-pages N          translation entries per window (default max(pages-per-io, 16))\n";
+  u += "  --keys POLICY          window keys: random (default) or increment (debugging only)\n";
   u += "  --page-size BYTES      chunk page size: 4096, 65536 or 2097152 (default 4096)\n";
   u += "  --windows-per-core N   windows per poll core (default 2*io-depth+16)\n";
   u += "  --burst N              most I/Os issued per loop iteration, one doorbell (default 16)\n";
@@ -178,6 +179,10 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
     } else if (a == "--max-pages") {
       if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
       p.max_pages = static_cast<uint32_t>(tmp);
+    } else if (a == "--keys") {
+      if (!need(v)) return fail("option --keys needs a value");
+      if (!win::parse_key_policy(v.c_str(), &p.keys))
+        return fail("option --keys: unknown policy '" + v + "' (random or increment)");
     } else if (a == "--page-size") {
       if (!(err = num(1, uint64_t{1} << 30, tmp)).empty()) return fail(err);
       if (tmp != 4096 && tmp != 65536 && tmp != (2u << 20)) {

@@ -48,6 +48,7 @@ struct Params {
   unsigned nb_cores = 1;
   uint32_t pages_per_io = 16;
   uint32_t max_pages = 0;  // window size (translation entries); 0 = max(pages_per_io, 16)
+  win::KeyPolicy keys = win::KeyPolicy::kRandom;  // --keys (increment: debugging only)
   uint32_t page_size = 4096;
   uint32_t windows_per_core = 0;  // 0 = 2 * io_depth + 16
   uint32_t burst = 16;

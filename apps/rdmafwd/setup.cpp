@@ -98,6 +98,7 @@ win::PoolConfig pool_config(const Params& p, uint32_t n_windows) {
   pc.n_windows = n_windows;
   pc.max_pages = p.max_pages;
   pc.remote_invalidate = true;
+  pc.key_policy = p.keys;
   return pc;
 }
 
