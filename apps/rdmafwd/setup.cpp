@@ -117,7 +117,8 @@ win::CoreConfig core_config(const Params& p, uint32_t recv_pages) {
   cc.qp.sq_wqebbs = std::max<uint32_t>(1024, pow2_at_least(uint64_t{p.io_depth} * 16));
   cc.qp.rq_wqes = pow2_at_least(std::max<uint32_t>(p.io_depth, 16));
   cc.qp.rq_sges = recv_pages;
-  cc.qp.cq_cqes = pow2_at_least(uint64_t{cc.qp.sq_wqebbs} + cc.qp.rq_wqes);
+  cc.qp.cq_cqes =
+      pow2_at_least(uint64_t{cc.qp.sq_wqebbs} + cc.qp.rq_wqes + 1);  // + the spare entry
   return cc;
 }
 

@@ -35,13 +35,16 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->qp_created_ = true;
   const mlx5::QpDesc& d = desc.value();
   // Every WQE takes >= 1 WQEBB, so at most sq.wqe_cnt send CQEs plus one per receive can be
-  // outstanding: the CQ must hold them all (never overflows).
-  if (d.cq.cqe_cnt < d.sq.wqe_cnt + d.rq.wqe_cnt) {
+  // outstanding (a flush completes every WQE, signaled or not): the CQ must hold them all
+  // (never overflows), plus the spare entry a CQ of 2^n entries keeps (verbs max_cqe = 2^n - 1;
+  // doc/guides/mlx5.md "Capabilities").
+  if (d.cq.cqe_cnt <= d.sq.wqe_cnt + d.rq.wqe_cnt) {
     c->qp_.init(d, cfg.signal_every);  // so the destructor can destroy it
     return make_error(Errc::kInvalidArgument, "poll core: CQ of " + std::to_string(d.cq.cqe_cnt) +
                                                   " CQEs cannot hold the completions of SQ " +
                                                   std::to_string(d.sq.wqe_cnt) + " + RQ " +
-                                                  std::to_string(d.rq.wqe_cnt));
+                                                  std::to_string(d.rq.wqe_cnt) +
+                                                  " plus one spare entry");
   }
   const uint32_t largest = pool.max_pages() > pool.inline_klm_limit()
                                ? mlx5::prm::kUmrPointerDs

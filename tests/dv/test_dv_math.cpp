@@ -92,8 +92,8 @@ TEST(DvMath, MaxInlineKlmFor) {
 TEST(DvMath, CqSizing) {
   EXPECT_EQ(cq_cqes_for(0, 0), 2u);
   EXPECT_EQ(cq_cqes_for(1, 0), 2u);
-  EXPECT_EQ(cq_cqes_for(100, 28), 128u);
-  EXPECT_EQ(cq_cqes_for(100, 29), 256u);
+  EXPECT_EQ(cq_cqes_for(100, 27), 128u);
+  EXPECT_EQ(cq_cqes_for(100, 28), 256u);   // 128 completions + the spare entry
   EXPECT_EQ(ibv_cqe_arg_for(4096), 4095);  // rdma-core: roundup_pow2(4095 + 1) = 4096
 }
 
@@ -171,6 +171,49 @@ TEST(DvMath, RtrTransitionInfiniBand) {
   EXPECT_EQ(t.attr.ah_attr.port_num, 1);
   EXPECT_EQ(t.mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+// Path MTU and READ depths towards a peer: the smaller of what each side states; what the peer
+// does not state (0) keeps ours. dv's connect puts these into RTR and RTS.
+TEST(DvMath, NegotiatedMtuAndReadDepths) {
+  QpParams p;
+  p.mtu = IBV_MTU_4096;
+  p.max_rd_atomic = 16;
+  p.max_dest_rd_atomic = 16;
+  ConnectInfo r;
+  r.path_mtu = IBV_MTU_1024;
+  r.initiator_depth = 8;      // the peer reads at most 8 from us: our responder resources
+  r.responder_resources = 4;  // the peer serves 4 of ours: our initiator depth
+  const QpParams n = negotiated_params(p, r);
+  const QpTransition rtr = rtr_transition(n, r);
+  const QpTransition rts = rts_transition(n, 0);
+  EXPECT_EQ(rtr.attr.path_mtu, IBV_MTU_1024);
+  EXPECT_EQ(rtr.attr.max_dest_rd_atomic, 8);
+  EXPECT_EQ(rts.attr.max_rd_atomic, 4);
+  const QpParams same = negotiated_params(p, ConnectInfo{});  // a peer that states nothing
+  EXPECT_EQ(same.mtu, IBV_MTU_4096);
+  EXPECT_EQ(same.max_rd_atomic, 16);
+  EXPECT_EQ(same.max_dest_rd_atomic, 16);
+  r.path_mtu = IBV_MTU_4096;
+  p.mtu = IBV_MTU_2048;
+  EXPECT_EQ(negotiated_params(p, r).mtu, IBV_MTU_2048) << "ours is the smaller";
+}
+
+// rdma_cm's REQ/REP depths bound what the peer's connect info states (0 = unstated).
+TEST(DvMath, CmDepthsBoundTheNegotiation) {
+  ConnectInfo r;
+  r.initiator_depth = 16;
+  r.responder_resources = 16;
+  const ConnectInfo f = fold_cm_depths(r, /*cm resp*/ 8, /*cm init*/ 4, 16, 16);
+  EXPECT_EQ(f.initiator_depth, 8);      // we serve 8 of the peer's READs
+  EXPECT_EQ(f.responder_resources, 4);  // we send at most 4
+  const ConnectInfo g = fold_cm_depths(ConnectInfo{}, 0, 0, 2, 3);
+  EXPECT_EQ(g.initiator_depth, 2);
+  EXPECT_EQ(g.responder_resources, 3);
+  QpParams p;
+  const QpParams n = negotiated_params(p, f);
+  EXPECT_EQ(rtr_transition(n, f).attr.max_dest_rd_atomic, 8);
+  EXPECT_EQ(rts_transition(n, 0).attr.max_rd_atomic, 4);
 }
 
 TEST(DvMath, RtrTransitionRoce) {

@@ -24,7 +24,8 @@ TEST_P(CqWrap, OwnerBitAndCountersOverTenWraps) {
   uint32_t wqebb = 0;  // free-running SQ counter (2-WQEBB NOPs make it cross 65536 too)
   std::vector<uint16_t> idx_of;
   while (seen < total) {
-    const uint32_t burst = std::min<uint64_t>({100, total - posted, n});
+    // n - 1: a CQ of n entries holds n - 1 CQEs (the spare entry).
+    const uint32_t burst = std::min<uint64_t>({100, total - posted, n - 1});
     for (uint32_t i = 0; i < burst; ++i) {
       const uint8_t f = fm(a_, true);
       const uint32_t ds = (posted % 4 == 3) ? 1 : 8;
@@ -81,6 +82,47 @@ INSTANTIATE_TEST_SUITE_P(Emu, CqWrap,
                            return std::string(mode_name(i.param.mode)) + "_" +
                                   std::to_string(i.param.cqes);
                          });
+
+// A completion callback that posts and rings while the poll is still running: the CQEs the
+// poll already read must be published (CQ doorbell record) before the callback, or the device
+// sees a full CQ and overruns it. CQ of 8 (7 usable), 7 completions waiting, each callback
+// posts one more signaled WQE.
+TEST_F(EmuTest, CallbackThatPostsSeesConsumedCqesFreed) {
+  mlx5::QpConfig cfg = small_cfg();
+  cfg.cq_cqes = 8;
+  cfg.sq_wqebbs = 8;
+  cfg.rq_wqes = 0;
+  open(Mode::kInline, cfg);
+  auto nop = [&](uint64_t cookie) {
+    const uint8_t f = fm(a_, true);
+    auto& sq = a_.qp.sq();
+    ASSERT_TRUE(sq.has_room(1));
+    auto cur = sq.cursor();
+    sq.commit(prm::build_nop(cur, a_.desc.qpn, sq.wqe_index(), f, 1), MLX5_OPCODE_NOP, cookie);
+    sq.ring_doorbell();  // inline mode: the device runs now and writes the CQE
+  };
+  for (uint64_t i = 0; i < 7; ++i) nop(i);
+  std::vector<uint64_t> seen;
+  uint64_t next = 100;
+  const uint32_t k = a_.qp.poll(7, [&](const Completion& c) {
+    EXPECT_TRUE(c.ok()) << int(c.status);
+    seen.push_back(c.cookie);
+    nop(next++);
+  });
+  EXPECT_EQ(k, 7u);
+  EXPECT_EQ(a_.dev->checker().count(Rule::kCqOverrun), 0u) << a_.dev->checker().dump();
+  EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kRts);
+  auto more = wait(a_, 7);
+  for (const auto& c : more) {
+    EXPECT_TRUE(c.ok());
+    seen.push_back(c.cookie);
+  }
+  ASSERT_EQ(seen.size(), 14u);
+  for (uint64_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(seen[i], i);
+    EXPECT_EQ(seen[7 + i], 100 + i);
+  }
+}
 
 TEST_F(EmuTest, ReceiveCountersWrapWithSendTraffic) {
   mlx5::QpConfig cfg = small_cfg();

@@ -216,10 +216,10 @@ TEST(SetupFaults, WindowCreationFailing) {
 }
 
 // The CQ cannot be overrun through the window layer: PollCore::create refuses a CQ smaller than
-// SQ + RQ (every WQE and every receive can need its own CQE: a QP in error flushes each one),
-// and at exactly that size the worst case (SQ full of signaled WQEs + RQ full, then the QP goes
-// to error) fits. The queue layer under it has no such guard (QpConfig::cq_cqes is the caller's
-// contract); there emu reports the overrun (checker rule cq-overrun, cqes_dropped).
+// SQ + RQ plus the spare entry (every WQE and every receive can need its own CQE: a QP in error
+// flushes each one), and at that size the worst case (SQ full of signaled WQEs + RQ full, then the
+// QP goes to error) fits. The queue layer under it has no such guard (QpConfig::cq_cqes is the
+// caller's contract); there emu reports the overrun (checker rule cq-overrun, cqes_dropped).
 TEST(SetupFaults, CqOverrun) {
   emu::Options o;
   auto pair = take(emu::make_pair(o, o));
@@ -239,6 +239,13 @@ TEST(SetupFaults, CqOverrun) {
   auto small = PollCore::create(*pool_a, cc);
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.error().code, Errc::kInvalidArgument) << small.error().message;
+  // Exactly SQ + RQ leaves no spare entry (a CQ of 2^n holds 2^n - 1): refused too.
+  cc.qp.rq_wqes = 64;
+  cc.qp.cq_cqes = 128;
+  auto exact = PollCore::create(*pool_a, cc);
+  ASSERT_FALSE(exact.ok());
+  EXPECT_NE(exact.error().message.find("spare"), std::string::npos) << exact.error().message;
+  cc.qp.rq_wqes = 16;
   cc.qp.cq_cqes = 128;  // >= 80 (emu sizes CQs in powers of two)
   cc.signal_every = 1;  // every WQE signaled: the most CQEs
   auto ca = take(PollCore::create(*pool_a, cc));

@@ -327,24 +327,73 @@ uint8_t write_to_b(Rig& r, uint32_t len) {
   return 0xff;
 }
 
-// Path MTU: the requester cuts its packets at its own port's MTU (emu's QPs use the local active
-// MTU, as dv does); a responder whose port takes less drops them and the requester fails with
-// TRANSPORT_RETRY_EXC_ERR once its retries are spent. Equal MTUs, or a message that fits, work.
+// Path MTU, negotiated: each side states its port's MTU in its connect info and both QPs use
+// the smaller (connect_info.hpp negotiate), so a 4096-MTU port talking to a 1024-MTU port sends
+// 1024-byte packets and nothing is dropped. Before the negotiation emu (and dv) used the local
+// MTU and the 8 KiB WRITE below failed with TRANSPORT_RETRY_EXC_ERR.
+TEST(Profiles, PathMtuIsNegotiatedToTheSmallerPort) {
+  Rig r("default", "mtu1024");
+  EXPECT_EQ(write_to_b(r, 8192), 0) << "8 packets of 1024 bytes";
+  EXPECT_EQ(r.b.emu()->stats().mtu_drops, 0u);
+  EXPECT_GE(r.a.emu()->stats().tx_packets, 8u);
+}
+
+// A peer that does not state its MTU (0 in the connect info): the requester keeps its own port's
+// MTU; a responder whose port takes less drops the packets and the requester fails with
+// TRANSPORT_RETRY_EXC_ERR once its retries are spent. A message that fits still works.
 TEST(Profiles, PacketAboveThePeersPathMtuIsDropped) {
+  auto unstated = [](Rig& r) {
+    rdmx::mlx5::ConnectInfo ia = r.a.device().local_info(r.a.core().qp_handle());
+    rdmx::mlx5::ConnectInfo ib = r.b.device().local_info(r.b.core().qp_handle());
+    ib.path_mtu = 0;
+    ASSERT_TRUE(r.a.device().connect(r.a.core().qp_handle(), ib).ok());
+    ASSERT_TRUE(r.b.device().connect(r.b.core().qp_handle(), ia).ok());
+  };
   {
     Rig r("default", "mtu1024");
+    unstated(r);
     EXPECT_EQ(write_to_b(r, 8192), MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
     EXPECT_GT(r.b.emu()->stats().mtu_drops, 0u);
   }
   {
     Rig r("default", "mtu1024");
+    unstated(r);
     EXPECT_EQ(write_to_b(r, 1024), 0) << "one packet that fits the peer's MTU";
   }
+}
+
+// RDMA READ depth. B (rd-atom4) serves 4 READs at once. A states 16 but negotiates 4 and keeps
+// at most 4 outstanding: 12 READs in one burst all complete, none NAKed. (Not covered yet: the
+// NAK itself. In inline mode B answers each READ before the next arrives, so its queue never
+// exceeds its resources; a test needs B stepped by hand.)
+std::vector<Completion> reads_from_b(Rig& r, int n) {
+  const uint64_t page[1] = {r.b.arena().page_addr(1)};
+  MapResult m = r.b.core().map(page, kRw, 0, 4096);
+  EXPECT_TRUE(m.ok());
+  r.b.core().flush();
+  EXPECT_TRUE(r.b.core().quiesce());
+  for (int i = 0; i < n; ++i) {
+    const Sge s{r.a.arena().base() + 64u * i, 64, r.a.arena().lkey()};
+    EXPECT_EQ(r.a.core().post_read({&s, 1}, 64u * i, m.rkey, 100 + i, true), Errc::kOk);
+  }
+  r.a.core().flush();
+  std::vector<Completion> got;
+  for (int i = 0; i < 1000 && got.size() < size_t(n); ++i) {
+    r.a.core().poll(64, [&](const Completion& x) {
+      if (x.cookie >= 100) got.push_back(x);
+    });
+    r.b.core().poll(64, [](const Completion&) {});
+  }
+  return got;
+}
+
+TEST(Profiles, ReadDepthIsNegotiated) {
   {
-    Rig r("mtu1024", "mtu1024");
-    EXPECT_EQ(write_to_b(r, 8192), 0) << "8 packets of 1024 bytes";
-    EXPECT_EQ(r.b.emu()->stats().mtu_drops, 0u);
-    EXPECT_GE(r.a.emu()->stats().tx_packets, 8u);
+    Rig r("default", "rd-atom4");
+    const auto got = reads_from_b(r, 12);
+    ASSERT_EQ(got.size(), 12u);
+    for (const auto& c : got) EXPECT_EQ(c.status, 0) << c.cookie;
+    EXPECT_EQ(r.b.emu()->stats().read_depth_naks, 0u);
   }
 }
 

@@ -168,11 +168,16 @@ Result<std::unique_ptr<CmConnection>> cm_connect(DvDevice& dev, mlx5::QpHandle q
                        "connecting to " + where);
   if (!ev.ok()) return ev.error();
   auto remote = peer_info(*ev.value());
+  const rdma_conn_param rep = ev.value()->param.conn;
   ev.value().reset();
   if (!remote.ok()) {
     (void)rdma_disconnect(id.get());
     return remote.error();
   }
+  // The READ depths the CM agreed bound the QP's (librdmacm cma.c ucma_modify_qp_rtr/_rts
+  // apply them to a CM-managed QP; ours is created outside the CM, so rdmx applies them).
+  remote.value() = fold_cm_depths(remote.value(), rep.responder_resources, rep.initiator_depth,
+                                  opts.responder_resources, opts.initiator_depth);
   if (auto s = dev.connect(qp, remote.value()); !s) {
     (void)rdma_disconnect(id.get());
     return s.error();
@@ -225,6 +230,7 @@ Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::Qp
   if (!ev.ok()) return ev.error();
   rdma_cm_id* child = ev.value()->id;
   auto remote = peer_info(*ev.value());
+  const rdma_conn_param req = ev.value()->param.conn;
   ev.value().reset();  // ack before migrating the id (rdma_migrate_id waits for acks)
   detail::CmIdPtr child_id(child);
 
@@ -237,6 +243,9 @@ Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::Qp
 
   if (rdma_migrate_id(child, ch.get())) return reject(cm_error("rdma_migrate_id", last_errno()));
 
+  // As on the active side: the CM's READ depths (the REQ's, swapped to our view) bound the QP's.
+  remote.value() = fold_cm_depths(remote.value(), req.responder_resources, req.initiator_depth,
+                                  opts_.responder_resources, opts_.initiator_depth);
   if (auto s = dev.connect(qp, remote.value()); !s) return reject(s.error());
   const mlx5::ConnectInfoBytes pd = mlx5::encode_connect_info(dev.local_info(qp));
   rdma_conn_param cp = conn_param(opts_, pd, qp);

@@ -196,8 +196,10 @@ struct DvDevice::Impl {
     if (auto s = modify(r, init_transition(params), "RESET->INIT"); !s) return s;
     r.remote = remote;
     r.have_remote = true;
-    if (auto s = modify(r, rtr_transition(params, remote), "INIT->RTR"); !s) return s;
-    return modify(r, rts_transition(params, r.psn), "RTR->RTS");
+    // Path MTU and READ depths: the smaller of ours and what the peer stated.
+    const QpParams np = negotiated_params(params, remote);
+    if (auto s = modify(r, rtr_transition(np, remote), "INIT->RTR"); !s) return s;
+    return modify(r, rts_transition(np, r.psn), "RTR->RTS");
   }
 };
 
@@ -762,7 +764,7 @@ mlx5::ConnectInfo DvDevice::local_info(mlx5::QpHandle qp) {
   ci.psn = r->psn;
   ci.lid = impl_->lid;
   std::memcpy(ci.gid, impl_->gid, 16);
-  // What this side brings to a negotiation (connect_info.hpp: stated, not yet negotiated).
+  // What this side brings to the negotiation (connect_info.hpp negotiate; applied in bring_up).
   ci.port = impl_->params.port;
   ci.path_mtu = static_cast<uint8_t>(impl_->params.mtu);
   ci.initiator_depth = impl_->params.max_rd_atomic;
@@ -812,10 +814,12 @@ Status DvDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
       if (from != QpState::kInit) return bad();
       if (!r->have_remote)
         return make_error(Errc::kState, "modify_qp: RTR needs the peer; call connect() first");
-      return impl_->modify(*r, rtr_transition(impl_->params, r->remote), "INIT->RTR");
+      return impl_->modify(
+          *r, rtr_transition(negotiated_params(impl_->params, r->remote), r->remote), "INIT->RTR");
     case QpState::kRts:
       if (from != QpState::kRtr) return bad();
-      return impl_->modify(*r, rts_transition(impl_->params, r->psn), "RTR->RTS");
+      return impl_->modify(*r, rts_transition(negotiated_params(impl_->params, r->remote), r->psn),
+                           "RTR->RTS");
     default:
       return bad();
   }

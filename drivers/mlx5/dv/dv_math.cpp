@@ -1,6 +1,7 @@
 // Pure parts of the real-device backend (see dv_math.hpp for the sources of each rule).
 #include <rdmx/dv/dv_math.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -120,6 +121,32 @@ QpTransition init_transition(const QpParams& p) noexcept {
   t.attr.qp_access_flags = static_cast<unsigned>(p.qp_access);
   t.mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
   return t;
+}
+
+QpParams negotiated_params(const QpParams& local, const mlx5::ConnectInfo& remote) noexcept {
+  mlx5::ConnectInfo mine;
+  mine.path_mtu = static_cast<uint8_t>(local.mtu);
+  mine.initiator_depth = local.max_rd_atomic;
+  mine.responder_resources = local.max_dest_rd_atomic;
+  const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
+  QpParams p = local;
+  if (n.path_mtu) p.mtu = static_cast<ibv_mtu>(n.path_mtu);
+  if (n.max_rd_atomic) p.max_rd_atomic = n.max_rd_atomic;
+  if (n.max_dest_rd_atomic) p.max_dest_rd_atomic = n.max_dest_rd_atomic;
+  return p;
+}
+
+mlx5::ConnectInfo fold_cm_depths(mlx5::ConnectInfo remote, uint8_t cm_responder_resources,
+                                 uint8_t cm_initiator_depth, uint8_t ours_responder_resources,
+                                 uint8_t ours_initiator_depth) noexcept {
+  auto lesser = [](uint8_t a, uint8_t b) -> uint8_t { return !a ? b : !b ? a : std::min(a, b); };
+  // The peer's initiator depth: how many of its READs we serve at once (our RTR resources).
+  remote.initiator_depth =
+      lesser(lesser(remote.initiator_depth, cm_responder_resources), ours_responder_resources);
+  // The peer's responder resources: how many of our READs it serves (our RTS initiator depth).
+  remote.responder_resources =
+      lesser(lesser(remote.responder_resources, cm_initiator_depth), ours_initiator_depth);
+  return remote;
 }
 
 QpTransition rtr_transition(const QpParams& p, const mlx5::ConnectInfo& remote) noexcept {

@@ -180,12 +180,18 @@ bool Engine::write_cqe(QpCtx& q, const prm::CqeFields& f) noexcept {
     ++st_.cqes_dropped;
     return false;
   }
+  // A CQ of cq_n entries holds cq_n - 1 CQEs: the spare entry. Verbs reports max_cqe = 2^n - 1
+  // (Linux drivers/infiniband/hw/mlx5/main.c mlx5_ib_query_device) and rdma-core allocates
+  // cqe + 1 entries for a CQ of cqe (providers/mlx5/verbs.c mlx5_create_cq: "The additional
+  // entry is required for resize CQ"), so filling every entry is outside what a device
+  // promises to hold; emu reports it as an overrun.
   const uint32_t sw_ci = load_dbr(q.cq_db) & prm::kCqDbrCiMask;
-  if (((q.cq_pi - sw_ci) & prm::kCqDbrCiMask) >= q.cq_n) {
-    char buf[128];
+  if (((q.cq_pi - sw_ci) & prm::kCqDbrCiMask) >= q.cq_n - 1) {
+    char buf[160];
     std::snprintf(buf, sizeof(buf),
-                  "CQ of %u CQEs full: producer %u, software consumer (CQ doorbell record) %u",
-                  q.cq_n, q.cq_pi & prm::kCqDbrCiMask, sw_ci);
+                  "CQ of %u CQEs full (%u usable, one spare): producer %u, software consumer "
+                  "(CQ doorbell record) %u",
+                  q.cq_n, q.cq_n - 1, q.cq_pi & prm::kCqDbrCiMask, sw_ci);
     report(&q, f.wqe_counter, Rule::kCqOverrun, buf);
     q.cq_overrun = true;  // the QP goes to error at the end of this poll (poll_sq)
     ++st_.cqes_dropped;
@@ -769,6 +775,17 @@ bool Engine::transmit(QpCtx& q) noexcept {
       finish_entry(q, e, kSynLocQpOp);  // the SQ bytes changed under an in-flight WQE
       break;
     }
+    if (e.opcode == MLX5_OPCODE_RDMA_READ && q.max_rd_atomic) {
+      // The requester keeps at most max_rd_atomic READs outstanding (ibv_modify_qp(3) RTS
+      // max_rd_atomic): the next one waits for a response.
+      uint32_t out = 0;
+      for (size_t i = 0; i < q.tx_next; ++i) {
+        const SendEntry& o = q.inflight[i];
+        out += o.remote && o.tx_done && o.st == SendEntry::St::kWait &&
+               o.opcode == MLX5_OPCODE_RDMA_READ;
+      }
+      if (out >= q.max_rd_atomic) break;
+    }
     const PktOp op = pkt_op(e.opcode);
     do {
       WireSlot* s = wire_->tx_slot(side_, WireClass::kReq);
@@ -787,7 +804,7 @@ bool Engine::transmit(QpCtx& q) noexcept {
       h.raddr = w.raddr + e.tx_off;
       uint32_t n = 0;
       if (op != PktOp::kRead) {
-        n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(), e.len - e.tx_off));
+        n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(q), e.len - e.tx_off));
         // Gather this packet's bytes (inline data from the ring, or through the lkeys).
         uint64_t skip = e.tx_off;
         uint32_t got = 0;
@@ -927,7 +944,7 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
     if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
     return true;
   }
-  if (h.len > path_mtu()) {
+  if (h.len > path_mtu(*q)) {
     // A packet longer than this QP's path MTU is malformed for the responder: dropped silently,
     // so the requester retries until retry_cnt runs out (TRANSPORT_RETRY_EXC_ERR, the symptom
     // of a path MTU above what the peer's port takes). Drop notice as above.
@@ -1068,6 +1085,15 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
       return true;
     }
     case PktOp::kRead: {
+      if (q->max_dest_rd_atomic && q->reads.size() >= q->max_dest_rd_atomic) {
+        // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
+        // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (spdk/spdk issue #2261: the
+        // 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
+        // (emu's choice, as for remote access errors).
+        ++st_.read_depth_naks;
+        nak(PktOp::kNak, kSynRemInval, true);
+        return true;
+      }
       if (remote_hot(h.rkey)) {
         nak(PktOp::kNak, kSynRemAccess, true);
         return true;
@@ -1099,7 +1125,7 @@ bool Engine::stream_reads() noexcept {
       PendingRead& r = q.reads.front();
       WireSlot* s = wire_->tx_slot(side_, WireClass::kResp);
       if (!s) return work;
-      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(), r.len - r.off));
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(q), r.len - r.off));
       PktHdr& h = s->h;
       h = PktHdr{};
       h.dst_qpn = r.src_qpn;

@@ -147,7 +147,7 @@ Error no_qp(uint32_t qpn) {
 
 Engine::Engine(std::shared_ptr<Wire> wire, int side, const Options& opt)
     : wire_(std::move(wire)), side_(side), opt_(opt) {
-  prof_ = profile_by_name(opt.profile);
+  prof_ = profile_by_name(resolve_profile_name(opt.profile));
   if (!prof_) prof_ = &profiles()[0];  // open() refuses unknown names before this
   caps_.max_klm_list = std::min(opt.max_klm_list, prof_->max_klm_list);
   // What dv computes from the same cap (prm::max_inline_klm_for), and never above the option.
@@ -432,9 +432,18 @@ mlx5::ConnectInfo Engine::local_info(uint32_t qpn) {
     ci.gid[10] = ci.gid[11] = 0xFF;
     const uint32_t ip = l->local_ip();
     for (int i = 0; i < 4; ++i) ci.gid[12 + i] = static_cast<uint8_t>(ip >> (24 - 8 * i));
-    ci.path_mtu = static_cast<uint8_t>(std::countr_zero(path_mtu()) - 7);  // enum ibv_mtu
   }
+  stated(ci);
   return ci;
+}
+
+// What this device states for the negotiation: port 1, its port MTU, the profile's READ depth
+// both ways (max_qp_rd_atom; emu has no separate max_qp_init_rd_atom).
+void Engine::stated(mlx5::ConnectInfo& ci) const noexcept {
+  ci.port = 1;
+  ci.path_mtu = mlx5::mtu_code(path_mtu());
+  ci.initiator_depth = ci.responder_resources =
+      static_cast<uint8_t>(std::min<uint32_t>(prof_->max_qp_rd_atom, 255));
 }
 
 Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
@@ -474,6 +483,12 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
     q->next_msn = msn;     // as advertised by local_info()
     q->epsn = remote.psn;  // the peer's first message
     q->peer_qpn = remote.qpn;
+    mlx5::ConnectInfo mine;
+    stated(mine);
+    const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
+    q->mtu = mlx5::mtu_bytes(n.path_mtu);
+    q->max_rd_atomic = n.max_rd_atomic;
+    q->max_dest_rd_atomic = n.max_dest_rd_atomic;
     q->connected = true;
     q->state = QpState::kRts;
   }
@@ -694,9 +709,12 @@ Result<std::unique_ptr<EmuDevice>> EmuDevice::open(std::shared_ptr<Wire> wire, i
   if (opt.max_klm_list == 0 || opt.max_inline_klm == 0 ||
       opt.max_inline_klm > mlx5::prm::kMaxInlineKlm)
     return make_error(Errc::kInvalidArgument, "emu: bad max_klm_list / max_inline_klm");
-  if (!profile_by_name(opt.profile))
-    return make_error(Errc::kInvalidArgument, "emu: unknown device profile \"" + opt.profile +
-                                                  "\" (known: " + profile_names() + ")");
+  const std::string profile = resolve_profile_name(opt.profile);
+  if (!profile_by_name(profile))
+    return make_error(Errc::kInvalidArgument,
+                      "emu: unknown device profile \"" + profile + "\"" +
+                          (opt.profile.empty() ? " (from RDMX_EMU_PROFILE)" : "") +
+                          " (known: " + profile_names() + ")");
   auto eng = std::make_unique<Engine>(wire, side, opt);
   Status s = eng->attach();
   if (!s.ok()) return s.error();

@@ -146,6 +146,12 @@ struct QpCtx {
   // peer
   bool connected = false;
   uint32_t peer_qpn = 0;
+  // Negotiated at connect (mlx5::negotiate over both sides' connect info): path MTU in bytes,
+  // RDMA READs this QP keeps in flight as requester (ibv max_rd_atomic) and serves at once as
+  // responder (max_dest_rd_atomic). 0 = the device's own value.
+  uint32_t mtu = 0;
+  uint32_t max_rd_atomic = 0;
+  uint32_t max_dest_rd_atomic = 0;
   // faults
   uint64_t fault_nth = 0;
   uint8_t fault_synd = 0;
@@ -263,10 +269,14 @@ class Engine {
 
   void report(QpCtx* q, uint16_t wqe_index, Rule r, std::string text);
   uint64_t now_ns() const noexcept;
-  // Path MTU of every QP of this device: the profile's port active MTU (the local value, as dv
-  // uses today), at most the wire's packet size.
+  // The port's MTU: the profile's active MTU, at most the wire's packet size.
   uint32_t path_mtu() const noexcept {
     return std::min({kWireMtu, prof_->active_mtu, wire_->mtu_cap()});
+  }
+  void stated(mlx5::ConnectInfo& ci) const noexcept;
+  // A QP's path MTU: negotiated at connect (the smaller of both ports'), else the port's.
+  uint32_t path_mtu(const QpCtx& q) const noexcept {
+    return q.mtu ? std::min(q.mtu, path_mtu()) : path_mtu();
   }
 
   friend class rdmx::emu::EmuDevice;

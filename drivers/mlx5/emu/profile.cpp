@@ -2,6 +2,8 @@
 // the profile says so and keeps the CX-6 Dx value (doc/guides/emu.md "Device profiles").
 #include <rdmx/emu/profile.hpp>
 
+#include <cstdlib>
+
 namespace rdmx::emu {
 
 namespace {
@@ -24,7 +26,7 @@ constexpr Profile kProfiles[] = {
      false, 16, 4096},
     {"fence-none", "umr_fence 2: the UMR carries no fence", 1024, 65536, 2, false, 16, 4096},
     {"mtu1024", "port MTU 1024 (1500-byte Ethernet)", 1024, 65536, 1, false, 16, 1024},
-    {"rd-atom4", "4 READs per responder QP (not enforced yet)", 1024, 65536, 1, false, 4, 4096},
+    {"rd-atom4", "4 READs per responder QP (max_qp_rd_atom 4)", 1024, 65536, 1, false, 4, 4096},
 };
 
 }  // namespace
@@ -37,6 +39,12 @@ const Profile* profile_by_name(std::string_view name) noexcept {
   for (const Profile& p : kProfiles)
     if (name == p.name) return &p;
   return nullptr;
+}
+
+std::string resolve_profile_name(const std::string& name) {
+  if (!name.empty()) return name;
+  const char* env = std::getenv("RDMX_EMU_PROFILE");
+  return env && *env ? std::string(env) : std::string("default");
 }
 
 std::string profile_names() {

@@ -49,6 +49,19 @@ Error refuse(const std::string& what) {
 
 }  // namespace
 
+Negotiated negotiate(const ConnectInfo& local, const ConnectInfo& remote) noexcept {
+  auto lesser = [](uint8_t mine, uint8_t theirs) -> uint8_t {
+    if (!mine) return theirs;
+    if (!theirs) return mine;
+    return std::min(mine, theirs);
+  };
+  Negotiated n;
+  n.path_mtu = lesser(local.path_mtu, remote.path_mtu);
+  n.max_rd_atomic = lesser(local.initiator_depth, remote.responder_resources);
+  n.max_dest_rd_atomic = lesser(local.responder_resources, remote.initiator_depth);
+  return n;
+}
+
 ConnectInfoBytes encode_connect_info(const ConnectInfo& ci) noexcept {
   ConnectInfoBytes b{};
   uint8_t* p = b.data();

@@ -52,6 +52,7 @@ void CqPoller::init(const CqDesc& d) {
   n_ = d.cqe_cnt;
   dbrec_ = d.dbrec;
   ci_ = 0;
+  published_ = 0;
 }
 
 void CqPoller::reset() noexcept { /* the CQ survives a QP reset: keep ci */ }

@@ -92,10 +92,11 @@ constexpr uint32_t max_inline_klm_for(uint32_t max_wqe_bytes) noexcept {
 }
 
 // CQ entries for `signaled` signaled send WQEs in flight plus `recvs` posted receives: every one
-// may complete before the poller runs, so the CQ holds them all (ARCHITECTURE.md "The CQ never
-// overflows"). A power of two, at least 2.
+// may complete before the poller runs, so the CQ holds them all, plus the spare entry (a CQ of
+// 2^n entries holds 2^n - 1: verbs max_cqe, Linux hw/mlx5/main.c mlx5_ib_query_device).
+// A power of two, at least 2.
 constexpr uint32_t cq_cqes_for(uint32_t signaled, uint32_t recvs) noexcept {
-  const uint32_t n = next_pow2(signaled + recvs);
+  const uint32_t n = next_pow2(signaled + recvs + 1);
   return n < 2 ? 2 : n;
 }
 
@@ -147,6 +148,20 @@ struct QpTransition {
   ibv_qp_attr attr{};
   int mask = 0;
 };
+
+// The parameters one QP uses towards `remote`: path MTU and the two READ depths negotiated
+// (connect_info.hpp negotiate: the smaller of what each side stated; an unstated field keeps the
+// local value). Before this, dv used its local active_mtu and max_rd_atomic whatever the peer.
+QpParams negotiated_params(const QpParams& local, const mlx5::ConnectInfo& remote) noexcept;
+
+// rdma_cm: the READ depths the CM exchanged (REQ/REP) bound what the peer's connect info
+// states. The event's values are already from our side (Linux core/cm.c cm_req_handler and
+// cm_rep_handler swap them): cm_responder_resources = READs the peer will send us,
+// cm_initiator_depth = READs we may send; `ours_*` are what we gave the CM. The result is
+// passed to DvDevice::connect, which negotiates it with the QP's own limits. 0 = unstated.
+mlx5::ConnectInfo fold_cm_depths(mlx5::ConnectInfo remote, uint8_t cm_responder_resources,
+                                 uint8_t cm_initiator_depth, uint8_t ours_responder_resources,
+                                 uint8_t ours_initiator_depth) noexcept;
 
 // RESET -> INIT: state, pkey index, port, remote access rights of the responder.
 QpTransition init_transition(const QpParams& p) noexcept;

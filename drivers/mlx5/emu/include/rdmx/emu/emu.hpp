@@ -43,7 +43,8 @@ struct Options {
   bool checker_fatal = false;  // a report turns the offending WQE into an error CQE + QP error
   // Device profile (profile.hpp; profiles() lists them): the HCA caps the device reports and
   // enforces. open() fails with kInvalidArgument naming the known profiles for an unknown name.
-  std::string profile = "default";
+  // Empty: RDMX_EMU_PROFILE from the environment if set, else "default".
+  std::string profile;
   uint32_t max_klm_list = 1024;  // most translation entries per window (at most the profile's)
   uint32_t max_inline_klm = 52;  // most KLMs an inline UMR may carry (at most the profile's)
   int numa_node = 0;
@@ -251,6 +252,7 @@ struct EmuStats {
   uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
                                     // rights, bounds or another PD's mkey)
   uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD
+  uint64_t read_depth_naks = 0;     // READs beyond the responder's max_dest_rd_atomic, NAKed
   // RoCE v2 wire only (zero on the other wires).
   struct Roce {
     uint64_t tx_packets = 0, rx_packets = 0;

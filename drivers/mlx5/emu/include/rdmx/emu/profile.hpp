@@ -26,6 +26,10 @@ struct Profile {
 std::span<const Profile> profiles() noexcept;
 // nullptr when no profile has that name.
 const Profile* profile_by_name(std::string_view name) noexcept;
+// The profile a device opened with Options::profile = `name` gets: `name` itself, or when it is
+// empty the environment's RDMX_EMU_PROFILE (the test matrix runs whole suites on each profile
+// with it), else "default".
+std::string resolve_profile_name(const std::string& name);
 // "default, cx5, ..." for messages and --help.
 std::string profile_names();
 

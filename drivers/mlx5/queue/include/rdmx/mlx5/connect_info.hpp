@@ -61,6 +61,34 @@ struct ConnectInfo {
   uint8_t responder_resources = 0;  // 0 = not stated
 };
 
+// What one side applies to its QP after the exchange: the IB rule of connect_info's
+// "Unknown/zero rule" applied to what `local` states about itself and `remote` stated.
+//   path_mtu            = min(local, remote)                      (ibv_modify_qp RTR path_mtu)
+//   max_rd_atomic       = min(local initiator depth, remote responder resources)   (RTS)
+//   max_dest_rd_atomic  = min(local responder resources, remote initiator depth)   (RTR)
+// An unstated (0) remote field leaves the local value; an unstated local field takes the remote
+// one. The READ pair is the IB CM's swap (Linux drivers/infiniband/core/cm.c cm_req_handler:
+// local responder_resources = REQ initiator_depth); the initiator must not exceed the
+// responder's resources (ibv_modify_qp(3)), or the responder NAKs with Invalid Request, seen by
+// the requester as REMOTE_INVAL_REQ_ERR (observed on a RoCE trace: spdk/spdk issue #2261, the
+// 9th outstanding READ against 8 responder resources).
+struct Negotiated {
+  uint8_t path_mtu = 0;  // enum ibv_mtu; 0 when neither side stated one
+  uint8_t max_rd_atomic = 0;
+  uint8_t max_dest_rd_atomic = 0;
+};
+Negotiated negotiate(const ConnectInfo& local, const ConnectInfo& remote) noexcept;
+
+// enum ibv_mtu code (1..5) <-> bytes (256..4096); 0 for anything else.
+constexpr uint32_t mtu_bytes(uint8_t code) noexcept {
+  return code >= 1 && code <= 5 ? 128u << code : 0;
+}
+constexpr uint8_t mtu_code(uint32_t bytes) noexcept {
+  for (uint8_t c = 5; c >= 1; --c)
+    if (bytes >= mtu_bytes(c)) return c;
+  return 0;
+}
+
 inline constexpr uint8_t kConnectInfoVersion = 1;
 inline constexpr size_t kConnectInfoBytes = 56;
 using ConnectInfoBytes = std::array<uint8_t, kConnectInfoBytes>;

@@ -79,10 +79,16 @@ class CqPoller {
     return c;
   }
   void pop() noexcept { ++ci_; }
-  // Tells the device how far software has consumed (once per poll call).
+  // Tells the device how far software has consumed: the CQ doorbell record (consumer index).
   void update_doorbell() noexcept {
     wmb_to_device();
     __atomic_store_n(dbrec_, detail::bswap(ci_ & prm::kCqDbrCiMask), __ATOMIC_RELEASE);
+    published_ = ci_;
+  }
+  // The same, only when CQEs were consumed since the last publication (before a callback that
+  // may post: the device then sees every CQE already read as free).
+  void publish() noexcept {
+    if (ci_ != published_) update_doorbell();
   }
   uint32_t ci() const noexcept { return ci_; }
   uint32_t cqe_cnt() const noexcept { return n_; }
@@ -91,6 +97,7 @@ class CqPoller {
   void* buf_ = nullptr;
   uint32_t n_ = 0;
   uint32_t ci_ = 0;
+  uint32_t published_ = 0;  // the consumer index last written to the doorbell record
   volatile uint32_t* dbrec_ = nullptr;
 };
 
@@ -118,7 +125,11 @@ class QueuePair {
 
   // Reads up to max_cqes CQEs and calls on(const Completion&) once per completed WQE: for a
   // send CQE, every unsignaled WQE it covers first (in order), then the WQE it names. Returns
-  // the number of CQEs consumed. Hot path: no allocation, one doorbell-record write.
+  // the number of CQEs consumed. Hot path: no allocation. The CQ doorbell record (consumer
+  // index) is written at the end, and also before each on() call when CQEs were consumed since
+  // the last write: on() may post and ring, and the device must not see the CQEs already read
+  // as still occupied (with a CQ sized to its limit it would overflow). rdma-core's poll writes
+  // it once at the end (providers/mlx5/cq.c update_cons_index) because verbs has no callbacks.
   template <class F>
   uint32_t poll(uint32_t max_cqes, F&& on) noexcept {
     return poll(
@@ -148,8 +159,10 @@ class QueuePair {
         ++stats_.errors;
       }
       const uint16_t wc = prm::cqe_wqe_counter(c);
+      // Every field is read before the CQE is consumed (pop), so a callback may publish it.
       if (op == MLX5_CQE_REQ || op == MLX5_CQE_REQ_ERR) {
         comp.byte_len = prm::cqe_byte_cnt(c);
+        cq_.pop();
         if (op == MLX5_CQE_REQ) [[likely]]
           send_side_ok(wc, comp, fast, on);
         else
@@ -158,14 +171,15 @@ class QueuePair {
         comp.recv = true;
         comp.byte_len = op == MLX5_CQE_RESP_ERR ? 0 : prm::cqe_byte_cnt(c);
         comp.imm = op == MLX5_CQE_RESP_ERR ? 0 : prm::cqe_imm_inval(c);
+        cq_.pop();
         comp.cookie = rq_.take(wc);
         ++stats_.completions;
+        cq_.publish();
         on(static_cast<const Completion&>(comp));
       }
-      cq_.pop();
     }
     if (n) {
-      cq_.update_doorbell();
+      cq_.publish();
       stats_.cqes += n;
     }
     return n;
@@ -203,6 +217,7 @@ class QueuePair {
       c.cookie = cookie;
       c.wqe_opcode = s.opcode;
       if (!named) c.cqe_opcode = MLX5_CQE_REQ;
+      cq_.publish();
       on(static_cast<const Completion&>(c));
     };
     if (dist < in_flight) [[likely]] {
@@ -243,6 +258,7 @@ class QueuePair {
       walked += s.n_wqebb;
       sq_.retire(s.n_wqebb);
       ++stats_.completions;
+      cq_.publish();
       on(static_cast<const Completion&>(c));
       if (named) return;
     }
