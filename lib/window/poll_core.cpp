@@ -1,6 +1,7 @@
 // PollCore setup, shutdown and QP-error recovery (cold paths). The hot path is in
 // poll_core_datapath.cpp.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <string>
 
@@ -64,6 +65,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));
   RDMX_TRY(c->keys_.init(pool.config().key_policy, pool.config().key_seed, c->id_), "poll core");
+  c->init_templates();
   c->cache_.init(cfg.cache_size, pool.n_windows());
   c->scratch_ = std::make_unique<Window*[]>(std::max(cfg.cache_size, 1u));
 
@@ -80,6 +82,33 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
     }
   }
   return c;
+}
+
+void PollCore::init_templates() noexcept {
+  namespace prm = mlx5::prm;
+  UmrTemplate& t = tpl_;
+  mlx5::SqWriter& sq = qp_.sq();
+  t.ctrl0 = prm::ctrl_word0(0, MLX5_OPCODE_UMR, 0, sq.qpn(), 0);
+  t.map_umr0 = prm::umr_ctrl_word0(MLX5_WQE_UMR_CTRL_FLAG_INLINE | prm::kUmrFlagFailIfNotFree, 0);
+  t.map_mask_be = detail::bswap(no_atomic_mask_ ? prm::kMapMaskNoAtomic : prm::kMapMask);
+  const uint64_t ps = arena_.page_size();
+  t.klm_head = uint64_t{detail::bswap(static_cast<uint32_t>(ps))} |
+               (uint64_t{detail::bswap(parent_lkey_)} << 32);
+  t.lkey_hi = uint64_t{detail::bswap(parent_lkey_)} << 32;
+  t.page_base = arena_.base();
+  t.page_last = arena_.data_end() - arena_.base() - 1;
+  t.page_size = ps;
+  t.page_shift = static_cast<uint32_t>(std::countr_zero(ps));
+  t.fast_pages = std::min(max_pages_, inline_limit_);
+  t.max_length = uint64_t{t.fast_pages} * ps;
+  // The access masks validate() accepts and the device can grant by UMR.
+  t.access_ok = 0;
+  for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a) {
+    const bool needs_lw = (a & (mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic)) != 0;
+    if (needs_lw && !(a & mlx5::kAccessLocalWrite)) continue;
+    if (no_atomic_mask_ && (a & mlx5::kAccessRemoteAtomic)) continue;
+    t.access_ok = static_cast<uint16_t>(t.access_ok | (1u << a));
+  }
 }
 
 void WindowCache::init(uint32_t nominal_size, uint32_t capacity) {

@@ -125,6 +125,63 @@ Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
 
 MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
                         uint32_t first_byte_offset, uint64_t length) noexcept {
+  // The fast path: an inline map of a valid request whose WQE does not wrap the ring, the window
+  // from the top of the cache. Everything it needs is checked at once (no early exits); anything
+  // else takes map_general, which names the first failed check in the documented order. The
+  // WQE is the template's constant words plus what changes, then the KLMs, the pages checked in
+  // the same pass; the same bytes as map_general's builders (tests/window compares them).
+  const size_t n = pages.size();
+  const uint64_t ps = tpl_.page_size;
+  const uint64_t end = uint64_t{first_byte_offset} + length;  // no overflow once length passed
+  const uint32_t top = cache_.len();
+  const uint32_t oct = prm::align4(static_cast<uint32_t>(n));
+  mlx5::SqWriter& sq = qp_.sq();
+  mlx5::SqWriter::Slot s;
+  // Bytes first_byte_offset .. end-1 must start in the first page and end in the last:
+  // (n - 1) * ps < end <= n * ps, i.e. end - 1 - (n - 1) * ps < ps, with 1 <= length <= max.
+  if (qp_.in_error() || n - 1 >= tpl_.fast_pages || access >= 16 ||
+      !((tpl_.access_ok >> access) & 1) || first_byte_offset >= ps ||
+      length - 1 >= tpl_.max_length || end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
+      !sq.reserve(2 + oct / 4, umr_fence_, s)) [[unlikely]]
+    return map_general(pages, access, first_byte_offset, length);
+  Window* const w = cache_.at(top - 1);
+  const uint8_t key = next_key(w);
+  const uint32_t mkey = w->mkey_base_ | key;
+  uint8_t* const q = s.wqe;
+  prm::put_umr_head(q,
+                    tpl_.ctrl0 | (uint64_t{prm::kUmrHeaderDs + oct} << 56) |
+                        (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
+                    prm::ctrl_word1(s.fm_ce_se, Be32::from_host(mkey)),
+                    tpl_.map_umr0 | (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
+                    tpl_.map_mask_be, prm::mkc_word0(false, kMkcAccess[access], key),
+                    detail::bswap(length));
+  if (prm::put_page_klms_checked(q + 2 * MLX5_SEND_WQE_BB, pages.data(), static_cast<uint32_t>(n),
+                                 first_byte_offset, end, ps, tpl_.klm_head, tpl_.lkey_hi,
+                                 tpl_.page_base, tpl_.page_last, klm_mid_) != 0) [[unlikely]]
+    return map_general(pages, access, first_byte_offset, length);  // kNotInArena, counted
+  cache_.pop();
+  sq.commit(s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  ++umrs_in_flight_;
+  ++stats_.cache_hits;
+  ++stats_.inline_maps;
+  ++stats_.maps;
+  stats_.pages_mapped += n;
+  w->key_ = key;
+  w->state_ = WindowState::kMapped;
+  w->local_use_ = 0;
+  w->n_pages_ = static_cast<uint32_t>(n);
+  w->length_ = length;
+  ++w->outstanding_;
+  MapResult r;
+  r.window = w;
+  r.rkey = r.lkey = mkey;
+  r.iova = 0;
+  r.length = length;
+  return r;
+}
+
+MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access,
+                                uint32_t first_byte_offset, uint64_t length) noexcept {
   MapResult r;
   if (qp_.in_error()) [[unlikely]] {
     r.errc = reject(Errc::kQpError);
@@ -161,7 +218,7 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
     }
   }
 
-  const uint8_t key = keys_.next_key(w->key_);  // never the key just retired
+  const uint8_t key = next_key(w);
   prm::UmrMap m;
   m.qpn = sq.qpn();
   m.wqe_index = sq.wqe_index();

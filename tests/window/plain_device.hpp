@@ -35,8 +35,11 @@ class PlainDevice final : public mlx5::Device {
     caps_.max_cq_cqes = 1 << 16;
     caps_.mkey_update_tag = true;
     caps_.remote_invalidate = true;
-    caps_.umr_fence = 2;  // HCA cap NONE: UMRs carry only the fence the SQ writer gives them
+    caps_.umr_fence = default_umr_fence;
   }
+  // HCA cap umr_fence of devices created from now on: 2 = NONE (UMRs carry only the fence the
+  // SQ writer gives them).
+  static inline uint8_t default_umr_fence = 2;
   mlx5::DeviceCaps& mutable_caps() { return caps_; }
 
   const std::string& name() const noexcept override { return name_; }

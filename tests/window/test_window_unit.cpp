@@ -267,6 +267,74 @@ TEST(Map, InlineUmrBytes) {
   EXPECT_EQ(c.stats().pages_mapped, 5u);
 }
 
+// map() and unmap() write their UMRs from per-core templates in a fast path (contiguous WQEs)
+// and with the cursor builders otherwise (a WQE that wraps the ring's end). Both must give the
+// bytes of prm::build_umr_map_inline / build_umr_invalidate for the same request, in every
+// ring position: a small SQ makes the maps wrap. Random requests, accesses, fences.
+TEST(Map, TemplateBytesMatchTheBuilders) {
+  for (const uint8_t fence_cap : {2, 1, 0}) {
+    rdmx::test::PlainDevice::default_umr_fence = fence_cap;
+    Rig r(8, 16, 8, 64);
+    rdmx::test::PlainDevice::default_umr_fence = 2;
+    PollCore& c = r.core();
+    auto& sq = c.qp().sq();
+    const uint32_t ring_bytes = sq.wqe_cnt() * MLX5_SEND_WQE_BB;
+    const uint8_t* ring = static_cast<const uint8_t*>(r.qp().sq.get());
+    std::vector<uint8_t> want(ring_bytes);
+    auto pg = r.alloc(16);
+    std::mt19937 rng(fence_cap + 7);
+    const uint32_t accesses[] = {0, kAccessLocalWrite, kAccessRemoteRead, kRw,
+                                 kAccessLocalWrite | kAccessRemoteAtomic};
+    const uint8_t umr_fence = prm::umr_fence_bits(fence_cap);
+    auto same = [&](uint32_t pi, uint32_t nbb) {
+      for (uint32_t i = 0; i < nbb * MLX5_SEND_WQE_BB; ++i) {
+        const uint32_t at = (pi * MLX5_SEND_WQE_BB + i) & (ring_bytes - 1);
+        if (ring[at] != want[at]) return testing::AssertionFailure() << "byte " << i;
+      }
+      return testing::AssertionSuccess();
+    };
+    uint32_t wrapped = 0;
+    for (int it = 0; it < 400; ++it) {
+      const uint32_t n = 1 + rng() % 16;
+      std::shuffle(pg.begin(), pg.end(), rng);
+      const uint32_t off = rng() % 4096;
+      const uint64_t lo = n == 1 ? 1 : uint64_t{n - 1} * 4096 - off + 1;
+      const uint64_t hi = uint64_t{n} * 4096 - off;
+      const uint64_t len = lo + rng() % (hi - lo + 1);
+      const uint32_t access = accesses[rng() % 5];
+      if (sq.free_wqebbs() < 2 * prm::ds_to_wqebbs(prm::umr_inline_ds(16))) r.complete_all();
+      const uint32_t pi = sq.pi();
+      const uint8_t fm = sq.next_fm_ce_se(false, umr_fence);
+      MapResult m = c.map(std::span(pg.data(), n), access, off, len);
+      ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
+      prm::UmrMap um;
+      um.qpn = sq.qpn();
+      um.wqe_index = static_cast<uint16_t>(pi);
+      um.fm_ce_se = fm;
+      um.mkey = m.rkey;
+      um.access = rdmx::mlx5::mkc_access_bits(access);
+      um.parent_lkey = r.arena->lkey();
+      um.page_size = 4096;
+      um.first_offset = off;
+      um.length = len;
+      um.pages = std::span(pg.data(), n);
+      um.check = prm::kUmrFlagFailIfNotFree;
+      prm::RingCursor cur(want.data(), sq.wqe_cnt(), pi);
+      const uint32_t nbb = prm::ds_to_wqebbs(prm::build_umr_map_inline(cur, um));
+      ASSERT_EQ(sq.pi() - pi, nbb);
+      ASSERT_TRUE(same(pi, nbb)) << "map of " << n << " pages at " << pi;
+      wrapped += (pi % sq.wqe_cnt()) + nbb > sq.wqe_cnt();
+      const uint32_t upi = sq.pi();
+      const uint8_t ufm = sq.next_fm_ce_se(false, umr_fence);
+      ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+      prm::RingCursor ucur(want.data(), sq.wqe_cnt(), upi);
+      prm::build_umr_invalidate(ucur, sq.qpn(), static_cast<uint16_t>(upi), ufm, m.rkey, 0);
+      ASSERT_TRUE(same(upi, 2)) << "unmap at " << upi;
+    }
+    EXPECT_GT(wrapped, 0u);  // the cursor path ran too
+  }
+}
+
 // 52 entries is the inline limit; 53 goes to pointer mode (pool with max_pages 256).
 TEST(Map, PointerModeBytes) {
   Rig r(4, 256, 4);

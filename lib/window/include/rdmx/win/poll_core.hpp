@@ -176,6 +176,7 @@ class PollCore {
  private:
   PollCore(WindowPool& pool, const CoreConfig& cfg);
   bool quiesce_until(std::chrono::steady_clock::time_point deadline);
+  void init_templates() noexcept;  // tpl_, from the QP, arena and caps (create)
 
   static uint64_t cookie_of(uint8_t op, const Window* w) noexcept {
     return kInternalCookie | (uint64_t{op} << 56) | w->id_;
@@ -183,6 +184,13 @@ class PollCore {
   static constexpr uint8_t kOpMap = 1;
   static constexpr uint8_t kOpUnmap = 2;
 
+  // map() when its fast path does not apply (pointer mode, a WQE that would wrap the ring, an
+  // empty cache, any error): every check in order, the cursor builders.
+  [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
+                                          uint32_t first_byte_offset, uint64_t length) noexcept;
+  // The 8-bit key the next map of `w` writes.
+  // The window's next key from this core's generator: never the key just retired.
+  uint8_t next_key(const Window* w) noexcept { return keys_.next_key(w->key_); }
   Errc validate(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
                 uint64_t length) const noexcept;
   // A map refused after validate(): kNotInArena when a page is bad, else e (counted).
@@ -249,6 +257,22 @@ class PollCore {
   uint8_t umr_fence_ = 0;
   bool no_atomic_mask_ = false;            // DeviceCaps::umr_modify_atomic_disabled
   mlx5::prm::KlmMidFn klm_mid_ = nullptr;  // KLM writer variant for this CPU (create)
+  // The constant parts of the UMR WQEs this core writes, prepared at create: a map or an
+  // unmap then writes only what changes (index, DS, fence, key, length, access, the KLMs).
+  struct UmrTemplate {
+    uint64_t ctrl0 = 0;        // ctrl bytes 0-7 with wqe_index 0 and DS 0: opcode UMR, qpn
+    uint64_t map_umr0 = 0;     // UMR ctrl bytes 0-7 of an inline map without its octowords
+    uint64_t map_mask_be = 0;  // the map's mkey mask, big-endian
+    uint64_t klm_head = 0;     // a whole page's KLM bytes 0-7: {be page size, be parent lkey}
+    uint64_t lkey_hi = 0;      // be parent lkey << 32 (KLM bytes 4-7)
+    uint64_t page_base = 0;    // Arena::is_page: page - base aligned and <= page_last
+    uint64_t page_last = 0;
+    uint64_t page_size = 0;
+    uint32_t page_shift = 0;
+    uint64_t max_length = 0;  // fast_pages * page_size
+    uint32_t fast_pages = 0;  // map's fast path: at most this many pages (inline, <= max)
+    uint16_t access_ok = 0;   // bit a: access mask a passes validate() and the atomic cap
+  } tpl_;
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
   Errc last_errc_ = Errc::kOk;
