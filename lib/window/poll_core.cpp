@@ -62,6 +62,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->no_atomic_mask_ = dev.caps().umr_modify_atomic_disabled;
   // The widest KLM writer this CPU runs (same bytes as the baseline; tests/unit/prm compares).
   c->klm_mid_ = mlx5::prm::klm_mid_variant(mlx5::prm::klm_best_variant());
+  c->klm_list_ = mlx5::prm::klm_list_variant(mlx5::prm::klm_best_variant());
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));
   RDMX_TRY(c->keys_.init(pool.config().key_policy, pool.config().key_seed, c->id_), "poll core");
@@ -92,13 +93,19 @@ void PollCore::init_templates() noexcept {
   t.map_umr0 = prm::umr_ctrl_word0(MLX5_WQE_UMR_CTRL_FLAG_INLINE | prm::kUmrFlagFailIfNotFree, 0);
   t.map_mask_be = detail::bswap(no_atomic_mask_ ? prm::kMapMaskNoAtomic : prm::kMapMask);
   const uint64_t ps = arena_.page_size();
-  t.klm_head = uint64_t{detail::bswap(static_cast<uint32_t>(ps))} |
+  t.klm.head = uint64_t{detail::bswap(static_cast<uint32_t>(ps))} |
                (uint64_t{detail::bswap(parent_lkey_)} << 32);
-  t.lkey_hi = uint64_t{detail::bswap(parent_lkey_)} << 32;
-  t.page_base = arena_.base();
-  t.page_last = arena_.data_end() - arena_.base() - 1;
+  t.klm.lkey_hi = uint64_t{detail::bswap(parent_lkey_)} << 32;
+  t.klm.base = arena_.base();
+  t.klm.last = arena_.data_end() - arena_.base() - 1;
+  t.klm.page_size = ps;
+  t.klm.page_shift = static_cast<uint32_t>(std::countr_zero(ps));
   t.page_size = ps;
   t.page_shift = static_cast<uint32_t>(std::countr_zero(ps));
+  t.inv_ctrl0 = prm::ctrl_word0(0, MLX5_OPCODE_UMR, 0, sq.qpn(), prm::kUmrHeaderDs);
+  t.inv_umr0 = prm::umr_ctrl_word0(MLX5_WQE_UMR_CTRL_FLAG_INLINE, 0);
+  t.inv_mask_be = detail::bswap(uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE});
+  t.n_windows = pool_.n_windows();
   t.fast_pages = std::min(max_pages_, inline_limit_);
   t.max_length = uint64_t{t.fast_pages} * ps;
   // The access masks validate() accepts and the device can grant by UMR.

@@ -155,9 +155,8 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
                     tpl_.map_umr0 | (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
                     tpl_.map_mask_be, prm::mkc_word0(false, kMkcAccess[access], key),
                     detail::bswap(length));
-  if (prm::put_page_klms_checked(q + 2 * MLX5_SEND_WQE_BB, pages.data(), static_cast<uint32_t>(n),
-                                 first_byte_offset, end, ps, tpl_.klm_head, tpl_.lkey_hi,
-                                 tpl_.page_base, tpl_.page_last, klm_mid_) != 0) [[unlikely]]
+  if (klm_list_(q + 2 * MLX5_SEND_WQE_BB, pages.data(), static_cast<uint32_t>(n), first_byte_offset,
+                end, tpl_.klm) != 0) [[unlikely]]
     return map_general(pages, access, first_byte_offset, length);  // kNotInArena, counted
   cache_.pop();
   sq.commit(s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
@@ -306,6 +305,47 @@ Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {
 }
 
 Errc PollCore::unmap(Window* w) noexcept {
+  // The fast path: a window of this core, mapped, whose invalidate does not wrap the ring. The
+  // pool's windows are one array of power-of-two sized objects: rotating the byte offset right by
+  // log2(sizeof(Window)) moves a misaligned remainder into the top bits, so one unsigned compare
+  // against the window count proves both the range and the alignment (no modulo, no division).
+  static_assert(std::has_single_bit(sizeof(Window)));
+  const uint64_t at =
+      std::rotr(reinterpret_cast<uintptr_t>(w) - reinterpret_cast<uintptr_t>(windows_),
+                std::countr_zero(sizeof(Window)));
+  if (at >= tpl_.n_windows || w->state_ != WindowState::kMapped || w->owner_ != id_ ||
+      qp_.in_error()) [[unlikely]]
+    return unmap_general(w);
+  // The fence: as unmap_general.
+  uint8_t fence = umr_fence_;
+  const bool in_use = w->local_use_ && static_cast<int32_t>(qp_.sq().ci() - w->use_end_) < 0;
+  if (in_use) [[unlikely]]
+    fence = (w->local_use_ & Window::kUsedByGather) ? prm::kFenceStrongOrdering
+                                                    : prm::kFenceSmallAndFence;
+  mlx5::SqWriter& sq = qp_.sq();
+  mlx5::SqWriter::Slot s;
+  if (!sq.reserve(2, fence, s)) [[unlikely]]
+    return unmap_general(w);
+  // The invalidate template: only the index, the fence and the key change.
+  const uint32_t rkey = w->rkey();
+  prm::put_umr_head(s.wqe,
+                    tpl_.inv_ctrl0 | (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
+                    prm::ctrl_word1(s.fm_ce_se, Be32::from_host(rkey)), tpl_.inv_umr0,
+                    tpl_.inv_mask_be, prm::mkc_word0(true, 0, w->key_), 0);
+  sq.commit(s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
+  ++umrs_in_flight_;
+  ++w->outstanding_;
+  stats_.fenced_unmaps += in_use;
+  w->state_ = WindowState::kUnmapping;
+  w->local_use_ = 0;
+  ++stats_.unmaps;
+  cache_.push(w);
+  if (cache_.over()) [[unlikely]]
+    flush_to_depot();
+  return Errc::kOk;
+}
+
+Errc PollCore::unmap_general(Window* w) noexcept {
   if (!pool_.owns(w)) [[unlikely]]
     return reject(Errc::kInvalidArgument);
   if (w->state_ != WindowState::kMapped) [[unlikely]]

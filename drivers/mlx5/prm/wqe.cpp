@@ -55,8 +55,86 @@ namespace {
   pc->acc |= a;
   pc->over |= o;
 }
+
+// The whole list: every page (first and last included) as a whole-page entry, four per step as
+// klm_mid_avx2; the last 1-3 pages with a masked load (lanes past the list read nothing and
+// give zero entries: the padding). Then the two partial byte counts are written over: the last
+// page's first, the first page's second (with its address), so that a one-page list ends with
+// the first page's count.
+[[gnu::target("avx2")]] uint64_t klm_list_avx2(uint8_t* out, const uint64_t* pages, uint32_t n,
+                                               uint64_t first_offset, uint64_t end,
+                                               const KlmListConsts& k) noexcept {
+  const __m256i head4 = _mm256_set1_epi64x(static_cast<long long>(k.head));
+  const __m256i swap64 = _mm256_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                         10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i vbase = _mm256_set1_epi64x(static_cast<long long>(k.base));
+  const __m256i vlast = _mm256_set1_epi64x(static_cast<long long>(k.last));
+  __m256i acc = _mm256_setzero_si256();
+  __m256i over = _mm256_setzero_si256();
+  const uint64_t* p = pages;
+  const uint64_t* const full_end = pages + (n & ~3u);
+  uint8_t* o = out;
+  for (; p != full_end; p += 4, o += 4 * kKlmBytes) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i d = _mm256_sub_epi64(v, vbase);
+    acc = _mm256_or_si256(acc, d);
+    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
+    const __m256i a = _mm256_shuffle_epi8(v, swap64);
+    const __m256i lo = _mm256_unpacklo_epi64(head4, a);  // e0 | e2
+    const __m256i hi = _mm256_unpackhi_epi64(head4, a);  // e1 | e3
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes),
+                        _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+  if (const uint32_t rest = n & 3u) {
+    alignas(32) static constexpr int64_t kLanes[4][4] = {
+        {0, 0, 0, 0}, {-1, 0, 0, 0}, {-1, -1, 0, 0}, {-1, -1, -1, 0}};
+    const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLanes[rest]));
+    const __m256i v = _mm256_maskload_epi64(reinterpret_cast<const long long*>(p), m);
+    const __m256i d = _mm256_and_si256(_mm256_sub_epi64(v, vbase), m);
+    acc = _mm256_or_si256(acc, d);
+    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
+    const __m256i a = _mm256_shuffle_epi8(v, swap64);
+    const __m256i lo = _mm256_unpacklo_epi64(head4, a);
+    const __m256i hi = _mm256_unpackhi_epi64(head4, a);
+    // Entry j (16 bytes) is kept when page lane j is in the list, else zeroed (padding).
+    const __m256i m01 = _mm256_permute4x64_epi64(m, 0x50);  // lanes 0 0 1 1
+    const __m256i m23 = _mm256_permute4x64_epi64(m, 0xfa);  // lanes 2 2 3 3
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o),
+                        _mm256_and_si256(_mm256_permute2x128_si256(lo, hi, 0x20), m01));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes),
+                        _mm256_and_si256(_mm256_permute2x128_si256(lo, hi, 0x31), m23));
+  }
+  const uint32_t last_bc =
+      detail::bswap(static_cast<uint32_t>(end - (uint64_t{n - 1} << k.page_shift)));
+  std::memcpy(out + size_t{n - 1} * kKlmBytes, &last_bc, sizeof(last_bc));
+  const uint32_t first_bc =
+      detail::bswap(static_cast<uint32_t>((end < k.page_size ? end : k.page_size) - first_offset));
+  std::memcpy(out, &first_bc, sizeof(first_bc));
+  put_u64(out + 8, detail::bswap(pages[0] + first_offset));
+  __m128i a2 = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  __m128i o2 = _mm_or_si128(_mm256_castsi256_si128(over), _mm256_extracti128_si256(over, 1));
+  a2 = _mm_or_si128(a2, _mm_unpackhi_epi64(a2, a2));
+  o2 = _mm_or_si128(o2, _mm_unpackhi_epi64(o2, o2));
+  const uint64_t a = static_cast<uint64_t>(_mm_cvtsi128_si64(a2));
+  return (a & (k.page_size - 1)) | (a >> 63) | static_cast<uint64_t>(_mm_cvtsi128_si64(o2));
+}
 #endif
+
+uint64_t klm_list_baseline(uint8_t* out, const uint64_t* pages, uint32_t n, uint64_t first_offset,
+                           uint64_t end, const KlmListConsts& k) noexcept {
+  return put_page_klms_checked(out, pages, n, first_offset, end, k.page_size, k.head, k.lkey_hi,
+                               k.base, k.last, nullptr);
+}
 }  // namespace
+
+KlmListFn klm_list_variant(KlmVariant v) noexcept {
+  if (!klm_variant_supported(v)) return nullptr;
+#if defined(__x86_64__)
+  if (v == KlmVariant::kAvx2) return &klm_list_avx2;
+#endif
+  return &klm_list_baseline;
+}
 
 const char* klm_variant_name(KlmVariant v) noexcept {
   switch (v) {

@@ -382,6 +382,26 @@ TEST(PrmKlmVariants, SameBytesAndSameVerdictAsBaseline) {
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), entries * 16))
           << prm::klm_variant_name(v) << " n " << n << " iter " << iter;
       ASSERT_EQ(pc.ok(ps), good) << prm::klm_variant_name(v) << " n " << n << " iter " << iter;
+      // The whole-list writer of the inline map's fast path: same bytes, same verdict.
+      const prm::KlmListFn list = prm::klm_list_variant(v);
+      ASSERT_NE(list, nullptr);
+      prm::KlmListConsts k;
+      k.head = uint64_t{rdmx::detail::bswap(static_cast<uint32_t>(ps))} |
+               (uint64_t{rdmx::detail::bswap(m.parent_lkey)} << 32);
+      k.lkey_hi = uint64_t{rdmx::detail::bswap(m.parent_lkey)} << 32;
+      k.base = base;
+      k.last = span - 1;
+      k.page_size = ps;
+      k.page_shift = 12;
+      std::vector<mlx5_wqe_umr_klm_seg> listed(entries + 1);
+      std::memset(listed.data(), 0x77, (entries + 1) * 16);
+      const uint64_t bad = list(reinterpret_cast<uint8_t*>(listed.data()), pages.data(), n,
+                                m.first_offset, m.first_offset + m.length, k);
+      ASSERT_EQ(0, std::memcmp(want.data(), listed.data(), entries * 16))
+          << prm::klm_variant_name(v) << " list, n " << n << " iter " << iter;
+      const uint8_t* after = reinterpret_cast<const uint8_t*>(&listed[entries]);
+      for (int b = 0; b < 16; ++b) ASSERT_EQ(after[b], 0x77) << "written past the list";
+      ASSERT_EQ(bad == 0, good) << prm::klm_variant_name(v) << " list, n " << n;
       // A ring of 128 WQEBBs; the list starts at a random 16-byte slot, so it often wraps.
       if (entries * 16 > 128 * 64 - 64) continue;
       Ring ra(128), rb(128);

@@ -188,6 +188,8 @@ class PollCore {
   // empty cache, any error): every check in order, the cursor builders.
   [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
+  // unmap() when its fast path does not apply (a refusal, an invalidate that would wrap).
+  [[gnu::noinline]] Errc unmap_general(Window* w) noexcept;
   // The 8-bit key the next map of `w` writes.
   // The window's next key from this core's generator: never the key just retired.
   uint8_t next_key(const Window* w) noexcept { return keys_.next_key(w->key_); }
@@ -255,23 +257,25 @@ class PollCore {
   uint32_t max_pages_ = 0;
   uint32_t inline_limit_ = 0;
   uint8_t umr_fence_ = 0;
-  bool no_atomic_mask_ = false;            // DeviceCaps::umr_modify_atomic_disabled
-  mlx5::prm::KlmMidFn klm_mid_ = nullptr;  // KLM writer variant for this CPU (create)
+  bool no_atomic_mask_ = false;              // DeviceCaps::umr_modify_atomic_disabled
+  mlx5::prm::KlmMidFn klm_mid_ = nullptr;    // KLM writer variant for this CPU (create)
+  mlx5::prm::KlmListFn klm_list_ = nullptr;  // the inline map's whole-list writer (create)
   // The constant parts of the UMR WQEs this core writes, prepared at create: a map or an
   // unmap then writes only what changes (index, DS, fence, key, length, access, the KLMs).
   struct UmrTemplate {
-    uint64_t ctrl0 = 0;        // ctrl bytes 0-7 with wqe_index 0 and DS 0: opcode UMR, qpn
-    uint64_t map_umr0 = 0;     // UMR ctrl bytes 0-7 of an inline map without its octowords
-    uint64_t map_mask_be = 0;  // the map's mkey mask, big-endian
-    uint64_t klm_head = 0;     // a whole page's KLM bytes 0-7: {be page size, be parent lkey}
-    uint64_t lkey_hi = 0;      // be parent lkey << 32 (KLM bytes 4-7)
-    uint64_t page_base = 0;    // Arena::is_page: page - base aligned and <= page_last
-    uint64_t page_last = 0;
+    uint64_t ctrl0 = 0;            // ctrl bytes 0-7 with wqe_index 0 and DS 0: opcode UMR, qpn
+    uint64_t map_umr0 = 0;         // UMR ctrl bytes 0-7 of an inline map without its octowords
+    uint64_t map_mask_be = 0;      // the map's mkey mask, big-endian
+    mlx5::prm::KlmListConsts klm;  // the KLM list writer's constants (page check included)
     uint64_t page_size = 0;
     uint32_t page_shift = 0;
-    uint64_t max_length = 0;  // fast_pages * page_size
-    uint32_t fast_pages = 0;  // map's fast path: at most this many pages (inline, <= max)
-    uint16_t access_ok = 0;   // bit a: access mask a passes validate() and the atomic cap
+    uint64_t inv_ctrl0 = 0;    // an invalidate's ctrl bytes 0-7 with wqe_index 0
+    uint64_t inv_umr0 = 0;     // an invalidate's UMR ctrl bytes 0-7
+    uint64_t inv_mask_be = 0;  // its mkey mask (FREE), big-endian
+    uint64_t n_windows = 0;    // the pool's window count (unmap's ownership check)
+    uint64_t max_length = 0;   // fast_pages * page_size
+    uint32_t fast_pages = 0;   // map's fast path: at most this many pages (inline, <= max)
+    uint16_t access_ok = 0;    // bit a: access mask a passes validate() and the atomic cap
   } tpl_;
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed

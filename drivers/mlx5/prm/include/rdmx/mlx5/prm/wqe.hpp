@@ -530,6 +530,25 @@ inline uint64_t put_page_klms_checked(uint8_t* out, const uint64_t* pages, uint3
   return (acc & (ps - 1)) | (acc >> 63) | over;
 }
 
+// put_page_klms_checked as a whole-list writer per vector width, chosen once at setup
+// (klm_list_variant) like KlmMidFn: the hot path's inline map calls it for the entire list. Its
+// constants in one place: head = {be page_size, be lkey}, lkey_hi = be lkey << 32, pages p with
+// p - base page aligned and <= last pass. Every variant writes the same bytes and returns zero
+// exactly when put_page_klms_checked does.
+struct KlmListConsts {
+  uint64_t head = 0;
+  uint64_t lkey_hi = 0;
+  uint64_t base = 0;
+  uint64_t last = 0;
+  uint64_t page_size = 0;
+  uint32_t page_shift = 0;
+};
+using KlmListFn = uint64_t (*)(uint8_t* out, const uint64_t* pages, uint32_t n,
+                               uint64_t first_offset, uint64_t end,
+                               const KlmListConsts& k) noexcept;
+// The whole-list writer of v (never nullptr for a supported v; nullptr when v is not).
+KlmListFn klm_list_variant(KlmVariant v) noexcept;
+
 // The 128-byte head of a map (ctrl | umr ctrl | mkey ctx): flags = INLINE or 0 (pointer mode),
 // plus m.check; START_ADDR in the mask only when m.set_start_addr. Inline: the hot path builds
 // it in registers (write_umr_head).
