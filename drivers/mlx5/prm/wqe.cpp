@@ -15,6 +15,22 @@ namespace {
 // vpcmpgtq, vpor; vpshufb swaps the four addresses in their lanes, vpunpck{l,h}qdq pair them with
 // the constant {byte_count, mkey} word ([e0 e2] and [e1 e3]), vperm2i128 puts them in order for
 // two 32-byte stores. The last 0-3 entries take the 16-byte and scalar steps of the baseline.
+// One AVX2 step of both writers: the page differences d = v - base folded into acc/over, and
+// the four entries of the addresses in v as e01 = {e0 e1}, e23 = {e2 e3}.
+[[gnu::target("avx2"), gnu::always_inline]] inline void klm4_avx2(__m256i v, __m256i d,
+                                                                  __m256i head4, __m256i swap64,
+                                                                  __m256i vlast, __m256i& acc,
+                                                                  __m256i& over, __m256i& e01,
+                                                                  __m256i& e23) noexcept {
+  acc = _mm256_or_si256(acc, d);
+  over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
+  const __m256i a = _mm256_shuffle_epi8(v, swap64);
+  const __m256i lo = _mm256_unpacklo_epi64(head4, a);  // e0 | e2
+  const __m256i hi = _mm256_unpackhi_epi64(head4, a);  // e1 | e3
+  e01 = _mm256_permute2x128_si256(lo, hi, 0x20);
+  e23 = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
 [[gnu::target("avx2")]] void klm_mid_avx2(const uint64_t* pages, uint32_t count, uint8_t* out,
                                           uint64_t head, PageCheck* pc) noexcept {
   const __m256i head4 = _mm256_set1_epi64x(static_cast<long long>(head));
@@ -28,15 +44,10 @@ namespace {
   const uint64_t* const end = pages + count;
   for (; end - p >= 4; p += 4, out += 4 * kKlmBytes) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i d = _mm256_sub_epi64(v, vbase);
-    acc = _mm256_or_si256(acc, d);
-    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
-    const __m256i a = _mm256_shuffle_epi8(v, swap64);
-    const __m256i lo = _mm256_unpacklo_epi64(head4, a);  // e0 | e2
-    const __m256i hi = _mm256_unpackhi_epi64(head4, a);  // e1 | e3
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * kKlmBytes),
-                        _mm256_permute2x128_si256(lo, hi, 0x31));
+    __m256i e01, e23;
+    klm4_avx2(v, _mm256_sub_epi64(v, vbase), head4, swap64, vlast, acc, over, e01, e23);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), e01);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * kKlmBytes), e23);
   }
   const __m128i a2 = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
   const __m128i o2 = _mm_or_si128(_mm256_castsi256_si128(over), _mm256_extracti128_si256(over, 1));
@@ -76,34 +87,24 @@ namespace {
   uint8_t* o = out;
   for (; p != full_end; p += 4, o += 4 * kKlmBytes) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    const __m256i d = _mm256_sub_epi64(v, vbase);
-    acc = _mm256_or_si256(acc, d);
-    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
-    const __m256i a = _mm256_shuffle_epi8(v, swap64);
-    const __m256i lo = _mm256_unpacklo_epi64(head4, a);  // e0 | e2
-    const __m256i hi = _mm256_unpackhi_epi64(head4, a);  // e1 | e3
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(lo, hi, 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes),
-                        _mm256_permute2x128_si256(lo, hi, 0x31));
+    __m256i e01, e23;
+    klm4_avx2(v, _mm256_sub_epi64(v, vbase), head4, swap64, vlast, acc, over, e01, e23);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), e01);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes), e23);
   }
   if (const uint32_t rest = n & 3u) {
     alignas(32) static constexpr int64_t kLanes[4][4] = {
         {0, 0, 0, 0}, {-1, 0, 0, 0}, {-1, -1, 0, 0}, {-1, -1, -1, 0}};
     const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLanes[rest]));
     const __m256i v = _mm256_maskload_epi64(reinterpret_cast<const long long*>(p), m);
-    const __m256i d = _mm256_and_si256(_mm256_sub_epi64(v, vbase), m);
-    acc = _mm256_or_si256(acc, d);
-    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
-    const __m256i a = _mm256_shuffle_epi8(v, swap64);
-    const __m256i lo = _mm256_unpacklo_epi64(head4, a);
-    const __m256i hi = _mm256_unpackhi_epi64(head4, a);
+    __m256i e01, e23;
+    klm4_avx2(v, _mm256_and_si256(_mm256_sub_epi64(v, vbase), m), head4, swap64, vlast, acc, over,
+              e01, e23);
     // Entry j (16 bytes) is kept when page lane j is in the list, else zeroed (padding).
     const __m256i m01 = _mm256_permute4x64_epi64(m, 0x50);  // lanes 0 0 1 1
     const __m256i m23 = _mm256_permute4x64_epi64(m, 0xfa);  // lanes 2 2 3 3
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o),
-                        _mm256_and_si256(_mm256_permute2x128_si256(lo, hi, 0x20), m01));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes),
-                        _mm256_and_si256(_mm256_permute2x128_si256(lo, hi, 0x31), m23));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_and_si256(e01, m01));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes), _mm256_and_si256(e23, m23));
   }
   const uint32_t last_bc =
       detail::bswap(static_cast<uint32_t>(end - (uint64_t{n - 1} << k.page_shift)));
