@@ -124,8 +124,17 @@ namespace {
 
 uint64_t klm_list_baseline(uint8_t* out, const uint64_t* pages, uint32_t n, uint64_t first_offset,
                            uint64_t end, const KlmListConsts& k) noexcept {
-  return put_page_klms_checked(out, pages, n, first_offset, end, k.page_size, k.head, k.lkey_hi,
-                               k.base, k.last, nullptr);
+  UmrMap m;
+  m.parent_lkey = detail::bswap(static_cast<uint32_t>(k.lkey_hi >> 32));
+  m.page_size = static_cast<uint32_t>(k.page_size);
+  m.first_offset = static_cast<uint32_t>(first_offset);
+  m.length = end - first_offset;
+  m.pages = std::span<const uint64_t>(pages, n);
+  PageCheck pc;
+  pc.base = k.base;
+  pc.span = k.last + 1;
+  write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(out), m, pc);
+  return pc.ok(k.page_size) ? 0 : 1;
 }
 }  // namespace
 

@@ -452,89 +452,12 @@ inline uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m,
 }
 
 // The KLM list of a chunk-page map into memory that does not wrap (the hot path's inline map),
-// checking every page in the same pass. The request must already be valid but for its pages:
-// n >= 1, first_offset < ps, end = first_offset + length with (n - 1) * ps < end <= n * ps.
-// ps is the page size (a power of two); head = {be ps, be lkey} (a whole page's first 8 bytes),
-// lkey_hi = be lkey << 32. Writes align4(n) entries, the same bytes as write_page_klms. Returns
-// 0 when every page p has p - base page aligned and in [0, last] (PageCheck's test with
-// span = last + 1), else nonzero (bytes written past the producer mean nothing then). `mid`:
-// as PageCheck::mid (the middle run of more than kKlmMidCallMin pages), or nullptr.
-inline uint64_t put_page_klms_checked(uint8_t* out, const uint64_t* pages, uint32_t n,
-                                      uint64_t first_offset, uint64_t end, uint64_t ps,
-                                      uint64_t head, uint64_t lkey_hi, uint64_t base, uint64_t last,
-                                      KlmMidFn mid) noexcept {
-  // The zero padding first, unconditionally: entries align4(n)-3 .. align4(n)-1 (the one before
-  // them always holds a page). The entries among them that hold pages are written over below.
-  uint8_t* const pad = out + size_t{align4(n) - 3} * kKlmBytes;
-  std::memset(pad, 0, 3 * kKlmBytes);
-  const uint64_t p0 = pages[0];
-  uint64_t acc = p0 - base;
-  uint64_t over = static_cast<int64_t>(acc) > static_cast<int64_t>(last);
-  // First entry: from first_offset to the page's end, or to `end` when that is in this page.
-  put_u64(out,
-          uint64_t{detail::bswap(static_cast<uint32_t>((end < ps ? end : ps) - first_offset))} |
-              lkey_hi);
-  put_u64(out + 8, detail::bswap(p0 + first_offset));
-  if (n > 1) {
-    uint8_t* o = out + kKlmBytes;
-    const uint64_t* p = pages + 1;
-    const uint64_t* const mid_end = pages + (n - 1);
-    if (mid && static_cast<uint32_t>(mid_end - p) > kKlmMidCallMin) {
-      PageCheck pc;
-      pc.base = base;
-      pc.span = last + 1;
-      mid(p, static_cast<uint32_t>(mid_end - p), o, head, &pc);
-      acc |= pc.acc;
-      over |= pc.over;
-      o += size_t(mid_end - p) * kKlmBytes;
-      p = mid_end;
-    }
-#if defined(__SSE4_2__)
-    // Two entries per step, as klm_range.
-    const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
-    const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    const __m128i vbase = _mm_set1_epi64x(static_cast<long long>(base));
-    const __m128i vlast = _mm_set1_epi64x(static_cast<long long>(last));
-    __m128i vacc = _mm_setzero_si128();
-    __m128i vover = _mm_setzero_si128();
-    for (; mid_end - p >= 2; p += 2, o += 2 * kKlmBytes) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const __m128i d = _mm_sub_epi64(v, vbase);
-      vacc = _mm_or_si128(vacc, d);
-      vover = _mm_or_si128(vover, _mm_cmpgt_epi64(d, vlast));
-      const __m128i a = _mm_shuffle_epi8(v, swap64);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm_unpacklo_epi64(head2, a));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + kKlmBytes), _mm_unpackhi_epi64(head2, a));
-    }
-    vacc = _mm_or_si128(vacc, _mm_unpackhi_epi64(vacc, vacc));
-    vover = _mm_or_si128(vover, _mm_unpackhi_epi64(vover, vover));
-    acc |= static_cast<uint64_t>(_mm_cvtsi128_si64(vacc));
-    over |= static_cast<uint64_t>(_mm_cvtsi128_si64(vover));
-#endif
-    for (; p < mid_end; ++p, o += kKlmBytes) {
-      const uint64_t d = *p - base;
-      acc |= d;
-      over |= static_cast<int64_t>(d) > static_cast<int64_t>(last);
-      put_u64(o, head);
-      put_u64(o + 8, detail::bswap(*p));
-    }
-    // Last entry: what `end` leaves of the last page.
-    const uint64_t pl = *mid_end;
-    const uint64_t d = pl - base;
-    acc |= d;
-    over |= static_cast<int64_t>(d) > static_cast<int64_t>(last);
-    put_u64(o,
-            uint64_t{detail::bswap(static_cast<uint32_t>(end - (uint64_t{n - 1} * ps)))} | lkey_hi);
-    put_u64(o + 8, detail::bswap(pl));
-  }
-  return (acc & (ps - 1)) | (acc >> 63) | over;
-}
-
-// put_page_klms_checked as a whole-list writer per vector width, chosen once at setup
-// (klm_list_variant) like KlmMidFn: the hot path's inline map calls it for the entire list. Its
+// checking every page in the same pass: a writer per vector width, chosen once at setup
+// (klm_list_variant) like KlmMidFn. The request must already be valid but for its pages: n >= 1,
+// first_offset < page_size, end = first_offset + length with (n - 1) * ps < end <= n * ps. Its
 // constants in one place: head = {be page_size, be lkey}, lkey_hi = be lkey << 32, pages p with
-// p - base page aligned and <= last pass. Every variant writes the same bytes and returns zero
-// exactly when put_page_klms_checked does.
+// p - base page aligned and <= last pass. Writes align4(n) entries, the bytes of
+// write_page_klms; returns 0 when every page passes (PageCheck::ok), else nonzero.
 struct KlmListConsts {
   uint64_t head = 0;
   uint64_t lkey_hi = 0;
