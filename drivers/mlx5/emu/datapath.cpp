@@ -1087,7 +1087,7 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
     case PktOp::kRead: {
       if (q->max_dest_rd_atomic && q->reads.size() >= q->max_dest_rd_atomic) {
         // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
-        // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (spdk/spdk issue #2261: the
+        // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261: the
         // 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
         // (emu's choice, as for remote access errors).
         ++st_.read_depth_naks;
