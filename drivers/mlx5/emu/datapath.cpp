@@ -1001,9 +1001,9 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
       if (xe == XlateErr::kOk)
         xe = walk(
             h.rkey, h.raddr, h.len, kRW,
-                  [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
-                    std::memcpy(p, s.payload + done, k);
-                    done += k;
+            [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
+              std::memcpy(p, s.payload + done, k);
+              done += k;
             },
             q->pd);
       if (xe != XlateErr::kOk) {
@@ -1087,8 +1087,8 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
     case PktOp::kRead: {
       if (q->max_dest_rd_atomic && q->reads.size() >= q->max_dest_rd_atomic) {
         // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
-        // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261: the
-        // 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
+        // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261:
+        // the 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
         // (emu's choice, as for remote access errors).
         ++st_.read_depth_naks;
         nak(PktOp::kNak, kSynRemInval, true);
@@ -1136,8 +1136,8 @@ bool Engine::stream_reads() noexcept {
       const XlateErr xe = walk(
           r.rkey, r.raddr + r.off, n, kRR,
           [&](uint8_t* p, uint64_t k) {
-        std::memcpy(s->payload + got, p, k);
-        got += static_cast<uint32_t>(k);
+            std::memcpy(s->payload + got, p, k);
+            got += static_cast<uint32_t>(k);
           },
           q.pd);
       if (xe != XlateErr::kOk) {

@@ -5,7 +5,9 @@
 
 namespace rdmx::mlx5 {
 
-static bool is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
+static bool is_pow2(uint32_t v) {
+  return v && !(v & (v - 1));
+}
 
 void SqWriter::init(const SqDesc& d, uint32_t qpn, uint32_t signal_every) {
   RDMX_ASSERT(d.buf && d.dbrec && d.reg && is_pow2(d.wqe_cnt));
@@ -55,7 +57,8 @@ void CqPoller::init(const CqDesc& d) {
   published_ = 0;
 }
 
-void CqPoller::reset() noexcept { /* the CQ survives a QP reset: keep ci */ }
+void CqPoller::reset() noexcept { /* the CQ survives a QP reset: keep ci */
+}
 
 void QueuePair::init(const QpDesc& d, uint32_t signal_every) {
   qpn_ = d.qpn;
@@ -91,11 +94,16 @@ uint8_t mkc_access_bits(uint32_t access) noexcept {
 
 const char* qp_state_name(QpState s) noexcept {
   switch (s) {
-    case QpState::kReset: return "reset";
-    case QpState::kInit: return "init";
-    case QpState::kRtr: return "rtr";
-    case QpState::kRts: return "rts";
-    case QpState::kError: return "error";
+    case QpState::kReset:
+      return "reset";
+    case QpState::kInit:
+      return "init";
+    case QpState::kRtr:
+      return "rtr";
+    case QpState::kRts:
+      return "rts";
+    case QpState::kError:
+      return "error";
   }
   return "unknown";
 }

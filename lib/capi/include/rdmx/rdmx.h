@@ -156,10 +156,10 @@ typedef struct rdmx_port_opts {
 #define RDMX_KEYS_RANDOM 0
 #define RDMX_KEYS_INCREMENT 1
 
-#define RDMX_PORT_OPTS_INIT                                                                      \
-  {                                                                                              \
-    sizeof(rdmx_port_opts), NULL, 0, 5000, (size_t)16 << 20, NULL, 0, 4096, 256, 16, 1, 64, 1, \
-        -1, RDMX_KEYS_RANDOM                                                                     \
+#define RDMX_PORT_OPTS_INIT                                                                        \
+  {                                                                                                \
+    sizeof(rdmx_port_opts), NULL, 0, 5000, (size_t)16 << 20, NULL, 0, 4096, 256, 16, 1, 64, 1, -1, \
+        RDMX_KEYS_RANDOM                                                                           \
   }
 
 /* [any] Fills *o with the defaults (and o->size). */

@@ -244,11 +244,11 @@ struct EmuStats {
   uint64_t flushed = 0;     // WR_FLUSH_ERR CQEs
   uint64_t tx_packets = 0;
   uint64_t rx_packets = 0;
-  uint64_t tx_bytes = 0;      // payload bytes sent
-  uint64_t rnr_naks = 0;      // RNR NAKs sent (responder)
-  uint64_t retries = 0;       // requester retransmissions (RNR + transport)
-  uint64_t cqes_dropped = 0;  // CQEs lost to a CQ overrun
-  uint64_t mtu_drops = 0;     // request packets longer than the path MTU, dropped (responder)
+  uint64_t tx_bytes = 0;            // payload bytes sent
+  uint64_t rnr_naks = 0;            // RNR NAKs sent (responder)
+  uint64_t retries = 0;             // requester retransmissions (RNR + transport)
+  uint64_t cqes_dropped = 0;        // CQEs lost to a CQ overrun
+  uint64_t mtu_drops = 0;           // request packets longer than the path MTU, dropped (responder)
   uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
                                     // rights, bounds or another PD's mkey)
   uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD

@@ -70,8 +70,8 @@ struct ConnectInfo {
 // one. The READ pair is the IB CM's swap (Linux drivers/infiniband/core/cm.c cm_req_handler:
 // local responder_resources = REQ initiator_depth); the initiator must not exceed the
 // responder's resources (ibv_modify_qp(3)), or the responder NAKs with Invalid Request, seen by
-// the requester as REMOTE_INVAL_REQ_ERR (observed on a RoCE trace: github.com/spdk/spdk report 2261, the
-// 9th outstanding READ against 8 responder resources).
+// the requester as REMOTE_INVAL_REQ_ERR (observed on a RoCE trace: github.com/spdk/spdk report
+// 2261, the 9th outstanding READ against 8 responder resources).
 struct Negotiated {
   uint8_t path_mtu = 0;  // enum ibv_mtu; 0 when neither side stated one
   uint8_t max_rd_atomic = 0;

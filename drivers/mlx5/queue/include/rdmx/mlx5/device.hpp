@@ -20,10 +20,10 @@ namespace rdmx::mlx5 {
 
 // Access rights (values of ibv_access_flags, so a verbs user reads them at once).
 enum Access : uint32_t {
-  kAccessLocalWrite = 1u << 0,   // IBV_ACCESS_LOCAL_WRITE
-  kAccessRemoteWrite = 1u << 1,  // IBV_ACCESS_REMOTE_WRITE
-  kAccessRemoteRead = 1u << 2,   // IBV_ACCESS_REMOTE_READ
-  kAccessRemoteAtomic = 1u << 3, // IBV_ACCESS_REMOTE_ATOMIC
+  kAccessLocalWrite = 1u << 0,    // IBV_ACCESS_LOCAL_WRITE
+  kAccessRemoteWrite = 1u << 1,   // IBV_ACCESS_REMOTE_WRITE
+  kAccessRemoteRead = 1u << 2,    // IBV_ACCESS_REMOTE_READ
+  kAccessRemoteAtomic = 1u << 3,  // IBV_ACCESS_REMOTE_ATOMIC
   kAccessAll = 0xf,
 };
 
@@ -34,17 +34,17 @@ enum class QpState { kReset, kInit, kRtr, kRts, kError };
 const char* qp_state_name(QpState s) noexcept;
 
 struct DeviceCaps {
-  uint32_t max_klm_list = 0;      // most translation entries one window may hold
-  uint32_t max_inline_klm = 0;    // most KLMs an inline UMR carries on this device's QPs
+  uint32_t max_klm_list = 0;    // most translation entries one window may hold
+  uint32_t max_inline_klm = 0;  // most KLMs an inline UMR carries on this device's QPs
   uint32_t max_sq_wqebbs = 0;
   uint32_t max_cq_cqes = 0;
-  uint8_t umr_fence = 0;          // raw HCA cap umr_fence: 0 strong, 1 small, 2 none; the
-                                  // UMR's own fence bits are prm::umr_fence_bits(umr_fence)
+  uint8_t umr_fence = 0;  // raw HCA cap umr_fence: 0 strong, 1 small, 2 none; the
+                          // UMR's own fence bits are prm::umr_fence_bits(umr_fence)
   bool umr_modify_atomic_disabled = false;  // HCA cap 0x208: a UMR may not write mkey_mask
                                             // bit 21 (atomic access); windows get no atomics
-  uint32_t max_wqe_sz_sq = 0;     // HCA cap 0x290: longest send WQE in bytes (0 = not known)
-  bool mkey_update_tag = false;   // a UMR may change the 8-bit key
-  bool remote_invalidate = false; // SEND_WITH_INV can free a window
+  uint32_t max_wqe_sz_sq = 0;      // HCA cap 0x290: longest send WQE in bytes (0 = not known)
+  bool mkey_update_tag = false;    // a UMR may change the 8-bit key
+  bool remote_invalidate = false;  // SEND_WITH_INV can free a window
   int numa_node = 0;
 };
 
