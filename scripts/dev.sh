@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config meson ninja-build libdpdk-dev libibverbs-dev librdmacm-dev
       libhwloc-dev zlib1g-dev libssl-dev libgtest-dev libgmock-dev nlohmann-json3-dev clang
-      libclang-rt-14-dev python3 valgrind help2man man-db tshark tcpdump python3-scapy"
+      libclang-rt-14-dev python3 valgrind help2man man-db tshark tcpdump python3-scapy iproute2"
 
 install_deps() {
   [ "${RDMX_NO_INSTALL:-0}" = 1 ] && return 0
