@@ -16,6 +16,10 @@ import sys
 import threading
 import time
 
+# DPDK's per-process runtime directory of an rdmafwd: one definition, in the rdmafwd tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "rdmafwd"))
+from test_rdmafwd import runtime_dir_left  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 NETNS = os.path.join(HERE, "netns.sh")
 MEM = ["--no-huge", "-m", "256"]
@@ -53,14 +57,6 @@ def rdmafwd_lines(err):
 def summary(out):
     lines = [l for l in out.splitlines() if l.startswith('{"type":"summary"')]
     return json.loads(lines[-1]) if lines else None
-
-
-def runtime_dir_left(pid):
-    for base in ("/var/run/dpdk", os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")):
-        d = os.path.join(base, f"rdmafwd-{pid}")
-        if os.path.exists(d):
-            return d
-    return None
 
 
 def leftovers(pid):
