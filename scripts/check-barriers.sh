@@ -32,7 +32,7 @@ trap 'rm -rf "$work"' EXIT
 # directory of the host's (its own sysroot provides libc and linux/ headers).
 mkdir -p "$work/inc"
 ln -s /usr/include/infiniband "$work/inc/infiniband"
-INC=(-I lib/core/include -I drivers/mlx5/prm/include -I drivers/mlx5/queue/include)
+INC=(-I lib/core/include -I lib/mlx5/prm/include -I lib/mlx5/include)
 FLAGS=(-std=c++20 -O2 -Wall -Wextra -Werror)
 
 # check_seq NAME OBJDUMP OBJ FUNCTION ARCH: asserts on the function's instructions (python below).
@@ -50,8 +50,8 @@ check_seq() {
 # aarch64
 if command -v "$CXX_AA64" >/dev/null 2>&1; then
   all=1
-  for src in drivers/mlx5/queue/queue.cpp drivers/mlx5/prm/wqe.cpp drivers/mlx5/prm/cqe.cpp \
-             drivers/mlx5/prm/decode.cpp lib/core/core.cpp; do
+  for src in lib/mlx5/queue.cpp lib/mlx5/prm/wqe.cpp lib/mlx5/prm/cqe.cpp \
+             lib/mlx5/prm/decode.cpp lib/core/core.cpp; do
     if ! "$CXX_AA64" "${FLAGS[@]}" "${INC[@]}" -isystem "$work/inc" -c "$src" \
          -o "$work/$(basename "$src").aa64.o"; then
       all=0

@@ -11,7 +11,7 @@ std::string_view usage_text() {
 
 Encodes verbs-shaped work requests to the exact mlx5 send-WQE bytes rdmx writes, and decodes
 WQE bytes back to named fields. Both directions use rdmx's own PRM builders and decoder
-(drivers/mlx5/prm), the code of the data path and of the emulated device.
+(lib/mlx5/prm), the code of the data path and of the emulated device.
 
   encode   one JSON request per input line -> one JSON result per line
   decode   WQEBBs as hex -> every segment's fields (JSON, or a table with --pretty)
@@ -118,7 +118,7 @@ WHERE RDMX DIFFERS FROM RDMA-CORE'S BYTES (on purpose)
     max_inline_data to keep it smaller).
   - rdmx's data path rings the doorbell with SqWriter, which signals the last WQE of a burst if
     it is unsignaled (see rdmx_signal_last); rdma-core leaves it unsignaled.
-  - rdmx's window data path (lib/window) does not post these verbs UMRs. Its map
+  - rdmx's window data path (lib/win) does not post these verbs UMRs. Its map
     (prm::build_umr_map_inline / _pointer) writes one KLM per chunk page of one parent lkey,
     sets CHECK_FREE (the window must be unmapped first), rotates the key byte on every map, may
     carry the device's umr_fence on the UMR itself, and uses a 9-DS pointer-mode UMR for lists

@@ -1,6 +1,6 @@
 // rdmx-wqe: verbs-shaped work requests -> the exact mlx5 WQE bytes, and WQE bytes -> named
-// fields. Both directions go through drivers/mlx5/prm (the builders and the decoder the hot
-// path and the emulated device use) and the SqWriter of drivers/mlx5/queue; nothing here
+// fields. Both directions go through lib/mlx5/prm (the builders and the decoder the hot
+// path and the emulated device use) and the SqWriter of lib/mlx5; nothing here
 // writes or parses a WQE field by itself. Setup-path code: allocates, may throw internally.
 #pragma once
 

@@ -3,7 +3,7 @@
 
 Each library directory may include only the rdmx include paths listed for it: lib/ uses the
 device contract (rdmx/mlx5: prm and queue) but never a backend (rdmx/dv, rdmx/emu); a backend
-never includes the other one or lib/ above core; lib/runtime knows only core; lib/endpoint (the
+never includes the other one or lib/ above core; lib/rt knows only core; lib/endpoint (the
 glue) may use both backends and the window layer, not the runtime. The assembly layer
 (lib/capi, apps, tests, examples) is not restricted. Usage: check_layers.py SOURCE_ROOT
 """
@@ -14,13 +14,13 @@ import sys
 CONTRACT = ('rdmx/mlx5/',)
 ALLOWED = {
     'lib/core': ('rdmx/core/',),
-    'drivers/mlx5/prm': ('rdmx/core/', 'rdmx/mlx5/prm/'),
-    'drivers/mlx5/queue': ('rdmx/core/',) + CONTRACT,
+    'lib/mlx5/prm': ('rdmx/core/', 'rdmx/mlx5/prm/'),
+    'lib/mlx5': ('rdmx/core/',) + CONTRACT,
     'drivers/mlx5/emu': ('rdmx/core/', 'rdmx/emu/') + CONTRACT,
     'drivers/mlx5/dv': ('rdmx/core/', 'rdmx/dv/') + CONTRACT,
     'lib/mem': ('rdmx/core/', 'rdmx/mem/') + CONTRACT,
-    'lib/window': ('rdmx/core/', 'rdmx/mem/', 'rdmx/win/') + CONTRACT,
-    'lib/runtime': ('rdmx/core/', 'rdmx/rt/'),
+    'lib/win': ('rdmx/core/', 'rdmx/mem/', 'rdmx/win/') + CONTRACT,
+    'lib/rt': ('rdmx/core/', 'rdmx/rt/'),
     # The glue: opens either backend by name, connects and recovers poll cores.
     'lib/endpoint': ('rdmx/core/', 'rdmx/mem/', 'rdmx/win/', 'rdmx/endpoint/', 'rdmx/emu/',
                      'rdmx/dv/') + CONTRACT,

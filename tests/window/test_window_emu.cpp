@@ -1,4 +1,4 @@
-// lib/window over the emulated device (suite 'emu', inline mode: deterministic, processed on the
+// lib/win over the emulated device (suite 'emu', inline mode: deterministic, processed on the
 // doorbell). Side A owns the windows; side B is the peer that reads and writes through them.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// lib/window without a device: validation (posts nothing), the UMR bytes a map and an unmap
+// lib/win without a device: validation (posts nothing), the UMR bytes a map and an unmap
 // write (read back with the prm decoder), fences, key rotation, cache/depot and the state
 // checker, with the test playing the device's part on the CQ (suite 'unit').
 #include <gtest/gtest.h>

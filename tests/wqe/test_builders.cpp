@@ -1,4 +1,4 @@
-// Golden bytes of the verbs-shaped UMR builders added to drivers/mlx5/prm for rdmx-wqe:
+// Golden bytes of the verbs-shaped UMR builders added to lib/mlx5/prm for rdmx-wqe:
 // build_umr_klm_list, build_umr_interleaved, build_local_inv. Expected bytes are written by
 // hand from the layouts in doc/guides/mlx5-facts.md §2 and rdma-core qp.c.
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // Setup-path logging. Without the EAL (the C API, unit tests): plain stderr, filtered by
 // set_log_level. Where the EAL runs, the runtime layer installs a sink that sends every line
-// through DPDK's log type "rdmx.lib" (lib/runtime/eal.cpp), so `--log-level=rdmx.*:debug` and
+// through DPDK's log type "rdmx.lib" (lib/rt/eal.cpp), so `--log-level=rdmx.*:debug` and
 // rte_log's stream apply to it. Never used on the hot path: the data path counts, it does not
 // print.
 #pragma once

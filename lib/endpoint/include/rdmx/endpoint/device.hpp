@@ -3,7 +3,7 @@
 //
 // This lives in lib/ (the glue layer, above drivers/): it picks between the two backends,
 // drivers/mlx5/emu and drivers/mlx5/dv, which sit side by side below it and know nothing of
-// each other; drivers/mlx5/queue (the Device interface) is below both.
+// each other; lib/mlx5 (the Device interface) is below both.
 //
 //   spec     := name [":" profile] ["@" wire] {"," option}
 //   name     := "emu"            the emulated mlx5 with its own device thread, like a NIC

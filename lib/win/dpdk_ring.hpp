@@ -1,4 +1,4 @@
-// The DPDK header lib/window uses (private): rte_ring for the depot, with DPDK's own C++20
+// The DPDK header lib/win uses (private): rte_ring for the depot, with DPDK's own C++20
 // warnings silenced for this include only (see rdmx/core/dpdk_include.hpp).
 #pragma once
 
