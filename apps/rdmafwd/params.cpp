@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include <rdmx/core/cli.hpp>
 #include <rdmx/emu/profile.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
@@ -113,6 +115,220 @@ bool to_seconds(const std::string& s, double& out) {
 
 }  // namespace
 
+namespace {
+
+// Long options without a short form; their ids start above any character.
+enum : int {
+  kDevice = 256,
+  kFwd,
+  kNbCores,
+  kPagesPerIo,
+  kMaxPages,
+  kKeys,
+  kPageSize,
+  kWindowsPerCore,
+  kBurst,
+  kIoDepth,
+  kStatsPeriod,
+  kDuration,
+  kIoCount,
+  kJson,
+  kQuiet,
+  kStatusPeriod,
+  kCmdlineFile,
+  kRole,
+  kListen,
+  kPeer,
+  kRendezvousTimeout,
+  kWire,
+  kNoVerify,
+  kShowTopology,
+  kStrict,
+  kEmuThreads,
+  kEmuIdleSpin,
+  kFaultEvery,
+  kFaultKinds,
+  kFaultSeed,
+  kCorruptEvery,
+};
+
+// The option table getopt_long reads; one line per option of usage_text() (the hidden ones,
+// --status-period and --corrupt-every, serve the tests).
+constexpr option kOptions[] = {
+    {"help", no_argument, nullptr, 'h'},
+    {"device", required_argument, nullptr, kDevice},
+    {"fwd", required_argument, nullptr, kFwd},
+    {"forward-mode", required_argument, nullptr, kFwd},  // testpmd's name
+    {"nb-cores", required_argument, nullptr, kNbCores},
+    {"pages-per-io", required_argument, nullptr, kPagesPerIo},
+    {"max-pages", required_argument, nullptr, kMaxPages},
+    {"keys", required_argument, nullptr, kKeys},
+    {"page-size", required_argument, nullptr, kPageSize},
+    {"windows-per-core", required_argument, nullptr, kWindowsPerCore},
+    {"burst", required_argument, nullptr, kBurst},
+    {"io-depth", required_argument, nullptr, kIoDepth},
+    {"stats-period", required_argument, nullptr, kStatsPeriod},
+    {"duration", required_argument, nullptr, kDuration},
+    {"io-count", required_argument, nullptr, kIoCount},
+    {"json", no_argument, nullptr, kJson},
+    {"quiet", no_argument, nullptr, kQuiet},
+    {"status-period", required_argument, nullptr, kStatusPeriod},
+    {"interactive", no_argument, nullptr, 'i'},
+    {"auto-start", no_argument, nullptr, 'a'},
+    {"cmdline-file", required_argument, nullptr, kCmdlineFile},
+    {"role", required_argument, nullptr, kRole},
+    {"listen", required_argument, nullptr, kListen},
+    {"peer", required_argument, nullptr, kPeer},
+    {"rendezvous-timeout", required_argument, nullptr, kRendezvousTimeout},
+    {"wire", required_argument, nullptr, kWire},
+    {"no-verify", no_argument, nullptr, kNoVerify},
+    {"show-topology", no_argument, nullptr, kShowTopology},
+    {"strict-no-syscalls", no_argument, nullptr, kStrict},
+    {"emu-threads", required_argument, nullptr, kEmuThreads},
+    {"emu-idle-spin", required_argument, nullptr, kEmuIdleSpin},
+    {"fault-every", required_argument, nullptr, kFaultEvery},
+    {"fault-kinds", required_argument, nullptr, kFaultKinds},
+    {"fault-seed", required_argument, nullptr, kFaultSeed},
+    {"corrupt-every", required_argument, nullptr, kCorruptEvery},
+    {nullptr, 0, nullptr, 0},
+};
+
+// Applies one option (`name` as the user spelled its long form, for messages; `v` its value or
+// empty); returns what was wrong, or "".
+std::string apply_option(int id, const std::string& name, const std::string& v, Params& p) {
+  uint64_t n = 0;
+  auto num = [&](uint64_t lo, uint64_t hi, auto& dst) -> std::string {
+    if (!to_u64(v, n) || n < lo || n > hi) {
+      return "option " + name + ": '" + v + "' is not a number in " + std::to_string(lo) + ".." +
+             std::to_string(hi);
+    }
+    dst = static_cast<std::remove_reference_t<decltype(dst)>>(n);
+    return "";
+  };
+  auto seconds = [&](double& dst) -> std::string {
+    return to_seconds(v, dst) ? "" : "option " + name + ": '" + v + "' is not a number of seconds";
+  };
+  auto nonempty = [&](std::string& dst, const char* what) -> std::string {
+    dst = v;
+    return v.empty() ? "option " + name + " needs " + what : "";
+  };
+  switch (id) {
+    case kDevice:
+      return nonempty(p.device, "a value");
+    case kFwd:
+      if (!find_engine(v))
+        return "option " + name + ": unknown mode '" + v + "' (one of " + engine_names(", ") + ")";
+      p.fwd = v;
+      return "";
+    case kNbCores:
+      return num(1, 64, p.nb_cores);
+    case kPagesPerIo:
+      return num(1, 1024, p.pages_per_io);
+    case kMaxPages:
+      return num(1, 1024, p.max_pages);
+    case kKeys:
+      return win::parse_key_policy(v.c_str(), &p.keys)
+                 ? ""
+                 : "option --keys: unknown policy '" + v + "' (random or increment)";
+    case kPageSize:
+      if (!to_u64(v, n) || (n != 4096 && n != 65536 && n != (2u << 20)))
+        return "option --page-size: '" + v + "' is not a chunk page size (4096, 65536 or 2097152)";
+      p.page_size = static_cast<uint32_t>(n);
+      return "";
+    case kWindowsPerCore:
+      return num(1, 1u << 20, p.windows_per_core);
+    case kBurst:
+      return num(1, 512, p.burst);
+    case kIoDepth:
+      return num(1, 1024, p.io_depth);
+    case kStatsPeriod:
+      return seconds(p.stats_period);
+    case kDuration:
+      return seconds(p.duration);
+    case kIoCount:
+      return num(1, UINT64_MAX, p.io_count);
+    case kJson:
+      p.json = true;
+      return "";
+    case kQuiet:
+      p.quiet = true;
+      return "";
+    case kStatusPeriod:
+      if (!to_seconds(v, p.status_period) || p.status_period <= 0)
+        return "option --status-period needs a number of seconds above 0";
+      return "";
+    case 'i':
+      p.interactive = true;
+      return "";
+    case 'a':
+      p.auto_start = true;
+      return "";
+    case kCmdlineFile:
+      return nonempty(p.cmdline_file, "a file name");
+    case kRole:
+      if (v == "server")
+        p.role = Role::kServer;
+      else if (v == "client")
+        p.role = Role::kClient;
+      else
+        return "option --role: '" + v + "' is neither server nor client";
+      return "";
+    case kListen:
+      if (p.listen = v; v.empty()) return "option --listen needs [ADDR:]PORT";
+      if (auto hp = endpoint::parse_listen_address(v); !hp)
+        return "option --listen: " + hp.error().message;
+      return "";
+    case kPeer:
+      if (p.peer = v; v.empty()) return "option --peer needs HOST[:PORT]";
+      if (auto hp = endpoint::parse_peer_address(v); !hp)
+        return "option --peer: " + hp.error().message;
+      return "";
+    case kRendezvousTimeout:
+      if (!to_seconds(v, p.rendezvous_timeout) || p.rendezvous_timeout <= 0 ||
+          p.rendezvous_timeout > 86400)
+        return "option --rendezvous-timeout: '" + v + "' is not a number of seconds in (0, 86400]";
+      return "";
+    case kWire:
+      return nonempty(p.wire, "a name");
+    case kNoVerify:
+      p.verify = false;
+      return "";
+    case kShowTopology:
+      p.show_topology = true;
+      return "";
+    case kStrict:
+      p.strict = true;
+      return "";
+    case kEmuThreads:
+      if (v == "shared")
+        p.emu_thread_per_port = false;
+      else if (v == "per-port")
+        p.emu_thread_per_port = true;
+      else
+        return "option --emu-threads: '" + v + "' is neither shared nor per-port";
+      return "";
+    case kEmuIdleSpin:
+      return num(0, UINT32_MAX, p.emu_idle_spin);
+    case kFaultEvery:
+      return num(1, UINT64_MAX / 4, p.fault_every);
+    case kFaultKinds:
+      if ((p.fault_kinds = parse_fault_kinds(v)) == 0)
+        return "option --fault-kinds: '" + v +
+               "' is not a list of error-cqe, qp-error, unreachable, delay (or all)";
+      return "";
+    case kFaultSeed:
+      return num(0, UINT64_MAX, p.fault_seed);
+    case kCorruptEvery:
+      return num(1, UINT64_MAX, p.corrupt_every);
+  }
+  return "unknown option";
+}
+
+}  // namespace
+
+// getopt_long over the application arguments (the convention of every rdmx tool,
+// rdmx/core/cli.hpp): `--opt value` and `--opt=value`, unique prefixes of long options, and
+// "--" ends the options; any argument that is not an option is refused.
 ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
   ParseOutcome o;
   auto fail = [&](std::string msg) {
@@ -123,165 +339,32 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
     o.error = std::move(msg);
     return o;
   };
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    std::string val;
-    bool has_val = false;
-    if (a.rfind("--", 0) == 0) {
-      const size_t eq = a.find('=');
-      if (eq != std::string::npos) {
-        val = a.substr(eq + 1);
-        a = a.substr(0, eq);
-        has_val = true;
-      }
-    }
-    auto need = [&](std::string& v) -> bool {
-      if (has_val) {
-        v = val;
-        return true;
-      }
-      if (i + 1 >= args.size()) return false;
-      v = args[++i];
-      return true;
-    };
-    auto flag = [&]() -> bool { return !has_val; };
-    std::string v;
-    uint64_t n = 0;
-    auto num = [&](uint64_t lo, uint64_t hi, uint64_t& dst) -> std::string {
-      if (!need(v)) return "option " + a + " needs a value";
-      if (!to_u64(v, n) || n < lo || n > hi) {
-        return "option " + a + ": '" + v + "' is not a number in " + std::to_string(lo) + ".." +
-               std::to_string(hi);
-      }
-      dst = n;
-      return "";
-    };
-    std::string err;
-    uint64_t tmp = 0;
-    if (a == "-h" || a == "--help") {
+  std::vector<std::string> store;
+  store.reserve(args.size() + 1);
+  store.emplace_back("rdmafwd");
+  store.insert(store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : store) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const int argc = static_cast<int>(store.size());
+  opterr = 0;
+  optind = 0;  // glibc: a full re-initialisation (main may have run getopt before)
+  for (;;) {
+    int li = -1;
+    const int c = getopt_long(argc, argv.data(), "+:hia", kOptions, &li);
+    if (c == -1) break;
+    if (c == '?' || c == ':') return fail(rdmx::cli::getopt_problem(c, argv.data()));
+    if (c == 'h') {
       o.help = true;
       return o;
-    } else if (a == "--device") {
-      if (!need(p.device) || p.device.empty()) return fail("option --device needs a value");
-    } else if (a == "--fwd" || a == "--forward-mode") {  // testpmd's name
-      if (!need(v)) return fail("option " + a + " needs a value");
-      if (!find_engine(v)) {
-        return fail("option " + a + ": unknown mode '" + v + "' (one of " + engine_names(", ") +
-                    ")");
-      }
-      p.fwd = v;
-    } else if (a == "--nb-cores") {
-      if (!(err = num(1, 64, tmp)).empty()) return fail(err);
-      p.nb_cores = static_cast<unsigned>(tmp);
-    } else if (a == "--pages-per-io") {
-      if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
-      p.pages_per_io = static_cast<uint32_t>(tmp);
-    } else if (a == "--max-pages") {
-      if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
-      p.max_pages = static_cast<uint32_t>(tmp);
-    } else if (a == "--keys") {
-      if (!need(v)) return fail("option --keys needs a value");
-      if (!win::parse_key_policy(v.c_str(), &p.keys))
-        return fail("option --keys: unknown policy '" + v + "' (random or increment)");
-    } else if (a == "--page-size") {
-      if (!(err = num(1, uint64_t{1} << 30, tmp)).empty()) return fail(err);
-      if (tmp != 4096 && tmp != 65536 && tmp != (2u << 20)) {
-        return fail("option --page-size: " + std::to_string(tmp) +
-                    " is not a chunk page size (4096, 65536 or 2097152)");
-      }
-      p.page_size = static_cast<uint32_t>(tmp);
-    } else if (a == "--windows-per-core") {
-      if (!(err = num(1, 1u << 20, tmp)).empty()) return fail(err);
-      p.windows_per_core = static_cast<uint32_t>(tmp);
-    } else if (a == "--burst") {
-      if (!(err = num(1, 512, tmp)).empty()) return fail(err);
-      p.burst = static_cast<uint32_t>(tmp);
-    } else if (a == "--io-depth") {
-      if (!(err = num(1, 1024, tmp)).empty()) return fail(err);
-      p.io_depth = static_cast<uint32_t>(tmp);
-    } else if (a == "--stats-period") {
-      if (!need(v)) return fail("option --stats-period needs a value");
-      if (!to_seconds(v, p.stats_period))
-        return fail("option --stats-period: '" + v + "' is not a number of seconds");
-    } else if (a == "--duration") {
-      if (!need(v)) return fail("option --duration needs a value");
-      if (!to_seconds(v, p.duration))
-        return fail("option --duration: '" + v + "' is not a number of seconds");
-    } else if (a == "--io-count") {
-      if (!(err = num(1, UINT64_MAX, p.io_count)).empty()) return fail(err);
-    } else if (a == "--json" && flag()) {
-      p.json = true;
-    } else if (a == "--quiet" && flag()) {
-      p.quiet = true;
-    } else if (a == "--status-period") {  // hidden: tests of the default status line
-      if (!need(v) || !to_seconds(v, p.status_period) || p.status_period <= 0)
-        return fail("option --status-period needs a number of seconds above 0");
-    } else if ((a == "-i" || a == "--interactive") && flag()) {
-      p.interactive = true;
-    } else if ((a == "-a" || a == "--auto-start") && flag()) {
-      p.auto_start = true;
-    } else if (a == "--cmdline-file") {
-      if (!need(p.cmdline_file) || p.cmdline_file.empty())
-        return fail("option --cmdline-file needs a file name");
-    } else if (a == "--role") {
-      if (!need(v)) return fail("option --role needs a value");
-      if (v == "server")
-        p.role = Role::kServer;
-      else if (v == "client")
-        p.role = Role::kClient;
-      else
-        return fail("option --role: '" + v + "' is neither server nor client");
-    } else if (a == "--listen") {
-      if (!need(p.listen) || p.listen.empty()) return fail("option --listen needs [ADDR:]PORT");
-      if (auto hp = endpoint::parse_listen_address(p.listen); !hp)
-        return fail("option --listen: " + hp.error().message);
-    } else if (a == "--peer") {
-      if (!need(p.peer) || p.peer.empty()) return fail("option --peer needs HOST[:PORT]");
-      if (auto hp = endpoint::parse_peer_address(p.peer); !hp)
-        return fail("option --peer: " + hp.error().message);
-    } else if (a == "--rendezvous-timeout") {
-      if (!need(v)) return fail("option --rendezvous-timeout needs a value");
-      if (!to_seconds(v, p.rendezvous_timeout) || p.rendezvous_timeout <= 0 ||
-          p.rendezvous_timeout > 86400)
-        return fail("option --rendezvous-timeout: '" + v +
-                    "' is not a number of seconds in (0, 86400]");
-    } else if (a == "--wire") {
-      if (!need(p.wire) || p.wire.empty()) return fail("option --wire needs a name");
-    } else if (a == "--no-verify" && flag()) {
-      p.verify = false;
-    } else if (a == "--show-topology" && flag()) {
-      p.show_topology = true;
-    } else if (a == "--strict-no-syscalls" && flag()) {
-      p.strict = true;
-    } else if (a == "--emu-threads") {
-      if (!need(v)) return fail("option --emu-threads needs a value");
-      if (v == "shared")
-        p.emu_thread_per_port = false;
-      else if (v == "per-port")
-        p.emu_thread_per_port = true;
-      else
-        return fail("option --emu-threads: '" + v + "' is neither shared nor per-port");
-    } else if (a == "--emu-idle-spin") {
-      if (!(err = num(0, UINT32_MAX, tmp)).empty()) return fail(err);
-      p.emu_idle_spin = static_cast<uint32_t>(tmp);
-    } else if (a == "--fault-every") {
-      if (!(err = num(1, UINT64_MAX / 4, p.fault_every)).empty()) return fail(err);
-    } else if (a == "--fault-kinds") {
-      if (!need(v)) return fail("option --fault-kinds needs a value");
-      p.fault_kinds = parse_fault_kinds(v);
-      if (p.fault_kinds == 0)
-        return fail("option --fault-kinds: '" + v +
-                    "' is not a list of error-cqe, qp-error, unreachable, delay (or all)");
-    } else if (a == "--fault-seed") {
-      if (!(err = num(0, UINT64_MAX, p.fault_seed)).empty()) return fail(err);
-    } else if (a == "--corrupt-every") {  // hidden: tests of the rpc verification
-      if (!(err = num(1, UINT64_MAX, p.corrupt_every)).empty()) return fail(err);
-    } else if (has_val) {
-      return fail("option " + a + " takes no value");
-    } else {
-      return fail("unknown option '" + a + "'");
     }
+    // The name as the user typed its long form (getopt_long accepts unique prefixes).
+    const std::string name =
+        li >= 0 ? std::string("--") + kOptions[li].name : std::string("-") + static_cast<char>(c);
+    const std::string v = optarg ? optarg : "";
+    if (std::string e = apply_option(c, name, v, p); !e.empty()) return fail(std::move(e));
   }
+  if (optind < argc) return fail("unexpected argument '" + store[optind] + "'");
   if (p.max_pages == 0) p.max_pages = std::max<uint32_t>(p.pages_per_io, 16);
   if (p.windows_per_core == 0) p.windows_per_core = 2 * p.io_depth + 16;
   if (std::string e = check_params(p); !e.empty()) return fail(std::move(e));

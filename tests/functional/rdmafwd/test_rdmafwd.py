@@ -229,6 +229,9 @@ def case_bad_args(binary):
         (["--nb-cores", "2"], "needs 2 worker lcore"),
         (["--fault-kinds", "meteor"], "--fault-kinds: 'meteor'"),
         (["--fault-every", "10", "--device", "mlx5_0"], "--fault-every injects"),
+        (["--json=yes"], "option '--json' takes no value"),
+        (["--fwd", "rpc", "stray"], "unexpected argument 'stray'"),
+        (["--dur", "x"], "option --duration: 'x'"),  # getopt_long: a unique prefix names --duration
     ]
     for args, msg in cases:
         p = run(binary, args, timeout=20)
