@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hardware qualification of rdmx on a machine with an mlx5 NIC (doc/guides/mlx5.md "Qualifying a
 # NIC"): prints the capabilities rdmx depends on, runs the hardware test suite (dv_probe's
-# DvHardware.*: caps, MR + windows, loopback connect, error -> recover -> RTS), an rdmafwd
+# DvHardware.*: caps, MR + windows, loopback connect, error -> recover -> RTS), the window data
+# path on the device (map, WRITE, READ, unmap, stale key refused, SEND_WITH_INV), an rdmafwd
 # loopback run and rdmx-perf's latency tests on the device, and writes one JSON report.
 #
 #   scripts/hw-check.sh [-C BUILD_DIR] [-d DEVICE] [-o REPORT.json]
@@ -38,7 +39,8 @@ if [ -z "$device" ] || [ ! -e "$sysfs/$device" ]; then
   echo "hw-check: no mlx5 RDMA device${device:+ named $device} (looked in $sysfs; is mlx5_ib loaded?)" >&2
   exit 3
 fi
-for tool in "$build/apps/rdmafwd/rdmafwd" "$build/apps/rdmx-perf/rdmx-perf" "$build/tests/dv/test_dv_probe"; do
+for tool in "$build/apps/rdmafwd/rdmafwd" "$build/apps/rdmx-perf/rdmx-perf" "$build/tests/dv/test_dv_probe" \
+    "$build/tests/security/test_sec_device_datapath"; do
   [ -x "$tool" ] || { echo "hw-check: $tool not built (meson setup $build && ninja -C $build)" >&2; exit 2; }
 done
 command -v python3 >/dev/null || { echo "hw-check: python3 is needed to write the report" >&2; exit 2; }
@@ -65,6 +67,7 @@ fi
 # 2. The hardware suite.
 step hw_suite env RDMX_DV_DEVICE="$device" "$build/tests/dv/test_dv_probe" --gtest_filter='DvHardware.*'
 # 3. rdmafwd loopback on the device (both lanes in one process), JSON statistics.
+step hw_datapath env RDMX_RIG_DEVICE="$device" "$build/tests/security/test_sec_device_datapath"
 step rdmafwd_loopback "$build/apps/rdmafwd/rdmafwd" -l 0-1 --no-huge -m 256 -- \
   --device "$device" --fwd rpc --duration 3 --json
 # 4. rdmx-perf's latency tests on the device.
@@ -78,7 +81,7 @@ def read(n, ext):
     p = os.path.join(tmp, f"{n}.{ext}")
     return open(p, errors="replace").read() if os.path.exists(p) else ""
 steps = {}
-for n in ["caps", "hw_suite", "rdmafwd_loopback", "perf_latency"]:
+for n in ["caps", "hw_suite", "hw_datapath", "rdmafwd_loopback", "perf_latency"]:
     s = {"exit": int(read(n, "rc") or 1), "stdout": read(n, "out")[-20000:],
          "stderr": read(n, "err")[-8000:]}
     if n in ("rdmafwd_loopback", "perf_latency"):

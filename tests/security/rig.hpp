@@ -131,6 +131,9 @@ inline size_t side_data_bytes(const Side& s) {
 
 struct RigConfig {
   emu::Mode mode = emu::Mode::kInline;
+  // A device spec for both sides instead of `mode` (open_device_pair: an mlx5 device is opened
+  // twice, loopback); the rig then runs as in threaded mode and has no emu checker.
+  std::string device;
   uint32_t a_windows = 64;
   uint32_t a_max_pages = 16;
   uint32_t a_arena_pages = 512;
@@ -154,8 +157,10 @@ class Rig {
     o.emu.checker_fatal = c.checker_fatal;
     o.emu.retry_cnt = c.retry_cnt;
     o.emu.transport_timeout_ms = c.transport_timeout_ms;
-    auto devs = take(endpoint::open_device_pair(
-        c.mode == emu::Mode::kThreaded ? "emu-threaded" : "emu-inline", o, o));
+    const std::string spec = !c.device.empty()                ? c.device
+                             : c.mode == emu::Mode::kThreaded ? "emu-threaded"
+                                                              : "emu-inline";
+    auto devs = take(endpoint::open_device_pair(spec, o, o));
     a = take(Side::create(std::move(devs[0]), side_config(c.a_windows, c.a_max_pages,
                                                           c.a_arena_pages, c.a_parent_access)));
     b = take(
@@ -186,7 +191,7 @@ class Rig {
 
   PollCore& ca(uint32_t i = 0) { return a.core(i); }
   PollCore& cb(uint32_t i = 0) { return b.core(i); }
-  bool threaded() const { return cfg.mode == emu::Mode::kThreaded; }
+  bool threaded() const { return cfg.mode == emu::Mode::kThreaded || !cfg.device.empty(); }
 
   // One step of progress: inline mode pumps both devices, threaded mode yields.
   void pump() {
@@ -240,9 +245,13 @@ class Rig {
   }
 
   uint64_t checker_reports() const {
+    if (!a.emu() || !b.emu()) return 0;  // a real device has no checker
     return a.emu()->checker().total() + b.emu()->checker().total();
   }
-  std::string checker_dump() const { return a.emu()->checker().dump() + b.emu()->checker().dump(); }
+  std::string checker_dump() const {
+    if (!a.emu() || !b.emu()) return "";
+    return a.emu()->checker().dump() + b.emu()->checker().dump();
+  }
 
   RigConfig cfg;
   Side a, b;  // declared after cfg; ~Rig destroys both sides' cores before either device
