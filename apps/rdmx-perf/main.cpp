@@ -137,20 +137,36 @@ std::string kernel_flag(const char* path) {
   return s;
 }
 
-}  // namespace
+// The tests, in the order `--test all` runs them; adding one is one line here and one in kHelp.
+struct TestEntry {
+  const char* name;
+  TestResult (*run)(Ctx&);
+  bool threaded;  // drives the threaded emu (a device thread on its own CPU)
+};
+constexpr TestEntry kTests[] = {
+    {"cache", test_cache, false},
+    {"umr", test_umr, false},
+    {"umr_lat", test_umr_lat, true},
+    {"io_lat", [](Ctx& c) { return test_io(c, false); }, true},
+    {"io_bw", [](Ctx& c) { return test_io(c, true); }, true},
+};
 
-int main(int argc, char** argv) {
-  auto split = rdmx::rt::split_args(argc, argv);
-  if (!split) {
-    std::fprintf(stderr, "rdmx-perf: %s\n", split.error().message.c_str());
-    return 2;
-  }
-  // Options.
+std::string test_names() {
+  std::string s;
+  for (const TestEntry& t : kTests) s += std::string(t.name) + ", ";
+  return s + "all";
+}
+
+struct Options {
   std::string test, json_path, hist_path;
-  Ctx ctx;
-  bool want_callgrind = false;
+  bool callgrind = false;
   int device_cpu = -1;
-  // getopt_long, as the other tools: --opt VALUE and --opt=VALUE.
+};
+
+// getopt_long over the application arguments, as the other tools (--opt VALUE and --opt=VALUE).
+// Returns -1 to go on, else the exit status (0 after --help, 2 for a usage error).
+int parse_options(const std::vector<std::string>& app, const std::vector<std::string>& eal,
+                  Options& o, Ctx& ctx) {
   enum : int {
     kTest = 256,
     kIterations,
@@ -183,30 +199,32 @@ int main(int argc, char** argv) {
       {"bad-rkey", no_argument, nullptr, kBadRkey},  // hidden: tests of the failure path
       {nullptr, 0, nullptr, 0}};
   std::vector<std::string> args = {"rdmx-perf"};
-  args.insert(args.end(), split->app.begin(), split->app.end());
+  args.insert(args.end(), app.begin(), app.end());
   std::vector<char*> av;
   for (auto& x : args) av.push_back(x.data());
   av.push_back(nullptr);
-  opterr = 0;
-  optind = 1;
+  const int argc = static_cast<int>(av.size()) - 1;
   auto usage = [](const std::string& msg) {
     std::fprintf(stderr, "rdmx-perf: error: %s (see --help)\n", msg.c_str());
-    std::exit(2);
+    return 2;
   };
+  std::string bad;  // the first bad number's option
   auto num = [&](const char* what) {
     uint64_t v = 0;
-    if (!parse_u64(optarg, &v)) usage(std::string("bad number '") + optarg + "' for --" + what);
+    if (!parse_u64(optarg, &v) && bad.empty())
+      bad = std::string("bad number '") + optarg + "' for --" + what;
     return v;
   };
+  opterr = 0;
+  optind = 1;
   int opt;
-  while ((opt = getopt_long(static_cast<int>(av.size()) - 1, av.data(), ":h", kOptions, nullptr)) !=
-         -1) {
+  while ((opt = getopt_long(argc, av.data(), ":h", kOptions, nullptr)) != -1) {
     switch (opt) {
       case 'h':
         std::fputs(kHelp, stdout);
         return 0;
       case kTest:
-        test = optarg;
+        o.test = optarg;
         break;
       case kIterations:
         ctx.rc.iterations = std::max<uint64_t>(1, num("iterations"));
@@ -227,127 +245,76 @@ int main(int argc, char** argv) {
         ctx.device = optarg;
         break;
       case kDeviceCpu:
-        device_cpu = static_cast<int>(num("device-cpu"));
+        o.device_cpu = static_cast<int>(num("device-cpu"));
         break;
       case kPages:
-        if (!parse_list(optarg, &ctx.pages)) usage("bad --pages list");
+        if (!parse_list(optarg, &ctx.pages)) return usage("bad --pages list");
         break;
       case kJson:
-        json_path = optarg;
+        o.json_path = optarg;
         break;
       case kHistogram:
-        hist_path = optarg;
+        o.hist_path = optarg;
         break;
       case kCallgrind:
-        want_callgrind = true;
+        o.callgrind = true;
         break;
       case kBadRkey:
         ctx.bad_rkey = true;
         break;
       case ':':
-        usage(std::string(av[optind - 1]) + " needs a value");
-        break;
+        return usage(std::string(av[optind - 1]) + " needs a value");
       default:
-        usage(std::string("unknown option '") + av[optind - 1] + "'");
+        return usage(std::string("unknown option '") + av[optind - 1] + "'");
     }
+    if (!bad.empty()) return usage(bad);
   }
-  if (optind < static_cast<int>(av.size()) - 1)
-    usage(std::string("unexpected argument '") + av[optind] + "'");
+  if (optind < argc) return usage(std::string("unexpected argument '") + av[optind] + "'");
   // --help may also come before `--` when there are no EAL arguments.
-  for (const auto& a : split->eal)
+  for (const auto& a : eal)
     if (a == "--help" || a == "-h") {
       std::fputs(kHelp, stdout);
       return 0;
     }
-  const std::vector<std::string> known = {"cache", "umr", "umr_lat", "io_lat", "io_bw", "all"};
-  if (std::find(known.begin(), known.end(), test) == known.end()) {
-    std::fprintf(stderr,
-                 "rdmx-perf: --test must be one of cache, umr, umr_lat, io_lat, io_bw, "
-                 "all (see --help)\n");
+  const bool known =
+      o.test == "all" || std::any_of(std::begin(kTests), std::end(kTests),
+                                     [&](const TestEntry& t) { return o.test == t.name; });
+  if (!known) {
+    std::fprintf(stderr, "rdmx-perf: --test must be one of %s (see --help)\n",
+                 test_names().c_str());
     return 2;
   }
-  if (int rc = check_device(ctx.device)) return rc;
-  std::FILE* out = json_path == "-" ? stderr : stdout;
+  const int dev = check_device(ctx.device);
+  return dev ? dev : -1;
+}
 
-  // EAL: no PCI (emu), a unique file prefix, no-hugepage fallback.
-  rdmx::rt::EalOptions eo;
-  eo.no_pci = true;
-  eo.unique_file_prefix = true;
-  if (!rdmx::rt::has_option(split->eal, "-l") && !rdmx::rt::has_option(split->eal, "-c") &&
-      !rdmx::rt::has_option(split->eal, "--lcores")) {
-    // Measure on the last CPU we may use; the device thread goes on another one.
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    sched_getaffinity(0, sizeof set, &set);
-    int last = 0;
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) last = c;
-    split->eal.push_back("-l");
-    split->eal.push_back(std::to_string(last));
-  }
-  // Which CPUs the process may use, before the EAL pins the main thread.
+std::vector<int> usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  sched_getaffinity(0, sizeof set, &set);
   std::vector<int> cpus;
-  {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    sched_getaffinity(0, sizeof set, &set);
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  // A device thread pinned to a CPU the process may not use would never run (the threaded
-  // tests then waited forever): refuse it before anything starts.
-  if (device_cpu >= 0 && std::find(cpus.begin(), cpus.end(), device_cpu) == cpus.end()) {
-    std::string usable;
-    for (int c : cpus) usable += (usable.empty() ? "" : ",") + std::to_string(c);
-    std::fprintf(stderr,
-                 "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
-                 device_cpu, usable.c_str());
-    return 2;
-  }
-  auto eal = rdmx::rt::Eal::init(*split, eo);
-  if (!eal) {
-    std::fprintf(stderr, "rdmx-perf: EAL: %s\n", eal.error().message.c_str());
-    return eal.error().code == rdmx::Errc::kInvalidArgument ? 2 : 1;
-  }
-  for (const auto& n : eal->notices()) std::fprintf(stderr, "rdmx-perf: %s\n", n.c_str());
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
 
-  Report rep;
-  rep.tsc_hz = static_cast<double>(rte_get_tsc_hz());
-  ctx.rc.tsc_hz = rep.tsc_hz;
-  ctx.rc.timer_overhead = measure_timer_overhead();
-  ctx.rc.callgrind = want_callgrind || on_valgrind();
-  SyscallCounter sc;
-  ctx.rc.syscalls = &sc;
-  ctx.warnings = &rep.warnings;
-
-  const unsigned main_lcore = rte_get_main_lcore();
-  ctx.measure_cpu = current_affinity_single();
-  if (device_cpu < 0) {
-    for (int c : cpus)
-      if (c != ctx.measure_cpu) device_cpu = c;
-    if (device_cpu < 0) device_cpu = ctx.measure_cpu;
-  }
-  ctx.device_cpu = device_cpu;
-  const bool threaded = test == "umr_lat" || test == "io_lat" || test == "io_bw" || test == "all";
-  if (threaded && ctx.device_cpu == ctx.measure_cpu)
-    rep.warnings.push_back("the emu device thread shares CPU " + std::to_string(ctx.measure_cpu) +
-                           " with the measuring lcore: threaded figures measure time sharing, "
-                           "not the device");
-  if (ctx.measure_cpu < 0)
-    rep.warnings.push_back("the measuring lcore is not pinned to a single CPU");
-
+// The configuration block every report starts with: where everything ran, and how it was
+// measured.
+void describe_config(Report& rep, const Ctx& ctx, const std::string& test, bool threaded,
+                     const rdmx::rt::Eal& eal, const std::vector<int>& cpus,
+                     const SyscallCounter& sc) {
   using V = decltype(ConfigItem::value);
   auto cfg = [&](const char* k, V v) { rep.config.push_back(ConfigItem{k, std::move(v)}); };
   std::string eal_line;
-  for (const auto& a : eal->plan().argv) eal_line += (eal_line.empty() ? "" : " ") + a;
+  for (const auto& a : eal.plan().argv) eal_line += (eal_line.empty() ? "" : " ") + a;
   cfg("test", test);
   cfg("cpu_model", cpu_model());
   cfg("online_cpus", static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
   cfg("usable_cpus", static_cast<double>(cpus.size()));
   cfg("tsc_hz", rep.tsc_hz);
-  cfg("hugepages", !eal->no_huge());
+  cfg("hugepages", !eal.no_huge());
   cfg("eal_args", eal_line);
-  cfg("measure_lcore", static_cast<double>(main_lcore));
+  cfg("measure_lcore", static_cast<double>(rte_get_main_lcore()));
   cfg("measure_cpu", static_cast<double>(ctx.measure_cpu));
   cfg("device_thread_cpu", threaded ? static_cast<double>(ctx.device_cpu) : -1.0);
   cfg("cores_used", std::string("measuring loop on the EAL main lcore (pinned); ") +
@@ -364,55 +331,116 @@ int main(int argc, char** argv) {
                             : "unavailable (" + sc.why_not() + "): use strace -c -f");
   cfg("callgrind", ctx.rc.callgrind);
   cfg("governor", kernel_flag("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"));
-  print_config(out, rep);
+}
 
-  int rc = 0;
-  auto run = [&](const std::string& name) {
-    try {
-      TestResult t;
-      if (name == "cache")
-        t = test_cache(ctx);
-      else if (name == "umr")
-        t = test_umr(ctx);
-      else if (name == "umr_lat")
-        t = test_umr_lat(ctx);
-      else if (name == "io_lat")
-        t = test_io(ctx, false);
-      else
-        t = test_io(ctx, true);
-      print_test(out, t);
-      rep.tests.push_back(std::move(t));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rdmx-perf: test %s failed: %s\n", name.c_str(), e.what());
-      rc = 1;
-    }
+// Writes the JSON report and the histograms asked for; false (after one line) when a file
+// cannot be written.
+bool write_outputs(const Options& o, const Report& rep) {
+  auto open_or_complain = [](const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f)
+      std::fprintf(stderr, "rdmx-perf: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return f;
   };
-  if (test == "all") {
-    for (const char* n : {"cache", "umr", "umr_lat", "io_lat", "io_bw"}) run(n);
-  } else {
-    run(test);
-  }
-  for (const auto& w : rep.warnings) std::fprintf(out, "WARNING: %s\n", w.c_str());
-
-  if (!json_path.empty()) {
-    std::FILE* f = json_path == "-" ? stdout : std::fopen(json_path.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "rdmx-perf: cannot write %s: %s\n", json_path.c_str(),
-                   std::strerror(errno));
-      return 1;
-    }
+  if (!o.json_path.empty()) {
+    std::FILE* f = o.json_path == "-" ? stdout : open_or_complain(o.json_path);
+    if (!f) return false;
     write_json(f, rep);
     if (f != stdout) std::fclose(f);
   }
-  if (!hist_path.empty()) {
-    std::FILE* f = std::fopen(hist_path.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "rdmx-perf: cannot write %s: %s\n", hist_path.c_str(),
-                   std::strerror(errno));
-      return 1;
-    }
+  if (!o.hist_path.empty()) {
+    std::FILE* f = open_or_complain(o.hist_path);
+    if (!f) return false;
     write_histograms(f, rep);
     std::fclose(f);
   }
-  return rc;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto split = rdmx::rt::split_args(argc, argv);
+  if (!split) {
+    std::fprintf(stderr, "rdmx-perf: %s\n", split.error().message.c_str());
+    return 2;
+  }
+  Options o;
+  Ctx ctx;
+  if (int rc = parse_options(split->app, split->eal, o, ctx); rc >= 0) return rc;
+  std::FILE* out = o.json_path == "-" ? stderr : stdout;
+
+  // EAL: no PCI (emu), a unique file prefix, no-hugepage fallback.
+  rdmx::rt::EalOptions eo;
+  eo.no_pci = true;
+  eo.unique_file_prefix = true;
+  // Which CPUs the process may use, before the EAL pins the main thread.
+  const std::vector<int> cpus = usable_cpus();
+  if (!rdmx::rt::has_option(split->eal, "-l") && !rdmx::rt::has_option(split->eal, "-c") &&
+      !rdmx::rt::has_option(split->eal, "--lcores")) {
+    // Measure on the last CPU we may use; the device thread goes on another one.
+    split->eal.push_back("-l");
+    split->eal.push_back(std::to_string(cpus.empty() ? 0 : cpus.back()));
+  }
+  // A device thread pinned to a CPU the process may not use would never run (the threaded
+  // tests then waited forever): refuse it before anything starts.
+  if (o.device_cpu >= 0 && std::find(cpus.begin(), cpus.end(), o.device_cpu) == cpus.end()) {
+    std::string usable;
+    for (int c : cpus) usable += (usable.empty() ? "" : ",") + std::to_string(c);
+    std::fprintf(stderr,
+                 "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
+                 o.device_cpu, usable.c_str());
+    return 2;
+  }
+  auto eal = rdmx::rt::Eal::init(*split, eo);
+  if (!eal) {
+    std::fprintf(stderr, "rdmx-perf: EAL: %s\n", eal.error().message.c_str());
+    return eal.error().code == rdmx::Errc::kInvalidArgument ? 2 : 1;
+  }
+  for (const auto& n : eal->notices()) std::fprintf(stderr, "rdmx-perf: %s\n", n.c_str());
+
+  Report rep;
+  rep.tsc_hz = static_cast<double>(rte_get_tsc_hz());
+  ctx.rc.tsc_hz = rep.tsc_hz;
+  ctx.rc.timer_overhead = measure_timer_overhead();
+  ctx.rc.callgrind = o.callgrind || on_valgrind();
+  SyscallCounter sc;
+  ctx.rc.syscalls = &sc;
+  ctx.warnings = &rep.warnings;
+
+  // Placement: the measuring loop on the main lcore, the emu device thread on another CPU.
+  ctx.measure_cpu = current_affinity_single();
+  ctx.device_cpu = o.device_cpu;
+  if (ctx.device_cpu < 0) {
+    for (int c : cpus)
+      if (c != ctx.measure_cpu) ctx.device_cpu = c;
+    if (ctx.device_cpu < 0) ctx.device_cpu = ctx.measure_cpu;
+  }
+  const bool threaded =
+      o.test == "all" || std::any_of(std::begin(kTests), std::end(kTests), [&](const TestEntry& t) {
+        return t.threaded && o.test == t.name;
+      });
+  if (threaded && ctx.device_cpu == ctx.measure_cpu)
+    rep.warnings.push_back("the emu device thread shares CPU " + std::to_string(ctx.measure_cpu) +
+                           " with the measuring lcore: threaded figures measure time sharing, "
+                           "not the device");
+  if (ctx.measure_cpu < 0)
+    rep.warnings.push_back("the measuring lcore is not pinned to a single CPU");
+  describe_config(rep, ctx, o.test, threaded, *eal, cpus, sc);
+  print_config(out, rep);
+
+  int rc = 0;
+  for (const TestEntry& t : kTests) {
+    if (o.test != "all" && o.test != t.name) continue;
+    try {
+      TestResult r = t.run(ctx);
+      print_test(out, r);
+      rep.tests.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdmx-perf: test %s failed: %s\n", t.name, e.what());
+      rc = 1;
+    }
+  }
+  for (const auto& w : rep.warnings) std::fprintf(out, "WARNING: %s\n", w.c_str());
+  return write_outputs(o, rep) ? rc : 1;
 }
