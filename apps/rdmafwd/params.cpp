@@ -349,9 +349,12 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
   const int argc = static_cast<int>(store.size());
   opterr = 0;
   optind = 0;  // glibc: a full re-initialisation (main may have run getopt before)
+  struct Reset {
+    ~Reset() { rdmx::cli::getopt_reset(); }  // argv dies with this function
+  } reset;
   for (;;) {
     int li = -1;
-    const int c = getopt_long(argc, argv.data(), "+:hia", kOptions, &li);
+    const int c = getopt_long(argc, argv.data(), ":hia", kOptions, &li);
     if (c == -1) break;
     if (c == '?' || c == ':') return fail(rdmx::cli::getopt_problem(c, argv.data()));
     if (c == 'h') {

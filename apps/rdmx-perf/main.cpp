@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/core/cli.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/rt/dpdk.hpp>
 #include <rdmx/rt/eal.hpp>
@@ -215,6 +216,9 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
       bad = std::string("bad number '") + optarg + "' for --" + what;
     return v;
   };
+  struct Reset {
+    ~Reset() { rdmx::cli::getopt_reset(); }  // av dies with this function; the EAL parses next
+  } reset;
   opterr = 0;
   optind = 1;
   int opt;

@@ -40,4 +40,17 @@ inline std::string getopt_problem(int c, char* const* argv) {
   return "unknown option '" + tok + "'";
 }
 
+// getopt keeps a pointer into the last argv it parsed (the rest of a cluster of short options);
+// a tool that parses a temporary argv and then lets someone else call getopt (the DPDK EAL does,
+// setting optind = 1, which does not re-initialise glibc's state) would have it read freed
+// memory. Call this once parsing is done: it re-initialises getopt on a harmless argv.
+inline void getopt_reset() {
+  static char prog[] = "rdmx";
+  char* av[] = {prog, nullptr};
+  optind = 0;  // glibc: re-initialise (forgets the pointer)
+  opterr = 0;
+  (void)getopt(1, av, "");
+  optind = 1;
+}
+
 }  // namespace rdmx::cli
