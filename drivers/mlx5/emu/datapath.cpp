@@ -560,16 +560,28 @@ uint8_t Engine::exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   return 0;
 }
 
+// A UMR WQE in four steps, each refusing with the device's syndrome before anything changes:
+// the target mkey and the control segment's rules, the new translation entries, the scalar
+// fields; then the commit.
 uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
-  char buf[192];
-  const uint16_t idx16 = w.ctrl.wqe_index;
   const uint32_t idx = w.ctrl.imm >> 8;
   if (idx < 2 || idx >= mkeys_.size() || mkeys_[idx].kind != Mkey::Kind::kIndirect ||
       !mkeys_[idx].umr_en)
     return kSynLocProt;
   Mkey& m = mkeys_[idx];
+  if (const uint8_t syn = umr_check_ctrl(q, w, m)) return syn;
+  const Klm* src = nullptr;
+  if (const uint8_t syn = umr_read_entries(q, w, m, src)) return syn;
+  if (const uint8_t syn = umr_check_scalars(q, w, m)) return syn;
+  return umr_commit(q, w, m, src);
+}
+
+// The mkey mask against what the device implements and allows, and the free-state and QP checks
+// of the UMR control segment's flags.
+uint8_t Engine::umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept {
+  char buf[192];
+  const uint16_t idx16 = w.ctrl.wqe_index;
   const prm::UmrCtrlFields& u = w.umr;
-  const prm::MkcFields& c = w.mkc;
   const uint64_t mask = u.mkey_mask;
   if (mask & ~prm::kMaskKnown) {
     std::snprintf(buf, sizeof(buf),
@@ -610,70 +622,81 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   if ((u.flags & MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN) && m.bound_qpn != prm::kMkeyQpnNone &&
       m.bound_qpn != q.qpn)
     return kSynMwBind;
+  return 0;
+}
 
-  // New translation entries.
+// The new translation entries (inline, or behind the pointer-mode lkey) into scratch_; `src`
+// stays null when the UMR writes none.
+uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
+                                 const Klm*& src) noexcept {
+  char buf[192];
+  const uint16_t idx16 = w.ctrl.wqe_index;
+  const prm::UmrCtrlFields& u = w.umr;
   const uint32_t n_oct = u.klm_octowords;
+  if (!n_oct) return 0;
   const uint32_t off =
       (u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET) ? u.translation_offset : 0;
-  const Klm* src = nullptr;
-  Klm* tmp = nullptr;
-  if (n_oct) {
-    if (u.inline_list() && n_oct > prm::align4(opt_.max_inline_klm)) {
-      std::snprintf(buf, sizeof(buf), "inline UMR with %u KLM octowords, device limit %u", n_oct,
-                    prm::align4(opt_.max_inline_klm));
+  if (u.inline_list() && n_oct > prm::align4(opt_.max_inline_klm)) {
+    std::snprintf(buf, sizeof(buf), "inline UMR with %u KLM octowords, device limit %u", n_oct,
+                  prm::align4(opt_.max_inline_klm));
+    report(&q, idx16, Rule::kMalformedWqe, buf);
+    return kSynLocQpOp;
+  }
+  if (uint64_t{off} + n_oct > m.capacity) {
+    std::snprintf(buf, sizeof(buf),
+                  "UMR writes translation entries %u..%u into mkey 0x%x that holds %u", off,
+                  off + n_oct - 1, w.ctrl.imm, m.capacity);
+    report(&q, idx16, Rule::kTooManyEntries, buf);
+    return kSynMwBind;
+  }
+  scratch_.resize(size_t{n_oct} * sizeof(Klm));
+  Klm* tmp = reinterpret_cast<Klm*>(scratch_.data());
+  if (u.inline_list()) {
+    for (uint32_t i = 0; i < n_oct; ++i)
+      tmp[i] = Klm{w.klm[i].byte_count, w.klm[i].mkey, w.klm[i].address};
+  } else {
+    // Pointer mode: the KLM array lives in host memory behind an lkey (read with LR).
+    if (w.klm_ptr.address % prm::kKlmPtrAlign) {
+      std::snprintf(buf, sizeof(buf),
+                    "pointer-mode KLM array at 0x%" PRIx64 " is not 2 KiB aligned",
+                    w.klm_ptr.address);
+      report(&q, idx16, Rule::kKlmPtrAlign, buf);
+      if (opt_.checker_fatal) return kSynLocQpOp;
+    }
+    std::vector<uint8_t> raw(size_t{n_oct} * 16);
+    size_t pos = 0;
+    const XlateErr xe =
+        walk(w.klm_ptr.mkey, w.klm_ptr.address, raw.size(), kLR, [&](uint8_t* p, uint64_t n) {
+          std::memcpy(raw.data() + pos, p, n);
+          pos += n;
+        });
+    if (xe != XlateErr::kOk) return kSynLocProt;
+    for (uint32_t i = 0; i < n_oct; ++i) {
+      uint32_t bc, key;
+      uint64_t addr;
+      std::memcpy(&bc, raw.data() + i * 16, 4);
+      std::memcpy(&key, raw.data() + i * 16 + 4, 4);
+      std::memcpy(&addr, raw.data() + i * 16 + 8, 8);
+      tmp[i] =
+          Klm{::rdmx::detail::bswap(bc), ::rdmx::detail::bswap(key), ::rdmx::detail::bswap(addr)};
+    }
+  }
+  for (uint32_t i = 0; i < n_oct; ++i) {
+    if (tmp[i].byte_count > prm::kMaxKlmBytes) {
+      std::snprintf(buf, sizeof(buf), "KLM %u byte_count %u exceeds 2 GiB", i, tmp[i].byte_count);
       report(&q, idx16, Rule::kMalformedWqe, buf);
       return kSynLocQpOp;
     }
-    if (uint64_t{off} + n_oct > m.capacity) {
-      std::snprintf(buf, sizeof(buf),
-                    "UMR writes translation entries %u..%u into mkey 0x%x that holds %u", off,
-                    off + n_oct - 1, w.ctrl.imm, m.capacity);
-      report(&q, idx16, Rule::kTooManyEntries, buf);
-      return kSynMwBind;
-    }
-    scratch_.resize(size_t{n_oct} * sizeof(Klm));
-    tmp = reinterpret_cast<Klm*>(scratch_.data());
-    if (u.inline_list()) {
-      for (uint32_t i = 0; i < n_oct; ++i)
-        tmp[i] = Klm{w.klm[i].byte_count, w.klm[i].mkey, w.klm[i].address};
-    } else {
-      // Pointer mode: the KLM array lives in host memory behind an lkey (read with LR).
-      if (w.klm_ptr.address % prm::kKlmPtrAlign) {
-        std::snprintf(buf, sizeof(buf),
-                      "pointer-mode KLM array at 0x%" PRIx64 " is not 2 KiB aligned",
-                      w.klm_ptr.address);
-        report(&q, idx16, Rule::kKlmPtrAlign, buf);
-        if (opt_.checker_fatal) return kSynLocQpOp;
-      }
-      std::vector<uint8_t> raw(size_t{n_oct} * 16);
-      size_t pos = 0;
-      const XlateErr xe =
-          walk(w.klm_ptr.mkey, w.klm_ptr.address, raw.size(), kLR, [&](uint8_t* p, uint64_t n) {
-            std::memcpy(raw.data() + pos, p, n);
-            pos += n;
-          });
-      if (xe != XlateErr::kOk) return kSynLocProt;
-      for (uint32_t i = 0; i < n_oct; ++i) {
-        uint32_t bc, key;
-        uint64_t addr;
-        std::memcpy(&bc, raw.data() + i * 16, 4);
-        std::memcpy(&key, raw.data() + i * 16 + 4, 4);
-        std::memcpy(&addr, raw.data() + i * 16 + 8, 8);
-        tmp[i] =
-            Klm{::rdmx::detail::bswap(bc), ::rdmx::detail::bswap(key), ::rdmx::detail::bswap(addr)};
-      }
-    }
-    for (uint32_t i = 0; i < n_oct; ++i) {
-      if (tmp[i].byte_count > prm::kMaxKlmBytes) {
-        std::snprintf(buf, sizeof(buf), "KLM %u byte_count %u exceeds 2 GiB", i, tmp[i].byte_count);
-        report(&q, idx16, Rule::kMalformedWqe, buf);
-        return kSynLocQpOp;
-      }
-    }
-    src = tmp;
   }
+  src = tmp;
+  return 0;
+}
 
-  // Scalar fields, validated before anything changes.
+// The mkey context fields the mask selects, validated before anything changes.
+uint8_t Engine::umr_check_scalars(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept {
+  char buf[192];
+  const uint64_t mask = w.umr.mkey_mask;
+  const prm::MkcFields& c = w.mkc;
   const uint64_t new_start =
       (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR) ? c.start_addr : m.start;
   const uint64_t new_len = (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN) ? c.len : m.len;
@@ -681,12 +704,22 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
     std::snprintf(buf, sizeof(buf),
                   "translation overflow: start 0x%" PRIx64 " + len 0x%" PRIx64 " wraps 2^64",
                   new_start, new_len);
-    report(&q, idx16, Rule::kMalformedWqe, buf);
+    report(&q, w.ctrl.wqe_index, Rule::kMalformedWqe, buf);
     return kSynLocQpOp;
   }
   if ((mask & prm::kMaskPd) && (c.flags_pd & prm::kMkcPdMask) != m.pd) return kSynLocProt;
+  return 0;
+}
 
-  // Commit.
+// Applies a checked UMR to `m`: the masked mkey context fields, then the translation entries
+// `src` (null: none written).
+uint8_t Engine::umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src) noexcept {
+  const prm::UmrCtrlFields& u = w.umr;
+  const prm::MkcFields& c = w.mkc;
+  const uint64_t mask = u.mkey_mask;
+  const uint32_t n_oct = u.klm_octowords;
+  const uint32_t off =
+      (u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET) ? u.translation_offset : 0;
   if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY) m.tag = c.key;
   if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE) m.free = c.free;
   struct {
@@ -702,34 +735,10 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   if (mask & prm::kMaskEnRinval) m.en_rinval = (c.flags_pd & prm::kMkcFlagEnRinval) != 0;
   if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN) m.bound_qpn = c.qpn;
   if (mask & prm::kMaskPageSize) m.log_page_size = c.log_page_size;
-  m.start = new_start;
-  m.len = new_len;
+  if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR) m.start = c.start_addr;
+  if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN) m.len = c.len;
   if (src) {
-    if (off == 0 && !(u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET)) {
-      m.klm.assign(src, src + n_oct);
-    } else {
-      if (m.klm.size() < off + n_oct) m.klm.resize(off + n_oct);
-      std::copy(src, src + n_oct, m.klm.begin() + off);
-    }
-    m.prefix.resize(m.klm.size());
-    uint64_t acc = 0;
-    uint32_t n_real = 0;
-    for (size_t i = 0; i < m.klm.size(); ++i) {
-      m.prefix[i] = acc;
-      acc += m.klm[i].byte_count;
-      n_real += m.klm[i].byte_count ? 1 : 0;
-    }
-    m.xlat_bytes = acc;
-    if (n_real > m.max_entries) {
-      std::snprintf(buf, sizeof(buf),
-                    "mkey 0x%x now holds %u translation entries; it was created for %u", w.ctrl.imm,
-                    n_real, m.max_entries);
-      report(&q, idx16, Rule::kTooManyEntries, buf);
-      if (opt_.checker_fatal) {
-        m.free = true;
-        return kSynMwBind;
-      }
-    }
+    if (const uint8_t syn = umr_set_entries(q, w, m, src, off, n_oct)) return syn;
   } else if ((mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN) && n_oct == 0 && !m.free) {
     // A map of zero entries (rdma-core num_sges = 0): an enabled, empty translation.
     m.klm.clear();
@@ -738,8 +747,42 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   }
   ++st_.umrs;
   // The mkey changed: later users in this SQ need a fence until the UMR is ordered.
+  const uint32_t idx = w.ctrl.imm >> 8;
   std::erase_if(q.hot, [&](const HotMkey& h) { return h.index == idx; });
-  q.hot.push_back(HotMkey{idx, idx16, q.sq_seq, false, 0});
+  q.hot.push_back(HotMkey{idx, w.ctrl.wqe_index, q.sq_seq, false, 0});
+  return 0;
+}
+
+// Writes n_oct entries at `off` (the whole list when the UMR has no translation offset) and
+// recomputes the prefix sums the translation walks.
+uint8_t Engine::umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src,
+                                uint32_t off, uint32_t n_oct) noexcept {
+  if (off == 0 && !(w.umr.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET)) {
+    m.klm.assign(src, src + n_oct);
+  } else {
+    if (m.klm.size() < off + n_oct) m.klm.resize(off + n_oct);
+    std::copy(src, src + n_oct, m.klm.begin() + off);
+  }
+  m.prefix.resize(m.klm.size());
+  uint64_t acc = 0;
+  uint32_t n_real = 0;
+  for (size_t i = 0; i < m.klm.size(); ++i) {
+    m.prefix[i] = acc;
+    acc += m.klm[i].byte_count;
+    n_real += m.klm[i].byte_count ? 1 : 0;
+  }
+  m.xlat_bytes = acc;
+  if (n_real > m.max_entries) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf),
+                  "mkey 0x%x now holds %u translation entries; it was created for %u", w.ctrl.imm,
+                  n_real, m.max_entries);
+    report(&q, w.ctrl.wqe_index, Rule::kTooManyEntries, buf);
+    if (opt_.checker_fatal) {
+      m.free = true;
+      return kSynMwBind;
+    }
+  }
   return 0;
 }
 
@@ -931,6 +974,9 @@ uint8_t Engine::scatter_recv(QpCtx& q, uint32_t counter, uint64_t off, const uin
   return done == len ? 0 : kSynLocLen;
 }
 
+// One request packet at the responder: the gate (QP, path MTU, sequence, duplicates), then the
+// opcode's handler. Returns false when the packet must wait (responses still streaming, no room
+// on the response ring).
 bool Engine::handle_request(const WireSlot& s) noexcept {
   const PktHdr& h = s.h;
   ++st_.rx_packets;
@@ -966,155 +1012,155 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
   }
   if (q->discard_msn_valid && q->discard_msn == h.msn && !first) return true;
   q->discard_msn_valid = false;
-  auto nak = [&](PktOp op, uint8_t synd, bool advance) {
-    respond(h.src_qpn, q->qpn, op, h.msn, h.gen, synd);
-    q->discard_msn_valid = true;
-    q->discard_msn = h.msn;
-    if (advance) ++q->epsn;
-  };
-  auto remote_hot = [&](uint32_t rkey) -> bool {  // checker rule: remote use before ordered
-    for (auto& [qpn, o] : qps_) {
-      for (HotMkey& hm : o->hot) {
-        if (hm.index != (rkey >> 8) || !hot_live(*o, hm)) continue;
-        char buf[200];
-        std::snprintf(buf, sizeof(buf),
-                      "peer QP 0x%x used rkey 0x%x while the UMR at WQE 0x%04x of QP 0x%x is "
-                      "neither fenced by a later WQE nor completed and polled",
-                      h.src_qpn, rkey, hm.umr_wqe, o->qpn);
-        report(q, static_cast<uint16_t>(h.msn), Rule::kRemoteUseBeforeOrdered, buf);
-        return opt_.checker_fatal;
-      }
-    }
-    return false;
-  };
-
   switch (h.op) {
     case PktOp::kWrite:
-    case PktOp::kWriteImm: {
-      if (first && remote_hot(h.rkey)) {
-        nak(PktOp::kNak, kSynRemAccess, true);
-        return true;
-      }
-      // The responder validates the RETH (R_Key, VA and the whole DMA length) on the first
-      // packet (IBA 9.7.5.1.3), so a multi-packet WRITE that runs past the mkey changes nothing.
-      XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW, q->pd) : XlateErr::kOk;
-      if (xe == XlateErr::kOk)
-        xe = walk(
-            h.rkey, h.raddr, h.len, kRW,
-            [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
-              std::memcpy(p, s.payload + done, k);
-              done += k;
-            },
-            q->pd);
-      if (xe != XlateErr::kOk) {
-        refused(*q, xe);
-        if (h.op == PktOp::kWriteImm) {
-          uint32_t counter;
-          if (rq_take(*q, &counter)) {
-            recv_cqe(*q, counter, 0, 0, 0, false, kSynLocAccess);
-            nak(PktOp::kNak, kSynRemAccess, true);
-            enter_error(*q);
-            return true;
-          }
-        }
-        nak(PktOp::kNak, kSynRemAccess, true);
-        return true;
-      }
-      if (!last) return true;
-      if (h.op == PktOp::kWriteImm) {
-        uint32_t counter;
-        if (!rq_take(*q, &counter)) {
-          ++st_.rnr_naks;
-          nak(PktOp::kRnrNak, 0, false);
-          return true;
-        }
-        recv_cqe(*q, counter, MLX5_CQE_RESP_WR_IMM, static_cast<uint32_t>(h.msg_len), h.imm,
-                 h.flags & kPktSolicited, 0);
-      }
-      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
-      ++q->epsn;
+    case PktOp::kWriteImm:
+      req_write(*q, s);
       return true;
-    }
     case PktOp::kSend:
     case PktOp::kSendImm:
-    case PktOp::kSendInv: {
-      if (first) {
-        uint32_t counter;
-        if (!rq_take(*q, &counter)) {
-          ++st_.rnr_naks;
-          nak(PktOp::kRnrNak, 0, false);
-          return true;
-        }
-        q->recv_active = true;
-        q->recv_counter = counter;
-        q->recv_off = 0;
-      }
-      if (!q->recv_active) return true;
-      const uint8_t synd = scatter_recv(*q, q->recv_counter, h.offset, s.payload, h.len, h.msg_len);
-      if (synd) {
-        recv_cqe(*q, q->recv_counter, 0, 0, 0, false, synd);
-        q->recv_active = false;
-        nak(PktOp::kNak, synd == kSynLocLen ? kSynRemInval : kSynRemOp, true);
-        enter_error(*q);
-        return true;
-      }
-      if (!last) return true;
-      uint8_t cqe_op = MLX5_CQE_RESP_SEND;
-      uint32_t imm = 0;
-      if (h.op == PktOp::kSendImm) {
-        cqe_op = MLX5_CQE_RESP_SEND_IMM;
-        imm = h.imm;
-      } else if (h.op == PktOp::kSendInv) {
-        Mkey* m = lookup(h.imm);
-        if (!m || m->kind != Mkey::Kind::kIndirect || !m->en_rinval || m->free) {
-          recv_cqe(*q, q->recv_counter, 0, 0, 0, false, kSynLocProt);
-          q->recv_active = false;
-          nak(PktOp::kNak, kSynRemOp, true);
-          enter_error(*q);
-          return true;
-        }
-        m->free = true;
-        cqe_op = MLX5_CQE_RESP_SEND_INV;
-        imm = h.imm;
-      }
-      recv_cqe(*q, q->recv_counter, cqe_op, static_cast<uint32_t>(h.msg_len), imm,
-               h.flags & kPktSolicited, 0);
-      q->recv_active = false;
-      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
-      ++q->epsn;
+    case PktOp::kSendInv:
+      req_send(*q, s);
       return true;
-    }
-    case PktOp::kRead: {
-      if (q->max_dest_rd_atomic && q->reads.size() >= q->max_dest_rd_atomic) {
-        // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
-        // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261:
-        // the 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
-        // (emu's choice, as for remote access errors).
-        ++st_.read_depth_naks;
-        nak(PktOp::kNak, kSynRemInval, true);
-        return true;
-      }
-      if (remote_hot(h.rkey)) {
-        nak(PktOp::kNak, kSynRemAccess, true);
-        return true;
-      }
-      if (h.msg_len > kMaxMsg) {
-        nak(PktOp::kNak, kSynRemInval, true);
-        return true;
-      }
-      if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q->pd); xe != XlateErr::kOk) {
-        refused(*q, xe);
-        nak(PktOp::kNak, kSynRemAccess, true);
-        return true;
-      }
-      q->reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0});
-      ++q->epsn;
+    case PktOp::kRead:
+      req_read(*q, h);
       return true;
-    }
     default:
-      nak(PktOp::kNak, kSynRemInval, true);
+      req_nak(*q, h, PktOp::kNak, kSynRemInval, true);
       return true;
   }
+}
+
+// A NAK (or RNR NAK) for `h`; the rest of its message is discarded, and `advance` moves the
+// expected sequence past it (an RNR NAK does not: the requester sends the message again).
+void Engine::req_nak(QpCtx& q, const PktHdr& h, PktOp op, uint8_t synd, bool advance) noexcept {
+  respond(h.src_qpn, q.qpn, op, h.msn, h.gen, synd);
+  q.discard_msn_valid = true;
+  q.discard_msn = h.msn;
+  if (advance) ++q.epsn;
+}
+
+// Checker rule: a remote use of an rkey whose UMR is neither fenced by a later WQE nor
+// completed and polled. True when the checker is fatal (the access is then refused).
+bool Engine::remote_use_unordered(QpCtx& q, const PktHdr& h, uint32_t rkey) noexcept {
+  for (auto& [qpn, o] : qps_) {
+    for (HotMkey& hm : o->hot) {
+      if (hm.index != (rkey >> 8) || !hot_live(*o, hm)) continue;
+      char buf[200];
+      std::snprintf(buf, sizeof(buf),
+                    "peer QP 0x%x used rkey 0x%x while the UMR at WQE 0x%04x of QP 0x%x is "
+                    "neither fenced by a later WQE nor completed and polled",
+                    h.src_qpn, rkey, hm.umr_wqe, o->qpn);
+      report(&q, static_cast<uint16_t>(h.msn), Rule::kRemoteUseBeforeOrdered, buf);
+      return opt_.checker_fatal;
+    }
+  }
+  return false;
+}
+
+void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
+  const PktHdr& h = s.h;
+  const bool last = (h.flags & kPktLast) != 0;
+  const bool first = (h.flags & kPktFirst) != 0;
+  if (first && remote_use_unordered(q, h, h.rkey))
+    return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+  // The responder validates the RETH (R_Key, VA and the whole DMA length) on the first
+  // packet (IBA 9.7.5.1.3), so a multi-packet WRITE that runs past the mkey changes nothing.
+  XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW, q.pd) : XlateErr::kOk;
+  if (xe == XlateErr::kOk)
+    xe = walk(
+        h.rkey, h.raddr, h.len, kRW,
+        [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
+          std::memcpy(p, s.payload + done, k);
+          done += k;
+        },
+        q.pd);
+  if (xe != XlateErr::kOk) {
+    refused(q, xe);
+    uint32_t counter;
+    if (h.op == PktOp::kWriteImm && rq_take(q, &counter)) {
+      recv_cqe(q, counter, 0, 0, 0, false, kSynLocAccess);
+      req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+      enter_error(q);
+      return;
+    }
+    return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+  }
+  if (!last) return;
+  if (h.op == PktOp::kWriteImm) {
+    uint32_t counter;
+    if (!rq_take(q, &counter)) {
+      ++st_.rnr_naks;
+      return req_nak(q, h, PktOp::kRnrNak, 0, false);
+    }
+    recv_cqe(q, counter, MLX5_CQE_RESP_WR_IMM, static_cast<uint32_t>(h.msg_len), h.imm,
+             h.flags & kPktSolicited, 0);
+  }
+  respond(h.src_qpn, q.qpn, PktOp::kAck, h.msn, h.gen, 0);
+  ++q.epsn;
+}
+
+void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
+  const PktHdr& h = s.h;
+  const bool last = (h.flags & kPktLast) != 0;
+  if (h.flags & kPktFirst) {
+    uint32_t counter;
+    if (!rq_take(q, &counter)) {
+      ++st_.rnr_naks;
+      return req_nak(q, h, PktOp::kRnrNak, 0, false);
+    }
+    q.recv_active = true;
+    q.recv_counter = counter;
+    q.recv_off = 0;
+  }
+  if (!q.recv_active) return;
+  // A receive that fails completes in error, NAKs the requester and puts this QP in error.
+  auto fail = [&](uint8_t local_synd, uint8_t remote_synd) {
+    recv_cqe(q, q.recv_counter, 0, 0, 0, false, local_synd);
+    q.recv_active = false;
+    req_nak(q, h, PktOp::kNak, remote_synd, true);
+    enter_error(q);
+  };
+  if (const uint8_t synd = scatter_recv(q, q.recv_counter, h.offset, s.payload, h.len, h.msg_len))
+    return fail(synd, synd == kSynLocLen ? kSynRemInval : kSynRemOp);
+  if (!last) return;
+  uint8_t cqe_op = MLX5_CQE_RESP_SEND;
+  uint32_t imm = 0;
+  if (h.op == PktOp::kSendImm) {
+    cqe_op = MLX5_CQE_RESP_SEND_IMM;
+    imm = h.imm;
+  } else if (h.op == PktOp::kSendInv) {
+    Mkey* m = lookup(h.imm);
+    if (!m || m->kind != Mkey::Kind::kIndirect || !m->en_rinval || m->free)
+      return fail(kSynLocProt, kSynRemOp);
+    m->free = true;
+    cqe_op = MLX5_CQE_RESP_SEND_INV;
+    imm = h.imm;
+  }
+  recv_cqe(q, q.recv_counter, cqe_op, static_cast<uint32_t>(h.msg_len), imm,
+           h.flags & kPktSolicited, 0);
+  q.recv_active = false;
+  respond(h.src_qpn, q.qpn, PktOp::kAck, h.msn, h.gen, 0);
+  ++q.epsn;
+}
+
+void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
+  if (q.max_dest_rd_atomic && q.reads.size() >= q.max_dest_rd_atomic) {
+    // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
+    // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261:
+    // the 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
+    // (emu's choice, as for remote access errors).
+    ++st_.read_depth_naks;
+    return req_nak(q, h, PktOp::kNak, kSynRemInval, true);
+  }
+  if (remote_use_unordered(q, h, h.rkey)) return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+  if (h.msg_len > kMaxMsg) return req_nak(q, h, PktOp::kNak, kSynRemInval, true);
+  if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q.pd); xe != XlateErr::kOk) {
+    refused(q, xe);
+    return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+  }
+  q.reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0});
+  ++q.epsn;
 }
 
 bool Engine::stream_reads() noexcept {

@@ -229,6 +229,13 @@ class Engine {
   bool execute(QpCtx& q) noexcept;  // the WQE at sq_ci; false = stop for now
   void sink_sq(QpCtx& q) noexcept;
   uint8_t exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept;
+  uint8_t umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
+  uint8_t umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
+                           const Klm*& src) noexcept;
+  uint8_t umr_check_scalars(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
+  uint8_t umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src) noexcept;
+  uint8_t umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src, uint32_t off,
+                          uint32_t n_oct) noexcept;
   uint8_t exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept;
   uint8_t check_local_sges(QpCtx& q, const prm::DecodedWqe& w, uint8_t access,
                            uint64_t* total) noexcept;
@@ -248,6 +255,11 @@ class Engine {
   bool stream_reads() noexcept;
   // Returns false when the request could not be consumed yet (no response-ring space).
   bool handle_request(const WireSlot& s) noexcept;
+  void req_nak(QpCtx& q, const PktHdr& h, PktOp op, uint8_t synd, bool advance) noexcept;
+  bool remote_use_unordered(QpCtx& q, const PktHdr& h, uint32_t rkey) noexcept;
+  void req_write(QpCtx& q, const WireSlot& s) noexcept;
+  void req_send(QpCtx& q, const WireSlot& s) noexcept;
+  void req_read(QpCtx& q, const PktHdr& h) noexcept;
   // Counts a remote access the responder of q refuses (NAK remote access error).
   void refused(QpCtx& q, XlateErr why) noexcept {
     ++q.remote_access_refused;
