@@ -65,17 +65,10 @@ bool relay_forward(Lane& l, uint32_t k, uint32_t bytes) {
   return true;
 }
 
-bool fwd(Lane& l) {
-  win::PollCore& c = *l.c;
-  win::PollCore& p = *l.p;
-  win::PollCore& r = *l.r;
+// Sink: check and count, give the receive slot back, return the credit.
+bool sink_poll(Lane& l, uint64_t now, uint32_t cap) {
   win::PollCore& s = *l.s;
-  const uint64_t now = rte_rdtsc();
-  const uint32_t cap = l.cfg.burst * 4;
-  bool busy = false;
-
-  // Sink: check and count, give the receive slot back, return the credit.
-  uint32_t n = s.poll(cap, [&](const mlx5::Completion& x) {
+  const uint32_t n = s.poll(cap, [&](const mlx5::Completion& x) {
     if (!x.ok()) {
       io_failed(l);
       return;
@@ -97,11 +90,16 @@ bool fwd(Lane& l) {
       note_reject(l, e);
   });
   if (n) s.flush();
-  busy |= n > 0;
+  return n > 0;
+}
 
-  // Relay-out completions: unmap, give the receive slot back to relay-in.
+// Relay: relay-out completions unmap and give the receive slot back to relay-in; every message
+// relay-in received is forwarded (or queued until a window / SQ room frees).
+bool relay_poll(Lane& l, uint32_t cap) {
+  win::PollCore& p = *l.p;
+  win::PollCore& r = *l.r;
   bool reposted = false;
-  n = r.poll(cap, [&](const mlx5::Completion& x) {
+  uint32_t n = r.poll(cap, [&](const mlx5::Completion& x) {
     if (x.recv) return;
     const uint32_t k = cookie_slot(x.cookie);
     if (!x.ok()) io_failed(l);
@@ -115,10 +113,7 @@ bool fwd(Lane& l) {
       note_reject(l, e);
     reposted = true;
   });
-  busy |= n > 0;
-
-  // Relay-in: every received message is forwarded (or queued until a window / SQ room frees).
-  n = p.poll(cap, [&](const mlx5::Completion& x) {
+  n += p.poll(cap, [&](const mlx5::Completion& x) {
     if (!x.ok()) {
       io_failed(l);
       return;
@@ -128,7 +123,6 @@ bool fwd(Lane& l) {
     l.srv[k].len = x.byte_len;
     backlog_push(l, k);
   });
-  busy |= n > 0;
   while (l.backlog_n && !l.failed) {
     const uint32_t k = l.backlog[l.backlog_head];
     if (!relay_forward(l, k, l.srv[k].len)) break;
@@ -137,53 +131,73 @@ bool fwd(Lane& l) {
   }
   r.flush();
   if (reposted) p.flush();
+  return n > 0;
+}
 
-  // Source: completions free the slot (and its window); then inject while credits last.
-  busy |= c.poll(cap, [&](const mlx5::Completion& x) {
+// Source: one message of slot `slot` (mapped, headed, sent); false when it could not go.
+bool source_send(Lane& l, uint32_t slot, uint32_t len, uint64_t now) {
+  win::PollCore& c = *l.c;
+  const win::MapResult m = c.map(std::span<const uint64_t>(l.c_src.slot(slot), l.cfg.pages),
+                                 mlx5::kAccessLocalWrite, 0, len);
+  if (!m.ok()) {
+    note_reject(l, m.errc);
+    return false;
+  }
+  auto* h = reinterpret_cast<PayloadHdr*>(l.c_src.slot(slot)[0]);
+  h->magic = kPayloadMagic;
+  h->seq = l.seq + 1;
+  h->tsc = now;
+  h->slot = slot;
+  h->len = len;
+  h->csum_a = l.csums[slot].a;
+  h->csum_b = l.csums[slot].b;
+  const mlx5::prm::Sge sg = sge(m.iova, len, m.lkey);
+  if (const Errc e = c.post_send({&sg, 1}, cookie(kCkSrc, slot), true); e != Errc::kOk) {
+    note_reject(l, e);
+    unmap_or_queue(c, l, m.window);
+    return false;
+  }
+  ++l.seq;
+  l.slots[slot].w = m.window;
+  l.slots[slot].busy = true;
+  return true;
+}
+
+// Source: completions free the slot (and its window); then inject while credits last.
+bool source_poll_and_inject(Lane& l, uint64_t now, uint32_t cap, uint32_t& issued) {
+  win::PollCore& c = *l.c;
+  const bool busy = c.poll(cap, [&](const mlx5::Completion& x) {
     if (x.recv || cookie_kind(x.cookie) != kCkSrc) return;
     const uint32_t slot = cookie_slot(x.cookie);
     if (!x.ok()) io_failed(l);
     unmap_or_queue(c, l, l.slots[slot].w);
     push_slot(l, slot);
   }) > 0;
-  for (win::PollCore* k : {&c, &p, &r, &s})
+  for (win::PollCore* k : {l.c, l.p, l.r, l.s})
     if (k->qp().in_error() && !l.failed) io_failed(l);
   retry_unmaps(c, l);
   const uint32_t len = io_len(l);
-  uint32_t issued = 0, slot = 0;
+  uint32_t slot = 0;
   while (issued < l.cfg.burst && l.credits > 0 && may_issue(l) && pop_slot(l, slot)) {
-    Lane::Slot& sl = l.slots[slot];
-    const win::MapResult m = c.map(std::span<const uint64_t>(l.c_src.slot(slot), l.cfg.pages),
-                                   mlx5::kAccessLocalWrite, 0, len);
-    if (!m.ok()) {
-      note_reject(l, m.errc);
+    if (!source_send(l, slot, len, now)) {
       push_slot(l, slot);
       break;
     }
-    auto* h = reinterpret_cast<PayloadHdr*>(l.c_src.slot(slot)[0]);
-    h->magic = kPayloadMagic;
-    h->seq = l.seq + 1;
-    h->tsc = now;
-    h->slot = slot;
-    h->len = len;
-    h->csum_a = l.csums[slot].a;
-    h->csum_b = l.csums[slot].b;
-    const mlx5::prm::Sge sg = sge(m.iova, len, m.lkey);
-    const Errc e = c.post_send({&sg, 1}, cookie(kCkSrc, slot), true);
-    if (e != Errc::kOk) {
-      note_reject(l, e);
-      unmap_or_queue(c, l, m.window);
-      push_slot(l, slot);
-      break;
-    }
-    ++l.seq;
-    sl.w = m.window;
-    sl.busy = true;
     --l.credits;
     ++l.issued;
     ++issued;
   }
   c.flush();
+  return busy;
+}
+
+bool fwd(Lane& l) {
+  const uint64_t now = rte_rdtsc();
+  const uint32_t cap = l.cfg.burst * 4;
+  uint32_t issued = 0;
+  bool busy = sink_poll(l, now, cap);
+  busy |= relay_poll(l, cap);
+  busy |= source_poll_and_inject(l, now, cap, issued);
   return busy || issued > 0;
 }
 
