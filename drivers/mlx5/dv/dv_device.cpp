@@ -585,88 +585,100 @@ Status DvDevice::destroy_mkey(uint32_t mkey) {
 
 // ---- Queue pairs --------------------------------------------------------------------------------
 
-Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
-  // Validate the ring sizes first: they are the caller's promise to QueuePair.
-  if (!is_pow2(cfg.sq_wqebbs) || cfg.sq_wqebbs > caps_.max_sq_wqebbs)
+namespace {
+
+// The ring sizes are the caller's promise to QueuePair: refused here, before any verb.
+Status check_qp_config(const mlx5::QpConfig& cfg, const mlx5::DeviceCaps& caps) {
+  if (!is_pow2(cfg.sq_wqebbs) || cfg.sq_wqebbs > caps.max_sq_wqebbs)
     return make_error(Errc::kInvalidArgument,
                       "create_qp: sq_wqebbs " + std::to_string(cfg.sq_wqebbs) +
-                          " must be a power of two <= " + std::to_string(caps_.max_sq_wqebbs));
+                          " must be a power of two <= " + std::to_string(caps.max_sq_wqebbs));
   if (cfg.rq_wqes != 0 && (!is_pow2(cfg.rq_wqes) || cfg.rq_sges == 0))
     return make_error(Errc::kInvalidArgument,
                       "create_qp: rq_wqes must be 0 or a power of two, with rq_sges >= 1");
-  if (!is_pow2(cfg.cq_cqes) || cfg.cq_cqes > caps_.max_cq_cqes)
+  if (!is_pow2(cfg.cq_cqes) || cfg.cq_cqes > caps.max_cq_cqes)
     return make_error(Errc::kInvalidArgument,
                       "create_qp: cq_cqes " + std::to_string(cfg.cq_cqes) +
-                          " must be a power of two <= " + std::to_string(caps_.max_cq_cqes));
+                          " must be a power of two <= " + std::to_string(caps.max_cq_cqes));
+  return {};
+}
 
-  // SQ sizing (facts §3.2, §2.7): room for an inline UMR with n_klm KLMs per WQE.
-  uint32_t n_klm = caps_.max_inline_klm;
-  if (opts_.max_inline_klm) n_klm = std::min(n_klm, opts_.max_inline_klm);
-  const uint32_t max_inline = std::max(cfg.max_inline_data, max_inline_data_for_klm(n_klm));
-  const uint32_t wqe_bytes = rdma_core_wqe_bytes(max_inline, 1);
-  const uint32_t max_send_wr = max_send_wr_for(cfg.sq_wqebbs, wqe_bytes);
-  if (max_send_wr == 0)
+// What the SQ is asked for in rdma-core's terms (facts §3.2, §2.7): room for an inline UMR of
+// n_klm KLMs per WQE.
+struct SqSizing {
+  uint32_t n_klm, max_inline, wqe_bytes, max_send_wr;
+};
+Result<SqSizing> size_sq(const mlx5::QpConfig& cfg, uint32_t n_klm) {
+  SqSizing z{};
+  z.n_klm = n_klm;
+  z.max_inline = std::max(cfg.max_inline_data, max_inline_data_for_klm(n_klm));
+  z.wqe_bytes = rdma_core_wqe_bytes(z.max_inline, 1);
+  z.max_send_wr = max_send_wr_for(cfg.sq_wqebbs, z.wqe_bytes);
+  if (z.max_send_wr == 0)
     return make_error(Errc::kInvalidArgument,
                       "create_qp: an SQ of " + std::to_string(cfg.sq_wqebbs) +
-                          " WQEBBs cannot hold two " + std::to_string(wqe_bytes) +
+                          " WQEBBs cannot hold two " + std::to_string(z.wqe_bytes) +
                           "-byte WQEs (inline UMR of " + std::to_string(n_klm) + " KLMs)");
+  return z;
+}
 
-  std::lock_guard<std::mutex> g(impl_->mu);
-  ibv_context* ctx = impl_->ctx.get();
-  ibv_pd* qp_pd = impl_->pd_of(cfg.pd);
-  if (!qp_pd)
-    return make_error(Errc::kInvalidArgument, "create_qp: no PD " + std::to_string(cfg.pd));
-  auto rec = std::make_unique<QpRec>();
-
-  // Thread domain: a dedicated UAR/BlueFlame register for this QP, so its poll core rings the
-  // doorbell without a lock (facts §3.8, §8.7; ibv_alloc_td(3)).
+// Thread domain: a dedicated UAR/BlueFlame register for this QP, so its poll core rings the
+// doorbell without a lock (facts §3.8, §8.7; ibv_alloc_td(3)); the parent domain joins it to
+// the QP's PD.
+Status alloc_domains(ibv_context* ctx, ibv_pd* pd, bool require_td, QpRec& rec) {
   ibv_td_init_attr tda{};
   errno = 0;
-  rec->td.reset(ibv_alloc_td(ctx, &tda));
-  if (!rec->td) {
+  rec.td.reset(ibv_alloc_td(ctx, &tda));
+  if (!rec.td) {
     const int e = last_errno();
-    if (opts_.require_thread_domain)
+    if (require_td)
       return verbs_error("ibv_alloc_td", e,
                          "no dedicated doorbell register left for this QP (one per poll core); "
                          "use fewer QPs or set DvOptions.require_thread_domain=false to share");
     RDMX_LOG_WARN("dv: ibv_alloc_td failed (%s); QP shares a doorbell register", strerror(e));
   }
   ibv_parent_domain_init_attr pda{};
-  pda.pd = qp_pd;
-  pda.td = rec->td.get();
+  pda.pd = pd;
+  pda.td = rec.td.get();
   errno = 0;
-  rec->parent.reset(ibv_alloc_parent_domain(ctx, &pda));
-  if (!rec->parent) return verbs_error("ibv_alloc_parent_domain", last_errno());
+  rec.parent.reset(ibv_alloc_parent_domain(ctx, &pda));
+  if (!rec.parent) return verbs_error("ibv_alloc_parent_domain", last_errno());
+  return {};
+}
 
-  // CQ: 64-byte CQEs (our poller's format), no compression, single-threaded (only its poll core
-  // touches it; the CPU side owns it after mlx5dv_init_obj).
+// CQ: 64-byte CQEs (our poller's format), no compression, single-threaded (only its poll core
+// touches it; the CPU side owns it after mlx5dv_init_obj).
+Status create_cq(ibv_context* ctx, uint32_t cqes, QpRec& rec) {
   ibv_cq_init_attr_ex cqa{};
-  cqa.cqe = static_cast<uint32_t>(ibv_cqe_arg_for(cfg.cq_cqes));
+  cqa.cqe = static_cast<uint32_t>(ibv_cqe_arg_for(cqes));
   cqa.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
   cqa.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
-  cqa.parent_domain = rec->parent.get();
+  cqa.parent_domain = rec.parent.get();
   mlx5dv_cq_init_attr dcqa{};
   dcqa.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
   dcqa.cqe_size = 64;
   errno = 0;
-  rec->cq.reset(mlx5dv_create_cq(ctx, &cqa, &dcqa));
-  if (!rec->cq)
-    return verbs_error("mlx5dv_create_cq(" + std::to_string(cfg.cq_cqes) + " CQEs)", last_errno());
+  rec.cq.reset(mlx5dv_create_cq(ctx, &cqa, &dcqa));
+  if (!rec.cq)
+    return verbs_error("mlx5dv_create_cq(" + std::to_string(cqes) + " CQEs)", last_errno());
+  return {};
+}
 
-  // RC QP: scatter-to-CQE off (indirect mkeys do not support it, mlx5dv_create_mkey(3), facts
-  // §3.1); MKEY_CONFIGURE | MR_LIST so rdma-core sizes WQEs with the 192-byte UMR overhead; inline
-  // data sized so the largest inline UMR fits; no sq_sig_all (we choose per WQE).
+// RC QP: scatter-to-CQE off (indirect mkeys do not support it, mlx5dv_create_mkey(3), facts
+// §3.1); MKEY_CONFIGURE | MR_LIST so rdma-core sizes WQEs with the 192-byte UMR overhead; inline
+// data sized so the largest inline UMR fits; no sq_sig_all (we choose per WQE).
+Status create_rc_qp(ibv_context* ctx, const mlx5::QpConfig& cfg, const SqSizing& z, QpRec& rec) {
   ibv_qp_init_attr_ex qa{};
   qa.qp_type = IBV_QPT_RC;
-  qa.send_cq = ibv_cq_ex_to_cq(rec->cq.get());
+  qa.send_cq = ibv_cq_ex_to_cq(rec.cq.get());
   qa.recv_cq = qa.send_cq;
-  qa.cap.max_send_wr = max_send_wr;
+  qa.cap.max_send_wr = z.max_send_wr;
   qa.cap.max_recv_wr = cfg.rq_wqes;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = cfg.rq_wqes ? cfg.rq_sges : 0;
-  qa.cap.max_inline_data = max_inline;
+  qa.cap.max_inline_data = z.max_inline;
   qa.sq_sig_all = 0;
-  qa.pd = rec->parent.get();
+  qa.pd = rec.parent.get();
   qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                       IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_SEND |
@@ -678,26 +690,30 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
   dqa.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
   dqa.send_ops_flags = MLX5DV_QP_EX_WITH_MKEY_CONFIGURE | MLX5DV_QP_EX_WITH_MR_LIST;
   errno = 0;
-  rec->qp.reset(mlx5dv_create_qp(ctx, &qa, &dqa));
-  if (!rec->qp) {
+  rec.qp.reset(mlx5dv_create_qp(ctx, &qa, &dqa));
+  if (!rec.qp) {
     const int e = last_errno();
-    return verbs_error("mlx5dv_create_qp(RC, " + std::to_string(max_send_wr) + " send WRs of " +
-                           std::to_string(wqe_bytes) + " B, max_inline_data " +
-                           std::to_string(max_inline) + ")",
+    return verbs_error("mlx5dv_create_qp(RC, " + std::to_string(z.max_send_wr) + " send WRs of " +
+                           std::to_string(z.wqe_bytes) + " B, max_inline_data " +
+                           std::to_string(z.max_inline) + ")",
                        e,
                        e == EINVAL ? "the WQE size may exceed the device's max_wqe_sz_sq; lower "
                                      "DvOptions.max_inline_klm"
                                    : "");
   }
+  return {};
+}
 
-  // mlx5dv_init_obj: the rings as the hardware sees them (mlx5dv_init_obj(3)). From here on the
-  // CQ is "DV owned": rdma-core no longer cleans it on QP reset (cq.c __mlx5_cq_clean).
+// mlx5dv_init_obj: the rings as the hardware sees them (mlx5dv_init_obj(3)), checked against
+// the layout the queue code assumes. From here on the CQ is "DV owned": rdma-core no longer
+// cleans it on QP reset (cq.c __mlx5_cq_clean).
+Result<mlx5::QpDesc> describe_rings(const mlx5::QpConfig& cfg, QpRec& rec) {
   mlx5dv_qp dqp{};
   mlx5dv_cq dcq{};
   mlx5dv_obj obj{};
-  obj.qp.in = rec->qp.get();
+  obj.qp.in = rec.qp.get();
   obj.qp.out = &dqp;
-  obj.cq.in = ibv_cq_ex_to_cq(rec->cq.get());
+  obj.cq.in = ibv_cq_ex_to_cq(rec.cq.get());
   obj.cq.out = &dcq;
   if (int rc = mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ); rc)
     return verbs_error("mlx5dv_init_obj(QP|CQ)", err_of(rc));
@@ -710,10 +726,9 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
                           std::to_string(dcq.cqe_cnt) + " CQEs");
   if (dqp.sq.wqe_cnt != cfg.sq_wqebbs || dcq.cqe_cnt != cfg.cq_cqes)
     RDMX_LOG_WARN("dv: QP %#x: asked for %u WQEBBs / %u CQEs, rdma-core made %u / %u",
-                  rec->qp->qp_num, cfg.sq_wqebbs, cfg.cq_cqes, dqp.sq.wqe_cnt, dcq.cqe_cnt);
-
+                  rec.qp->qp_num, cfg.sq_wqebbs, cfg.cq_cqes, dqp.sq.wqe_cnt, dcq.cqe_cnt);
   mlx5::QpDesc d;
-  d.qpn = rec->qp->qp_num;
+  d.qpn = rec.qp->qp_num;
   d.sq.buf = dqp.sq.buf;
   d.sq.wqe_cnt = dqp.sq.wqe_cnt;
   d.sq.dbrec = reinterpret_cast<volatile uint32_t*>(&dqp.dbrec[MLX5_SND_DBR]);
@@ -727,7 +742,28 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
   d.cq.cqe_cnt = dcq.cqe_cnt;
   d.cq.dbrec = reinterpret_cast<volatile uint32_t*>(dcq.dbrec);
   d.cq.cqn = dcq.cqn;
+  return d;
+}
 
+}  // namespace
+
+// CQ + thread domain + parent domain + RC QP, all owned by the returned QPN.
+Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
+  RDMX_TRY(check_qp_config(cfg, caps_));
+  uint32_t n_klm = caps_.max_inline_klm;
+  if (opts_.max_inline_klm) n_klm = std::min(n_klm, opts_.max_inline_klm);
+  RDMX_TRY_ASSIGN(const SqSizing z, size_sq(cfg, n_klm));
+
+  std::lock_guard<std::mutex> g(impl_->mu);
+  ibv_context* ctx = impl_->ctx.get();
+  ibv_pd* qp_pd = impl_->pd_of(cfg.pd);
+  if (!qp_pd)
+    return make_error(Errc::kInvalidArgument, "create_qp: no PD " + std::to_string(cfg.pd));
+  auto rec = std::make_unique<QpRec>();
+  RDMX_TRY(alloc_domains(ctx, qp_pd, opts_.require_thread_domain, *rec));
+  RDMX_TRY(create_cq(ctx, cfg.cq_cqes, *rec));
+  RDMX_TRY(create_rc_qp(ctx, cfg, z, *rec));
+  RDMX_TRY_ASSIGN(const mlx5::QpDesc d, describe_rings(cfg, *rec));
   rec->psn = impl_->rng() & 0xffffff;
   impl_->qps.emplace(d.qpn, std::move(rec));
   return d;
