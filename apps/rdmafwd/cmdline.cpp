@@ -299,32 +299,64 @@ std::string syntax_of(const std::string& word) {
   return o;
 }
 
+// Why `line` (ending in a newline) does not parse, with the syntax of the commands it names;
+// empty when it parses.
+std::string parse_error(cmdline* cl, const std::string& line) {
+  const int rc = cmdline_parse_check(cl, line.c_str());
+  if (rc >= 0) return "";  // success: the length parsed
+  const size_t b = line.find_first_not_of(" \t");
+  const std::string word = line.substr(b, line.find_first_of(" \t\n", b) - b);
+  const std::string syntax = syntax_of(word);
+  if (rc == CMDLINE_PARSE_AMBIGUOUS) return "ambiguous command '" + word + "'; type 'help'";
+  if (rc == CMDLINE_PARSE_BAD_ARGS && !syntax.empty())
+    return "bad arguments for '" + word + "': " + syntax;
+  return "unknown command '" + word + "'; type 'help' for the list";
+}
+
+bool blank_or_comment(const std::string& line) {
+  const size_t b = line.find_first_not_of(" \t\r\n");
+  return b == std::string::npos || line[b] == '#';
+}
+
 // One line from a file or a pipe: echo it, run it, explain a failure. Returns the error (empty
 // when the line parsed).
 std::string run_line(App& a, cmdline* cl, std::string line) {
   while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-  const size_t b = line.find_first_not_of(" \t");
-  if (b == std::string::npos || line[b] == '#') return "";
+  if (blank_or_comment(line)) return "";
   // cmdline_new printed the first prompt; every later one is printed after a command.
   cmdline_printf(cl, "%s\n", line.c_str());
   line += "\n";
-  const int rc = cmdline_parse_check(cl, line.c_str());
-  if (rc >= 0) {  // success: the length parsed
+  const std::string err = parse_error(cl, line);
+  if (err.empty()) {
     cmdline_parse(cl, line.c_str());
     if (!a.quit) cmdline_printf(cl, "%s", kPrompt);
     return "";
   }
-  const std::string word = line.substr(b, line.find_first_of(" \t\n", b) - b);
-  const std::string syntax = syntax_of(word);
-  std::string err;
-  if (rc == CMDLINE_PARSE_AMBIGUOUS)
-    err = "ambiguous command '" + word + "'; type 'help'";
-  else if (rc == CMDLINE_PARSE_BAD_ARGS && !syntax.empty())
-    err = "bad arguments for '" + word + "': " + syntax;
-  else
-    err = "unknown command '" + word + "'; type 'help' for the list";
   cmdline_printf(cl, "error: %s\n%s", err.c_str(), kPrompt);
   return err;
+}
+
+// Terminal input: bytes go to the line editor (editing keys, TAB completion, history) as they
+// come; at Enter, a line that does not parse gets the same error as in scripts (what is valid),
+// instead of the library's bare "Bad arguments", and the prompt stays.
+// False at the end of input (Ctrl-D on an empty line) or an editor error.
+bool terminal_input(cmdline* cl, const char* buf, size_t n) {
+  rdline* rdl = cmdline_get_rdline(cl);
+  size_t from = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (buf[i] != '\n' && buf[i] != '\r') continue;
+    if (i > from && cmdline_in(cl, buf + from, static_cast<int>(i - from)) < 0) return false;
+    from = i;
+    const std::string line = std::string(rdline_get_buffer(rdl)) + "\n";
+    if (blank_or_comment(line)) continue;
+    const std::string err = parse_error(cl, line);
+    if (err.empty()) continue;  // Enter goes to the editor, which runs the command
+    cmdline_printf(cl, "\nerror: %s\n", err.c_str());
+    rdline_add_history(rdl, line.substr(0, line.size() - 1).c_str());
+    rdline_newline(rdl, kPrompt);
+    from = i + 1;  // this Enter is consumed
+  }
+  return n <= from || cmdline_in(cl, buf + from, static_cast<int>(n - from)) >= 0;
 }
 
 void run_lines(App& a, cmdline* cl, std::istream& in, bool script) {
@@ -383,7 +415,7 @@ void run_prompt(App& a) {
       char buf[256];
       const ssize_t r = ::read(STDIN_FILENO, buf, sizeof buf);
       if (r <= 0) break;  // end of input
-      if (cmdline_in(cl, buf, static_cast<int>(r)) < 0) break;
+      if (!terminal_input(cl, buf, static_cast<size_t>(r))) break;
     }
     background_tick(a);
   }

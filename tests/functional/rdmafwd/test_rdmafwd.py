@@ -141,6 +141,46 @@ def case_prompt_stdin(binary):
     check_prompt_output(p)
 
 
+def case_prompt_terminal(binary):
+    # On a terminal (a pty here) the line editor runs; a line that does not parse gets the same
+    # error as in scripts, listing what is valid, and the prompt stays.
+    import pty
+    import select
+    master, slave = pty.openpty()
+    p = subprocess.Popen([binary] + EAL + ["--", "-i"], stdin=slave, stdout=slave,
+                         stderr=subprocess.PIPE)
+    os.close(slave)
+    out = b""
+
+    def read_until(pat, timeout=30):
+        nonlocal out
+        end = time.time() + timeout
+        while time.time() < end and pat not in out:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    out += os.read(master, 4096)
+                except OSError:
+                    break
+        return pat in out
+
+    try:
+        check(read_until(b"rdmafwd> "), f"no prompt: {out[-400:]!r}")
+        os.write(master, b"set fwd io\r")
+        check(read_until(b"error: bad arguments for 'set': set fwd umr|write|read|rpc|relay"),
+              f"no error listing the modes: {out[-400:]!r}")
+        os.write(master, b"frobnicate\r")
+        check(read_until(b"error: unknown command 'frobnicate'"), f"unknown: {out[-400:]!r}")
+        check(out.rstrip().endswith(b"rdmafwd>"), f"the prompt did not stay: {out[-200:]!r}")
+        os.write(master, b"quit\r")
+        rc = p.wait(timeout=30)
+        check(rc == 0, f"quit: exit {rc}")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+
+
 def case_prompt_reset(binary):
     # `start` resets the statistics (an rpc run's remote invalidations do not reach the umr run's
     # figures), `clear stats` too, and each says since when it counts.
@@ -512,6 +552,7 @@ CASES = {
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,
     "prompt-reset": case_prompt_reset,
+    "prompt-terminal": case_prompt_terminal,
     "two-process": case_two_process,
     "bad-args": case_bad_args,
     "no-device": case_no_device,
