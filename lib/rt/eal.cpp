@@ -372,7 +372,6 @@ Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
   }
   auto st = std::make_unique<State>();
   st->plan = std::move(plan).value();
-  for (const auto& n : st->plan.notices) RDMX_LOG_WARN("EAL: %s", n.c_str());
   st->storage.push_back(args.prog.empty() ? std::string("rdmx") : args.prog);
   for (const auto& a : st->plan.argv) st->storage.push_back(a);
   for (auto& s : st->storage) st->argv.push_back(s.data());

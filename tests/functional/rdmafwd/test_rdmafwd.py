@@ -181,6 +181,20 @@ def case_prompt_terminal(binary):
         os.close(master)
 
 
+def case_hugepage_notice(binary):
+    # Without memory options and without free hugepages, rdmafwd falls back to --no-huge and
+    # says so exactly once.
+    free = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("HugePages_Free:"):
+                free = int(line.split()[1])
+    p = run(binary, ["--duration", "0.2"], eal=["-l", "0-1"])
+    check(p.returncode == 0, f"exit {p.returncode}", p)
+    n = sum("no free hugepages" in l for l in (p.stdout + p.stderr).splitlines())
+    check(n == (0 if free else 1), f"the no-hugepage notice appeared {n} times (free {free})", p)
+
+
 def case_prompt_reset(binary):
     # `start` resets the statistics (an rpc run's remote invalidations do not reach the umr run's
     # figures), `clear stats` too, and each says since when it counts.
@@ -553,6 +567,7 @@ CASES = {
     "prompt-file": case_prompt_file,
     "prompt-reset": case_prompt_reset,
     "prompt-terminal": case_prompt_terminal,
+    "hugepage-notice": case_hugepage_notice,
     "two-process": case_two_process,
     "bad-args": case_bad_args,
     "no-device": case_no_device,

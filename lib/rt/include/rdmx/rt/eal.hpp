@@ -106,6 +106,8 @@ class Eal {
   ~Eal();
 
   const EalPlan& plan() const noexcept;
+  // What init() decided for the user (e.g. --no-huge when no hugepage is free): the caller
+  // shows them, once, in its own words and prefix; the library does not print them.
   const std::vector<std::string>& notices() const noexcept { return plan().notices; }
   bool no_huge() const noexcept { return plan().no_huge; }
   // Every enabled lcore, main first.
