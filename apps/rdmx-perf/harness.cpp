@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -158,6 +159,24 @@ double measure_timer_overhead() {
   return static_cast<double>(d[n / 2]);
 }
 
+namespace {
+
+// Progress on long runs: "rdmx-perf: 42 s: CASE, round R of N", at most once per period, from
+// the first run_group of the process on. Called between timed phases.
+void progress(const RunConfig& rc, const std::string& name, uint32_t round, uint32_t rounds) {
+  using Clock = std::chrono::steady_clock;
+  static const Clock::time_point start = Clock::now();
+  static Clock::time_point last = start;
+  if (rc.progress_period_s <= 0) return;
+  const Clock::time_point now = Clock::now();
+  if (std::chrono::duration<double>(now - last).count() < rc.progress_period_s) return;
+  last = now;
+  std::fprintf(stderr, "rdmx-perf: %.0f s: %s, round %u of %u\n",
+               std::chrono::duration<double>(now - start).count(), name.c_str(), round + 1, rounds);
+}
+
+}  // namespace
+
 std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_ptr<Bench>>& g) {
   const uint32_t rounds = std::max<uint32_t>(1, rc.rounds);
   const double ns_per_cycle = 1e9 / rc.tsc_hz;
@@ -205,6 +224,7 @@ std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_p
       acc[i].chunks.insert(acc[i].chunks.end(), mine.begin(), mine.end());
       std::sort(mine.begin(), mine.end());
       acc[i].rounds.push_back(mine[mine.size() / 2]);
+      progress(rc, b.meta.name, r, rounds);
     }
   }
 

@@ -138,6 +138,9 @@ struct RunConfig {
   double timer_overhead = 0;  // cycles of one stamp (TSC read + store), subtracted
   SyscallCounter* syscalls = nullptr;
   bool callgrind = false;  // CALLGRIND_START/STOP_INSTRUMENTATION around the bulk loop
+  // A one-line progress report on stderr at most every this many seconds (0: --quiet), printed
+  // between timed phases only, never inside one.
+  double progress_period_s = 10;
 };
 
 // One benchmarked operation. run(n) performs n calls and returns the TSC cycles they took;

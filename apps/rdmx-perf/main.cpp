@@ -65,6 +65,8 @@ Options:
                       measuring lcore's)
   --json FILE|-       write every figure as JSON (- = stdout; the tables then go to stderr)
   --histogram FILE    write every case's latency histogram (log-linear buckets)
+  --quiet             no progress line (by default a run prints one line on stderr every
+                      10 s: elapsed time, case and round)
   --callgrind         wrap only the timed loops in CALLGRIND_START/STOP_INSTRUMENTATION (on by
                       itself under valgrind); see doc/guides/rdmx-perf.md
   --help              this text
@@ -181,7 +183,9 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
     kJson,
     kHistogram,
     kCallgrind,
-    kBadRkey
+    kBadRkey,
+    kQuiet,
+    kProgressPeriod
   };
   static const option kOptions[] = {
       {"help", no_argument, nullptr, 'h'},
@@ -198,6 +202,8 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
       {"histogram", required_argument, nullptr, kHistogram},
       {"callgrind", no_argument, nullptr, kCallgrind},
       {"bad-rkey", no_argument, nullptr, kBadRkey},  // hidden: tests of the failure path
+      {"quiet", no_argument, nullptr, kQuiet},
+      {"progress-period", required_argument, nullptr, kProgressPeriod},  // hidden (tests): ms
       {nullptr, 0, nullptr, 0}};
   std::vector<std::string> args = {"rdmx-perf"};
   args.insert(args.end(), app.begin(), app.end());
@@ -265,6 +271,12 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
         break;
       case kBadRkey:
         ctx.bad_rkey = true;
+        break;
+      case kQuiet:
+        ctx.rc.progress_period_s = 0;
+        break;
+      case kProgressPeriod:
+        ctx.rc.progress_period_s = static_cast<double>(num("progress-period")) / 1000.0;
         break;
       case ':':
         return usage(std::string(av[optind - 1]) + " needs a value");
