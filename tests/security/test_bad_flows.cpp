@@ -381,3 +381,71 @@ TEST(ParentKey, RemoteCapableArenaIsAnExplicitOptIn) {
 
 }  // namespace
 }  // namespace rdmx::sectest
+
+namespace rdmx::sectest {
+namespace {
+
+// RDMA READ depth: B reads A's window with 8 READs in one doorbell. A (responder) serves at most
+// max_dest_rd_atomic READs at once; B (requester) keeps at most max_rd_atomic outstanding.
+// Returns the statuses of the 8 READs in posting order (0xff: no completion seen).
+std::vector<uint8_t> eight_reads(Rig& r) {
+  MapResult m = r.ca().map(pages_of(r, 0, 1), kRw, 0, 4096);
+  EXPECT_TRUE(m.ok());
+  EXPECT_TRUE(r.settle(r.ca()));
+  std::vector<uint8_t> st(8, 0xff);
+  for (uint32_t i = 0; i < 8; ++i) {
+    const Sge land{r.b.arena().page_addr(1) + i * 64, 64, r.b.arena().lkey()};
+    EXPECT_EQ(r.cb().post_read({&land, 1}, m.iova + i * 64, m.rkey, 100 + i, true), Errc::kOk);
+  }
+  uint32_t seen = 0;
+  EXPECT_TRUE(r.poll_until(
+      r.cb(),
+      [&](const Completion& x) {
+        if (x.cookie >= 100 && x.cookie < 108) {
+          st[x.cookie - 100] = x.status;
+          ++seen;
+        }
+      },
+      [&] { return seen == 8 || r.cb().qp().in_error(); }));
+  // After an error the rest flush; collect them.
+  r.poll_until(
+      r.cb(),
+      [&](const Completion& x) {
+        if (x.cookie >= 100 && x.cookie < 108) st[x.cookie - 100] = x.status;
+      },
+      [&] { return r.cb().qp().sq().in_flight() == 0; }, 5);
+  return st;
+}
+
+TEST(ReadDepth, NegotiatedDepthsNeverExceedTheResponder) {
+  Rig r;  // connect_endpoints: each side applies min(its depth, what the peer stated)
+  const std::vector<uint8_t> st = eight_reads(r);
+  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(st[i], 0) << "READ " << i;
+  EXPECT_EQ(r.a.emu()->stats().read_depth_naks, 0u);
+}
+
+TEST(ReadDepth, ARequesterAboveTheRespondersResourcesGetsInvalidRequest) {
+  Rig r;
+  // Misapplied parameters (what a peer that ignores the exchange does): A is told that B's
+  // initiator depth is 1, so A serves one READ at a time; B is told that A has 255 responder
+  // resources, so B keeps its own depth.
+  mlx5::ConnectInfo info_b = r.b.device().local_info(r.cb().qp_handle());
+  mlx5::ConnectInfo info_a = r.a.device().local_info(r.ca().qp_handle());
+  if (info_b.initiator_depth < 2) GTEST_SKIP() << "this profile's READ depth is 1";
+  info_b.initiator_depth = 1;        // A's max_dest_rd_atomic = 1
+  info_a.responder_resources = 255;  // B's max_rd_atomic = its own depth
+  ASSERT_TRUE(endpoint::recover_core(r.ca(), info_b).ok());
+  ASSERT_TRUE(endpoint::recover_core(r.cb(), info_a).ok());
+  const std::vector<uint8_t> st = eight_reads(r);
+  // The first READ is answered; the second, beyond A's one resource, is NAKed Invalid Request
+  // (REMOTE_INVAL_REQ_ERR at B), and the rest flush with B's QP in error.
+  EXPECT_EQ(st[0], 0);
+  EXPECT_EQ(st[1], MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR);
+  for (uint32_t i = 2; i < 8; ++i) EXPECT_EQ(st[i], kFlushErr) << "READ " << i;
+  EXPECT_GE(r.a.emu()->stats().read_depth_naks, 1u);
+  EXPECT_TRUE(r.cb().qp().in_error());
+  EXPECT_FALSE(r.ca().qp().in_error());  // the responder stays in RTS
+}
+
+}  // namespace
+}  // namespace rdmx::sectest

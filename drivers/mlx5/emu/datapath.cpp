@@ -998,7 +998,10 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
     if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
     return true;
   }
-  if (!q->reads.empty()) return false;  // responses leave in order: finish streaming first
+  // Responses leave in PSN order: anything but a READ waits until the READ responses before it
+  // have left; a READ joins the queue of READs being answered (the responder's resources,
+  // max_dest_rd_atomic, bound that queue: req_read).
+  if (!q->reads.empty() && h.op != PktOp::kRead) return false;
   if (wire_->tx_free(side_, WireClass::kResp) == 0) return false;
   const int32_t d = static_cast<int32_t>(h.msn - q->epsn);
   if (d > 0) return true;  // out of sequence after a NAK: the requester goes back to epsn
@@ -1145,21 +1148,26 @@ void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
 }
 
 void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
+  uint8_t nak = 0;
   if (q.max_dest_rd_atomic && q.reads.size() >= q.max_dest_rd_atomic) {
     // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
     // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261:
     // the 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
     // (emu's choice, as for remote access errors).
     ++st_.read_depth_naks;
-    return req_nak(q, h, PktOp::kNak, kSynRemInval, true);
-  }
-  if (remote_use_unordered(q, h, h.rkey)) return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
-  if (h.msg_len > kMaxMsg) return req_nak(q, h, PktOp::kNak, kSynRemInval, true);
-  if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q.pd); xe != XlateErr::kOk) {
+    nak = kSynRemInval;
+  } else if (remote_use_unordered(q, h, h.rkey)) {
+    nak = kSynRemAccess;
+  } else if (h.msg_len > kMaxMsg) {
+    nak = kSynRemInval;
+  } else if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q.pd);
+             xe != XlateErr::kOk) {
     refused(q, xe);
-    return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+    nak = kSynRemAccess;
   }
-  q.reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0});
+  if (nak && q.reads.empty()) return req_nak(q, h, PktOp::kNak, nak, true);
+  // Behind earlier READs, its response (or NAK) leaves after theirs (stream_reads).
+  q.reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0, nak});
   ++q.epsn;
 }
 
@@ -1178,6 +1186,16 @@ bool Engine::stream_reads() noexcept {
       h.src_qpn = q.qpn;
       h.msn = r.msn;
       h.gen = r.gen;
+      if (r.nak) {  // a READ refused when it arrived, answered in its turn
+        h.op = PktOp::kNak;
+        h.syndrome = r.nak;
+        h.flags = kPktFirst | kPktLast;
+        q.reads.pop_front();
+        wire_->tx_commit(side_, WireClass::kResp);
+        ++st_.tx_packets;
+        work = true;
+        continue;
+      }
       uint32_t got = 0;
       const XlateErr xe = walk(
           r.rkey, r.raddr + r.off, n, kRR,
