@@ -216,6 +216,45 @@ TEST(DvMath, CmDepthsBoundTheNegotiation) {
   EXPECT_EQ(rts_transition(n, 0).attr.max_rd_atomic, 4);
 }
 
+// The QP sends from the device, port and GID the rdma_cm route names, or the connection is
+// refused with what to change.
+TEST(DvMath, RouteMustMatchTheQpsDevicePortAndGid) {
+  PathEnd route;
+  route.device = "mlx5_0";
+  route.port = 1;
+  const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
+  std::memcpy(route.gid, v4, 16);
+  PathEnd qp = route;
+  EXPECT_TRUE(match_route(route, qp, 3).ok());
+  EXPECT_EQ(gid_text(v4), "::ffff:10.0.0.1");
+
+  qp.device = "mlx5_1";
+  auto s = match_route(route, qp, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("through mlx5_0 but the QP lives on mlx5_1"), std::string::npos)
+      << s.error().message;
+
+  qp = route;
+  qp.port = 2;
+  s = match_route(route, qp, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("open the device on port 1"), std::string::npos)
+      << s.error().message;
+
+  qp = route;
+  qp.gid[15] = 2;  // the device's first RoCE v2 GID is another address of the port
+  s = match_route(route, qp, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("from GID ::ffff:10.0.0.1 (index 3) of mlx5_0 port 1 but the "
+                                   "QP sends from ::ffff:10.0.0.2; open the device with GID "
+                                   "index 3"),
+            std::string::npos)
+      << s.error().message;
+  s = match_route(route, qp, -1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("choose the GID index"), std::string::npos);
+}
+
 TEST(DvMath, RtrTransitionRoce) {
   QpParams p;
   p.use_grh = true;

@@ -59,15 +59,29 @@ Result<EventPtr> wait_event(rdma_event_channel* ch, rdma_cm_event_type want, int
   return ev;
 }
 
-Status check_device(rdma_cm_id* id, const DvDevice& dev) {
+// The route rdma_cm resolved against the device, port and GID the QP sends from (match_route).
+Status check_route(rdma_cm_id* id, DvDevice& dev, mlx5::QpHandle qp) {
   if (!id->verbs) return make_error(Errc::kDeviceError, "rdma_cm id is bound to no RDMA device");
-  const char* n = ibv_get_device_name(id->verbs->device);
-  if (dev.name() != n)
-    return make_error(Errc::kInvalidArgument,
-                      std::string("rdma_cm routes this connection through ") + n +
-                          " but the QP lives on " + dev.name() +
-                          "; open that device or use an address of " + dev.name());
-  return {};
+  PathEnd route;
+  route.device = ibv_get_device_name(id->verbs->device);
+  route.port = id->port_num;
+  std::memcpy(route.gid, id->route.addr.addr.ibaddr.sgid.raw, 16);
+  const mlx5::ConnectInfo mine = dev.local_info(qp);
+  PathEnd ours;
+  ours.device = dev.name();
+  ours.port = dev.options().port;
+  std::memcpy(ours.gid, mine.gid, 16);
+  int index = -1;  // the route's GID in the port's table, for the message
+  ibv_port_attr pa{};
+  if (route.device == ours.device && ibv_query_port(id->verbs, route.port, &pa) == 0) {
+    for (int i = 0; i < pa.gid_tbl_len && index < 0; ++i) {
+      ibv_gid g{};
+      if (ibv_query_gid(id->verbs, route.port, i, &g) == 0 &&
+          std::memcmp(g.raw, route.gid, 16) == 0)
+        index = i;
+    }
+  }
+  return match_route(route, ours, index);
 }
 
 rdma_conn_param conn_param(const CmOptions& o, const mlx5::ConnectInfoBytes& pd, uint32_t qpn) {
@@ -159,7 +173,7 @@ Result<std::unique_ptr<CmConnection>> cm_connect(DvDevice& dev, mlx5::QpHandle q
           wait_event(ch.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, opts.timeout_ms, "route to " + where);
       !ev.ok())
     return ev.error();
-  if (auto s = check_device(id.get(), dev); !s) return s.error();
+  if (auto s = check_route(id.get(), dev, qp); !s) return s.error();
 
   const mlx5::ConnectInfoBytes pd = mlx5::encode_connect_info(dev.local_info(qp));
   rdma_conn_param cp = conn_param(opts, pd, qp);
@@ -239,7 +253,7 @@ Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::Qp
     return e;
   };
   if (!remote.ok()) return reject(remote.error());
-  if (auto s = check_device(child, dev); !s) return reject(s.error());
+  if (auto s = check_route(child, dev, qp); !s) return reject(s.error());
 
   if (rdma_migrate_id(child, ch.get())) return reject(cm_error("rdma_migrate_id", last_errno()));
 

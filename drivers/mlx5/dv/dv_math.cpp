@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <arpa/inet.h>
+
 namespace rdmx::dv {
 
 namespace {
@@ -328,6 +330,41 @@ std::string env_problem() {
 std::string devx_permission_hint() {
   return "is /dev/infiniband/uverbs* readable and writable by this user? On Linux 4.18-4.20 a "
          "DEVX context also needs CAP_NET_RAW (setcap cap_net_raw+ep, or run as root)";
+}
+
+std::string gid_text(const uint8_t gid[16]) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (!inet_ntop(AF_INET6, gid, buf, sizeof buf)) return "?";
+  return buf;
+}
+
+Status match_route(const PathEnd& route, const PathEnd& qp, int route_gid_index) {
+  if (route.device != qp.device)
+    return make_error(Errc::kInvalidArgument, "rdma_cm routes this connection through " +
+                                                  route.device + " but the QP lives on " +
+                                                  qp.device +
+                                                  "; open that device or use an "
+                                                  "address of " +
+                                                  qp.device);
+  if (route.port != qp.port)
+    return make_error(Errc::kInvalidArgument,
+                      "rdma_cm routes this connection through port " + std::to_string(route.port) +
+                          " of " + route.device + " but the QP sends from port " +
+                          std::to_string(qp.port) + "; open the device on port " +
+                          std::to_string(route.port));
+  if (std::memcmp(route.gid, qp.gid, 16) != 0)
+    return make_error(
+        Errc::kInvalidArgument,
+        "rdma_cm routes this connection from GID " + gid_text(route.gid) +
+            (route_gid_index >= 0 ? " (index " + std::to_string(route_gid_index) + ")"
+                                  : std::string()) +
+            " of " + route.device + " port " + std::to_string(route.port) +
+            " but the QP sends from " + gid_text(qp.gid) +
+            (route_gid_index >= 0
+                 ? "; open the device with GID index " + std::to_string(route_gid_index)
+                 : "; choose the GID index of the address the peer is reached "
+                   "from"));
+  return {};
 }
 
 }  // namespace rdmx::dv

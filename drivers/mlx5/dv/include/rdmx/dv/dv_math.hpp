@@ -163,6 +163,19 @@ mlx5::ConnectInfo fold_cm_depths(mlx5::ConnectInfo remote, uint8_t cm_responder_
                                  uint8_t cm_initiator_depth, uint8_t ours_responder_resources,
                                  uint8_t ours_initiator_depth) noexcept;
 
+// One end of a connection as the QP sends from it: device, HCA port and source GID.
+struct PathEnd {
+  std::string device;
+  uint8_t port = 0;
+  uint8_t gid[16] = {};
+};
+// The QP must send from the device, port and GID that rdma_cm resolved the route through
+// (librdmacm: id->verbs, id->port_num, id->route.addr.addr.ibaddr.sgid); the peer's CM and
+// its path record name that GID. Refused with what to change otherwise; `route_gid_index` is
+// the route's GID's index in the port's table (-1: not found), for the message.
+Status match_route(const PathEnd& route, const PathEnd& qp, int route_gid_index);
+std::string gid_text(const uint8_t gid[16]);  // "fe80::..." / "::ffff:10.0.0.1"
+
 // RESET -> INIT: state, pkey index, port, remote access rights of the responder.
 QpTransition init_transition(const QpParams& p) noexcept;
 // INIT -> RTR: state, address vector (LID or GRH with the peer's GID), path MTU, peer QPN, the
