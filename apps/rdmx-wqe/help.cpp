@@ -7,7 +7,9 @@ namespace rdmx::wqetool {
 std::string_view usage_text() {
   return R"(usage: rdmx-wqe encode [--input FILE]
        rdmx-wqe decode [--pretty] [--input FILE] [WQEBB_HEX ...]
-       rdmx-wqe encode --help | decode --help | --help
+       rdmx-wqe exec [--profile NAME] [--sq-wqe-cnt N]
+                     [--checker-fatal] [--input FILE]
+       rdmx-wqe encode --help | decode --help | exec --help | --help
 
 Encodes verbs-shaped work requests to the exact mlx5 send-WQE bytes rdmx writes, and decodes
 WQE bytes back to named fields. Both directions use rdmx's own PRM builders and decoder
@@ -15,6 +17,8 @@ WQE bytes back to named fields. Both directions use rdmx's own PRM builders and 
 
   encode   one JSON request per input line -> one JSON result per line
   decode   WQEBBs as hex -> every segment's fields (JSON, or a table with --pretty)
+  exec     raw send WQEs (as a real SQ holds them) run by the emulated mlx5 -> the CQEs and
+           the PRM checker's reports
 
 Exit status: 0 when every line was accepted, 1 when any line was rejected (the error is on
 that line's output), 2 on a usage error. See encode --help and decode --help.
@@ -167,6 +171,48 @@ Errors ({"rc": "EINVAL", "error": "...", "wqes": [decoded so far]}, exit status 
 a length that is not whole WQEBBs, ds 0, a WQE longer than the WQEBBs given, an unknown
 opcode, a UMR whose klm_octowords does not match ds, inline data running past ds.
 The decoder never reads outside the bytes given.
+)";
+}
+
+std::string_view exec_help_text() {
+  return R"(usage: rdmx-wqe exec [--profile NAME] [--sq-wqe-cnt N] [--checker-fatal] [--input FILE]
+
+Runs raw send WQEs on the emulated mlx5 (emu, inline mode) and reports what the device did:
+the tool to reach for when a NIC rejects a WQE, and the way to run planted PRM violations.
+
+The first output line is the environment every batch runs in (the same for every batch):
+  {"env":{"profile","qpn","peer_qpn","sq_wqe_cnt","max_inline_data","lkey","buf","buf_len",
+          "windows","window_entries","big_window","big_window_entries","peer_rkey","peer_buf",
+          "peer_recvs"}}
+  qpn/lkey/buf: the local QP, and a 1 MiB buffer registered with every access right; windows:
+  indirect mkeys (window_entries translation entries each, free, remote invalidation on) for
+  UMRs, and big_window with big_window_entries; peer_*: the connected remote QP, its 1 MiB buffer (rkey), and peer_recvs 4 KiB
+  receives posted from peer_buf on.
+
+INPUT: one batch per line, a JSON object (an `rdmx-wqe encode` output line is one):
+  wqebbs            the send ring from slot 0, 128 hex digits per 64-byte WQEBB
+  doorbell_record   the producer counter written to the doorbell record (default: the number
+                    of WQEBBs); more than were written makes the device read what the ring
+                    holds (zeroes)
+  sq_pi             optional; must be 0 (every batch runs on fresh, connected QPs)
+The doorbell register gets the first 8 bytes of the last WQE's control segment, as rdma-core
+and rdmx ring it.
+
+OUTPUT per batch, one JSON object per line:
+  {"cqe":{"qp":"local"|"peer","opcode","wqe_counter","qpn", "syndrome","syndrome_name" (error
+         CQEs) | "byte_cnt","wqe_opcode" (requester CQEs)}}   every CQE, local CQ first
+  {"report":{"qp","rule","wqe_index","text"}}                  every PRM checker report
+  {"batch":{"wqebbs","doorbell_record","cqes","reports","qp_state":"RTS"|"ERR"}}
+A line that is not a batch: {"rc":"EINVAL","error":"..."}.
+
+Options:
+  --profile NAME    emu device profile (cx6dx default, cx5, cx7, atomic-umr-off, wqe512,
+                    fence-strong, fence-small, fence-none, mtu1024, rd-atom4)
+  --sq-wqe-cnt N    the local SQ's ring size in WQEBBs (power of two, default 64)
+  --checker-fatal   a checker report also fails the offending WQE (error CQE, QP to ERR)
+
+Exit status: 0 every line was a batch (whatever the device answered), 1 a line was not, 2 a
+usage error (also: an unknown profile).
 )";
 }
 

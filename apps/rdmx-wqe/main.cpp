@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,7 @@
 
 #include <rdmx/core/cli.hpp>
 
+#include "exec.hpp"
 #include "tool.hpp"
 
 namespace {
@@ -26,6 +28,8 @@ int usage_error(const std::string& msg) {
 
 struct Args {
   bool decode = false;
+  bool exec = false;
+  rdmx::wqetool::ExecOptions ex;
   std::string input;  // "" or "-" = standard input
   bool pretty = false;
   std::vector<std::string> hex;  // decode: WQEBBs given as arguments
@@ -35,10 +39,13 @@ struct Args {
 // `--input=FILE` alike. Returns an exit status when the tool is done (help, usage error),
 // -1 to go on.
 int parse_args(int argc, char** argv, Args& a) {
-  enum { kOptPretty = 256 };
+  enum { kOptPretty = 256, kOptProfile, kOptSqWqeCnt, kOptCheckerFatal };
   static const option kLong[] = {{"input", required_argument, nullptr, 'i'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {"pretty", no_argument, nullptr, kOptPretty},
+                                 {"profile", required_argument, nullptr, kOptProfile},
+                                 {"sq-wqe-cnt", required_argument, nullptr, kOptSqWqeCnt},
+                                 {"checker-fatal", no_argument, nullptr, kOptCheckerFatal},
                                  {nullptr, 0, nullptr, 0}};
   const std::string cmd = argv[0];
   opterr = 0;
@@ -49,11 +56,28 @@ int parse_args(int argc, char** argv, Args& a) {
         a.input = optarg;
         break;
       case 'h':
-        std::fputs(std::string(a.decode ? rdmx::wqetool::decode_help_text()
-                                        : rdmx::wqetool::encode_help_text())
+        std::fputs(std::string(a.exec     ? rdmx::wqetool::exec_help_text()
+                               : a.decode ? rdmx::wqetool::decode_help_text()
+                                          : rdmx::wqetool::encode_help_text())
                        .c_str(),
                    stdout);
         return 0;
+      case kOptProfile:
+      case kOptSqWqeCnt:
+      case kOptCheckerFatal:
+        if (!a.exec)
+          return usage_error(cmd + ": option '" + argv[optind - 1] + "' is for exec only");
+        if (c == kOptProfile) a.ex.profile = optarg;
+        if (c == kOptCheckerFatal) a.ex.checker_fatal = true;
+        if (c == kOptSqWqeCnt) {
+          char* end = nullptr;
+          const unsigned long v = std::strtoul(optarg, &end, 0);
+          if (*optarg == '\0' || *end != '\0' || v < 1 || v > 32768 || (v & (v - 1)))
+            return usage_error(cmd + ": --sq-wqe-cnt: '" + optarg +
+                               "' is not a power of two in 1..32768");
+          a.ex.sq_wqe_cnt = static_cast<uint32_t>(v);
+        }
+        break;
       case kOptPretty:
         if (!a.decode) return usage_error(cmd + ": option '--pretty' is for decode only");
         a.pretty = true;
@@ -64,7 +88,7 @@ int parse_args(int argc, char** argv, Args& a) {
   }
   for (int i = optind; i < argc; ++i) {
     if (!a.decode)
-      return usage_error(std::string("encode takes no arguments ('") + argv[i] +
+      return usage_error(cmd + " takes no arguments ('" + argv[i] +
                          "'): requests come on standard input or --input");
     a.hex.push_back(argv[i]);
   }
@@ -98,16 +122,17 @@ int run_lines(std::istream& in, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage_error("missing subcommand: encode or decode (rdmx-wqe --help)");
+  if (argc < 2) return usage_error("missing subcommand: encode, decode or exec (rdmx-wqe --help)");
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(std::string(rdmx::wqetool::usage_text()).c_str(), stdout);
     return 0;
   }
-  if (cmd != "encode" && cmd != "decode")
-    return usage_error("unknown subcommand '" + cmd + "' (encode or decode)");
+  if (cmd != "encode" && cmd != "decode" && cmd != "exec")
+    return usage_error("unknown subcommand '" + cmd + "' (encode, decode or exec)");
   Args a;
   a.decode = cmd == "decode";
+  a.exec = cmd == "exec";
   if (const int rc = parse_args(argc - 1, argv + 1, a); rc >= 0) return rc;
   const std::string& input = a.input;
   const bool pretty = a.pretty;
@@ -129,6 +154,14 @@ int main(int argc, char** argv) {
   }
   if (cmd == "encode")
     return run_lines(*in, [](const std::string& l) { return rdmx::wqetool::encode_line(l); });
+  if (a.exec) {
+    // The environment first: it names the QPNs, keys and addresses batches can use. A profile
+    // that does not exist fails here (exit 2: a bad argument).
+    auto env = rdmx::wqetool::exec_env(a.ex);
+    if (!env) return usage_error("exec: " + env.error().message);
+    std::printf("%s\n", env.value().c_str());
+    return run_lines(*in, [&](const std::string& l) { return rdmx::wqetool::exec_line(l, a.ex); });
+  }
   return run_lines(*in,
                    [&](const std::string& l) { return rdmx::wqetool::decode_line(l, pretty); });
 }

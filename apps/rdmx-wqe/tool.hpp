@@ -34,6 +34,7 @@ LineResult decode_line(std::string_view line, bool pretty);
 std::string_view usage_text();
 std::string_view encode_help_text();
 std::string_view decode_help_text();
+std::string_view exec_help_text();
 
 // Lower-case hex of `n` bytes.
 std::string to_hex(const uint8_t* p, size_t n);
