@@ -40,7 +40,8 @@ constexpr uint32_t kRecvs = 16;
 
 // The two buffers live at a fixed address, so the environment is the same in every run and a
 // corpus of batches can name addresses (QPNs and keys are deterministic in a fresh emu).
-constexpr uint64_t kFixedBase = 0x2000000000ull;  // 128 GiB: inside a 39-bit address space too
+// 1 GiB: application memory under ASan (low memory) and TSan too, and in any address space.
+constexpr uint64_t kFixedBase = 0x40000000ull;
 
 Result<uint8_t*> fixed_buffers() {
   static uint8_t* base = nullptr;
@@ -48,7 +49,7 @@ Result<uint8_t*> fixed_buffers() {
   void* p = ::mmap(reinterpret_cast<void*>(kFixedBase), 2 * kBufBytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED || p != reinterpret_cast<void*>(kFixedBase))
-    return make_error(Errc::kNoMemory, "exec: cannot map the buffers at 0x2000000000: " +
+    return make_error(Errc::kNoMemory, "exec: cannot map the buffers at 0x40000000: " +
                                            std::string(std::strerror(errno)));
   base = static_cast<uint8_t*>(p);
   return base;
