@@ -48,7 +48,7 @@ bool quiescent(const Lane& l) noexcept {
 }
 
 mlx5::Device* device_of(const Testbed& tb, const Lane& l, const win::PollCore* k) noexcept {
-  return (k == l.c || k == l.s) ? tb.dev_a.get() : tb.dev_b.get();
+  return (k == l.c || k == l.s) ? tb.dev_a : tb.dev_b;
 }
 
 // Turns the timed faults off (before a reconnect: the new connection must work).

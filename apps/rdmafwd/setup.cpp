@@ -102,12 +102,6 @@ win::PoolConfig pool_config(const Params& p, uint32_t n_windows) {
   return pc;
 }
 
-// Data pages, then what the pool reserves at the tail (its pointer-mode KLM arrays).
-size_t arena_bytes(const Params& p, uint32_t data_pages, uint32_t windows) {
-  return size_t{data_pages} * p.page_size +
-         win::WindowPool::arena_tail_bytes(pool_config(p, windows), p.page_size);
-}
-
 win::CoreConfig core_config(const Params& p, uint32_t recv_pages) {
   win::CoreConfig cc;
   cc.cache_size = p.windows_per_core;
@@ -197,15 +191,16 @@ Result<mlx5::ConnectInfo> parse_info(const std::string& text, const std::string&
 }  // namespace
 
 Testbed::~Testbed() {
+  // Cores quiesce while the device (thread) still runs; then the shared emu thread stops before
+  // the endpoints destroy pools, arenas and devices.
   lanes.clear();
-  cores.clear();
-  pool_a.reset();
-  pool_b.reset();
-  arena_a.reset();
-  arena_b.reset();
+  side_a.destroy_cores();
+  side_b.destroy_cores();
   emu_thread.reset();
-  dev_a.reset();
-  dev_b.reset();
+  side_a = endpoint::Endpoint();
+  side_b = endpoint::Endpoint();
+  open_a = endpoint::OpenedDevice();
+  open_b = endpoint::OpenedDevice();
   wire.reset();
 }
 
@@ -225,7 +220,7 @@ std::string Testbed::census(bool& ok, std::vector<PoolCensus>* out) {
   const struct {
     const char* name;
     win::WindowPool* pool;
-  } pools[] = {{"A", pool_a.get()}, {"B", pool_b.get()}};
+  } pools[] = {{"A", pool_a}, {"B", pool_b}};
   for (const auto& e : pools) {
     if (!e.pool) continue;
     PoolCensus pc;
@@ -294,14 +289,17 @@ Status open_devices(const Params& p, Testbed& tb) {
   if (spec.backend == endpoint::Backend::kMlx5 && p.role != Role::kBoth) {
     // Two hosts: this side's device only; the peer's QP is reached through the fabric.
     RDMX_TRY_ASSIGN(auto d, endpoint::open_device(p.device));
-    (p.role == Role::kServer ? tb.dev_b : tb.dev_a) = std::move(d.dev);
+    (p.role == Role::kServer ? tb.dev_b : tb.dev_a) = d.dev.get();
+    (p.role == Role::kServer ? tb.open_b : tb.open_a) = std::move(d);
     tb.notes.push_back("device: " + p.device + " (mlx5dv)");
     return {};
   }
   if (spec.backend == endpoint::Backend::kMlx5) {
     RDMX_TRY_ASSIGN(auto pair, endpoint::open_device_pair(p.device));
-    tb.dev_a = std::move(pair[0].dev);
-    tb.dev_b = std::move(pair[1].dev);
+    tb.dev_a = pair[0].dev.get();
+    tb.dev_b = pair[1].dev.get();
+    tb.open_a = std::move(pair[0]);
+    tb.open_b = std::move(pair[1]);
     tb.notes.push_back("device: " + p.device + " (mlx5dv), opened twice: loopback RC");
     return {};
   }
@@ -315,8 +313,10 @@ Status open_devices(const Params& p, Testbed& tb) {
     tb.wire = pair[0].wire;
     tb.emu_a = pair[0].emu;
     tb.emu_b = pair[1].emu;
-    tb.dev_a = std::move(pair[0].dev);
-    tb.dev_b = std::move(pair[1].dev);
+    tb.dev_a = pair[0].dev.get();
+    tb.dev_b = pair[1].dev.get();
+    tb.open_a = std::move(pair[0]);
+    tb.open_b = std::move(pair[1]);
   } else {
     const bool server = p.role == Role::kServer;
     endpoint::DeviceOptions& o = server ? ob : oa;
@@ -330,7 +330,8 @@ Status open_devices(const Params& p, Testbed& tb) {
     RDMX_TRY(d, "shared-memory wire '" + p.wire + "'");
     tb.wire = d.value().wire;
     (server ? tb.emu_b : tb.emu_a) = d.value().emu;
-    (server ? tb.dev_b : tb.dev_a) = std::move(d.value().dev);
+    (server ? tb.dev_b : tb.dev_a) = d.value().dev.get();
+    (server ? tb.open_b : tb.open_a) = std::move(d).value();
   }
   std::string threads;
   if (shared_thread) {
@@ -371,18 +372,22 @@ Result<mlx5::ConnectInfo> adopt_client_sizes(Params& p, Testbed& tb) {
   return client;
 }
 
-// One side's arena and window pool (the pool before any carving: it may reserve the tail).
-Status make_side(const Params& p, mlx5::Device& dev, uint32_t data_pages, uint32_t windows,
-                 std::unique_ptr<mem::Arena>& arena, std::unique_ptr<win::WindowPool>& pool,
-                 const char* name) {
-  mem::ArenaConfig ac;
-  ac.bytes = arena_bytes(p, data_pages, windows);
-  ac.page_size = p.page_size;
-  ac.source = mem::Source::kHeap;
-  ac.name = name;
-  RDMX_TRY_ASSIGN(arena, mem::Arena::create(dev, ac), std::string("arena ") + name);
-  RDMX_TRY_ASSIGN(pool, win::WindowPool::create(dev, *arena, pool_config(p, windows)),
-                  std::string("window pool ") + name);
+// One side: lib/endpoint's builder takes the opened device and makes its arena (the data
+// pages, plus the tail the pool reserves) and window pool; the lanes add the cores.
+Status make_side(const Params& p, endpoint::OpenedDevice& dev, uint32_t data_pages,
+                 uint32_t windows, endpoint::Endpoint& side, mem::Arena*& arena,
+                 win::WindowPool*& pool, const char* name) {
+  endpoint::EndpointConfig ec;
+  ec.arena.bytes = size_t{data_pages} * p.page_size;
+  ec.arena.page_size = p.page_size;
+  ec.arena.source = mem::Source::kHeap;
+  ec.arena.name = name;
+  ec.pool = pool_config(p, windows);
+  ec.n_cores = 0;
+  RDMX_TRY_ASSIGN(side, endpoint::Endpoint::create(std::move(dev), ec),
+                  std::string("side ") + name);
+  arena = &side.arena();
+  pool = &side.pool();
   return {};
 }
 
@@ -394,19 +399,18 @@ struct LaneBuilder {
   win::CoreConfig cc;
   Carver cva, cvb;
 
-  Result<win::PollCore*> new_core(win::WindowPool& pool, const char* what) {
-    RDMX_TRY_ASSIGN(auto c, win::PollCore::create(pool, cc), std::string("poll core ") + what);
-    tb.cores.push_back(std::move(c));
-    return tb.cores.back().get();
+  Result<win::PollCore*> new_core(endpoint::Endpoint& side, const char* what) {
+    RDMX_TRY_ASSIGN(win::PollCore * c, side.add_core(cc), std::string("poll core ") + what);
+    return c;
   }
   Result<uint64_t> small_bufs(Carver& cv, const Lane& l) {
     return cv.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
   }
   // Side A: client c (and sink s in one process): scattered source/destination pages.
   Status side_a(Lane& l, unsigned i) {
-    RDMX_TRY_ASSIGN(l.c, new_core(*tb.pool_a, "c"));
+    RDMX_TRY_ASSIGN(l.c, new_core(tb.side_a, "c"));
     if (p.role == Role::kBoth) {
-      RDMX_TRY_ASSIGN(l.s, new_core(*tb.pool_a, "s"));
+      RDMX_TRY_ASSIGN(l.s, new_core(tb.side_a, "s"));
     }
     RDMX_TRY(carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i));
     RDMX_TRY(carve_contig(cva, l.s_recv, l.depth, recv_pages));
@@ -417,9 +421,9 @@ struct LaneBuilder {
   }
   // Side B: peer p (and relay r in one process).
   Status side_b(Lane& l, unsigned i) {
-    RDMX_TRY_ASSIGN(l.p, new_core(*tb.pool_b, "p"));
+    RDMX_TRY_ASSIGN(l.p, new_core(tb.side_b, "p"));
     if (p.role == Role::kBoth) {
-      RDMX_TRY_ASSIGN(l.r, new_core(*tb.pool_b, "r"));
+      RDMX_TRY_ASSIGN(l.r, new_core(tb.side_b, "r"));
     }
     RDMX_TRY(carve_contig(cvb, l.p_src, l.depth, l.max_pages));
     RDMX_TRY(carve_contig(cvb, l.p_dst, l.depth, l.max_pages));
@@ -438,8 +442,8 @@ struct LaneBuilder {
     l.depth = p.io_depth;
     l.max_pages = p.max_pages;
     l.recv_pages = recv_pages;
-    l.arena_a = tb.arena_a.get();
-    l.arena_b = tb.arena_b.get();
+    l.arena_a = tb.arena_a;
+    l.arena_b = tb.arena_b;
     l.remote_peer = !tb.pool_b;
     l.remote_client = !tb.pool_a;
     if (tb.pool_a) RDMX_TRY(side_a(l, i));
@@ -861,16 +865,14 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   const uint32_t windows = p.windows_per_core * cores_per_side;
   const uint32_t data_pages = side_pages(p, recv_pages, n_lanes);
   if (p.role != Role::kServer)
-    RDMX_TRY(make_side(p, *tb->dev_a, data_pages, windows, tb->arena_a, tb->pool_a, "rdmafwd_a"));
+    RDMX_TRY(make_side(p, tb->open_a, data_pages, windows, tb->side_a, tb->arena_a, tb->pool_a,
+                       "rdmafwd_a"));
   if (p.role != Role::kClient)
-    RDMX_TRY(make_side(p, *tb->dev_b, data_pages, windows, tb->arena_b, tb->pool_b, "rdmafwd_b"));
+    RDMX_TRY(make_side(p, tb->open_b, data_pages, windows, tb->side_b, tb->arena_b, tb->pool_b,
+                       "rdmafwd_b"));
 
-  LaneBuilder lb{*tb,
-                 p,
-                 recv_pages,
-                 core_config(p, recv_pages),
-                 Carver{tb->arena_a.get()},
-                 Carver{tb->arena_b.get()}};
+  LaneBuilder lb{
+      *tb, p, recv_pages, core_config(p, recv_pages), Carver{tb->arena_a}, Carver{tb->arena_b}};
   for (unsigned i = 0; i < n_lanes; ++i) RDMX_TRY(lb.lane(i, lcores[i]));
   if (p.role == Role::kBoth)
     RDMX_TRY(post_all_recvs(*tb));

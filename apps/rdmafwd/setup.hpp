@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
 
 #include "rdmafwd.hpp"
@@ -21,13 +23,20 @@ extern std::atomic<bool> g_signal;
 struct Testbed {
   Params prm;
   std::shared_ptr<emu::Wire> wire;
-  std::unique_ptr<mlx5::Device> dev_a, dev_b;  // side A: client/source/sink, B: peer/relay
+  // Side A: client/source/sink, B: peer/relay. Each side present in this process is one
+  // endpoint (lib/endpoint's builder: device, arena, window pool, the poll cores of its lanes);
+  // open_* hold the devices from opening until the endpoints take them.
+  endpoint::OpenedDevice open_a, open_b;
+  endpoint::Endpoint side_a, side_b;
+  mlx5::Device* dev_a = nullptr;  // the sides' parts (nullptr: the side is in the peer process)
+  mlx5::Device* dev_b = nullptr;
   emu::EmuDevice* emu_a = nullptr;
   emu::EmuDevice* emu_b = nullptr;
   std::unique_ptr<emu::DeviceThread> emu_thread;  // threaded emu, shared: runs emu_a and emu_b
-  std::unique_ptr<mem::Arena> arena_a, arena_b;
-  std::unique_ptr<win::WindowPool> pool_a, pool_b;
-  std::vector<std::unique_ptr<win::PollCore>> cores;  // before the pools go
+  mem::Arena* arena_a = nullptr;
+  mem::Arena* arena_b = nullptr;
+  win::WindowPool* pool_a = nullptr;
+  win::WindowPool* pool_b = nullptr;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::string> notes;  // how devices and cores are used (printed at start)
   // Two-process mode over TCP: the rendezvous connection, kept open for the run (a peer that
