@@ -847,26 +847,9 @@ int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
   if (!c || !out) return -RDMX_EINVAL;
   rdmx_core_stats s{};
   const win::CoreStats& k = c->pc->stats();
-  s.maps = k.maps;
-  s.inline_maps = k.inline_maps;
-  s.pointer_maps = k.pointer_maps;
-  s.unmaps = k.unmaps;
-  s.pages_mapped = k.pages_mapped;
-  s.cache_hits = k.cache_hits;
-  s.cache_misses = k.cache_misses;
-  s.depot_refills = k.depot_refills;
-  s.depot_flushes = k.depot_flushes;
-  s.windows_from_depot = k.windows_from_depot;
-  s.windows_to_depot = k.windows_to_depot;
-  s.exhausted = k.exhausted;
-  s.klm_waits = k.klm_waits;
-  s.remote_invalidations = k.remote_invalidations;
-  s.stale_invalidations = k.stale_invalidations;
-  s.foreign_invalidations = k.foreign_invalidations;
-  s.umr_completions = k.umr_completions;
-  s.umr_errors = k.umr_errors;
-  s.wqe_errors = k.wqe_errors;
-  s.recoveries = k.recoveries;
+#define RDMX_COPY_COUNTER(name, meaning) s.name = k.name;
+  RDMX_CORE_COUNTERS(RDMX_COPY_COUNTER)
+#undef RDMX_COPY_COUNTER
   const auto& q = const_cast<rdmx_core*>(c)->pc->qp().stats();
   s.cqes = q.cqes;
   s.completions = q.completions;

@@ -249,6 +249,8 @@ static void test_map_write_read_unmap(const char* device) {
 
   CHECK_RC(rdmx_core_stats_get(r.ca, &st, sizeof(st)), 0);
   CHECK(st.maps == 2 && st.unmaps == 2 && st.recoveries == 1);
+  CHECK(st.inline_maps + st.pointer_maps == st.maps && st.pages_mapped >= 2);
+  CHECK(st.fenced_unmaps <= st.unmaps && st.umr_completions >= 2);
   CHECK(st.rejected[RDMX_ENOTMAPPED] == 1);
   CHECK(st.umrs_in_flight == 0);
   CHECK_RC(rdmx_pages_free(r.pa, pages, 4), 0);
@@ -449,6 +451,10 @@ static void test_send_with_invalidate(const char* device) {
     memset(&small, 0xAB, sizeof(small));
     CHECK_RC(rdmx_core_stats_get(r.ca, &small, offsetof(rdmx_core_stats, unmaps)), 0);
     CHECK(small.maps == 1 && small.unmaps == 0xABABABABABABABABull);
+    /* ... and one built before fenced_unmaps was added gets everything but it. */
+    memset(&small, 0xAB, sizeof(small));
+    CHECK_RC(rdmx_core_stats_get(r.ca, &small, offsetof(rdmx_core_stats, fenced_unmaps)), 0);
+    CHECK(small.cached_windows != 0xABABABABu && small.fenced_unmaps == 0xABABABABABABABABull);
   }
   rig_close(&r);
 }

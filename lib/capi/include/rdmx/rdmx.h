@@ -505,6 +505,9 @@ typedef struct rdmx_core_stats {
   uint64_t rejected[32];      /* calls refused, by RDMX_E* code (index 1..17) */
   uint32_t umrs_in_flight;    /* map/unmap UMRs not yet completed */
   uint32_t cached_windows;    /* windows in the core's cache now */
+  /* Added later (a caller built with an older header passes a smaller size and gets the fields
+   * above only): */
+  uint64_t fenced_unmaps; /* unmaps that waited for a READ/WRITE/SEND still using the window */
 } rdmx_core_stats;
 
 /* [any thread; see above] Copies the core's counters into *out; `size` = sizeof(*out) of the
