@@ -59,6 +59,7 @@ struct App {
   std::string config_json() const;
   // Prints `show stats` (text or JSON, as --json says).
   void print_stats(const char* type, int exit_status = -1);
+  void print_roce_stats();  // emu@roce: the RoCE v2 link's counters (summary only)
   void print_period();
   double period() const;  // seconds between periodic lines; 0 = none
   int exit_status();

@@ -19,6 +19,8 @@
 #include <rdmx/rt/placement.hpp>
 #include <rdmx/rt/topology.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include "app.hpp"
 #include "faults.hpp"
 
@@ -273,10 +275,46 @@ void App::print_stats(const char* type, int exit_status) {
   const double secs = seconds();
   if (prm.json) {
     std::printf("%s\n", format_json(s, secs, labels(), type, exit_status).c_str());
-    std::fflush(stdout);
   } else {
     std::fputs(format_text(s, secs, labels()).c_str(), stdout);
-    std::fflush(stdout);
+  }
+  if (std::strcmp(type, "summary") == 0) print_roce_stats();
+  std::fflush(stdout);
+}
+
+// The RoCE v2 link of an emu@roce device (this process's side): what the transport did to
+// deliver the run (retransmissions, NAKs, duplicates, injected faults). Nothing on other wires.
+void App::print_roce_stats() {
+  for (emu::EmuDevice* d : {tb->emu_a, tb->emu_b}) {
+    if (!d) continue;
+    const emu::EmuStats::Roce r = d->stats().roce;
+    if (r.tx_packets == 0 && r.rx_packets == 0) continue;
+    if (prm.json) {
+      nlohmann::ordered_json j;
+      j["type"] = "roce";
+      j["device"] = d->name();
+      j["tx_packets"] = r.tx_packets;
+      j["rx_packets"] = r.rx_packets;
+      j["retransmits"] = r.retransmits;
+      j["timeouts"] = r.timeouts;
+      j["seq_naks_sent"] = r.seq_naks_sent;
+      j["seq_naks_rcvd"] = r.seq_naks_rcvd;
+      j["duplicates"] = r.duplicates;
+      j["acks_sent"] = r.acks_sent;
+      j["rx_full"] = r.rx_full;
+      j["injected"] = {{"loss", r.injected_loss},
+                       {"reorder", r.injected_reorder},
+                       {"duplicate", r.injected_dup}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("  RoCE v2 link (%s): packets tx %" PRIu64 " rx %" PRIu64 ", retransmits %" PRIu64
+                  ", timeouts %" PRIu64 ", sequence NAKs sent %" PRIu64 " received %" PRIu64
+                  ", duplicates %" PRIu64 "; injected loss %" PRIu64 " reorder %" PRIu64
+                  " duplicate %" PRIu64 "\n",
+                  d->name().c_str(), r.tx_packets, r.rx_packets, r.retransmits, r.timeouts,
+                  r.seq_naks_sent, r.seq_naks_rcvd, r.duplicates, r.injected_loss,
+                  r.injected_reorder, r.injected_dup);
+    }
   }
 }
 

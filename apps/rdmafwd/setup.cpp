@@ -320,14 +320,20 @@ Status open_devices(const Params& p, Testbed& tb) {
   } else {
     const bool server = p.role == Role::kServer;
     endpoint::DeviceOptions& o = server ? ob : oa;
-    o.wire = "shm:" + p.wire;
-    o.side = server ? 0 : 1;
-    o.attach_timeout = std::chrono::seconds(30);  // TCP: the server has made it already
-    o.cancel = &g_signal;
+    // A device with a wire of its own (emu@roce:ADDR: RoCE v2 on this host's network) reaches
+    // the peer's device by the GID in the connect info; otherwise both processes share the
+    // shared-memory wire the server named.
+    const bool own_wire = !oa.wire.empty();  // the spec's wire (parse_device_spec filled oa)
+    if (!own_wire) {
+      o.wire = "shm:" + p.wire;
+      o.side = server ? 0 : 1;
+      o.attach_timeout = std::chrono::seconds(30);  // TCP: the server has made it already
+      o.cancel = &g_signal;
+    }
     auto d = endpoint::open_device(p.device, o);
     if (!d && d.error().code == Errc::kTimeout)
       return add_context(std::move(d).error(), "is the server running?");
-    RDMX_TRY(d, "shared-memory wire '" + p.wire + "'");
+    RDMX_TRY(d, own_wire ? "device " + p.device : "shared-memory wire '" + p.wire + "'");
     tb.wire = d.value().wire;
     (server ? tb.emu_b : tb.emu_a) = d.value().emu;
     (server ? tb.dev_b : tb.dev_a) = d.value().dev.get();
@@ -346,9 +352,11 @@ Status open_devices(const Params& p, Testbed& tb) {
   } else if (threaded) {
     threads = p.role == Role::kBoth ? ", one device thread per port" : ", one device thread";
   }
+  const std::string& own = oa.wire;  // the spec's own wire, if any
   tb.notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(spec.mode) +
-                     (p.role == Role::kBoth
-                          ? "), two ports joined by an in-process wire" + threads
+                     (p.role == Role::kBoth ? "), two ports joined by an in-process wire" + threads
+                      : own.rfind("roce:", 0) == 0
+                          ? "), RoCE v2 on this host's network from " + own.substr(5) + threads
                           : "), shared-memory wire /dev/shm/rdmx-emu-" + p.wire + threads));
   return {};
 }

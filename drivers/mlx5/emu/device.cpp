@@ -470,6 +470,13 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       q->next_msn = msn;
       q->epsn = remote.psn;
       q->peer_qpn = remote.qpn;
+      // The READ depths as on any wire (the link remembers the READs a responder serves, for
+      // their responses and duplicates: at most what it states, the profile's max_qp_rd_atom).
+      mlx5::ConnectInfo mine;
+      stated(mine);
+      const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
+      q->max_rd_atomic = n.max_rd_atomic;
+      q->max_dest_rd_atomic = n.max_dest_rd_atomic;
       q->connected = true;
       q->state = QpState::kRts;
       l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn);

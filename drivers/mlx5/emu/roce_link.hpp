@@ -95,7 +95,8 @@ class RoceLink {
     uint32_t r_head = 0, r_count = 0;
     bool acked_valid = false;
     uint32_t acked_psn = 0, acked_msn = 0;  // last ACK sent
-    ReadRec reads[16];
+    ReadRec reads[16];  // the READs served lately; >= every profile's max_qp_rd_atom, which
+                        // bounds the READs outstanding (negotiated at connect)
     uint32_t read_next = 0;
   };
 

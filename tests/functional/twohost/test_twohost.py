@@ -288,6 +288,47 @@ def case_netns(binary):
               f"p50 {t['latency_us']['p50']:.1f} us")
 
 
+def case_roce(binary, fwd, lossy):
+    """rdmafwd across the veth pair with each process on its own emu device speaking RoCE v2
+    (emu@roce:ADDR): no shared memory between the "hosts", every packet on the veth link. With
+    lossy, 1 % loss, reordering and duplication are injected on both sides: the RC transport
+    (PSN, NAK, go-back-N) must deliver everything, verified, with retransmissions counted."""
+    with Netns() as n:
+        faults = ",loss=1,reorder=1,dup=1,seed=7" if lossy else ""
+        common = ["--json", "--rendezvous-timeout", "40"]
+        srv, cli, procs = serve(
+            command(binary, SERVER_EAL, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                         "--device", f"emu@roce:{n.addr_a}{faults}"] + common,
+                    n.a),
+            command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                         "--fwd", fwd, "--duration", "2", "--device",
+                                         f"emu@roce:{n.addr_b}{faults}"] + common, n.b))
+        (_, sout, serr), (_, cout, cerr) = procs
+        both_ok(srv, cli, procs)
+        c, s = summary(cout)["total"], summary(sout)["total"]
+        check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0,
+              f"client {c['ios']} I/Os, errors {c['errors']} / {s['errors']}", *procs)
+        if fwd == "rpc":
+            check(s["ios"] == c["ios"], f"server {s['ios']} vs client {c['ios']}", *procs)
+        check("RoCE v2 on this host's network from" in cerr, "the device note", *procs)
+        links = [json.loads(l) for out in (sout, cout) for l in out.splitlines()
+                 if l.startswith('{"type":"roce"')]
+        check(len(links) == 2 and all(l["tx_packets"] > 0 and l["rx_packets"] > 0 for l in links),
+              f"RoCE link counters: {links}", *procs)
+        retrans = sum(l["retransmits"] for l in links)
+        injected = sum(sum(l["injected"].values()) for l in links)
+        if lossy:
+            check(injected > 0 and retrans > 0, f"injected {injected}, retransmits {retrans}",
+                  *procs)
+        else:
+            check(injected == 0, f"injected {injected} without faults", *procs)
+        for p in (srv, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(f"roce {fwd}{' lossy' if lossy else ''}: {c['ios']} I/Os verified across the veth "
+              f"pair, p50 {c['latency_us']['p50']:.0f} us, retransmits {retrans}, "
+              f"injected faults {injected}")
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -586,6 +627,10 @@ CASES = {
     "write-corrupt": lambda b: onesided(b, "write", True),
     "read-corrupt": lambda b: onesided(b, "read", True),
     "netns": case_netns,
+    "roce-rpc": lambda b: case_roce(b, "rpc", False),
+    "roce-read": lambda b: case_roce(b, "read", False),
+    "roce-rpc-lossy": lambda b: case_roce(b, "rpc", True),
+    "roce-write-lossy": lambda b: case_roce(b, "write", True),
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
     "bad-host": case_bad_host,
