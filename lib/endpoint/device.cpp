@@ -211,7 +211,12 @@ Result<DeviceSpec> parse_device_spec(std::string_view spec, DeviceOptions* opts)
     RDMX_TRY(apply_option(options.substr(0, c), o), "device '" + std::string(spec) + "'");
     options = c == std::string_view::npos ? "" : options.substr(c + 1);
   }
-  if (!s.wire.empty()) o.wire = s.wire;
+  if (!s.wire.empty()) {
+    // The spec's own wire replaces the caller's (e.g. a tool's shared-memory wire for its peer
+    // process): the caller's side was for that wire, not this one, unless the spec gives one.
+    if (o.wire != s.wire && spec.find(",side=") == std::string_view::npos) o.side = 0;
+    o.wire = s.wire;
+  }
   if (o.side != 0 && o.side != 1)
     return make_error(Errc::kInvalidArgument,
                       "emu wire side " + std::to_string(o.side) + " (0 or 1)");

@@ -63,6 +63,18 @@ TEST(DeviceSpec, SuffixesOverrideOptions) {
   ASSERT_TRUE(parse_device_spec("mlx5_0,port=2,gid=3", &m).ok());
   EXPECT_EQ(m.ib_port, 2);
   EXPECT_EQ(m.gid_index, 3);
+  // The spec's own wire replaces a tool's shared-memory wire, and the side meant for that one.
+  DeviceOptions r;
+  r.wire = "shm:peer";
+  r.side = 1;
+  ASSERT_TRUE(parse_device_spec("emu@roce:10.0.0.2", &r).ok());
+  EXPECT_EQ(r.wire, "roce:10.0.0.2");
+  EXPECT_EQ(r.side, 0);
+  DeviceOptions k;
+  k.wire = "shm:peer";
+  ASSERT_TRUE(parse_device_spec("emu@shm:other,side=1", &k).ok());
+  EXPECT_EQ(k.wire, "shm:other");
+  EXPECT_EQ(k.side, 1);  // given by the spec itself
 }
 
 TEST(DeviceSpec, Refusals) {

@@ -563,11 +563,12 @@ def case_client_dies_mid_run(binary):
 
 # ---- blockd (the C API's rdmx_listen/rdmx_connect_to) -------------------------------------------
 
-def blockd_pair(blockd, listen, peer, server_ns=None, client_ns=None):
+def blockd_pair(blockd, listen, peer, server_ns=None, client_ns=None, devices=(None, None)):
     args = ["--requests", "300", "--blocks", "256"]
+    dev = [["--device", d] if d else [] for d in devices]
     srv, cli, procs = serve(
-        command(blockd, None, ["--role", "server", "--listen", listen] + args, server_ns),
-        command(blockd, None, ["--role", "client", "--peer", peer] + args, client_ns),
+        command(blockd, None, ["--role", "server", "--listen", listen] + args + dev[0], server_ns),
+        command(blockd, None, ["--role", "client", "--peer", peer] + args + dev[1], client_ns),
         ready="waiting for a client")
     (_, sout, serr), (_, cout, cerr) = procs
     both_ok(srv, cli, procs, "blockd ")
@@ -585,6 +586,13 @@ def case_blockd_loopback(binary, blockd):
 def case_blockd_netns(binary, blockd):
     with Netns() as n:
         blockd_pair(blockd, f"{n.addr_a}:7471", f"{n.addr_a}:7471", n.a, n.b)
+
+
+def case_blockd_roce(binary, blockd):
+    # blockd (the C API) with each side on its own emu device speaking RoCE v2 across the pair.
+    with Netns() as n:
+        blockd_pair(blockd, f"{n.addr_a}:7471", f"{n.addr_a}:7471", n.a, n.b,
+                    (f"emu@roce:{n.addr_a}", f"emu@roce:{n.addr_b}"))
 
 
 def case_blockd_refusals(binary, blockd):
@@ -615,6 +623,7 @@ def case_blockd_refusals(binary, blockd):
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
+    "blockd-roce": case_blockd_roce,
     "blockd-refusals": case_blockd_refusals,
 }
 
