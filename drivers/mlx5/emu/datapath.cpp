@@ -1007,7 +1007,16 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
   if (d > 0) return true;  // out of sequence after a NAK: the requester goes back to epsn
   if (d < 0) {             // duplicate of a message already executed
     if (h.op == PktOp::kRead) {
-      q->reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0});
+      // Re-executed on the resource it already holds (rxe_resp.c duplicate_request finds the
+      // READ's resource and restarts it): no new resource, and nothing to do while its
+      // responses are still queued.
+      const bool queued = std::any_of(q->reads.begin(), q->reads.end(),
+                                      [&](const PendingRead& r) { return r.msn == h.msn; });
+      if (!queued) {
+        PendingRead r{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0};
+        r.replay = true;
+        q->reads.push_back(r);
+      }
     } else if (last) {
       respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
     }
@@ -1149,7 +1158,11 @@ void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
 
 void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
   uint8_t nak = 0;
-  if (q.max_dest_rd_atomic && q.reads.size() >= q.max_dest_rd_atomic) {
+  // The responder's resources in use: the new READs it is answering (a replay reuses its READ's
+  // resource; a queued NAK holds none).
+  const size_t in_use = static_cast<size_t>(std::count_if(
+      q.reads.begin(), q.reads.end(), [](const PendingRead& r) { return !r.replay && !r.nak; }));
+  if (q.max_dest_rd_atomic && in_use >= q.max_dest_rd_atomic) {
     // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
     // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261:
     // the 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS

@@ -98,6 +98,7 @@ struct PendingRead {
   uint64_t len = 0;
   uint64_t off = 0;
   uint8_t nak = 0;  // nonzero: a refused READ queued behind earlier ones; a NAK with this syndrome
+  bool replay = false;  // a duplicate READ answered again (holds no new responder resource)
 };
 
 struct QpCtx {

@@ -640,6 +640,7 @@ CASES = {
     "roce-read": lambda b: case_roce(b, "read", False),
     "roce-rpc-lossy": lambda b: case_roce(b, "rpc", True),
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
+    "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
     "bad-host": case_bad_host,
