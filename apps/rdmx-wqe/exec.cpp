@@ -21,6 +21,7 @@
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/mlx5/device.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
+#include <rdmx/mlx5/prm/wqe.hpp>
 #include <rdmx/mlx5/qp.hpp>
 
 #include "exec.hpp"
@@ -151,17 +152,38 @@ void drain_cq(const mlx5::CqDesc& cq, uint32_t& ci, const char* side, std::strin
   }
 }
 
+// Brings the local SQ's producer counter from 0 to `sq_pi`: one-WQEBB unsignaled NOPs, rung a
+// ring at a time, so the batch starts at the slot and WQE index a real SQ would be at. The NOPs
+// leave no CQE; the checker's reports are cleared after them (the batch's alone are printed).
+void advance_sq(Pair& p, uint32_t sq_pi) {
+  const mlx5::SqDesc& sq = p.local.sq;
+  for (uint32_t pi = 0; pi < sq_pi;) {
+    const uint32_t end = std::min(sq_pi, pi + sq.wqe_cnt);
+    for (; pi < end; ++pi) {
+      prm::RingCursor cur(sq.buf, sq.wqe_cnt, pi);
+      prm::build_nop(cur, p.local.qpn, static_cast<uint16_t>(pi), 0, 1);
+    }
+    __atomic_store_n(sq.dbrec, detail::bswap(pi & 0xffffu), __ATOMIC_RELEASE);
+    sq.hook();
+    for (int i = 0; i < 64 && p.dev[0].emu->progress(); ++i) {
+    }
+  }
+  p.dev[0].emu->checker().clear();
+}
+
 // Runs one batch; the result lines (no trailing newline after the last), or an error.
 Result<std::string> run_batch(const ExecOptions& o, const std::vector<std::vector<uint8_t>>& wqebbs,
-                              uint32_t dbrec) {
+                              uint32_t sq_pi, uint32_t dbrec) {
   RDMX_TRY_ASSIGN(std::unique_ptr<Pair> p, make_pair(o));
   const mlx5::SqDesc& sq = p->local.sq;
   if (wqebbs.size() > sq.wqe_cnt)
     return make_error(Errc::kInvalidArgument, std::to_string(wqebbs.size()) +
                                                   " WQEBBs do not fit the ring of " +
                                                   std::to_string(sq.wqe_cnt));
-  for (size_t i = 0; i < wqebbs.size(); ++i)
-    std::memcpy(static_cast<uint8_t*>(sq.buf) + i * 64, wqebbs[i].data(), 64);
+  advance_sq(*p, sq_pi);
+  for (size_t i = 0; i < wqebbs.size(); ++i)  // ring order from slot sq_pi, wrapping
+    std::memcpy(static_cast<uint8_t*>(sq.buf) + ((sq_pi + i) & (sq.wqe_cnt - 1)) * 64,
+                wqebbs[i].data(), 64);
   // The doorbell sequence of a real SQ: WQEs, then the record, then the register.
   __atomic_store_n(sq.dbrec, detail::bswap(dbrec & 0xffffu), __ATOMIC_RELEASE);
   if (!wqebbs.empty()) {
@@ -201,6 +223,7 @@ Result<std::string> run_batch(const ExecOptions& o, const std::vector<std::vecto
   const auto st = p->dev[0].dev->query_qp(p->local.qpn);
   Json b;
   b["wqebbs"] = wqebbs.size();
+  b["sq_pi"] = sq_pi;
   b["doorbell_record"] = dbrec & 0xffffu;
   b["cqes"] = n;
   b["reports"] = reports;
@@ -240,15 +263,23 @@ LineResult exec_line(std::string_view line, const ExecOptions& o) {
       return fail("'wqebbs': every entry is one WQEBB, 128 hex digits");
     bbs.push_back(std::move(b));
   }
-  if (j.contains("sq_pi") && j["sq_pi"] != 0)
-    return fail("'sq_pi': exec runs every batch on a fresh QP, whose producer counter is 0");
-  uint32_t dbrec = static_cast<uint32_t>(bbs.size());
+  uint32_t sq_pi = 0;
+  if (j.contains("sq_pi")) {
+    if (!j["sq_pi"].is_number_unsigned() || j["sq_pi"] > 0xffffu)
+      return fail("'sq_pi': a number 0..65535");
+    sq_pi = j["sq_pi"].get<uint32_t>();
+  } else if (j.contains("sq_pi_after") && j["sq_pi_after"].is_number_unsigned()) {
+    // An encode result: the batch started sq_pi_after - (its WQEBBs) (low 16 bits: the WQE
+    // index and the doorbell record hold no more).
+    sq_pi = (j["sq_pi_after"].get<uint32_t>() - static_cast<uint32_t>(bbs.size())) & 0xffffu;
+  }
+  uint32_t dbrec = (sq_pi + static_cast<uint32_t>(bbs.size())) & 0xffffu;
   if (j.contains("doorbell_record")) {
     if (!j["doorbell_record"].is_number_unsigned() || j["doorbell_record"] > 0xffffu)
       return fail("'doorbell_record': a number 0..65535");
     dbrec = j["doorbell_record"].get<uint32_t>();
   }
-  auto r = run_batch(o, bbs, dbrec);
+  auto r = run_batch(o, bbs, sq_pi, dbrec);
   if (!r) return LineResult{false, Json{{"rc", "EIO"}, {"error", r.error().message}}.dump()};
   return LineResult{true, std::move(r).value()};
 }

@@ -190,11 +190,16 @@ The first output line is the environment every batch runs in (the same for every
   receives posted from peer_buf on.
 
 INPUT: one batch per line, a JSON object (an `rdmx-wqe encode` output line is one):
-  wqebbs            the send ring from slot 0, 128 hex digits per 64-byte WQEBB
-  doorbell_record   the producer counter written to the doorbell record (default: the number
-                    of WQEBBs); more than were written makes the device read what the ring
-                    holds (zeroes)
-  sq_pi             optional; must be 0 (every batch runs on fresh, connected QPs)
+  wqebbs            the send ring from slot sq_pi & (sq_wqe_cnt - 1) on, wrapping at the ring
+                    end, 128 hex digits per 64-byte WQEBB
+  doorbell_record   the producer counter written to the doorbell record (default: sq_pi +
+                    the number of WQEBBs, low 16 bits); more than were written makes the device
+                    read what the ring holds (zeroes), less than sq_pi moves it backwards
+  sq_pi             optional, 0..65535, default 0 (or sq_pi_after minus the WQEBBs of an
+                    encode result): the producer counter before the batch. Every batch runs on
+                    fresh, connected QPs; exec first posts sq_pi unsignaled one-WQEBB NOPs (no
+                    CQE; the checker is cleared after them), so the batch meets the ring slot
+                    and WQE index a real SQ would be at, ring and index wraps included
 The doorbell register gets the first 8 bytes of the last WQE's control segment, as rdma-core
 and rdmx ring it.
 
@@ -202,7 +207,7 @@ OUTPUT per batch, one JSON object per line:
   {"cqe":{"qp":"local"|"peer","opcode","wqe_counter","qpn", "syndrome","syndrome_name" (error
          CQEs) | "byte_cnt","wqe_opcode" (requester CQEs)}}   every CQE, local CQ first
   {"report":{"qp","rule","wqe_index","text"}}                  every PRM checker report
-  {"batch":{"wqebbs","doorbell_record","cqes","reports","qp_state":"RTS"|"ERR"}}
+  {"batch":{"wqebbs","sq_pi","doorbell_record","cqes","reports","qp_state":"RTS"|"ERR"}}
 A line that is not a batch: {"rc":"EINVAL","error":"..."}.
 
 Options:

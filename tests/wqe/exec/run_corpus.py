@@ -5,7 +5,7 @@ every entry, the CQEs of both QPs, the PRM checker's reports and the QP state it
 An entry: name; wrs (an `rdmx-wqe encode` request's work requests, with "$name" placeholders
 for the exec environment: $w0..$w3 the windows, $lkey, $buf, $peer_rkey, $peer_buf, and
 "$NxLEN" for N translation entries of LEN bytes); optional mutate [{wqebb, byte, or|set}]
-(the planted violation, applied to the encoded bytes), doorbell_record, profile; expect
+(the planted violation, applied to the encoded bytes), doorbell_record, sq_pi, profile; expect
 {local, peer: ["CQE_OPCODE[:wqe_opcode or syndrome name or *]"], reports: [rule], qp_state}.
 Usage: run_corpus.py RDMX_WQE CORPUS
 """
@@ -51,7 +51,7 @@ for profile, group in by_profile.items():
     e = env(profile)
     lines = []
     for ent in group:
-        req = {"qpn": e["qpn"], "sq_wqe_cnt": e["sq_wqe_cnt"], "sq_pi": 0,
+        req = {"qpn": e["qpn"], "sq_wqe_cnt": e["sq_wqe_cnt"], "sq_pi": ent.get("sq_pi", 0),
                "max_inline_data": e["max_inline_data"], "wrs": subst(ent["wrs"], e)}
         r = subprocess.run([wqe, "encode"], input=json.dumps(req) + "\n", capture_output=True,
                            text=True, timeout=30)
@@ -61,7 +61,7 @@ for profile, group in by_profile.items():
         for m in ent.get("mutate", []):
             b = bbs[m["wqebb"]]
             b[m["byte"]] = m["set"] if "set" in m else b[m["byte"]] | m["or"]
-        batch = {"wqebbs": [b.hex() for b in bbs],
+        batch = {"wqebbs": [b.hex() for b in bbs], "sq_pi": ent.get("sq_pi", 0),
                  "doorbell_record": ent.get("doorbell_record", enc["doorbell_record"])}
         lines.append(json.dumps(batch))
     args = [wqe, "exec"] + (["--profile", profile] if profile else [])
