@@ -235,6 +235,10 @@ struct Lane {
   win::PollCore* s = nullptr;
   mem::Arena* arena_a = nullptr;
   mem::Arena* arena_b = nullptr;
+  // The devices of side A (c, s) and side B (p, r); nullptr for a side in the other process.
+  // Control path only (statistics ask them for the refused remote accesses of the lane's QPs).
+  mlx5::Device* dev_a = nullptr;
+  mlx5::Device* dev_b = nullptr;
   uint32_t page_size = 4096;
   uint32_t depth = 0;       // slots (io-depth)
   uint32_t max_pages = 0;   // pages per slot

@@ -452,6 +452,8 @@ struct LaneBuilder {
     l.recv_pages = recv_pages;
     l.arena_a = tb.arena_a;
     l.arena_b = tb.arena_b;
+    l.dev_a = tb.pool_a ? tb.dev_a : nullptr;
+    l.dev_b = tb.pool_b ? tb.dev_b : nullptr;
     l.remote_peer = !tb.pool_b;
     l.remote_client = !tb.pool_a;
     if (tb.pool_a) RDMX_TRY(side_a(l, i));

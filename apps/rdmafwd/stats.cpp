@@ -3,6 +3,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +74,11 @@ void LaneSnap::take(const Lane& l) {
   faults_recovered = c.faults_recovered.get();
   fault_ios = c.fault_ios.get();
   dead = c.failed.get();
+  refused = 0;
+  for (auto [dev, k] : {std::pair{l.dev_a, l.c}, std::pair{l.dev_a, l.s}, std::pair{l.dev_b, l.p},
+                        std::pair{l.dev_b, l.r}})
+    if (dev && k)
+      if (auto n = dev->refused_remote_accesses(k->qp_handle())) refused += *n;
   // After the drain, whatever is unaccounted is lost; before, it is in flight. st.issued is
   // published every 64 loop iterations, so ios may run ahead of it for a moment: clamp.
   const uint64_t accounted = ios + fault_ios + abandoned;
@@ -88,7 +94,7 @@ void LaneSnap::take(const Lane& l) {
   X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps)        \
   X(pages_mapped) X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors)       \
   X(recoveries) X(exhausted) X(issued) X(abandoned) X(faults_injected) X(faults_recovered)      \
-  X(fault_ios) X(dead)
+  X(fault_ios) X(dead) X(refused)
 // clang-format on
 
 #define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
@@ -192,6 +198,8 @@ const std::vector<StatField>& stat_fields() {
       {"/errors/rejected", nullptr, nullptr, "rejected", "errors", K::kCounter, U(s.rejected)},
       {"/errors/wqe", nullptr, "error_cqes", "error CQEs", "errors", K::kCounter, U(s.wqe_errors)},
       {"/errors/umr", nullptr, nullptr, "UMR", "errors", K::kCounter, U(s.umr_errors)},
+      {"/errors/refused_remote", nullptr, "refused_remote_accesses", "refused remote", "errors",
+       K::kCounter, U(s.refused)},
       {"/faults_recovered", nullptr, "faults_recovered", nullptr, "faults", K::kCounter,
        U(s.faults_recovered)},
       {"/faults/injected", nullptr, "faults_injected", "injected", "faults", K::kCounter,

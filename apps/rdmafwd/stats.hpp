@@ -15,6 +15,9 @@ struct LaneSnap {
   uint64_t remote_inv = 0, umr_errors = 0, wqe_errors = 0, recoveries = 0, exhausted = 0;
   uint64_t issued = 0, abandoned = 0, faults_injected = 0, faults_recovered = 0, fault_ios = 0;
   uint64_t dead = 0;  // lanes that could not recover
+  // Remote accesses the lane's QPs refused as responders (a bad or foreign rkey, another PD, out
+  // of bounds): the peer's doing, so not counted in errors(). 0 on a device that does not count.
+  uint64_t refused = 0;
   // Gauges (the lane's state when the snapshot was taken; not subtracted by diff()): I/Os issued
   // and neither completed nor counted as failed (fault, abandoned). While the lane runs they are
   // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where

@@ -43,6 +43,10 @@ def mode(binary, fwd, extra=()):
     t = s["total"]
     check(t["ios"] > 0 and t["bytes"] > 0, f"fwd {fwd}: no traffic: {t}", p)
     check(t["errors"]["total"] == 0, f"fwd {fwd}: errors: {t['errors']}", p)
+    # Every rkey the lanes use is their own: the responders refuse nothing (emu counts per QP).
+    check(t["errors"]["refused_remote"] == 0 and
+          sum(l["errors"]["refused_remote"] for l in s["lanes"]) == 0,
+          f"fwd {fwd}: refused remote accesses in a clean run: {t['errors']}", p)
     check(t["latency_us"]["count"] > 0 and t["latency_us"]["p50"] > 0, "no latency samples", p)
     check(t["maps"] > 0, "no maps", p)
     lat = t["latency_us"]
