@@ -14,10 +14,12 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <rdmx/rt/eal.hpp>
 #include <rdmx/rt/placement.hpp>
 #include <rdmx/rt/topology.hpp>
+#include <rdmx/win/peer_guard.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -624,9 +626,31 @@ int main(int argc, char** argv) {
     // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
     bool peer_lost = false;
     uint64_t bye_deadline = 0;
+    // --max-refusals: one guard per lane's QP (each watches the client behind it).
+    std::vector<win::PeerGuard> guards;
+    bool refused_out = false;
+    if (a.prm.max_refusals)
+      for (const auto& l : a.tb->lanes)
+        if (l->dev_b && l->p) {
+          const win::RefusalPolicy pol{a.prm.max_refusals,
+                                       std::chrono::milliseconds(static_cast<int64_t>(
+                                           std::max(1.0, a.prm.refusal_window * 1e3)))};
+          guards.emplace_back(*l->dev_b, l->p->qp_handle(),
+                              a.tb->peer.peer() + " (lane " + std::to_string(l->index) + ")", pol);
+          if (auto g = guards.back().check(); !g) {
+            std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
+            (void)a.stop();
+            return kExitNoDevice;
+          }
+        }
     while (a.running && !g_signal.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       background_tick(a);
+      for (win::PeerGuard& g : guards)
+        if (auto r = g.check(); r && *r && !refused_out) {
+          refused_out = true;  // the guard logged the line naming the peer
+          (void)a.stop();
+        }
       const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
       if (ps == PeerState::kGone) {
         (void)a.stop();
@@ -647,6 +671,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "rdmafwd: %s\n", note.c_str());
     }
     int st = a.exit_status();
+    if (refused_out) st = kExitRuntime;
     if (peer_lost) {
       std::fprintf(stderr,
                    "rdmafwd: the %s %s went away during the run (connection closed "

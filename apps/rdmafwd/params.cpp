@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -69,6 +70,8 @@ std::string usage_text(const std::string& prog) {
   u += "  --rendezvous-timeout SEC\n"
        "                         longest wait for a client (server, default 120 s) or for the\n"
        "                         server (client, default 30 s)\n";
+  u += "  --max-refusals N/SEC   server: disconnect the client when more than N of its remote\n"
+       "                         accesses are refused within SEC seconds (default off)\n";
   u += "  --wire NAME            emu's shared-memory wire (/dev/shm/rdmx-emu-NAME); with\n"
        "                         --listen the server picks one and tells the client\n";
   u += "  --no-verify            do not check payload contents\n";
@@ -140,6 +143,7 @@ enum : int {
   kListen,
   kPeer,
   kRendezvousTimeout,
+  kMaxRefusals,
   kWire,
   kNoVerify,
   kShowTopology,
@@ -180,6 +184,7 @@ constexpr option kOptions[] = {
     {"listen", required_argument, nullptr, kListen},
     {"peer", required_argument, nullptr, kPeer},
     {"rendezvous-timeout", required_argument, nullptr, kRendezvousTimeout},
+    {"max-refusals", required_argument, nullptr, kMaxRefusals},
     {"wire", required_argument, nullptr, kWire},
     {"no-verify", no_argument, nullptr, kNoVerify},
     {"show-topology", no_argument, nullptr, kShowTopology},
@@ -288,6 +293,18 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
           p.rendezvous_timeout > 86400)
         return "option --rendezvous-timeout: '" + v + "' is not a number of seconds in (0, 86400]";
       return "";
+    case kMaxRefusals: {
+      const size_t slash = v.find('/');
+      char* end = nullptr;
+      const unsigned long cnt = std::strtoul(v.c_str(), &end, 10);
+      if (slash == std::string::npos || end != v.c_str() + slash || slash == 0 || cnt == 0 ||
+          cnt > UINT32_MAX || !to_seconds(v.substr(slash + 1), p.refusal_window) ||
+          p.refusal_window <= 0 || p.refusal_window > 86400)
+        return "option --max-refusals: '" + v +
+               "' is not N/SECONDS (N >= 1, SECONDS in (0, 86400])";
+      p.max_refusals = static_cast<uint32_t>(cnt);
+      return "";
+    }
     case kWire:
       return nonempty(p.wire, "a name");
     case kNoVerify:
@@ -395,6 +412,8 @@ std::string check_params(const Params& p) {
     return "--listen is for the server (--role server)";
   if (!p.peer.empty() && p.role != Role::kClient) return "--peer is for the client (--role client)";
   if (p.rendezvous_timeout > 0 && !tcp) return "--rendezvous-timeout is for --listen/--peer";
+  if (p.max_refusals && p.role != Role::kServer)
+    return "--max-refusals is for the server (--role server)";
   if (p.role != Role::kBoth) {
     if (!tcp && p.wire.empty())
       return p.role == Role::kServer

@@ -70,6 +70,10 @@ struct Params {
   std::string listen;
   std::string peer;
   double rendezvous_timeout = 0;  // --rendezvous-timeout SEC; 0 = the library's defaults
+  // --max-refusals N/SEC (server): more than N remote accesses refused within SEC seconds on one
+  // lane's QP disconnect the client (win::PeerGuard). 0 = off.
+  uint32_t max_refusals = 0;
+  double refusal_window = 1.0;
   bool verify = true;
   bool show_topology = false;
   bool strict = false;               // --strict-no-syscalls

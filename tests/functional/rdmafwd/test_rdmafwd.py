@@ -291,7 +291,11 @@ def case_bad_args(binary):
         (["--fault-every", "10", "--device", "mlx5_0"], "--fault-every injects"),
         (["--json=yes"], "option '--json' takes no value"),
         (["--fwd", "rpc", "stray"], "unexpected argument 'stray'"),
-        (["--dur", "x"], "option --duration: 'x'"),  # getopt_long: a unique prefix names --duration
+        (["--dur", "x"], "option --duration: 'x'"),
+        (["--max-refusals", "5/1"], "--max-refusals is for the server"),
+        (["--role", "server", "--listen", "7471", "--max-refusals", "5"], "is not N/SECONDS"),
+        (["--role", "server", "--listen", "7471", "--max-refusals", "0/1"], "is not N/SECONDS"),
+        (["--role", "server", "--listen", "7471", "--max-refusals", "3/0"], "is not N/SECONDS"),  # getopt_long: a unique prefix names --duration
     ]
     for args, msg in cases:
         p = run(binary, args, timeout=20)

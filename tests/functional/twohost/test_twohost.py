@@ -151,11 +151,13 @@ def both_ok(srv, cli, procs, what=""):
 
 # ---- Good runs ---------------------------------------------------------------------------------
 
-def pair(binary, listen, peer, extra=(), server_ns=None, client_ns=None, duration="1.5"):
+def pair(binary, listen, peer, extra=(), server_ns=None, client_ns=None, duration="1.5",
+         server_extra=()):
     """Runs a server and a client to the end; checks both summaries and the cleanup."""
     srv, cli, procs = serve(
         command(binary, SERVER_EAL, ["--role", "server", "--listen", listen, "--json",
-                                     "--rendezvous-timeout", "40"] + list(extra), server_ns),
+                                     "--rendezvous-timeout", "40"] + list(extra) +
+                list(server_extra), server_ns),
         command(binary, CLIENT_EAL, ["--role", "client", "--peer", peer, "--duration", duration,
                                      "--json", "--rendezvous-timeout", "40"] + list(extra),
                 client_ns))
@@ -169,6 +171,8 @@ def pair(binary, listen, peer, extra=(), server_ns=None, client_ns=None, duratio
     check(st["ios"] == ct["ios"], f"server served {st['ios']}, client completed {ct['ios']}",
           *procs)
     check(ct["remote_invalidations"] == ct["ios"], "a reply did not invalidate its window", *procs)
+    # The client uses only the rkeys the server gave it: the server's QPs refuse nothing.
+    check(st["errors"]["refused_remote"] == 0, f"server refused: {st['errors']}", *procs)
     check(len(c["lanes"]) == len(s["lanes"]), "lanes differ", *procs)
     for i, (cl, sl) in enumerate(zip(c["lanes"], s["lanes"])):
         check(cl["ios"] > 0 and cl["ios"] == sl["ios"], f"lane {i}: {cl['ios']} vs {sl['ios']}",
@@ -183,7 +187,9 @@ def pair(binary, listen, peer, extra=(), server_ns=None, client_ns=None, duratio
 
 def case_loopback(binary):
     port = free_port()
-    c, _, _ = pair(binary, f"127.0.0.1:{port}", f"127.0.0.1:{port}")
+    # With the refusal policy on and a client that is not refused, the run is unchanged.
+    c, _, _ = pair(binary, f"127.0.0.1:{port}", f"127.0.0.1:{port}",
+                   server_extra=["--max-refusals", "1/1"])
     t = c["total"]
     print(f"loopback: {t['ios']} RPCs verified, p50 {t['latency_us']['p50']:.1f} us")
 
