@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -856,6 +857,9 @@ int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
   for (uint32_t i = 0; i < win::kNumErrc; ++i) s.rejected[i] = k.errors[i];
   s.umrs_in_flight = c->pc->umrs_in_flight();
   s.cached_windows = c->pc->cache().len();
+  if (size >= offsetof(rdmx_core_stats, refused_remote_accesses) + sizeof(uint64_t))
+    if (auto n = c->port->ep.device().refused_remote_accesses(c->pc->qp_handle()))
+      s.refused_remote_accesses = *n;
   std::memcpy(out, &s, std::min(size, sizeof(s)));
   return 0;
 }

@@ -441,7 +441,14 @@ static void test_send_with_invalidate(const char* device) {
   CHECK(wc.status == 0 && wc.opcode == RDMX_OP_SEND_INV);
   CHECK(rdmx_window_mapped(m.window) == 0);
   CHECK_RC(rdmx_unmap(r.ca, m.window), -RDMX_ENOTMAPPED);
+  CHECK_RC(rdmx_core_stats_get(r.ca, &st, sizeof(st)), 0);
+  CHECK(st.refused_remote_accesses == 0);
   CHECK(peer_op(&r, 1, 0, 0, 16, m.rkey) == 0x13);
+  /* The stale key was refused by A's QP: counted there (what the peer behind it attempted). */
+  CHECK_RC(rdmx_core_stats_get(r.ca, &st, sizeof(st)), 0);
+  CHECK(st.refused_remote_accesses == 1);
+  CHECK_RC(rdmx_core_stats_get(r.cb, &st, sizeof(st)), 0);
+  CHECK(st.refused_remote_accesses == 0);
   CHECK_RC(rdmx_core_recover_pair(r.ca, r.cb), 0);
   CHECK_RC(rdmx_core_stats_get(r.ca, &st, sizeof(st)), 0);
   CHECK(st.remote_invalidations == 1);

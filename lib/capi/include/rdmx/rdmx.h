@@ -508,6 +508,11 @@ typedef struct rdmx_core_stats {
   /* Added later (a caller built with an older header passes a smaller size and gets the fields
    * above only): */
   uint64_t fenced_unmaps; /* unmaps that waited for a READ/WRITE/SEND still using the window */
+  /* Remote accesses this core's QP refused as the responder (a wrong, stale or foreign rkey, a
+   * window of another protection domain, out of bounds, missing rights): what the peer behind the
+   * QP attempted. Read from the device (control path: it may take a lock); 0 on a device that
+   * does not count them per QP (mlx5 today). See doc/guides/security.md. */
+  uint64_t refused_remote_accesses;
 } rdmx_core_stats;
 
 /* [any thread; see above] Copies the core's counters into *out; `size` = sizeof(*out) of the
