@@ -154,10 +154,11 @@ enum : int {
   kFaultKinds,
   kFaultSeed,
   kCorruptEvery,
+  kForgeRkeyEvery,
 };
 
 // The option table getopt_long reads; one line per option of usage_text() (the hidden ones,
-// --status-period and --corrupt-every, serve the tests).
+// --status-period, --corrupt-every and --forge-rkey-every, serve the tests).
 constexpr option kOptions[] = {
     {"help", no_argument, nullptr, 'h'},
     {"device", required_argument, nullptr, kDevice},
@@ -195,6 +196,7 @@ constexpr option kOptions[] = {
     {"fault-kinds", required_argument, nullptr, kFaultKinds},
     {"fault-seed", required_argument, nullptr, kFaultSeed},
     {"corrupt-every", required_argument, nullptr, kCorruptEvery},
+    {"forge-rkey-every", required_argument, nullptr, kForgeRkeyEvery},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -337,6 +339,8 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
       return num(0, UINT64_MAX, p.fault_seed);
     case kCorruptEvery:
       return num(1, UINT64_MAX, p.corrupt_every);
+    case kForgeRkeyEvery:
+      return num(1, UINT64_MAX, p.forge_rkey_every);
   }
   return "unknown option";
 }

@@ -78,6 +78,8 @@ struct Params {
   bool show_topology = false;
   bool strict = false;               // --strict-no-syscalls
   uint64_t corrupt_every = 0;        // hidden (tests): the server flips a payload byte every N RPCs
+  uint64_t forge_rkey_every = 0;     // hidden (tests): a two-process write/read client flips the
+                                     // key byte of the server's rkey every N one-sided ops
   bool emu_thread_per_port = false;  // --emu-threads per-port: each emu port its own thread
   uint32_t emu_idle_spin = 4096;     // --emu-idle-spin: shared device thread's empty rounds
   int device_cpu = -1;               // not an option: the placement's CPU for the emu device thread
@@ -223,6 +225,7 @@ struct RunConfig {
   uint32_t depth = 32;
   bool verify = true;
   uint64_t corrupt_every = 0;
+  uint64_t forge_rkey_every = 0;
   uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
   uint64_t fault_every = 0;
   uint32_t fault_kinds = 0;

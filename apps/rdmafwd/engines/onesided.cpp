@@ -112,7 +112,9 @@ bool fwd(Lane& l) {
       reinterpret_cast<PayloadHdr*>(l.c_src.slot(slot)[0])->seq = sl.seq;
     }
     const mlx5::prm::Sge sg = sge(m.iova, len, m.lkey);
-    const uint32_t rkey = l.remote_peer ? l.remote_rkeys[slot] : l.targets[slot]->rkey();
+    uint32_t rkey = l.remote_peer ? l.remote_rkeys[slot] : l.targets[slot]->rkey();
+    // Tests: a forged key byte (the server's QP refuses it and counts the refusal).
+    if (l.remote_peer && l.cfg.forge_rkey_every && l.seq % l.cfg.forge_rkey_every == 0) rkey ^= 1;
     const Errc e = kWrite ? c.post_write({&sg, 1}, 0, rkey, cookie(kCkIo, slot), true)
                           : c.post_read({&sg, 1}, 0, rkey, cookie(kCkIo, slot), true);
     if (e != Errc::kOk) {

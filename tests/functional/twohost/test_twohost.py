@@ -223,6 +223,29 @@ def case_umr(binary):
     print(f"umr across processes: {t['ios']} map+unmap pairs")
 
 
+def case_forged_rkey(binary):
+    """A client that forges the key byte of the server's rkey (hidden --forge-rkey-every): the
+    server's QP refuses the WRITE and counts it (refused_remote in the server's stats); the
+    client's request fails with a remote access error and its lane stops (exit 1)."""
+    port = free_port()
+    srv, cli, procs = serve(
+        command(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"]),
+        command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--fwd",
+                                     "write", "--duration", "1", "--json",
+                                     "--forge-rkey-every", "20"]))
+    (_, sout, serr), (_, cout, cerr) = procs
+    c, s = summary(cout), summary(sout)
+    check(c and s, "no summary", *procs)
+    check(cli.returncode == 1, f"client exit {cli.returncode}, want 1", *procs)
+    check(c["total"]["errors"]["by_syndrome"].get("remote-access", 0) >= 1,
+          f"client saw no remote access error: {c['total']['errors']}", *procs)
+    refused = s["total"]["errors"]["refused_remote"]
+    check(refused >= 1 and c["total"]["errors"]["refused_remote"] == 0,
+          f"refusals: server {refused}, client {c['total']['errors']['refused_remote']}", *procs)
+    print(f"forged rkey: server refused {refused}, client exit {cli.returncode}, "
+          f"server exit {srv.returncode}")
+
+
 def onesided(binary, fwd, corrupt):
     """--fwd write/read against a server that maps windows over its slots at the rendezvous.
     write: the server checks the last write of every slot against the client's goodbye; read:
@@ -640,6 +663,7 @@ CASES = {
     "write": lambda b: onesided(b, "write", False),
     "read": lambda b: onesided(b, "read", False),
     "write-corrupt": lambda b: onesided(b, "write", True),
+    "forged-rkey": case_forged_rkey,
     "read-corrupt": lambda b: onesided(b, "read", True),
     "netns": case_netns,
     "roce-rpc": lambda b: case_roce(b, "rpc", False),
