@@ -34,17 +34,53 @@ Result<win::PollCore*> Endpoint::add_core(const win::CoreConfig& cc) {
   return cores_.back().get();
 }
 
+Result<win::PollCore*> Endpoint::add_isolated_core(const win::CoreConfig& cc, uint32_t n_windows) {
+  if (!pool_) return make_error(Errc::kState, "isolated core: the endpoint has no pool");
+  win::PoolConfig pc = pool_->config();
+  pc.n_windows = n_windows;
+  pc.max_cores = 1;
+  pc.own_pd = true;
+  const uint32_t lim = win::WindowPool::inline_limit(dev_.dev->caps(), pc);
+  if (pc.max_pages > lim)
+    return make_error(Errc::kUnsupported,
+                      "isolated core: windows of " + std::to_string(pc.max_pages) +
+                          " pages need pointer-mode tables (this device writes at most " +
+                          std::to_string(lim) +
+                          " translation entries inline); use max_pages <= " + std::to_string(lim));
+  RDMX_TRY_ASSIGN(std::unique_ptr<win::WindowPool> pool,
+                  win::WindowPool::create(*dev_.dev, *arena_, pc), "isolated core: window pool");
+  RDMX_TRY_ASSIGN(std::unique_ptr<win::PollCore> c, win::PollCore::create(*pool, cc),
+                  "isolated core");
+  own_pools_.push_back({c.get(), std::move(pool)});
+  cores_.push_back(std::move(c));
+  return cores_.back().get();
+}
+
+win::WindowPool* Endpoint::core_pool(const win::PollCore& c) noexcept {
+  for (OwnPool& o : own_pools_)
+    if (o.core == &c) return o.pool.get();
+  return pool_.get();
+}
+
+uint32_t Endpoint::core_lkey(const win::PollCore& c) const noexcept {
+  for (const OwnPool& o : own_pools_)
+    if (o.core == &c) return o.pool->parent_lkey();
+  return pool_ ? pool_->parent_lkey() : 0;
+}
+
 bool Endpoint::remove_core(win::PollCore* c) noexcept {
   const auto it =
       std::find_if(cores_.begin(), cores_.end(),
                    [c](const std::unique_ptr<win::PollCore>& p) { return p.get() == c; });
   if (it == cores_.end()) return false;
   cores_.erase(it);
+  std::erase_if(own_pools_, [c](const OwnPool& o) { return o.core == c; });
   return true;
 }
 
 void Endpoint::destroy_cores() noexcept {
   while (!cores_.empty()) cores_.pop_back();
+  own_pools_.clear();  // after their cores
 }
 
 void Endpoint::destroy() noexcept {
@@ -63,6 +99,7 @@ Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
     arena_ = std::move(o.arena_);
     pool_ = std::move(o.pool_);
     cores_ = std::move(o.cores_);
+    own_pools_ = std::move(o.own_pools_);
   }
   return *this;
 }

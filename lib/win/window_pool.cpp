@@ -59,6 +59,16 @@ size_t WindowPool::arena_tail_bytes(const PoolConfig& cfg, uint32_t page_size) n
   return (bytes + page_size - 1) / page_size * page_size;
 }
 
+uint32_t WindowPool::inline_limit(const mlx5::DeviceCaps& caps, const PoolConfig& cfg) noexcept {
+  // Never above what the device's QPs take (caps.max_inline_klm, from HCA cap max_wqe_sz_sq:
+  // prm::max_inline_klm_for): a longer inline UMR is an oversized WQE and puts the QP in error.
+  // A smaller configured limit is honoured (maps above it use pointer mode).
+  uint32_t lim = caps.max_inline_klm;
+  if (cfg.max_inline_klm && cfg.max_inline_klm < lim) lim = cfg.max_inline_klm;
+  if (lim > mlx5::prm::kMaxInlineKlm) lim = mlx5::prm::kMaxInlineKlm;
+  return lim;
+}
+
 Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::Arena& arena,
                                                        const PoolConfig& cfg) {
   const mlx5::DeviceCaps& caps = dev.caps();
@@ -77,12 +87,7 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
   p->dev_ = &dev;
   p->arena_ = &arena;
   p->cfg_ = cfg;
-  // Never above what the device's QPs take (caps.max_inline_klm, from HCA cap max_wqe_sz_sq:
-  // prm::max_inline_klm_for): a longer inline UMR is an oversized WQE and puts the QP in error.
-  // A smaller configured limit is honoured (maps above it use pointer mode).
-  uint32_t lim = caps.max_inline_klm;
-  if (cfg.max_inline_klm && cfg.max_inline_klm < lim) lim = cfg.max_inline_klm;
-  if (lim > mlx5::prm::kMaxInlineKlm) lim = mlx5::prm::kMaxInlineKlm;
+  const uint32_t lim = inline_limit(caps, cfg);
   p->inline_limit_ = lim;
   p->parent_lkey_ = arena.lkey();
   if (cfg.own_pd) {

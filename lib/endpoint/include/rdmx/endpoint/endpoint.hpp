@@ -58,6 +58,20 @@ class Endpoint {
   win::PollCore& core(uint32_t i = 0) noexcept { return *cores_[i]; }
   // One more core on the pool (its QP in reset state: connect_cores / connect_core).
   Result<win::PollCore*> add_core(const win::CoreConfig& cc);
+  // One more core for one peer, isolated from every other core's peer: it gets a window pool
+  // of its own (`n_windows` windows, the endpoint pool's other settings) in a protection domain
+  // of its own (PoolConfig::own_pd: the arena registered again there), and its QP is made in
+  // that PD. A remote access arriving on this core's QP through a window of any other pool is
+  // refused by the device (PD check), and the other cores' QPs cannot use this core's windows.
+  // Local SGEs over the arena on this core use core_lkey(). The pool is destroyed with the core.
+  // Its windows must hold their translation inline (max_pages <= the device's inline KLM
+  // limit): pointer-mode tables come out of the arena's tail, which is fixed once the arena
+  // has been carved; kUnsupported otherwise.
+  Result<win::PollCore*> add_isolated_core(const win::CoreConfig& cc, uint32_t n_windows);
+  // The lkey of the arena for local SGEs on `c`: the endpoint pool's, or an isolated core's own.
+  uint32_t core_lkey(const win::PollCore& c) const noexcept;
+  // The window pool `c` maps from (the endpoint's, or an isolated core's own), or nullptr.
+  win::WindowPool* core_pool(const win::PollCore& c) noexcept;
   // Destroys one core of this endpoint (quiesced by ~PollCore); false when it is not one.
   bool remove_core(win::PollCore* c) noexcept;
   // Destroys every core, last made first (the pool and arena stay).
@@ -70,6 +84,12 @@ class Endpoint {
   std::unique_ptr<mem::Arena> arena_;
   std::unique_ptr<win::WindowPool> pool_;
   std::vector<std::unique_ptr<win::PollCore>> cores_;
+  // Isolated cores' own pools (destroyed after their core).
+  struct OwnPool {
+    const win::PollCore* core;
+    std::unique_ptr<win::WindowPool> pool;
+  };
+  std::vector<OwnPool> own_pools_;
 };
 
 // Connects core i of `a` to core i of `b` for every i both have (connect_cores).

@@ -59,6 +59,10 @@ class WindowPool {
   // arrays, whole pages of `page_size`): size an arena as data pages + this. The bound holds for
   // every device (whether a device needs pointer mode depends on its inline-UMR limit).
   static size_t arena_tail_bytes(const PoolConfig& cfg, uint32_t page_size) noexcept;
+  // The most KLMs a map on such a pool writes inline into its UMR WQE on `caps`' device: the
+  // configured limit, never above the device's (caps.max_inline_klm, from max_wqe_sz_sq) nor
+  // the PRM's 52. A pool whose max_pages exceeds it keeps pointer-mode KLM arrays in the arena.
+  static uint32_t inline_limit(const mlx5::DeviceCaps& caps, const PoolConfig& cfg) noexcept;
   ~WindowPool();  // destroys the mkeys; every PollCore must be gone
   WindowPool(const WindowPool&) = delete;
   WindowPool& operator=(const WindowPool&) = delete;
