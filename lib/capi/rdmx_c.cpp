@@ -501,6 +501,9 @@ int rdmx_port_check(rdmx_port* p) {
     std::lock_guard lk(p->mu);
     auto r = p->ep.pool().check_windows();
     if (!r) return fail(r.error(), "rdmx_port_check");
+    for (rdmx_core* c : p->cores)  // isolated cores' own windows
+      if (win::WindowPool* own = p->ep.core_pool(*c->pc); own != &p->ep.pool())
+        if (auto ro = own->check_windows(); !ro) return fail(ro.error(), "rdmx_port_check");
     return 0;
   });
 }
@@ -579,7 +582,8 @@ int rdmx_core_create(rdmx_port* p, const rdmx_core_opts* opts, rdmx_core** out) 
     c->pend_cap = o.sq_depth + o.rq_depth + 1;
     c->pend = std::make_unique<rdmx_completion[]>(c->pend_cap);
     std::lock_guard lk(p->mu);
-    auto pc = p->ep.add_core(cc);
+    const uint32_t own = o.own_windows ? o.own_windows : std::max<uint32_t>(2 * o.cache_size, 4);
+    auto pc = o.isolate ? p->ep.add_isolated_core(cc, own) : p->ep.add_core(cc);
     if (!pc) return fail(pc.error(), "rdmx_core_create");
     c->pc = pc.value();
     p->cores.push_back(c.get());
@@ -632,6 +636,10 @@ int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b) {
 
 rdmx_port* rdmx_core_port(const rdmx_core* c) {
   return c ? c->port : nullptr;
+}
+
+uint32_t rdmx_core_lkey(const rdmx_core* c) {
+  return c ? c->port->ep.core_lkey(*c->pc) : 0;
 }
 
 // ---- Windows ---------------------------------------------------------------------------------

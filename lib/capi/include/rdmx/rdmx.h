@@ -240,10 +240,19 @@ typedef struct rdmx_core_opts {
   uint32_t rq_sges;      /* scatter entries per receive; default 1 */
   uint32_t max_inline;   /* inline data bytes; default 0 */
   uint32_t signal_every; /* request a CQE every N unsignaled WQEs; default 16 */
+  /* Isolation between peers (doc/guides/security.md): with isolate = 1 the core gets a
+   * protection domain of its own and own_windows windows of its own (0 = 2 x cache_size, at
+   * least 4), instead of the port's shared windows. Give each connected peer such a core: a
+   * remote access arriving on its QP through any other core's window, and on any other core's
+   * QP through its windows, is refused by the device whatever the key. Local SGEs on it use
+   * rdmx_core_lkey(). The port's max_pages must not exceed the device's inline translation
+   * limit (-RDMX_ENOTSUP otherwise; 16 always fits). Default 0. */
+  int isolate;
+  uint32_t own_windows;
 } rdmx_core_opts;
 
 #define RDMX_CORE_OPTS_INIT \
-  { sizeof(rdmx_core_opts), 64, 1024, 256, 4096, 1, 0, 16 }
+  { sizeof(rdmx_core_opts), 64, 1024, 256, 4096, 1, 0, 16, 0, 0 }
 
 /* [any] Fills *o with the defaults (and o->size). */
 RDMX_API void rdmx_core_opts_init(rdmx_core_opts* o);
@@ -334,6 +343,10 @@ RDMX_API void rdmx_conn_close(rdmx_conn* c);
 
 /* [hot] The core's port. */
 RDMX_API rdmx_port* rdmx_core_port(const rdmx_core* core);
+/* [any] The local key of the port's arena for SGEs posted on this core: rdmx_port_lkey() of its
+ * port, or, for an isolated core (rdmx_core_opts.isolate), the arena's key in the core's own
+ * protection domain (the port's key there is a local protection error). */
+RDMX_API uint32_t rdmx_core_lkey(const rdmx_core* core);
 
 /* ---- Windows (hot path) ---------------------------------------------------------------------- */
 typedef struct rdmx_mapping {
