@@ -11,7 +11,10 @@
  *   blockd --role server --listen [ADDR:]PORT   two processes (or hosts) meeting over TCP
  *   blockd --role client --peer HOST[:PORT]     (rdmx_listen/rdmx_connect_to; over emu the
  *                                               server names its shm wire to the client)
- * Options: --device emu|emu-threaded|mlx5_0  --blocks N  --requests N  --qd N  --max-io BLOCKS
+ * Options: --device emu|emu-threaded|emu@roce:ADDR|mlx5_0  --blocks N  --requests N  --qd N
+ * --max-io BLOCKS; server: --clients N (serve N clients at once, each on its own core and its
+ * own part of the volume; needs a device on a network: emu@roce:ADDR or mlx5), --isolate peer
+ * (each client's core in a protection domain of its own: rdmx_core_opts.isolate)
  * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...").
  * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away), 2 usage
  * (also: the client's --qd/--max-io differ from the server's), 3 no device, 130 Ctrl-C while
@@ -91,7 +94,7 @@ static void check_rdv(int rc, const char* what) {
 #define fatal(who, why) check(-1, (who), (why))
 
 static rdmx_sge sge(const struct side* s, void* addr, uint32_t len) {
-  rdmx_sge x = {(uint64_t)(uintptr_t)addr, len, rdmx_port_lkey(s->port)};
+  rdmx_sge x = {(uint64_t)(uintptr_t)addr, len, rdmx_core_lkey(s->core)}; /* its PD's key */
   return x;
 }
 static void post_recv(struct side* s, uint32_t i) {
@@ -114,41 +117,54 @@ static int poll_ok(struct side* s, rdmx_completion* wc) {
 }
 
 /* ---- Server -------------------------------------------------------------------------------- */
-static struct side S;
-static struct req g_pending[MAXQ]; /* client writes whose RDMA READ is in flight */
-static int g_srv_state;            /* 2: the reply to STOP has left */
+#define MAXC 8u /* clients one server serves at once */
+struct peer {   /* one client of the server: its core, message slots and part of the volume */
+  struct side s;
+  rdmx_conn* conn;          /* TCP: the rendezvous connection, watched during the run */
+  struct req pending[MAXQ]; /* its writes whose RDMA READ is in flight */
+  uint64_t base, served;    /* its first block; requests served */
+  int state;                /* 1: its STOP came; 2: the reply to it has left */
+};
+static struct peer g_peer[MAXC];
+static uint32_t g_clients = 1;
+static int g_isolate; /* --isolate peer */
+static rdmx_port* g_sport;
 
-static void reply(const struct req* q, int32_t status) {
+static void reply(struct peer* P, const struct req* q, int32_t status) {
   struct rsp r = {q->tag, status};
-  send_msg(&S, q->tag, &r, sizeof r, q->op != OP_STOP, q->rkey);
+  send_msg(&P->s, q->tag, &r, sizeof r, q->op != OP_STOP, q->rkey);
 }
 
-static void server_step(void) {
+static void server_step(struct peer* P) {
   rdmx_completion wc[16];
-  int n = poll_ok(&S, wc), i;
+  struct side* S = &P->s;
+  int n = poll_ok(S, wc), i;
   for (i = 0; i < n; ++i) {
     const uint32_t k = (uint32_t)(wc[i].cookie >> 32), slot = (uint32_t)wc[i].cookie;
     struct req q;
-    if (k == K_SEND && slot == g_qd) g_srv_state = 2;
-    if (k == K_READ) reply(&g_pending[slot], 0); /* a client write's data is in the volume */
+    if (k == K_SEND && slot == g_qd) P->state = 2;
+    if (k == K_READ) reply(P, &P->pending[slot], 0); /* a client write's data is in the volume */
     if (k != K_RECV) continue;
-    memcpy(&q, S.rx + slot * MSG, sizeof q);
-    post_recv(&S, slot);
+    memcpy(&q, S->rx + slot * MSG, sizeof q);
+    post_recv(S, slot);
     if (q.tag > g_qd) fatal("server", "bad tag");
-    rdmx_sge d = sge(&S, S.mem + q.lba * BLK, (uint32_t)q.len);
+    rdmx_sge d = sge(S, S->mem + (P->base + q.lba) * BLK, (uint32_t)q.len);
     if (q.op == OP_STOP) {
-      reply(&q, 0);
+      P->state = 1; /* the client is done: it may close its connection from now on */
+      reply(P, &q, 0);
     } else if (q.nblk == 0 || q.lba + q.nblk > g_blocks || q.len != (uint64_t)q.nblk * BLK) {
-      reply(&q, -RDMX_ERANGE);
+      reply(P, &q, -RDMX_ERANGE);
     } else if (q.op == OP_READ) { /* volume -> client window; the reply is ordered after it */
-      TRY(rdmx_post_write(S.core, &d, 1, q.iova, q.rkey, COOKIE(K_WRITE, q.tag), 0));
-      reply(&q, 0);
+      TRY(rdmx_post_write(S->core, &d, 1, q.iova, q.rkey, COOKIE(K_WRITE, q.tag), 0));
+      reply(P, &q, 0);
     } else { /* client window -> volume; the reply waits for the READ's completion */
-      g_pending[q.tag] = q;
-      TRY(rdmx_post_read(S.core, &d, 1, q.iova, q.rkey, COOKIE(K_READ, q.tag), RDMX_POST_SIGNALED));
+      P->pending[q.tag] = q;
+      TRY(rdmx_post_read(S->core, &d, 1, q.iova, q.rkey, COOKIE(K_READ, q.tag),
+                         RDMX_POST_SIGNALED));
     }
+    if (q.op != OP_STOP) ++P->served;
   }
-  if (n) rdmx_flush(S.core);
+  if (n) rdmx_flush(S->core);
 }
 
 /* ---- Client -------------------------------------------------------------------------------- */
@@ -266,11 +282,16 @@ static void rendezvous(const char* name, const char* mine, const char* theirs, c
   remove(path);
 }
 
-static void setup(struct side* s, uint64_t data_bytes) {
-  s->mem = rdmx_port_arena(s->port);
-  s->rx = s->mem + data_bytes;
+/* A core on `port` with message slots set k after the data (the server: one set per client). */
+static void setup(struct side* s, rdmx_port* port, uint64_t data_bytes, uint32_t k, int isolate) {
+  rdmx_core_opts o;
+  rdmx_core_opts_init(&o);
+  o.isolate = isolate;
+  s->port = port;
+  s->mem = rdmx_port_arena(port);
+  s->rx = s->mem + data_bytes + (uint64_t)k * 2 * MAXQ * MSG;
   s->tx = s->rx + MAXQ * MSG;
-  TRY(rdmx_core_create(s->port, NULL, &s->core));
+  TRY(rdmx_core_create(port, &o, &s->core));
 }
 
 /* Two processes over TCP (rdmx_listen/rdmx_connect_to): the client says its sizes, the server
@@ -279,23 +300,29 @@ static rdmx_listener* g_lis;
 static rdmx_conn* g_conn;
 static char g_wire[300];
 static void close_all(void) {
+  uint32_t k;
   rdmx_conn_close(g_conn);
+  for (k = 0; k < MAXC; ++k) rdmx_conn_close(g_peer[k].conn), g_peer[k].conn = NULL;
   rdmx_listener_close(g_lis);
   g_conn = NULL, g_lis = NULL;
-  rdmx_port_close(S.port);
+  rdmx_port_close(g_sport);
   rdmx_port_close(C.port);
-  S.port = C.port = NULL;
+  g_sport = C.port = NULL;
 }
 static void sizes_text(char* out, size_t n) {
   snprintf(out, n, "blockd qd %u max-io %llu", g_qd, (unsigned long long)g_max_io);
 }
 /* Server: waits for a client whose sizes are ours; refuses others (one line) and waits on. */
-static void tcp_accept(void) {
+static rdmx_conn* tcp_accept(uint32_t k) {
   char want[128], got[128], ok[310];
   int n;
   sizes_text(want, sizeof want);
-  printf("blockd: server: waiting for a client on %s (up to 120 s), Ctrl-C to stop\n",
-         rdmx_listener_address(g_lis));
+  if (g_clients > 1)
+    printf("blockd: server: waiting for client %u of %u on %s (up to 120 s), Ctrl-C to stop\n",
+           k + 1, g_clients, rdmx_listener_address(g_lis));
+  else
+    printf("blockd: server: waiting for a client on %s (up to 120 s), Ctrl-C to stop\n",
+           rdmx_listener_address(g_lis));
   fflush(stdout);
   for (;;) {
     TRY_RDV(rdmx_accept(g_lis, 0, &g_stop, &g_conn));
@@ -316,6 +343,11 @@ static void tcp_accept(void) {
   }
   snprintf(ok, sizeof ok, "ok %s", g_wire[0] ? g_wire : "-");
   TRY(rdmx_conn_send(g_conn, ok, strlen(ok) + 1, 0, &g_stop));
+  {
+    rdmx_conn* c = g_conn;
+    g_conn = NULL;
+    return c;
+  }
 }
 /* Client: reaches the server and learns its wire (before any port exists here). */
 static const char* tcp_connect(const char* peer) {
@@ -338,6 +370,28 @@ static const char* tcp_connect(const char* peer) {
   return strcmp(g_wire, "-") ? g_wire : NULL;
 }
 
+/* One receive per request slot, one for the STOP; flushed. */
+static void post_recvs(struct side* s) {
+  for (uint32_t t = 0; t <= g_qd; ++t) post_recv(s, t);
+  rdmx_flush(s->core);
+}
+static int server_done(void) {
+  for (uint32_t k = 0; k < g_clients; ++k)
+    if (g_peer[k].state != 2) return 0;
+  return 1;
+}
+/* TCP server, now and then while serving: a client that went away before its STOP is an error
+ * (its requests would never come). */
+static void watch_clients(void) {
+  for (uint32_t k = 0; k < g_clients; ++k)
+    if (!g_peer[k].state && g_peer[k].conn && rdmx_conn_peer_gone(g_peer[k].conn) == 1) {
+      fprintf(stderr, "blockd: server: client %s went away during the run\n",
+              rdmx_conn_peer(g_peer[k].conn));
+      close_all();
+      exit(1);
+    }
+}
+
 static int cmp(const void* a, const void* b) {
   const double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
@@ -346,12 +400,12 @@ static int cmp(const void* a, const void* b) {
 /* The command line, by the convention of every rdmx tool: getopt_long (`--qd 8` and `--qd=8`
  * alike); a bad argument is one line on stderr, "blockd: error: ...", and exit status 2. */
 struct args {
-  const char *device, *wire, *role, *listen_at, *peer;
+  const char *device, *wire, *role, *listen_at, *peer, *isolate;
 };
 static const char kUsage[] =
     "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
     " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
-    " [--qd 1..63] [--max-io 1..16]\n";
+    " [--qd 1..63] [--max-io 1..16] [--clients 1..8] [--isolate peer|none]\n";
 static int usage_error(const char* fmt, ...) {
   va_list ap;
   fputs("blockd: error: ", stderr);
@@ -388,6 +442,16 @@ static int check_args(const struct args* a) {
   if (!(srv && cli) && !a->wire && !a->listen_at && !a->peer)
     return usage_error("--role %s needs --wire shm:NAME, --listen or --peer", a->role);
   if (a->listen_at && cli) return usage_error("--listen is for --role server");
+  if (strcmp(a->isolate, "peer") && strcmp(a->isolate, "none"))
+    return usage_error("--isolate '%s': peer or none", a->isolate);
+  if (g_clients > 1 && !a->listen_at)
+    return usage_error("--clients %u: for --role server --listen", g_clients);
+  /* An emu shm wire joins two processes: several clients need a device on a network. */
+  if (g_clients > 1 && !strncmp(a->device, "emu", 3) && !strstr(a->device, "@roce:"))
+    return usage_error(
+        "--clients %u needs a device on a network (emu@roce:ADDR or mlx5): the "
+        "shared-memory wire of --device %s joins two processes",
+        g_clients, a->device);
   if (a->peer && srv) return usage_error("--peer is for --role client");
   if (a->peer && a->wire) return usage_error("--peer and --wire: the server names the wire");
   return -1;
@@ -403,11 +467,14 @@ static int parse_args(int argc, char** argv, struct args* a) {
                                        {"max-io", required_argument, NULL, 'm'},
                                        {"listen", required_argument, NULL, 'l'},
                                        {"peer", required_argument, NULL, 'p'},
+                                       {"clients", required_argument, NULL, 'c'},
+                                       {"isolate", required_argument, NULL, 'i'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  uint64_t qd = g_qd;
+  uint64_t qd = g_qd, clients = 1;
   int c, rc = 0;
   a->device = "emu", a->role = "both", a->wire = a->listen_at = a->peer = NULL;
+  a->isolate = "none";
   opterr = 0;
   while (!rc && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
@@ -438,6 +505,12 @@ static int parse_args(int argc, char** argv, struct args* a) {
       case 'm':
         rc = number("max-io", optarg, 1, 16, &g_max_io);
         break;
+      case 'c':
+        rc = number("clients", optarg, 1, MAXC, &clients);
+        break;
+      case 'i':
+        a->isolate = optarg;
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -450,6 +523,8 @@ static int parse_args(int argc, char** argv, struct args* a) {
   if (rc) return rc;
   if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
   g_qd = (uint32_t)qd;
+  g_clients = (uint32_t)clients;
+  g_isolate = !strcmp(a->isolate, "peer");
   return check_args(a);
 }
 
@@ -460,6 +535,7 @@ int main(int argc, char** argv) {
   rdmx_port_info info;
   struct sigaction sa;
   int rc, srv, cli, tcp;
+  uint32_t k;
   if ((rc = parse_args(argc, argv, &a)) >= 0) return rc;
   device = a.device, wire = a.wire, role = a.role, listen_at = a.listen_at, peer = a.peer;
   srv = strcmp(role, "client") != 0;
@@ -479,51 +555,60 @@ int main(int argc, char** argv) {
   if (peer) wire = tcp_connect(peer);
   rdmx_port_opts_init(&os);
   rdmx_port_opts_init(&oc);
-  os.arena_bytes = g_blocks * BLK + 2 * MAXQ * MSG;        /* the volume, messages */
-  oc.arena_bytes = g_qd * g_max_io * BLK + 2 * MAXQ * MSG; /* I/O buffers, messages */
+  os.arena_bytes = g_clients * (g_blocks * BLK + 2 * MAXQ * MSG); /* volumes, messages */
+  oc.arena_bytes = g_qd * g_max_io * BLK + 2 * MAXQ * MSG;        /* I/O buffers, messages */
   os.n_windows = oc.n_windows = 4 * g_qd;
+  os.max_cores = g_clients;
   os.wire = oc.wire = wire; /* emu; NULL: one process, the pair's own wire */
   oc.side = 1;
   if (!wire && !strncmp(device, "emu", 3))
-    TRY(rdmx_port_open_pair(device, &os, &oc, &S.port, &C.port));
+    TRY(rdmx_port_open_pair(device, &os, &oc, &g_sport, &C.port));
   if (wire || strncmp(device, "emu", 3)) { /* one side here; or a NIC: two ports on it */
-    if (srv) TRY(rdmx_port_open(device, &os, &S.port));
+    if (srv) TRY(rdmx_port_open(device, &os, &g_sport));
     if (cli) TRY(rdmx_port_open(device, &oc, &C.port));
   }
-  if (srv) setup(&S, g_blocks * BLK);
-  if (cli) setup(&C, (uint64_t)g_qd * g_max_io * BLK);
-  if (!wire && !tcp) TRY(rdmx_core_connect_pair(S.core, C.core));
-  if (listen_at) tcp_accept();
-  if (tcp) {
-    TRY(rdmx_conn_exchange(g_conn, srv ? &S.core : &C.core, 1, 0, &g_stop));
-  } else if (wire) {
-    rdmx_connect_info mine, peer;
-    TRY(rdmx_core_connect_info(srv ? S.core : C.core, &mine));
-    rendezvous(wire + 4, role, srv ? "client" : "server", &mine, &peer, sizeof mine);
-    TRY(rdmx_core_connect(srv ? S.core : C.core, &peer));
+  for (k = 0; srv && k < g_clients; ++k) g_peer[k].base = k * g_blocks;
+  if (srv && !listen_at) setup(&g_peer[0].s, g_sport, g_clients * g_blocks * BLK, 0, g_isolate);
+  if (cli) setup(&C, C.port, (uint64_t)g_qd * g_max_io * BLK, 0, 0);
+  if (!wire && !tcp) TRY(rdmx_core_connect_pair(g_peer[0].s.core, C.core));
+  if (peer) TRY(rdmx_conn_exchange(g_conn, &C.core, 1, 0, &g_stop));
+  if (wire && !tcp) {
+    rdmx_connect_info mine, theirs;
+    rdmx_core* me = srv ? g_peer[0].s.core : C.core;
+    TRY(rdmx_core_connect_info(me, &mine));
+    rendezvous(wire + 4, role, srv ? "client" : "server", &mine, &theirs, sizeof mine);
+    TRY(rdmx_core_connect(me, &theirs));
   }
   g_gen = calloc(g_blocks, sizeof *g_gen); /* the client's model of the volume */
   g_lat = malloc(sizeof(double) * (2 * g_blocks + g_requests + MAXQ));
   if (!g_gen || !g_lat) fatal("client", "out of memory");
-  for (uint32_t t = 0; t <= g_qd; ++t) { /* one receive per request slot, one for the STOP */
-    if (srv) post_recv(&S, t);
-    if (cli) post_recv(&C, t);
+  if (srv && !listen_at) post_recvs(&g_peer[0].s);
+  if (cli) post_recvs(&C);
+  if (peer) TRY(rdmx_conn_ready(g_conn, 0, &g_stop)); /* both sides' receives are posted */
+  /* TCP server: each client in turn gets its core (isolated: its own PD and windows), is
+   * connected, and runs as soon as it is ready; the next is accepted meanwhile (its requests
+   * wait in its receive queue until the loop below polls it). */
+  for (k = 0; listen_at && k < g_clients; ++k) {
+    struct peer* P = &g_peer[k];
+    P->conn = tcp_accept(k);
+    setup(&P->s, g_sport, g_clients * g_blocks * BLK, k, g_isolate);
+    TRY(rdmx_conn_exchange(P->conn, &P->s.core, 1, 0, &g_stop));
+    post_recvs(&P->s);
+    TRY(rdmx_conn_ready(P->conn, 0, &g_stop));
   }
-  if (srv) rdmx_flush(S.core);
-  if (cli) rdmx_flush(C.core);
-  if (tcp) TRY(rdmx_conn_ready(g_conn, 0, &g_stop)); /* both sides' receives are posted */
   if (wire && !tcp) { /* both sides' receives are posted before the first request */
     char me = 1, them;
     rendezvous(wire + 4, srv ? "server-ready" : "client-ready",
                srv ? "client-ready" : "server-ready", &me, &them, 1);
   }
   const double t0 = now_us();
-  while ((cli && g_cli_state != 2) || (srv && g_srv_state != 2)) {
-    if (srv) server_step();
+  for (uint64_t it = 1; (cli && g_cli_state != 2) || (srv && !server_done()); ++it) {
+    for (k = 0; srv && k < g_clients; ++k) server_step(&g_peer[k]);
     if (cli) client_step();
+    if (listen_at && !(it & 0xffff)) watch_clients();
   }
   const double el = now_us() - t0;
-  TRY(rdmx_port_query(srv ? S.port : C.port, &info));
+  TRY(rdmx_port_query(srv ? g_sport : C.port, &info));
   if (cli) {
     rdmx_core_stats st;
     TRY(rdmx_core_stats_get(C.core, &st, sizeof st));
@@ -538,7 +623,11 @@ int main(int argc, char** argv) {
            (unsigned long long)st.unmaps);
     if (st.maps != g_done || st.remote_invalidations != g_done) fatal("client", "window count");
   } else {
-    printf("blockd: server done over %s\n", info.backend);
+    for (k = 0; listen_at && g_clients > 1 && k < g_clients; ++k)
+      printf("blockd: server: client %u (%s): %llu requests served\n", k + 1,
+             rdmx_conn_peer(g_peer[k].conn), (unsigned long long)g_peer[k].served);
+    printf("blockd: server done over %s: %u client(s)%s\n", info.backend, g_clients,
+           g_isolate ? ", each core in a protection domain of its own" : "");
   }
   close_all(); /* ports (their cores too), the rendezvous connection */
   free(g_gen);

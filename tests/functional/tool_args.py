@@ -10,14 +10,17 @@ import sys
 CASES = {
     "blockd": {
         "ok": [["--qd", "4", "--max-io=2", "--blocks", "64", "--requests=200"],
-               ["--qd=4", "--max-io", "2", "--blocks=64", "--requests", "200"]],
+               ["--qd=4", "--max-io", "2", "--blocks=64", "--requests", "200"],
+               ["--qd=4", "--max-io=2", "--blocks=64", "--requests=200", "--isolate", "peer"]],
         "bad": [["--bogus"], ["--qd"], ["--qd", "0"], ["--qd=64"], ["--max-io", "x"],
                 ["--blocks", "-1"], ["stray"], ["--role", "server"], ["--role", "sideways"],
                 ["--wire", "tmp:x", "--role", "server"], ["--wire", "shm:x"],
                 ["--qd", "8", "--max-io", "16", "--blocks", "100"],
                 ["--listen", "127.0.0.1:1"], ["--role", "client", "--listen", "127.0.0.1:1"],
                 ["--role", "server", "--peer", "127.0.0.1:1"],
-                ["--role", "client", "--peer", "127.0.0.1:1", "--wire", "shm:x"]],
+                ["--role", "client", "--peer", "127.0.0.1:1", "--wire", "shm:x"],
+                ["--isolate", "pd"], ["--clients", "9"], ["--clients", "2"],
+                ["--role", "server", "--listen", "127.0.0.1:1", "--clients", "2"]],
     },
 }
 

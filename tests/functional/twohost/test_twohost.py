@@ -624,6 +624,48 @@ def case_blockd_roce(binary, blockd):
                     (f"emu@roce:{n.addr_a}", f"emu@roce:{n.addr_b}"))
 
 
+def case_blockd_roce_clients(binary, blockd):
+    """One blockd server serving two clients at once (--clients 2), each client's core in a
+    protection domain of its own (--isolate peer), over emu RoCE v2 across the veth pair. The
+    clients run on two addresses of the second namespace (two "hosts" there), each its own
+    emu@roce device. Every client's I/O is verified end to end, and the server served both."""
+    with Netns() as n:
+        addr_c = "10.47.0.3"
+        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
+                        n.b.replace("-b", "-vb")], check=True, timeout=10)
+        args = ["--requests", "300", "--blocks", "256"]
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        srv = popen(command(blockd, None, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                           "--clients", "2", "--isolate", "peer", "--device",
+                                           f"emu@roce:{n.addr_a}"] + args, n.a))
+        clis = []
+        try:
+            wait_line(srv, srv.stdout, "waiting for client 1 of 2")
+            clis = [popen(command(blockd, None, ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                                 "--device", f"emu@roce:{a}"] + args, n.b))
+                    for a in (n.addr_b, addr_c)]
+            outs = [finish(c) for c in clis]
+            sout, serr = finish(srv)
+        finally:
+            for p in [srv] + clis:
+                reap(p)
+        procs = [("server", sout, serr)] + [(f"client {i + 1}", o, e)
+                                            for i, (o, e) in enumerate(outs)]
+        check(srv.returncode == 0 and all(c.returncode == 0 for c in clis),
+              f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
+        for o, _ in outs:
+            check("verified end to end" in o, "a client did not verify its run", *procs)
+        served = [int(m) for m in re.findall(r"client \d \(.*\): (\d+) requests served", sout)]
+        check(len(served) == 2 and all(x > 0 for x in served), f"served {served}", *procs)
+        check("2 client(s), each core in a protection domain of its own" in sout,
+              "the server did not isolate its clients", *procs)
+        check(not [f for f in os.listdir("/dev/shm") if f.endswith(f"blockd-{srv.pid}")],
+              "wire left", *procs)
+        print(f"blockd-roce-clients: two clients served at once over RoCE v2, isolated, "
+              f"requests {served}")
+
+
 def case_blockd_refusals(binary, blockd):
     # A client with another --qd: refused in one line (exit 2), the server carries on; Ctrl-C
     # then ends the server's wait (exit 130) and its shm wire goes with it.
@@ -653,6 +695,7 @@ BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
     "blockd-roce": case_blockd_roce,
+    "blockd-roce-clients": case_blockd_roce_clients,
     "blockd-refusals": case_blockd_refusals,
 }
 
