@@ -5,7 +5,7 @@ shared-memory wire underneath (the namespaces share /dev/shm); and every bad cas
 rendezvous: one line on stderr, the documented exit code, no wait beyond the stated timeout,
 nothing left behind (sockets, shm files, DPDK runtime directories, namespaces).
 
-Usage: test_twohost.py PATH_TO_RDMAFWD CASE [PATH_TO_BLOCKD]"""
+Usage: test_twohost.py PATH_TO_RDMAFWD CASE [PATH_TO_BLOCKD [PATH_TO_TEST_CAPI_PEERS]]"""
 import json
 import os
 import re
@@ -666,6 +666,52 @@ def case_blockd_roce_clients(binary, blockd):
               f"requests {served}")
 
 
+def case_capi_peers(binary, blockd, peers):
+    """The C API across the veth pair on emu RoCE v2 (tests/capi/test_capi_peers.c): a server
+    exposes one window on a victim's connection; the client's attacker connection uses the
+    victim's exact rkey ATTEMPTS times, recovering after each refusal. Isolated (a PD per
+    connection): nothing accepted, changed or disclosed, every attempt counted on the attacker's
+    server core. Not isolated: every attempt accepted (what the bed would miss without the PD
+    check). Both: the victim's rkey, once the server unmapped the window, refused across the
+    network (the stale key) and counted on the victim's server core."""
+    with Netns() as n:
+        for isolate, attempts in ((1, 10000), (0, 20)):
+            port = 7471 + isolate
+            srv = subprocess.Popen(
+                command(peers, None, ["server", f"{n.addr_a}:{port}", f"emu@roce:{n.addr_a}",
+                                      str(isolate)], n.a),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                wait_line(srv, srv.stdout, "waiting on")
+                cli = subprocess.Popen(
+                    command(peers, None, ["client", f"{n.addr_a}:{port}", f"emu@roce:{n.addr_b}",
+                                          str(attempts)], n.b),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                cout, cerr = finish(cli)
+                sout, serr = finish(srv)
+            finally:
+                reap(srv)
+            procs = [("server", sout, serr), ("client", cout, cerr)]
+            both_ok(srv, cli, procs, f"isolate={isolate}: ")
+            m = re.search(r"peers: attempts=(\d+) accepted=(\d+) changed=(\d+) disclosed=(\d+) "
+                          r"stale=(\w+) refused_attacker=(\d+) refused_victim=(\d+)", cout)
+            check(m, "no result line", *procs)
+            tried, acc, changed, disclosed, stale, rx, rv = m.groups()
+            tried, acc, changed, disclosed, rx, rv = map(int, (tried, acc, changed, disclosed,
+                                                               rx, rv))
+            check(tried == attempts and stale == "refused" and rv == 1,
+                  f"isolate={isolate}: stale key {stale}, victim refusals {rv}", *procs)
+            if isolate:
+                check(acc == 0 and changed == 0 and disclosed == 0 and rx == attempts,
+                      f"isolated: accepted {acc}, changed {changed}, disclosed {disclosed}, "
+                      f"refused {rx} of {attempts}", *procs)
+            else:
+                check(acc == attempts and changed > 0 and disclosed > 0 and rx == 0,
+                      f"not isolated: accepted {acc} of {attempts}, changed {changed}, "
+                      f"disclosed {disclosed}", *procs)
+            print(f"capi-peers isolate={isolate}: {m.group(0)}")
+
+
 def case_blockd_refusals(binary, blockd):
     # A client with another --qd: refused in one line (exit 2), the server carries on; Ctrl-C
     # then ends the server's wait (exit 130) and its shm wire goes with it.
@@ -731,7 +777,9 @@ CASES = {
 }
 
 if __name__ == "__main__":
-    if sys.argv[2] in BLOCKD_CASES:
+    if sys.argv[2] == "capi-peers":
+        case_capi_peers(sys.argv[1], sys.argv[3], sys.argv[4])
+    elif sys.argv[2] in BLOCKD_CASES:
         BLOCKD_CASES[sys.argv[2]](sys.argv[1], sys.argv[3])
     else:
         CASES[sys.argv[2]](sys.argv[1])
