@@ -637,7 +637,8 @@ int main(int argc, char** argv) {
                                        std::chrono::milliseconds(static_cast<int64_t>(
                                            std::max(1.0, a.prm.refusal_window * 1e3)))};
           guards.emplace_back(*l->dev_b, l->p->qp_handle(),
-                              a.tb->peer.peer() + " (lane " + std::to_string(l->index) + ")", pol);
+                              a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")",
+                              pol);
           if (auto g = guards.back().check(); !g) {
             std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
             (void)a.stop();
@@ -665,7 +666,7 @@ int main(int argc, char** argv) {
     if (a.running) (void)a.stop();
     if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
     if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
-    if (a.prm.role == Role::kServer && a.tb->client_fwd == "write" && !peer_lost &&
+    if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !peer_lost &&
         !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
       std::string note;
       (void)check_client_writes(*a.tb, a.prm, note);
@@ -677,11 +678,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "rdmafwd: the %s %s went away during the run (connection closed "
                    "without a goodbye)\n",
-                   a.prm.role == Role::kServer ? "client" : "server", a.tb->peer.peer().c_str());
+                   a.prm.role == Role::kServer ? "client" : "server",
+                   a.tb->peers.at(std::max(a.tb->lost_peer, 0)).ch.peer().c_str());
       st = kExitRuntime;
     }
     const bool nothing_to_serve =
-        a.prm.role == Role::kServer && a.tb->client_fwd != "" && a.tb->client_fwd != "rpc";
+        a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
     if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve) {
       std::fprintf(stderr, "rdmafwd: no I/O completed\n");
       a.print_stats("summary", kExitRuntime);

@@ -72,6 +72,10 @@ std::string usage_text(const std::string& prog) {
        "                         server (client, default 30 s)\n";
   u += "  --max-refusals N/SEC   server: disconnect the client when more than N of its remote\n"
        "                         accesses are refused within SEC seconds (default off)\n";
+  u += "  --clients N            server: serve N clients at once, --nb-cores / N lanes each\n"
+       "                         (needs a device on a network: emu@roce:ADDR or mlx5)\n";
+  u += "  --isolate peer|none    server: each lane's QP and windows in a protection domain of\n"
+       "                         its own: no client's rkey works on another's QP (default none)\n";
   u += "  --wire NAME            emu's shared-memory wire (/dev/shm/rdmx-emu-NAME); with\n"
        "                         --listen the server picks one and tells the client\n";
   u += "  --no-verify            do not check payload contents\n";
@@ -144,6 +148,8 @@ enum : int {
   kPeer,
   kRendezvousTimeout,
   kMaxRefusals,
+  kClients,
+  kIsolate,
   kWire,
   kNoVerify,
   kShowTopology,
@@ -186,6 +192,8 @@ constexpr option kOptions[] = {
     {"peer", required_argument, nullptr, kPeer},
     {"rendezvous-timeout", required_argument, nullptr, kRendezvousTimeout},
     {"max-refusals", required_argument, nullptr, kMaxRefusals},
+    {"clients", required_argument, nullptr, kClients},
+    {"isolate", required_argument, nullptr, kIsolate},
     {"wire", required_argument, nullptr, kWire},
     {"no-verify", no_argument, nullptr, kNoVerify},
     {"show-topology", no_argument, nullptr, kShowTopology},
@@ -295,6 +303,14 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
           p.rendezvous_timeout > 86400)
         return "option --rendezvous-timeout: '" + v + "' is not a number of seconds in (0, 86400]";
       return "";
+    case kClients:
+      return num(1, 64, p.clients);
+    case kIsolate:
+      if (v == "peer" || v == "none") {
+        p.isolate = v == "peer";
+        return "";
+      }
+      return "option --isolate: '" + v + "' is neither peer nor none";
     case kMaxRefusals: {
       const size_t slash = v.find('/');
       char* end = nullptr;
@@ -418,6 +434,13 @@ std::string check_params(const Params& p) {
   if (p.rendezvous_timeout > 0 && !tcp) return "--rendezvous-timeout is for --listen/--peer";
   if (p.max_refusals && p.role != Role::kServer)
     return "--max-refusals is for the server (--role server)";
+  if (p.isolate && p.role != Role::kServer) return "--isolate is for the server (--role server)";
+  if (p.clients > 1 && p.listen.empty())
+    return "--clients is for a server that listens (--role server --listen [ADDR:]PORT)";
+  if (p.clients > 1 && dk != DeviceKind::kMlx5 && p.device.find("@roce:") == std::string::npos)
+    return "--clients " + std::to_string(p.clients) +
+           " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
+           "joins two processes";
   if (p.role != Role::kBoth) {
     if (!tcp && p.wire.empty())
       return p.role == Role::kServer

@@ -74,6 +74,11 @@ struct Params {
   // lane's QP disconnect the client (win::PeerGuard). 0 = off.
   uint32_t max_refusals = 0;
   double refusal_window = 1.0;
+  // --clients N (server over TCP): serve N clients at once, --nb-cores / N lanes each (one QP
+  // per lane). --isolate peer (server): each lane's QP and windows in a protection domain of
+  // its own (endpoint::Endpoint::add_isolated_core), so no client's rkey works on another's QP.
+  uint32_t clients = 1;
+  bool isolate = false;
   bool verify = true;
   bool show_topology = false;
   bool strict = false;               // --strict-no-syscalls
@@ -255,9 +260,13 @@ struct Lane {
   SlotBufs s_recv;        // sink receive slots
   uint64_t c_small = 0;   // depth x 64 B request headers, then depth x 64 B reply receives
   // Side B (peer).
-  SlotBufs p_src, p_dst;       // contiguous per slot (registered buffers of the server)
-  SlotBufs p_recv;             // peer receive slots
-  uint64_t p_small = 0;        // depth x 64 B reply headers
+  SlotBufs p_src, p_dst;  // contiguous per slot (registered buffers of the server)
+  SlotBufs p_recv;        // peer receive slots
+  uint64_t p_small = 0;   // depth x 64 B reply headers
+  unsigned client = 0;    // two-process server: which of its clients the lane serves
+  // The arena's local key for SGEs on side A's cores (c, s) and side B's (p, r): the arena's
+  // own, or an isolated core's (--isolate peer: the arena registered in the core's own PD).
+  uint32_t lkey_a = 0, lkey_b = 0;
   bool remote_peer = false;    // two-process client: p lives in the other process
   bool remote_client = false;  // two-process server: c lives in the other process
   // Two-process write/read (client): the server's window over each of its slots (mapped by the

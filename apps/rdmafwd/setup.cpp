@@ -249,18 +249,17 @@ std::string Testbed::census(bool& ok, std::vector<PoolCensus>* out) {
 Status post_lane_recvs(Lane& l) {
   for (uint32_t k = 0; k < l.depth; ++k) {
     if (l.c) {
-      const mlx5::prm::Sge sg =
-          sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.arena_a->lkey());
+      const mlx5::prm::Sge sg = sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.lkey_a);
       if (Errc e = l.c->post_recv({&sg, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk)
         return make_error(e, "posting receives: " + errc_str(e));
     }
     if (l.p) {
-      if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.arena_b->lkey(), kCkReqRecv);
+      if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv);
           e != Errc::kOk)
         return make_error(e, "posting receives: " + errc_str(e));
     }
     if (l.s) {
-      if (Errc e = post_slot_recv(*l.s, l.s_recv, k, l.page_size, l.arena_a->lkey(), kCkSinkRecv);
+      if (Errc e = post_slot_recv(*l.s, l.s_recv, k, l.page_size, l.lkey_a, kCkSinkRecv);
           e != Errc::kOk)
         return make_error(e, "posting receives: " + errc_str(e));
     }
@@ -407,8 +406,11 @@ struct LaneBuilder {
   win::CoreConfig cc;
   Carver cva, cvb;
 
-  Result<win::PollCore*> new_core(endpoint::Endpoint& side, const char* what) {
-    RDMX_TRY_ASSIGN(win::PollCore * c, side.add_core(cc), std::string("poll core ") + what);
+  Result<win::PollCore*> new_core(endpoint::Endpoint& side, const char* what,
+                                  bool isolated = false) {
+    RDMX_TRY_ASSIGN(win::PollCore * c,
+                    isolated ? side.add_isolated_core(cc, p.windows_per_core) : side.add_core(cc),
+                    std::string("poll core ") + what);
     return c;
   }
   Result<uint64_t> small_bufs(Carver& cv, const Lane& l) {
@@ -417,6 +419,7 @@ struct LaneBuilder {
   // Side A: client c (and sink s in one process): scattered source/destination pages.
   Status side_a(Lane& l, unsigned i) {
     RDMX_TRY_ASSIGN(l.c, new_core(tb.side_a, "c"));
+    l.lkey_a = tb.side_a.core_lkey(*l.c);
     if (p.role == Role::kBoth) {
       RDMX_TRY_ASSIGN(l.s, new_core(tb.side_a, "s"));
     }
@@ -429,7 +432,8 @@ struct LaneBuilder {
   }
   // Side B: peer p (and relay r in one process).
   Status side_b(Lane& l, unsigned i) {
-    RDMX_TRY_ASSIGN(l.p, new_core(tb.side_b, "p"));
+    RDMX_TRY_ASSIGN(l.p, new_core(tb.side_b, "p", p.isolate));
+    l.lkey_b = tb.side_b.core_lkey(*l.p);
     if (p.role == Role::kBoth) {
       RDMX_TRY_ASSIGN(l.r, new_core(tb.side_b, "r"));
     }
@@ -566,10 +570,20 @@ std::string size_mismatch(const std::string& client, const std::string& server) 
   return "";
 }
 
-std::vector<mlx5::ConnectInfo> lane_infos(Testbed& tb, bool server, const endpoint::Channel& ch) {
+// The lanes [first, first + n) that serve one peer.
+struct LaneRange {
+  unsigned first = 0, n = 0;
+};
+LaneRange all_lanes(const Testbed& tb) {
+  return {0, static_cast<unsigned>(tb.lanes.size())};
+}
+
+std::vector<mlx5::ConnectInfo> lane_infos(Testbed& tb, bool server, const endpoint::Channel& ch,
+                                          LaneRange r) {
   std::vector<mlx5::ConnectInfo> v;
   mlx5::Device& dev = server ? *tb.dev_b : *tb.dev_a;
-  for (auto& lp : tb.lanes) {
+  for (unsigned i = r.first; i < r.first + r.n; ++i) {
+    Lane* lp = tb.lanes[i].get();
     mlx5::ConnectInfo ci = dev.local_info((server ? lp->p : lp->c)->qp_handle());
     // A device that states no GID (emu) is reached at this end's address: RoCE v2's GID for
     // IPv4 (IBTA Annex A17), what a wire across hosts addresses its packets with.
@@ -581,13 +595,13 @@ std::vector<mlx5::ConnectInfo> lane_infos(Testbed& tb, bool server, const endpoi
   return v;
 }
 
-Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectInfo>& remote) {
-  if (remote.size() != tb.lanes.size())
+Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectInfo>& remote,
+                     LaneRange r) {
+  if (remote.size() != r.n)
     return make_error(Errc::kProtocol, "the peer sent " + std::to_string(remote.size()) +
-                                           " QP(s) for " + std::to_string(tb.lanes.size()) +
-                                           " lane(s)");
+                                           " QP(s) for " + std::to_string(r.n) + " lane(s)");
   for (size_t i = 0; i < remote.size(); ++i) {
-    Lane& l = *tb.lanes[i];
+    Lane& l = *tb.lanes[r.first + i];
     RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect((server ? l.p : l.c)->qp_handle(), remote[i]),
              "lane " + std::to_string(i) + ": connect to the peer");
   }
@@ -598,14 +612,15 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
 // or source (read) buffers, mapped here before the lanes run (the core is not polled yet) and
 // kept for the run; their keys (and for read the checksum of each slot) go to the client in
 // READY: "lane L rkeys K0 K1 ...", "lane L csums A0:B0 ...".
-Result<std::string> map_targets(const Params& p, Testbed& tb, bool write) {
+Result<std::string> map_targets(const Params& p, Testbed& tb, bool write, LaneRange r) {
   const uint32_t len = p.pages_per_io * p.page_size;
   std::ostringstream o;
-  for (auto& lp : tb.lanes) {
-    Lane& l = *lp;
+  for (unsigned li = r.first; li < r.first + r.n; ++li) {
+    Lane& l = *tb.lanes[li];
+    const unsigned index = li - r.first;  // the lane's number at the client
     win::PollCore& core = *l.p;
     const SlotBufs& b = write ? l.p_dst : l.p_src;
-    o << "lane " << l.index << " rkeys";
+    o << "lane " << index << " rkeys";
     for (uint32_t i = 0; i < l.depth; ++i) {
       for (;;) {
         const win::MapResult m = core.map(
@@ -630,7 +645,7 @@ Result<std::string> map_targets(const Params& p, Testbed& tb, bool write) {
                                             ": the target windows were not mapped in time");
     o << "\n";
     if (!write) {
-      o << "lane " << l.index << " csums";
+      o << "lane " << index << " csums";
       for (uint32_t i = 0; i < l.depth; ++i) {
         const Csum c = csum_range(l.p_src.slot(i)[0], len);
         o << ' ' << c.a << ':' << c.b;
@@ -641,7 +656,7 @@ Result<std::string> map_targets(const Params& p, Testbed& tb, bool write) {
       if (p.corrupt_every) reinterpret_cast<uint8_t*>(l.p_src.slot(0)[0])[len / 2] ^= 0x5a;
     }
   }
-  tb.notes.push_back(std::string("server: ") + std::to_string(tb.lanes.size() * p.io_depth) +
+  tb.notes.push_back(std::string("server: ") + std::to_string(r.n * p.io_depth) +
                      " windows over its " + (write ? "destination" : "source") +
                      " slots mapped for the client's RDMA " + (write ? "WRITEs" : "READs"));
   return o.str();
@@ -673,28 +688,30 @@ Status adopt_targets(Testbed& tb, const std::string& text) {
   return {};
 }
 
-// One client, start to end. A client that is refused or breaks off before this server
-// connected its QPs is not fatal (kProtocol/kInvalidArgument: the server waits for the next);
-// `committed` says when it would be.
-Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, bool& committed) {
+// One client, start to end, on the lanes of `pr`. A client that is refused or breaks off before
+// this server connected its QPs is not fatal (kProtocol/kInvalidArgument: the server waits for
+// the next); `committed` says when it would be.
+Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed::Peer& pr,
+                    bool& committed) {
   const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
+  const LaneRange r{pr.first_lane, pr.n_lanes};
   RDMX_TRY_ASSIGN(const endpoint::Frame hello, ch.expect(endpoint::FrameType::kHello, w));
-  const std::string mine = sizes_text(p, static_cast<unsigned>(tb.lanes.size()));
+  const std::string mine = sizes_text(p, r.n);
   if (std::string why = size_mismatch(hello.text(), mine); !why.empty()) {
     (void)ch.refuse(Errc::kInvalidArgument, why, w);
     return make_error(Errc::kInvalidArgument, why);
   }
   for (const auto& [k, v] : kv_lines(hello.text()))
-    if (k == "fwd") tb.client_fwd = v;
+    if (k == "fwd") pr.fwd = v;
   RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
-  RDMX_TRY(ch.send_info(lane_infos(tb, true, ch), w));
+  RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r), w));
   RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
   committed = true;
-  RDMX_TRY(connect_lanes(tb, true, theirs));
-  RDMX_TRY(post_all_recvs(tb));
+  RDMX_TRY(connect_lanes(tb, true, theirs, r));
+  for (unsigned i = r.first; i < r.first + r.n; ++i) RDMX_TRY(post_lane_recvs(*tb.lanes[i]));
   std::string targets;
-  if (tb.client_fwd == "write" || tb.client_fwd == "read") {
-    RDMX_TRY_ASSIGN(targets, map_targets(p, tb, tb.client_fwd == "write"));
+  if (pr.fwd == "write" || pr.fwd == "read") {
+    RDMX_TRY_ASSIGN(targets, map_targets(p, tb, pr.fwd == "write", r));
   }
   return ch.send_text(endpoint::FrameType::kReady, targets, w);
 }
@@ -703,9 +720,13 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
                   const Say& warn) {
   const endpoint::Wait total = wait_for(p, endpoint::kDefaultAcceptTimeout);
   const auto deadline = std::chrono::steady_clock::now() + total.timeout;
+  const unsigned n_clients = p.clients ? p.clients : 1;
+  const unsigned per = static_cast<unsigned>(tb.lanes.size()) / n_clients;
   if (say)
-    say("server: waiting for a client on " + lis.address() + " (up to " +
-        std::to_string((total.timeout.count() + 999) / 1000) + " s), Ctrl-C to stop");
+    say("server: waiting for " +
+        (n_clients == 1 ? std::string("a client") : std::to_string(n_clients) + " clients") +
+        " on " + lis.address() + " (up to " + std::to_string((total.timeout.count() + 999) / 1000) +
+        " s), Ctrl-C to stop");
   // The whole wait is one budget, whatever clients were refused meanwhile.
   const Error none =
       make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
@@ -717,13 +738,27 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     auto ch = lis.accept({left, &g_signal});
     if (!ch) return ch.error().code == Errc::kTimeout ? none : std::move(ch).error();
     bool committed = false;
-    Status st = serve_client(p, tb, ch.value(), committed);
+    Testbed::Peer pr;
+    pr.first_lane = static_cast<unsigned>(tb.peers.size()) * per;
+    pr.n_lanes = per;
+    Status st = serve_client(p, tb, ch.value(), pr, committed);
     if (st) {
+      const std::string lanes = n_clients == 1 ? ""
+                                               : ", lanes " + std::to_string(pr.first_lane) + ".." +
+                                                     std::to_string(pr.first_lane + per - 1);
       tb.notes.push_back("server: client " + ch.value().peer() + " over TCP from " +
-                         ch.value().local_address() + ", running --fwd " + tb.client_fwd +
-                         (tb.client_fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
-      tb.peer = std::move(ch).value();
-      return {};
+                         ch.value().local_address() + ", running --fwd " + pr.fwd + lanes +
+                         (pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
+      for (unsigned i = pr.first_lane; i < pr.first_lane + per; ++i)
+        tb.lanes[i]->client = static_cast<unsigned>(tb.peers.size());
+      if (say && n_clients > 1)
+        say("server: client " + std::to_string(tb.peers.size() + 1) + " of " +
+            std::to_string(n_clients) + " (" + ch.value().peer() + ") connected" +
+            (tb.peers.size() + 1 < n_clients ? "; waiting for the next" : ""));
+      pr.ch = std::move(ch).value();
+      tb.peers.push_back(std::move(pr));
+      if (tb.peers.size() == n_clients) return {};
+      continue;
     }
     if (committed || st.error().code == Errc::kState) return st;
     // Refused or broken off: this client only. Said in one line; wait for the next.
@@ -752,10 +787,10 @@ Result<endpoint::Channel> tcp_client_hello(Params& p, unsigned lanes, const Say&
 
 Status tcp_client_finish(const Params& p, Testbed& tb) {
   const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
-  endpoint::Channel& ch = tb.peer;
+  endpoint::Channel& ch = tb.peers.at(0).ch;
   RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
-  RDMX_TRY(ch.send_info(lane_infos(tb, false, ch), w));
-  RDMX_TRY(connect_lanes(tb, false, theirs));
+  RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb)), w));
+  RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb)));
   RDMX_TRY(post_all_recvs(tb));
   // The server's receives are posted once it says so: only then may requests go.
   RDMX_TRY_ASSIGN(const endpoint::Frame ready, ch.expect(endpoint::FrameType::kReady, w));
@@ -771,32 +806,74 @@ Status tcp_client_finish(const Params& p, Testbed& tb) {
 
 }  // namespace
 
-PeerState watch_peer(Testbed& tb) {
-  if (!tb.peer.valid()) return PeerState::kHere;
-  if (tb.peer_said_bye) return PeerState::kBye;
-  pollfd pf{tb.peer.fd(), POLLIN, 0};
+std::string Testbed::peer_name(const Lane& l) const {
+  return l.client < peers.size() ? peers[l.client].ch.peer() : std::string();
+}
+
+bool Testbed::any_client_runs(const std::string& fwd) const {
+  for (const Peer& pr : peers)
+    if (fwd.empty() ? !pr.fwd.empty() : pr.fwd == fwd) return true;
+  return false;
+}
+
+namespace {
+// One peer, without waiting.
+PeerState watch_one(Testbed::Peer& pr) {
+  if (!pr.ch.valid()) return PeerState::kHere;
+  if (pr.said_bye) return PeerState::kBye;
+  pollfd pf{pr.ch.fd(), POLLIN, 0};
   if (::poll(&pf, 1, 0) <= 0) return PeerState::kHere;
-  if (tb.peer.peer_gone()) return PeerState::kGone;
-  auto f = tb.peer.recv({std::chrono::milliseconds(200), &g_signal});
+  if (pr.ch.peer_gone()) return PeerState::kGone;
+  auto f = pr.ch.recv({std::chrono::milliseconds(200), &g_signal});
   if (f && f.value().type == endpoint::FrameType::kBye) {
-    tb.peer_said_bye = true;
-    tb.peer_bye_text = f.value().text();
+    pr.said_bye = true;
+    pr.bye_text = f.value().text();
     return PeerState::kBye;
   }
   return f ? PeerState::kHere : PeerState::kGone;
 }
+}  // namespace
+
+// Every peer: kGone as soon as one went away without a goodbye (lost_peer names it), kBye once
+// all said it.
+PeerState watch_peer(Testbed& tb) {
+  if (tb.peers.empty()) return PeerState::kHere;
+  bool all_bye = true;
+  for (size_t i = 0; i < tb.peers.size(); ++i) {
+    const PeerState s = watch_one(tb.peers[i]);
+    if (s == PeerState::kGone) {
+      tb.lost_peer = static_cast<int>(i);
+      return PeerState::kGone;
+    }
+    all_bye = all_bye && s == PeerState::kBye;
+  }
+  return all_bye ? PeerState::kBye : PeerState::kHere;
+}
 
 bool await_bye(Testbed& tb, std::chrono::milliseconds within) {
-  if (!tb.peer.valid() || tb.peer_said_bye) return tb.peer_said_bye;
-  auto f = tb.peer.expect(endpoint::FrameType::kBye, {within, &g_signal});
-  if (!f) return false;
-  tb.peer_said_bye = true;
-  tb.peer_bye_text = f.value().text();
-  return true;
+  const auto end = std::chrono::steady_clock::now() + within;
+  bool all = !tb.peers.empty();
+  for (Testbed::Peer& pr : tb.peers) {
+    if (!pr.ch.valid() || pr.said_bye) {
+      all = all && pr.said_bye;
+      continue;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
+    auto f = pr.ch.expect(endpoint::FrameType::kBye,
+                          {std::max(left, std::chrono::milliseconds(1)), &g_signal});
+    if (!f) {
+      all = false;
+      continue;
+    }
+    pr.said_bye = true;
+    pr.bye_text = f.value().text();
+  }
+  return all;
 }
 
 void say_bye(Testbed& tb, const Params& p, uint64_t ios) {
-  if (!tb.peer.valid()) return;
+  if (tb.peers.empty() || !tb.peers[0].ch.valid()) return;
   std::ostringstream o;
   o << "ios " << ios << "\n";
   // --fwd write: what the last write of each slot carried, for the server to check.
@@ -806,14 +883,16 @@ void say_bye(Testbed& tb, const Params& p, uint64_t ios) {
         if (lp->slots[i].seq)
           o << "slot " << lp->index << ' ' << i << ' ' << lp->slots[i].seq << ' ' << lp->csums[i].a
             << ' ' << lp->csums[i].b << "\n";
-  (void)tb.peer.send_text(endpoint::FrameType::kBye, o.str(),
-                          {std::chrono::milliseconds(1000), nullptr});
+  (void)tb.peers[0].ch.send_text(endpoint::FrameType::kBye, o.str(),
+                                 {std::chrono::milliseconds(1000), nullptr});
 }
 
-uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
-  std::istringstream in(tb.peer_bye_text);
+namespace {
+// One client's goodbye against the slots of its lanes.
+void check_writes_of(Testbed& tb, const Params& p, const Testbed::Peer& pr, uint64_t& checked,
+                     uint64_t& bad) {
+  std::istringstream in(pr.bye_text);
   std::string word;
-  uint64_t checked = 0, bad = 0;
   const uint32_t len = p.pages_per_io * p.page_size;
   while (in >> word) {
     if (word != "slot") {
@@ -823,12 +902,12 @@ uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
     unsigned lane = 0, slot = 0;
     uint64_t seq = 0;
     Csum want;
-    if (!(in >> lane >> slot >> seq >> want.a >> want.b) || lane >= tb.lanes.size() ||
-        slot >= tb.lanes[lane]->depth) {
+    if (!(in >> lane >> slot >> seq >> want.a >> want.b) || lane >= pr.n_lanes ||
+        slot >= tb.lanes[pr.first_lane + lane]->depth) {
       ++bad;
       break;
     }
-    Lane& l = *tb.lanes[lane];
+    Lane& l = *tb.lanes[pr.first_lane + lane];  // the client's lane number, on our lanes
     const uint64_t a = l.p_dst.slot(slot)[0];
     if (p.corrupt_every && checked == 0) reinterpret_cast<uint8_t*>(a)[len / 2] ^= 0x5a;  // tests
     const bool ok =
@@ -839,6 +918,13 @@ uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
       l.st.verify_fail.add(1);  // the lanes have stopped: no other writer
     }
   }
+}
+}  // namespace
+
+uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
+  uint64_t checked = 0, bad = 0;
+  for (const Testbed::Peer& pr : tb.peers)
+    if (pr.fwd == "write") check_writes_of(tb, p, pr, checked, bad);
   note = "server: checked the last write of " + std::to_string(checked) +
          " slot(s) against the client's goodbye: " +
          (bad ? std::to_string(bad) + " differ" : std::string("all match"));
@@ -862,7 +948,9 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     if (p.wire.empty()) p.wire = "rdmafwd-" + std::to_string(::getpid());
   }
   if (!p.peer.empty()) {
-    RDMX_TRY_ASSIGN(tb->peer, tcp_client_hello(p, n_lanes, say), "rendezvous");
+    tb->peers.emplace_back();
+    RDMX_TRY_ASSIGN(tb->peers[0].ch, tcp_client_hello(p, n_lanes, say), "rendezvous");
+    tb->peers[0].n_lanes = n_lanes;
   }
   RDMX_TRY(open_devices(p, *tb));
   mlx5::ConnectInfo client_info;
@@ -870,6 +958,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     RDMX_TRY_ASSIGN(client_info, adopt_client_sizes(p, *tb));
   }
 
+  if (p.clients > 1 && n_lanes % p.clients != 0)
+    return make_error(Errc::kInvalidArgument,
+                      "--nb-cores " + std::to_string(n_lanes) + " is not a multiple of --clients " +
+                          std::to_string(p.clients) + " (each client gets as many lanes)");
   const uint32_t recv_pages = std::min<uint32_t>(p.max_pages, 16);
   const uint32_t cores_per_side = 2 * n_lanes;
   const uint32_t windows = p.windows_per_core * cores_per_side;
@@ -893,6 +985,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   else
     RDMX_TRY(rendezvous(p, *tb, client_info));
 
+  if (p.isolate)
+    tb->notes.push_back(
+        "server: --isolate peer: each lane's QP and its " + std::to_string(p.windows_per_core) +
+        " windows in a protection domain of its own (the arena registered once more per lane)");
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "windows: %u per pool (%u per core x %u cores), %u translation entries each; "

@@ -39,13 +39,23 @@ struct Testbed {
   win::WindowPool* pool_b = nullptr;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::string> notes;  // how devices and cores are used (printed at start)
-  // Two-process mode over TCP: the rendezvous connection, kept open for the run (a peer that
-  // goes away is seen at once, see watch_peer) and closed with the testbed.
-  endpoint::Channel peer;
-  bool peer_said_bye = false;
-  std::string client_fwd;     // server: the engine its client runs (rpc; umr, write, read: nothing
-                              // to serve)
-  std::string peer_bye_text;  // server: the client's goodbye
+  // Two-process mode over TCP: per peer (a server's clients; a client's server) the rendezvous
+  // connection, kept open for the run (a peer that goes away is seen at once, see watch_peer)
+  // and closed with the testbed.
+  struct Peer {
+    endpoint::Channel ch;
+    bool said_bye = false;
+    std::string fwd;       // server: the engine this client runs (rpc; umr, write, read: nothing
+                           // to serve)
+    std::string bye_text;  // server: the client's goodbye
+    unsigned first_lane = 0, n_lanes = 0;  // server: the lanes that serve this client
+  };
+  std::vector<Peer> peers;
+  int lost_peer = -1;  // the peer watch_peer saw go away
+  // Server: the peer a lane serves, by name ("ADDR:PORT"); "" without TCP.
+  std::string peer_name(const Lane& l) const;
+  // Server: does any client run `fwd` (any engine when empty)? Do all run something else?
+  bool any_client_runs(const std::string& fwd) const;
 
   ~Testbed();
   // Window census of both pools (no lane running). Text lines; ok=false on an inconsistency.

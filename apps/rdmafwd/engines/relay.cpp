@@ -85,8 +85,7 @@ bool sink_poll(Lane& l, uint64_t now, uint32_t cap) {
     l.sink_seq = h->seq;
     io_done(l, h->tsc, now, x.byte_len);
     release(l, h->seq);
-    if (Errc e = post_slot_recv(s, l.s_recv, k, l.page_size, l.arena_a->lkey(), kCkSinkRecv);
-        e != Errc::kOk)
+    if (Errc e = post_slot_recv(s, l.s_recv, k, l.page_size, l.lkey_a, kCkSinkRecv); e != Errc::kOk)
       note_reject(l, e);
   });
   if (n) s.flush();
@@ -108,8 +107,7 @@ bool relay_poll(Lane& l, uint32_t cap) {
       if (r.unmap(l.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
       l.relay_w[k] = nullptr;
     }
-    if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.arena_b->lkey(), kCkReqRecv);
-        e != Errc::kOk)
+    if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
       note_reject(l, e);
     reposted = true;
   });

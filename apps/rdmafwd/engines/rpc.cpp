@@ -63,7 +63,7 @@ void server_reply(Lane& l, uint32_t s, uint8_t status, Csum cs) {
   rep->status = status;
   rep->csum_a = cs.a;
   rep->csum_b = cs.b;
-  const mlx5::prm::Sge sg = sge(srv_reply_buf(l, s), kSmall, l.arena_b->lkey());
+  const mlx5::prm::Sge sg = sge(srv_reply_buf(l, s), kSmall, l.lkey_b);
   const Errc e = l.p->post_send_inv({&sg, 1}, v.rkey, cookie(kCkSrvReply, s));
   if (e != Errc::kOk) {
     note_reject(l, e);
@@ -81,8 +81,7 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
   win::PollCore& p = *l.p;
   RpcReq req = *reinterpret_cast<const RpcReq*>(l.p_recv.slot(k)[0]);
   // The receive slot is free again: the request is copied.
-  if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.arena_b->lkey(), kCkReqRecv);
-      e != Errc::kOk)
+  if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
   if (req.magic != kReqMagic || req.slot >= l.depth || req.len > l.max_pages * l.page_size) {
     l.st.rejected.add(1);
@@ -115,7 +114,7 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
       v.op = 0xff;
       l.st.corrupted.add(1);
     }
-    const mlx5::prm::Sge sg = sge(l.p_src.slot(s)[0], req.len, l.arena_b->lkey());
+    const mlx5::prm::Sge sg = sge(l.p_src.slot(s)[0], req.len, l.lkey_b);
     const Errc e = p.post_write({&sg, 1}, req.iova, req.rkey, cookie(kCkSrvWrite, s));
     if (e != Errc::kOk) {
       note_reject(l, e);
@@ -124,7 +123,7 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
     }
     server_reply(l, s, 0, cs);  // same SQ: the reply is ordered after the payload
   } else {
-    const mlx5::prm::Sge sg = sge(l.p_dst.slot(s)[0], req.len, l.arena_b->lkey());
+    const mlx5::prm::Sge sg = sge(l.p_dst.slot(s)[0], req.len, l.lkey_b);
     const Errc e = p.post_read({&sg, 1}, req.iova, req.rkey, cookie(kCkSrvRead, s), true);
     if (e != Errc::kOk) {
       note_reject(l, e);
@@ -173,7 +172,7 @@ void client_reply(Lane& l, const mlx5::Completion& x, uint64_t now) {
   win::PollCore& c = *l.c;
   const uint32_t k = cookie_slot(x.cookie);
   const RpcReply rep = *reinterpret_cast<const RpcReply*>(reply_recv_buf(l, k));
-  const mlx5::prm::Sge rs = sge(reply_recv_buf(l, k), kSmall, l.arena_a->lkey());
+  const mlx5::prm::Sge rs = sge(reply_recv_buf(l, k), kSmall, l.lkey_a);
   if (Errc e = c.post_recv({&rs, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk) note_reject(l, e);
   if (rep.magic != kReplyMagic || rep.slot >= l.depth || !l.slots[rep.slot].busy ||
       l.slots[rep.slot].seq != rep.seq) {
@@ -252,7 +251,7 @@ uint32_t client_issue(Lane& l, uint64_t now) {
     req->op = op;
     req->csum_a = l.csums[slot].a;
     req->csum_b = l.csums[slot].b;
-    const mlx5::prm::Sge sg = sge(req_buf(l, slot), kSmall, l.arena_a->lkey());
+    const mlx5::prm::Sge sg = sge(req_buf(l, slot), kSmall, l.lkey_a);
     const Errc e = c.post_send({&sg, 1}, cookie(kCkReq, slot));
     if (e != Errc::kOk) {
       note_reject(l, e);
@@ -320,7 +319,7 @@ bool rpc_send_bye(Lane& l) {
   *req = RpcReq{};
   req->magic = kReqMagic;
   req->op = kOpBye;
-  const mlx5::prm::Sge sg = sge(req_buf(l, 0), kSmall, l.arena_a->lkey());
+  const mlx5::prm::Sge sg = sge(req_buf(l, 0), kSmall, l.lkey_a);
   if (l.c->post_send({&sg, 1}, cookie(kCkBye, 0), true) != Errc::kOk) return false;
   l.c->flush();
   bool done = false;

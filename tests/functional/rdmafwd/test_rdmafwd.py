@@ -293,6 +293,11 @@ def case_bad_args(binary):
         (["--fwd", "rpc", "stray"], "unexpected argument 'stray'"),
         (["--dur", "x"], "option --duration: 'x'"),
         (["--max-refusals", "5/1"], "--max-refusals is for the server"),
+        (["--isolate", "peer"], "--isolate is for the server"),
+        (["--role", "server", "--listen", "7471", "--isolate", "pd"], "neither peer nor none"),
+        (["--clients", "2"], "--clients is for a server that listens"),
+        (["--role", "server", "--listen", "7471", "--clients", "2"], "needs a device on a network"),
+        (["--role", "server", "--listen", "7471", "--clients", "0"], "--clients"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "5"], "is not N/SECONDS"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "0/1"], "is not N/SECONDS"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "3/0"], "is not N/SECONDS"),  # getopt_long: a unique prefix names --duration

@@ -358,6 +358,69 @@ def case_roce(binary, fwd, lossy):
               f"injected faults {injected}")
 
 
+def case_roce_clients(binary):
+    """One rdmafwd server serving two clients at once (--clients 2, one lane each) with each
+    lane's QP and windows in a protection domain of its own (--isolate peer), over emu RoCE v2
+    across the veth pair; the clients on two addresses of the second namespace. Client 1 runs
+    rpc, client 2 write (through windows the server mapped in its lane's own PD): the server
+    serves client 1 lane for lane, checks client 2's last writes against its goodbye, and both
+    clients end verified."""
+    with Netns() as n:
+        addr_c = "10.47.0.3"
+        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
+                        n.b.replace("-b", "-vb")], check=True, timeout=10)
+        common = ["--json", "--rendezvous-timeout", "40", "--io-depth", "8"]
+        srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        srv = popen(command(binary, srv_eal, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                              "--clients", "2", "--isolate", "peer",
+                                              "--nb-cores", "2", "--device",
+                                              f"emu@roce:{n.addr_a}"] + common, n.a))
+        clis, outs, seen = [], [], ""
+        try:
+            seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
+            # In this order (the server's lane 0 serves client 1): the second starts once the
+            # server has connected the first.
+            for fwd, a in (("rpc", n.addr_b), ("write", addr_c)):
+                if clis:
+                    seen += wait_line(srv, srv.stderr, "client 1 of 2")
+                clis.append(popen(command(binary, CLIENT_EAL,
+                                          ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                           "--fwd", fwd, "--duration", "1.5", "--device",
+                                           f"emu@roce:{a}"] + common, n.b)))
+            outs = [finish(c) for c in clis]
+            sout, serr = finish(srv)
+            serr = seen + serr  # the lines wait_line read
+        finally:
+            for p in [srv] + clis:
+                reap(p)
+        procs = [("server", sout, serr)] + [(f"client {i + 1}", o, e)
+                                            for i, (o, e) in enumerate(outs)]
+        check(srv.returncode == 0 and all(c.returncode == 0 for c in clis),
+              f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
+        s = summary(sout)
+        c1, c2 = (summary(o)["total"] for o, _ in outs)
+        check(c1["ios"] > 0 and c2["ios"] > 0 and c1["errors"]["total"] == 0 and
+              c2["errors"]["total"] == 0, f"clients: {c1['ios']} / {c2['ios']} I/Os, errors "
+              f"{c1['errors']} / {c2['errors']}", *procs)
+        check(s["lanes"][0]["ios"] == c1["ios"],
+              f"server lane 0 served {s['lanes'][0]['ios']}, rpc client completed {c1['ios']}",
+              *procs)
+        check(s["total"]["errors"]["total"] == 0 and s["total"]["errors"]["refused_remote"] == 0,
+              f"server errors {s['total']['errors']}", *procs)
+        check("client 1 of 2" in serr and "client 2 of 2" in serr, "clients not announced",
+              *procs)
+        check("--isolate peer: each lane's QP" in serr, "the lanes were not isolated", *procs)
+        m = re.search(r"checked the last write of (\d+) slot\(s\) against the client's goodbye: "
+                      r"all match", serr)
+        check(m and int(m.group(1)) > 0, "the write client's slots were not checked", *procs)
+        for p in [srv] + clis:
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(f"roce-clients: rpc client {c1['ios']} RPCs, write client {c2['ios']} WRITEs, "
+              f"{m.group(1)} slots checked, isolated lanes")
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -760,6 +823,7 @@ CASES = {
     "roce-rpc-lossy": lambda b: case_roce(b, "rpc", True),
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
+    "roce-clients": case_roce_clients,
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
     "bad-host": case_bad_host,
