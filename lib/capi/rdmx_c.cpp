@@ -23,6 +23,7 @@
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
+#include <rdmx/win/peer_guard.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
 
@@ -118,6 +119,7 @@ struct rdmx_core {
   // unsignaled WQEs). Never more than the WQEs that can be in flight.
   std::unique_ptr<rdmx_completion[]> pend;
   uint32_t pend_cap = 0, pend_head = 0, pend_count = 0;
+  std::unique_ptr<win::PeerGuard> guard;  // rdmx_core_guard: made on its first call
 };
 
 struct rdmx_port {
@@ -803,6 +805,21 @@ int rdmx_poll_cb(rdmx_core* c, uint32_t max_cqes, rdmx_completion_fn fn, void* a
 
 int rdmx_core_in_error(const rdmx_core* c) {
   return c && const_cast<rdmx_core*>(c)->pc->qp().in_error() ? 1 : 0;
+}
+
+int rdmx_core_guard(rdmx_core* c, uint32_t max_refused, uint32_t window_ms, const char* peer) {
+  return guarded("rdmx_core_guard", [&]() -> int {
+    if (!c || !peer) return fail(RDMX_EINVAL, "rdmx_core_guard: NULL argument");
+    if (!max_refused || !window_ms)
+      return fail(RDMX_EINVAL, "rdmx_core_guard: max_refused and window_ms must be at least 1");
+    if (!c->guard)
+      c->guard = std::make_unique<win::PeerGuard>(
+          c->port->ep.device(), c->pc->qp_handle(), peer,
+          win::RefusalPolicy{max_refused, std::chrono::milliseconds(window_ms)});
+    auto r = c->guard->check();
+    if (!r) return fail(r.error(), "rdmx_core_guard");
+    return r.value() ? 1 : 0;
+  });
 }
 
 int rdmx_core_recover(rdmx_core* c, const rdmx_connect_info* remote) {

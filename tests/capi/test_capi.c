@@ -531,6 +531,10 @@ static void isolation_case(const char* device, int isolate) {
   memcpy(snap, smem, si.data_bytes);
   xbuf = (uint8_t*)(uintptr_t)(cpage + 2048);
   memset(xbuf, 0x55, 1024);
+  /* The server's policy for each peer: more than 1 refusal -> disconnected. */
+  CHECK_RC(rdmx_core_guard(sx, 1, 60000, "attacker"), 0);
+  CHECK_RC(rdmx_core_guard(sv, 1, 60000, "victim"), 0);
+  CHECK_RC(rdmx_core_guard(sx, 0, 60000, "attacker"), -RDMX_EINVAL);
   st_w = one_sided(cx, 1, (uint64_t)(uintptr_t)xbuf, m.iova + 128, 512, m.rkey);
   if (isolate) {
     CHECK(st_w == 0x13); /* RDMX remote access error: the PD check */
@@ -546,6 +550,9 @@ static void isolation_case(const char* device, int isolate) {
     CHECK(st.refused_remote_accesses == 2);
     CHECK_RC(rdmx_core_stats_get(sv, &st, sizeof(st)), 0);
     CHECK(st.refused_remote_accesses == 0);
+    /* Two refusals: the attacker is over its limit, the victim is not. */
+    CHECK_RC(rdmx_core_guard(sx, 1, 60000, "attacker"), 1);
+    CHECK_RC(rdmx_core_guard(sv, 1, 60000, "victim"), 0);
     CHECK_RC(rdmx_core_recover_pair(cx, sx), 0);
   } else {
     CHECK(st_w == 0); /* one PD: the victim's rkey opens its window to anyone */

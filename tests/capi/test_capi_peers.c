@@ -2,7 +2,9 @@
  * one window, and a client holding two connections to it, a victim's and an attacker's. Run by
  * tests/functional/twohost (case capi-peers) across the veth pair on emu RoCE v2, and by hand:
  *
- *   test_capi_peers server ADDR:PORT DEVICE ISOLATE       (ISOLATE: 1 = a PD per connection)
+ *   test_capi_peers server ADDR:PORT DEVICE ISOLATE GUARD (ISOLATE: 1 = a PD per connection;
+ *                                                         GUARD N > 0: rdmx_core_guard, a peer
+ *                                                         refused more than N times is cut off)
  *   test_capi_peers client ADDR:PORT DEVICE ATTEMPTS
  *
  * The server makes one core per connection (isolated or not), maps a window for the victim's
@@ -11,13 +13,16 @@
  *   2. makes ATTEMPTS accesses with that exact rkey on the attacker's connection, alternating
  *      WRITE and READ, and after every refusal recovers both ends of that connection (what a
  *      reconnecting attacker does); counts what was accepted and what its READs brought back;
+ *      with GUARD, the server refuses to recover the attacker's connection once the policy
+ *      fired, and the attack ends there;
  *   3. asks the server whether its memory changed outside the victim's bytes;
  *   4. asks the server to unmap the window, then WRITEs with the now stale rkey on the victim's
  *      connection: refused by the server's device across the network, nothing written;
  *   5. asks the server for its per-connection refusal counts.
  * It prints one line: "peers: isolate=I attempts=N accepted=A changed=C disclosed=D stale=S
- * refused_attacker=R refused_victim=V" and exits 0 when the run itself worked; the twohost case
- * judges the figures (isolated: A=0, C=0, D=0; not isolated: A=N). Exit 1 on any failure. */
+ * refused_attacker=R refused_victim=V cut_off_after=K" (K = 0: never) and exits 0 when the run
+ * itself worked; the twohost case judges the figures (isolated: A=0, C=0, D=0; not isolated: A=N).
+ * Exit 1 on any failure. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <rdmx/rdmx.h>
@@ -54,17 +59,21 @@ static void hear(rdmx_conn* c, char* m, size_t cap) {
 
 /* Both ends of one connection back to RTS after a refusal: the asking side sends its connect
  * info, the other recovers towards it and answers with its own. */
-static void recover_ask(rdmx_conn* c, rdmx_core* core, char which) {
+/* 0, or 1 when the server refused: it cut this connection off (rdmx_core_guard). */
+static int recover_ask(rdmx_conn* c, rdmx_core* core, char which) {
   rdmx_connect_info mine, theirs;
   char m[2 + sizeof mine];
+  int n;
   TRY(rdmx_core_connect_info(core, &mine));
   m[0] = 'R';
   m[1] = which;
   memcpy(m + 2, &mine, sizeof mine);
   TRY(rdmx_conn_send(c, m, sizeof m, 10000, NULL));
-  if (rdmx_conn_recv(c, &theirs, sizeof theirs, 30000, NULL) != (int)sizeof theirs)
-    die("recover: the server's connect info", -RDMX_EPROTO);
+  n = rdmx_conn_recv(c, &theirs, sizeof theirs, 30000, NULL);
+  if (n == 4 && !memcmp(&theirs, "cut", 4)) return 1;
+  if (n != (int)sizeof theirs) die("recover: the server's connect info", -RDMX_EPROTO);
   TRY(rdmx_core_recover(core, &theirs));
+  return 0;
 }
 static void recover_answer(rdmx_conn* c, rdmx_core* core, const char* m) {
   rdmx_connect_info theirs, mine;
@@ -75,7 +84,7 @@ static void recover_answer(rdmx_conn* c, rdmx_core* core, const char* m) {
 }
 
 /* ---- Server: exposes one window, on the victim's connection ---------------------------------- */
-static int server(const char* at, const char* device, int isolate) {
+static int server(const char* at, const char* device, int isolate, unsigned guard) {
   rdmx_listener* l;
   rdmx_conn* c;
   rdmx_port* port;
@@ -97,6 +106,10 @@ static int server(const char* at, const char* device, int isolate) {
   TRY(rdmx_core_create(port, &o, &cores[0]));
   TRY(rdmx_core_create(port, &o, &cores[1]));
   TRY(rdmx_conn_exchange(c, cores, 2, 30000, NULL));
+  if (guard) { /* the policy counts from here */
+    TRY(rdmx_core_guard(cores[0], guard, 60000, rdmx_conn_peer(c)));
+    TRY(rdmx_core_guard(cores[1], guard, 60000, rdmx_conn_peer(c)));
+  }
   TRY(rdmx_port_query(port, &pi));
   mem = (uint8_t*)pi.arena_base;
   for (i = 0; i < pi.data_bytes; ++i) mem[i] = (uint8_t)(i * 13 + 5);
@@ -112,7 +125,16 @@ static int server(const char* at, const char* device, int isolate) {
   for (;;) {
     hear(c, msg, sizeof msg);
     if (msg[0] == 'R') { /* recover a connection: R, which (0 victim, 1 attacker), info */
-      recover_answer(c, cores[msg[1] == 1], msg);
+      rdmx_core* core = cores[msg[1] == 1];
+      if (guard) {
+        const int g = rdmx_core_guard(core, guard, 60000, rdmx_conn_peer(c));
+        if (g < 0) die("rdmx_core_guard", g);
+        if (g == 1) { /* over the limit: this connection is not recovered again */
+          TRY(rdmx_conn_send(c, "cut", 4, 10000, NULL));
+          continue;
+        }
+      }
+      recover_answer(c, core, msg);
     } else if (!strcmp(msg, "victim-wrote")) { /* the victim's bytes are its own */
       memcpy(want + (page - (uint64_t)(uintptr_t)mem), (void*)(uintptr_t)page, VICTIM_BYTES);
     } else if (!strcmp(msg, "check")) {
@@ -186,7 +208,7 @@ static int client(const char* at, const char* device, unsigned long attempts) {
   uint64_t page;
   uint8_t* buf;
   unsigned long long rkey, iova, changed, changed2, dummy, refused_x, refused_v;
-  unsigned long k, accepted = 0, disclosed = 0, i;
+  unsigned long k, accepted = 0, disclosed = 0, i, cut = 0;
   int st, stale;
   char msg[256];
   TRY(rdmx_connect_to(at, 30000, NULL, &c));
@@ -221,7 +243,10 @@ static int client(const char* at, const char* device, unsigned long attempts) {
       for (i = 0; !write && i < 512; ++i) disclosed += b[i] != 0x5A;
     } else if (st == SYNDROME_REMOTE_ACCESS) {
       for (i = 0; !write && i < 512; ++i) disclosed += b[i] != 0x5A;
-      recover_ask(c, cores[1], 1);
+      if (recover_ask(c, cores[1], 1)) {
+        cut = k + 1; /* the server cut the attacker off */
+        break;
+      }
     } else {
       die(rdmx_syndrome_name(st), -RDMX_ESTATE);
     }
@@ -235,7 +260,8 @@ static int client(const char* at, const char* device, unsigned long attempts) {
   hear(c, msg, sizeof msg);
   memset(buf, 0xEE, VICTIM_BYTES);
   stale = op(cores[0], 1, buf, VICTIM_BYTES, iova, (uint32_t)rkey);
-  if (stale == SYNDROME_REMOTE_ACCESS) recover_ask(c, cores[0], 0);
+  if (stale == SYNDROME_REMOTE_ACCESS && recover_ask(c, cores[0], 0))
+    die("the server cut the victim off", -RDMX_ESTATE);
   say(c, "check", 0, 0); /* the stale WRITE must not have changed anything either */
   hear(c, msg, sizeof msg);
   if (sscanf(msg, "changed %llu %llu", &changed2, &dummy) != 2) die(msg, -RDMX_EPROTO);
@@ -247,20 +273,21 @@ static int client(const char* at, const char* device, unsigned long attempts) {
   say(c, "bye", 0, 0);
   printf(
       "peers: attempts=%lu accepted=%lu changed=%llu disclosed=%lu stale=%s "
-      "refused_attacker=%llu refused_victim=%llu\n",
-      attempts, accepted, changed, disclosed,
-      stale == SYNDROME_REMOTE_ACCESS ? "refused" : "accepted", refused_x, refused_v);
+      "refused_attacker=%llu refused_victim=%llu cut_off_after=%lu\n",
+      cut ? cut : attempts, accepted, changed, disclosed,
+      stale == SYNDROME_REMOTE_ACCESS ? "refused" : "accepted", refused_x, refused_v, cut);
   rdmx_conn_close(c);
   rdmx_port_close(port);
   return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc == 5 && !strcmp(argv[1], "server")) return server(argv[2], argv[3], atoi(argv[4]));
+  if (argc == 6 && !strcmp(argv[1], "server"))
+    return server(argv[2], argv[3], atoi(argv[4]), (unsigned)strtoul(argv[5], NULL, 10));
   if (argc == 5 && !strcmp(argv[1], "client"))
     return client(argv[2], argv[3], strtoul(argv[4], NULL, 10));
   fprintf(stderr,
-          "usage: test_capi_peers server ADDR:PORT DEVICE ISOLATE | "
+          "usage: test_capi_peers server ADDR:PORT DEVICE ISOLATE GUARD | "
           "client ADDR:PORT DEVICE ATTEMPTS\n");
   return 2;
 }

@@ -738,11 +738,11 @@ def case_capi_peers(binary, blockd, peers):
     check). Both: the victim's rkey, once the server unmapped the window, refused across the
     network (the stale key) and counted on the victim's server core."""
     with Netns() as n:
-        for isolate, attempts in ((1, 10000), (0, 20)):
-            port = 7471 + isolate
+        for isolate, attempts, guard in ((1, 10000, 0), (0, 20, 0), (1, 10000, 100)):
+            port = 7471 + isolate + guard
             srv = subprocess.Popen(
                 command(peers, None, ["server", f"{n.addr_a}:{port}", f"emu@roce:{n.addr_a}",
-                                      str(isolate)], n.a),
+                                      str(isolate), str(guard)], n.a),
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 wait_line(srv, srv.stdout, "waiting on")
@@ -757,13 +757,25 @@ def case_capi_peers(binary, blockd, peers):
             procs = [("server", sout, serr), ("client", cout, cerr)]
             both_ok(srv, cli, procs, f"isolate={isolate}: ")
             m = re.search(r"peers: attempts=(\d+) accepted=(\d+) changed=(\d+) disclosed=(\d+) "
-                          r"stale=(\w+) refused_attacker=(\d+) refused_victim=(\d+)", cout)
+                          r"stale=(\w+) refused_attacker=(\d+) refused_victim=(\d+) "
+                          r"cut_off_after=(\d+)", cout)
             check(m, "no result line", *procs)
-            tried, acc, changed, disclosed, stale, rx, rv = m.groups()
-            tried, acc, changed, disclosed, rx, rv = map(int, (tried, acc, changed, disclosed,
-                                                               rx, rv))
-            check(tried == attempts and stale == "refused" and rv == 1,
+            tried, acc, changed, disclosed, stale, rx, rv, cut = m.groups()
+            tried, acc, changed, disclosed, rx, rv, cut = map(
+                int, (tried, acc, changed, disclosed, rx, rv, cut))
+            check(stale == "refused" and rv == 1,
                   f"isolate={isolate}: stale key {stale}, victim refusals {rv}", *procs)
+            if guard:
+                # rdmx_core_guard: more than `guard` refusals -> cut off, with one line naming
+                # the peer; the victim's connection carries on (the stale-key step above).
+                check(cut == guard + 1 and tried == cut and acc == 0 and rx == cut,
+                      f"guard {guard}: cut off after {cut}, refused {rx}, accepted {acc}", *procs)
+                check(re.search(rf"peer {re.escape(n.addr_b)}:\d+ disconnected: {guard + 1} "
+                                rf"remote accesses refused within", serr),
+                      "the server did not name the peer it cut off", *procs)
+                print(f"capi-peers guard={guard}: {m.group(0)}")
+                continue
+            check(tried == attempts and cut == 0, f"attempts {tried}, cut off {cut}", *procs)
             if isolate:
                 check(acc == 0 and changed == 0 and disclosed == 0 and rx == attempts,
                       f"isolated: accepted {acc}, changed {changed}, disclosed {disclosed}, "

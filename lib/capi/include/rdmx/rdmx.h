@@ -492,6 +492,17 @@ RDMX_API int rdmx_core_in_error(const rdmx_core* core);
  * recovers too and sends its current connect info; NULL = the caller already did it) and frees
  * every window of the core (mappings are gone: map again). */
 RDMX_API int rdmx_core_recover(rdmx_core* core, const rdmx_connect_info* remote);
+/* [setup] Noticing attacks (doc/guides/security.md): the server's policy for the peer behind
+ * this core's QP. Counts the remote accesses the core's QP refused (wrong key, another PD's
+ * window, out of bounds, missing rights) from the first call on; once more than max_refused
+ * fell within window_ms, moves the QP to the error state, logs one line naming `peer`
+ * ("peer NAME disconnected: 11 remote accesses refused within 1000 ms (limit 10)") and returns
+ * 1 (on that call and every later one): do not recover that core for this peer again. 0 while
+ * the peer is within the policy. The first call's policy holds. A device that cannot count per
+ * QP: -RDMX_ENOTSUP. Control path (it asks the device): call it from housekeeping, for
+ * instance before recovering a core after an error, not per I/O. */
+RDMX_API int rdmx_core_guard(rdmx_core* core, uint32_t max_refused, uint32_t window_ms,
+                             const char* peer);
 /* [setup] Both cores of one process: reconnects them and recovers both. */
 RDMX_API int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b);
 /* [setup] Waits (by polling rdmx's own completions only; application completions read meanwhile
