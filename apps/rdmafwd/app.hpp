@@ -24,7 +24,8 @@ struct App {
   std::string topology_text;
   std::string telemetry_path;
   bool quit = false;
-  bool stats_shown = false;  // `stop` printed the statistics of the run that ended
+  bool stats_shown = false;   // `stop` printed the statistics of the run that ended
+  bool started_once = false;  // reset_stats ran before: device counts since setup went to a run
   // --cmdline-file: lines that did not parse (the exit status is then 2) and the first of them.
   unsigned script_errors = 0;
   std::string first_script_error;

@@ -181,6 +181,12 @@ Status App::stop() {
 
 void App::reset_stats(const char* why) {
   Snapshot b = take_snapshot(tb->lanes);
+  // A server's peer may act before the first start (its QPs are connected at the rendezvous,
+  // and a client runs as soon as it is ready): what the device refused until then belongs to
+  // the first run, not to nothing.
+  if (!started_once)
+    for (LaneSnap& l : b.lanes) l.refused = 0;
+  started_once = true;
   std::lock_guard<std::mutex> g(mu);  // telemetry reads `since`
   base = std::move(b);
   since = why;

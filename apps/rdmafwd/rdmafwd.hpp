@@ -280,6 +280,7 @@ struct Lane {
   struct Slot {
     uint64_t tsc = 0;
     uint64_t seq = 0;
+    uint64_t done_seq = 0;  // the last seq that completed without error (write: the goodbye)
     win::Window* w = nullptr;
     uint32_t rkey = 0;
     uint32_t len = 0;

@@ -876,11 +876,12 @@ void say_bye(Testbed& tb, const Params& p, uint64_t ios) {
   if (tb.peers.empty() || !tb.peers[0].ch.valid()) return;
   std::ostringstream o;
   o << "ios " << ios << "\n";
-  // --fwd write: what the last write of each slot carried, for the server to check.
+  // --fwd write: what the last write of each slot carried, for the server to check; only slots
+  // whose last write completed (one that failed may have written nothing, or part: unknown).
   if (p.fwd == "write")
     for (auto& lp : tb.lanes)
       for (uint32_t i = 0; i < lp->depth; ++i)
-        if (lp->slots[i].seq)
+        if (lp->slots[i].seq && lp->slots[i].done_seq == lp->slots[i].seq)
           o << "slot " << lp->index << ' ' << i << ' ' << lp->slots[i].seq << ' ' << lp->csums[i].a
             << ' ' << lp->csums[i].b << "\n";
   (void)tb.peers[0].ch.send_text(endpoint::FrameType::kBye, o.str(),

@@ -84,6 +84,7 @@ bool fwd(Lane& l) {
     } else {
       if (l.cfg.verify && !verify<kWrite>(l, s, sl.seq)) l.st.verify_fail.add(1);
       io_done(l, sl.tsc, now, len);
+      sl.done_seq = sl.seq;
     }
     unmap_or_queue(c, l, sl.w);
     push_slot(l, s);

@@ -242,6 +242,10 @@ def case_forged_rkey(binary):
     refused = s["total"]["errors"]["refused_remote"]
     check(refused >= 1 and c["total"]["errors"]["refused_remote"] == 0,
           f"refusals: server {refused}, client {c['total']['errors']['refused_remote']}", *procs)
+    # The client's goodbye names only slots whose last WRITE completed: the server finds them
+    # intact (a failed WRITE's slot is not reported as a mismatch on top of the real error).
+    check("against the client's goodbye: all match" in serr,
+          "the server reported slots the failed WRITEs never wrote", *procs)
     print(f"forged rkey: server refused {refused}, client exit {cli.returncode}, "
           f"server exit {srv.returncode}")
 
