@@ -76,6 +76,8 @@ std::string usage_text(const std::string& prog) {
        "                         (needs a device on a network: emu@roce:ADDR or mlx5)\n";
   u += "  --isolate peer|none    server: each lane's QP and windows in a protection domain of\n"
        "                         its own: no client's rkey works on another's QP (default none)\n";
+  u += "  --cm                   mlx5: connect the QPs through rdma_cm (route-resolved device,\n"
+       "                         port and GID) on the --listen/--peer port\n";
   u += "  --wire NAME            emu's shared-memory wire (/dev/shm/rdmx-emu-NAME); with\n"
        "                         --listen the server picks one and tells the client\n";
   u += "  --no-verify            do not check payload contents\n";
@@ -150,6 +152,7 @@ enum : int {
   kMaxRefusals,
   kClients,
   kIsolate,
+  kCm,
   kWire,
   kNoVerify,
   kShowTopology,
@@ -194,6 +197,7 @@ constexpr option kOptions[] = {
     {"max-refusals", required_argument, nullptr, kMaxRefusals},
     {"clients", required_argument, nullptr, kClients},
     {"isolate", required_argument, nullptr, kIsolate},
+    {"cm", no_argument, nullptr, kCm},
     {"wire", required_argument, nullptr, kWire},
     {"no-verify", no_argument, nullptr, kNoVerify},
     {"show-topology", no_argument, nullptr, kShowTopology},
@@ -305,6 +309,9 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
       return "";
     case kClients:
       return num(1, 64, p.clients);
+    case kCm:
+      p.cm = true;
+      return "";
     case kIsolate:
       if (v == "peer" || v == "none") {
         p.isolate = v == "peer";
@@ -435,6 +442,10 @@ std::string check_params(const Params& p) {
   if (p.max_refusals && p.role != Role::kServer)
     return "--max-refusals is for the server (--role server)";
   if (p.isolate && p.role != Role::kServer) return "--isolate is for the server (--role server)";
+  if (p.cm && !tcp) return "--cm is for two processes meeting over --listen/--peer";
+  if (p.cm && dk != DeviceKind::kMlx5)
+    return "--cm connects the QPs through rdma_cm: an mlx5 device only (--device mlx5_N); emu "
+           "devices meet over the TCP rendezvous alone";
   if (p.clients > 1 && p.listen.empty())
     return "--clients is for a server that listens (--role server --listen [ADDR:]PORT)";
   if (p.clients > 1 && dk != DeviceKind::kMlx5 && p.device.find("@roce:") == std::string::npos)

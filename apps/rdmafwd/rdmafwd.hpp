@@ -79,6 +79,10 @@ struct Params {
   // its own (endpoint::Endpoint::add_isolated_core), so no client's rkey works on another's QP.
   uint32_t clients = 1;
   bool isolate = false;
+  // --cm (mlx5, with --listen/--peer): the lanes' QPs are connected through rdma_cm (a
+  // route-resolved device, port and GID; drivers/mlx5/dv/cm.hpp) on the rendezvous port of the
+  // RDMA port space, instead of connect infos over the TCP socket.
+  bool cm = false;
   bool verify = true;
   bool show_topology = false;
   bool strict = false;               // --strict-no-syscalls

@@ -192,7 +192,10 @@ Result<mlx5::ConnectInfo> parse_info(const std::string& text, const std::string&
 
 Testbed::~Testbed() {
   // Cores quiesce while the device (thread) still runs; then the shared emu thread stops before
-  // the endpoints destroy pools, arenas and devices.
+  // the endpoints destroy pools, arenas and devices. rdma_cm connections first (they
+  // disconnect while their QPs exist).
+  cm_conns.clear();
+  cm_listener.reset();
   lanes.clear();
   side_a.destroy_cores();
   side_b.destroy_cores();
@@ -533,7 +536,8 @@ endpoint::Wait wait_for(const Params& p, std::chrono::milliseconds dflt) {
 std::string sizes_text(const Params& p, unsigned lanes) {
   std::ostringstream o;
   o << "fwd " << p.fwd << "\nlanes " << lanes << "\nio-depth " << p.io_depth << "\nmax-pages "
-    << p.max_pages << "\npages-per-io " << p.pages_per_io << "\npage-size " << p.page_size << "\n";
+    << p.max_pages << "\npages-per-io " << p.pages_per_io << "\npage-size " << p.page_size
+    << "\ncm " << (p.cm ? "on" : "off") << "\n";
   return o.str();
 }
 
@@ -604,6 +608,34 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
     Lane& l = *tb.lanes[r.first + i];
     RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect((server ? l.p : l.c)->qp_handle(), remote[i]),
              "lane " + std::to_string(i) + ": connect to the peer");
+  }
+  return {};
+}
+
+// --cm: each lane's QP connected through rdma_cm (drivers/mlx5/dv/cm.hpp), the connect info in
+// the REQ/REP private data; the route must go through the lane's device (refused otherwise, with
+// the GID index to use). Server: one request per lane, in the client's lane order.
+dv::DvDevice* dv_of(mlx5::Device* d) {
+  return dynamic_cast<dv::DvDevice*>(d);
+}
+Status cm_accept_lanes(Testbed& tb, LaneRange r) {
+  dv::DvDevice* dev = dv_of(tb.dev_b);
+  if (!dev || !tb.cm_listener)
+    return make_error(Errc::kInvalidArgument, "--cm: not an mlx5 device");
+  for (unsigned i = r.first; i < r.first + r.n; ++i) {
+    RDMX_TRY_ASSIGN(auto c, tb.cm_listener->accept(*dev, tb.lanes[i]->p->qp_handle()),
+                    "lane " + std::to_string(i) + ": rdma_cm accept");
+    tb.cm_conns.push_back(std::move(c));
+  }
+  return {};
+}
+Status cm_connect_lanes(Testbed& tb, const endpoint::HostPort& hp) {
+  dv::DvDevice* dev = dv_of(tb.dev_a);
+  if (!dev) return make_error(Errc::kInvalidArgument, "--cm: not an mlx5 device");
+  for (auto& lp : tb.lanes) {
+    RDMX_TRY_ASSIGN(auto c, dv::cm_connect(*dev, lp->c->qp_handle(), hp.host, hp.port),
+                    "lane " + std::to_string(lp->index) + ": rdma_cm connect to " + hp.str());
+    tb.cm_conns.push_back(std::move(c));
   }
   return {};
 }
@@ -704,10 +736,15 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed
   for (const auto& [k, v] : kv_lines(hello.text()))
     if (k == "fwd") pr.fwd = v;
   RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
-  RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r), w));
-  RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
-  committed = true;
-  RDMX_TRY(connect_lanes(tb, true, theirs, r));
+  if (p.cm) {
+    committed = true;
+    RDMX_TRY(cm_accept_lanes(tb, r));
+  } else {
+    RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r), w));
+    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+    committed = true;
+    RDMX_TRY(connect_lanes(tb, true, theirs, r));
+  }
   for (unsigned i = r.first; i < r.first + r.n; ++i) RDMX_TRY(post_lane_recvs(*tb.lanes[i]));
   std::string targets;
   if (pr.fwd == "write" || pr.fwd == "read") {
@@ -788,9 +825,14 @@ Result<endpoint::Channel> tcp_client_hello(Params& p, unsigned lanes, const Say&
 Status tcp_client_finish(const Params& p, Testbed& tb) {
   const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
   endpoint::Channel& ch = tb.peers.at(0).ch;
-  RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
-  RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb)), w));
-  RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb)));
+  if (p.cm) {
+    RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
+    RDMX_TRY(cm_connect_lanes(tb, hp));
+  } else {
+    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+    RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb)), w));
+    RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb)));
+  }
   RDMX_TRY(post_all_recvs(tb));
   // The server's receives are posted once it says so: only then may requests go.
   RDMX_TRY_ASSIGN(const endpoint::Frame ready, ch.expect(endpoint::FrameType::kReady, w));
@@ -954,6 +996,11 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     tb->peers[0].n_lanes = n_lanes;
   }
   RDMX_TRY(open_devices(p, *tb));
+  if (p.cm && !p.listen.empty()) {
+    // The same port, in rdma_cm's port space (RDMA_PS_TCP), for the lanes' QPs.
+    RDMX_TRY_ASSIGN(const endpoint::HostPort at, endpoint::parse_listen_address(p.listen));
+    RDMX_TRY_ASSIGN(tb->cm_listener, dv::CmListener::listen(at.host, at.port), "rdma_cm listen");
+  }
   mlx5::ConnectInfo client_info;
   if (p.role == Role::kServer && !tcp) {
     RDMX_TRY_ASSIGN(client_info, adopt_client_sizes(p, *tb));

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/dv/cm.hpp>
+#include <rdmx/dv/dv_device.hpp>
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
@@ -52,6 +54,9 @@ struct Testbed {
   };
   std::vector<Peer> peers;
   int lost_peer = -1;  // the peer watch_peer saw go away
+  // --cm: the server's rdma_cm listener, and every lane's connection (disconnected at teardown).
+  std::unique_ptr<dv::CmListener> cm_listener;
+  std::vector<std::unique_ptr<dv::CmConnection>> cm_conns;
   // Server: the peer a lane serves, by name ("ADDR:PORT"); "" without TCP.
   std::string peer_name(const Lane& l) const;
   // Server: does any client run `fwd` (any engine when empty)? Do all run something else?

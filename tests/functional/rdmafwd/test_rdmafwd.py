@@ -294,6 +294,8 @@ def case_bad_args(binary):
         (["--dur", "x"], "option --duration: 'x'"),
         (["--max-refusals", "5/1"], "--max-refusals is for the server"),
         (["--isolate", "peer"], "--isolate is for the server"),
+        (["--cm", "--device", "mlx5_0"], "--cm is for two processes"),
+        (["--role", "server", "--listen", "7471", "--cm"], "an mlx5 device only"),
         (["--role", "server", "--listen", "7471", "--isolate", "pd"], "neither peer nor none"),
         (["--clients", "2"], "--clients is for a server that listens"),
         (["--role", "server", "--listen", "7471", "--clients", "2"], "needs a device on a network"),
@@ -401,6 +403,10 @@ def case_no_device(binary):
     p = run(binary, ["--device", "mlx5_0", "--fwd", "rpc", "--duration", "1"], timeout=20)
     check(p.returncode == 3, f"exit {p.returncode}, want 3", p)
     check("mlx5_0" in p.stderr, "the message does not name the device", p)
+    # A --cm server: the device first (exit 3, one line), before any rdma_cm call.
+    q = run(binary, ["--device", "mlx5_0", "--role", "server", "--listen", "127.0.0.1:0",
+                     "--cm"], timeout=20)
+    check(q.returncode == 3 and "mlx5_0" in q.stderr, f"--cm server: exit {q.returncode}", q)
 
 
 def case_telemetry(binary):
