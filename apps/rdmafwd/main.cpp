@@ -143,7 +143,10 @@ Status App::start() {
   const uint64_t n_lanes = tb->lanes.size();
   for (auto& lp : tb->lanes) {
     Lane& l = *lp;
-    l.cfg.engine = e;
+    // A server runs rpc for its clients, and relay on the lanes of a relay client.
+    const bool relays = prm.role == Role::kServer && l.client < tb->peers.size() &&
+                        tb->peers[l.client].fwd == "relay";
+    l.cfg.engine = relays ? find_engine("relay") : e;
     l.cfg.burst = prm.burst;
     l.cfg.pages = prm.pages_per_io;
     l.cfg.depth = l.depth;
@@ -575,9 +578,12 @@ int main(int argc, char** argv) {
     std::snprintf(pb, sizeof pb, "%slcore %u -> lane %zu", i ? ", " : "", a.lcores[i], i);
     polls.append(pb);
   }
-  const char* who = a.prm.role == Role::kServer   ? "server core p"
-                    : a.prm.role == Role::kClient ? "client core c"
-                                                  : "client c + peer p + relay r + sink s";
+  const bool relay_client = a.tb->any_client_runs("relay");
+  const char* who =
+      a.prm.role == Role::kServer
+          ? (relay_client ? "server core p, and relay-out r for a relay client" : "server core p")
+      : a.prm.role == Role::kClient ? (a.prm.fwd == "relay" ? "source c + sink s" : "client core c")
+                                    : "client c + peer p + relay r + sink s";
   std::string dev_threads;
   if (threaded_emu) {
     if (a.tb->emu_thread) {

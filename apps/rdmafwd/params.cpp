@@ -460,9 +460,11 @@ std::string check_params(const Params& p) {
     // The server answers rpc; a client may also run umr (its maps and unmaps need a connected
     // QP, and the server then only answers its goodbye), write or read (through windows the
     // server maps at the rendezvous).
-    const bool client_only = p.fwd == "umr" || p.fwd == "write" || p.fwd == "read";
+    const bool client_only =
+        p.fwd == "umr" || p.fwd == "write" || p.fwd == "read" || p.fwd == "relay";
     if (!e->two_process && !(tcp && p.role == Role::kClient && client_only))
-      return tcp ? "two-process mode runs --fwd rpc (a client may also run umr, write or read)"
+      return tcp ? "two-process mode runs --fwd rpc (a client may also run umr, write, read or "
+                   "relay)"
                  : "two-process mode (--role) runs --fwd rpc only";
     if (!tcp && dk != DeviceKind::kEmuThreaded && dk != DeviceKind::kNone)
       return "two-process mode over --wire alone runs on --device emu only (with "

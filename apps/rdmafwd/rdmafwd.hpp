@@ -268,6 +268,9 @@ struct Lane {
   SlotBufs p_recv;        // peer receive slots
   uint64_t p_small = 0;   // depth x 64 B reply headers
   unsigned client = 0;    // two-process server: which of its clients the lane serves
+  // Receive slots of p posted (io-depth; a server lane serving a relay client: 2 x io-depth,
+  // so the relay-in queue cannot run dry while relay-out completions are being polled).
+  uint32_t p_recv_n = 0;
   // The arena's local key for SGEs on side A's cores (c, s) and side B's (p, r): the arena's
   // own, or an isolated core's (--isolate peer: the arena registered in the core's own PD).
   uint32_t lkey_a = 0, lkey_b = 0;

@@ -90,7 +90,9 @@ struct SideSizes {
 // Pages of one side for `lanes` lanes.
 uint32_t side_pages(const Params& p, uint32_t recv_pages, unsigned lanes) {
   const uint32_t small = (2 * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
-  return lanes * (p.io_depth * (2 * p.max_pages + recv_pages) + small);
+  // A server's p has twice the receive slots (a relay client: see Lane::p_recv_n).
+  const uint32_t recv = (p.role == Role::kServer ? 2 : 1) * recv_pages;
+  return lanes * (p.io_depth * (2 * p.max_pages + recv) + small);
 }
 
 win::PoolConfig pool_config(const Params& p, uint32_t n_windows) {
@@ -109,7 +111,9 @@ win::CoreConfig core_config(const Params& p, uint32_t recv_pages) {
   // Per slot in flight: a map (<= 4 WQEBBs inline for 52 KLMs... plus margin), a data WQE, an
   // unmap, a reply: 16 WQEBBs per slot is generous.
   cc.qp.sq_wqebbs = std::max<uint32_t>(1024, pow2_at_least(uint64_t{p.io_depth} * 16));
-  cc.qp.rq_wqes = pow2_at_least(std::max<uint32_t>(p.io_depth, 16));
+  // A server's p may hold 2 x io-depth receives (a relay client: Lane::p_recv_n).
+  const uint32_t recvs = (p.role == Role::kServer ? 2 : 1) * p.io_depth;
+  cc.qp.rq_wqes = pow2_at_least(std::max<uint32_t>(recvs, 16));
   cc.qp.rq_sges = recv_pages;
   cc.qp.cq_cqes =
       pow2_at_least(uint64_t{cc.qp.sq_wqebbs} + cc.qp.rq_wqes + 1);  // + the spare entry
@@ -250,6 +254,10 @@ std::string Testbed::census(bool& ok, std::vector<PoolCensus>* out) {
 }
 
 Status post_lane_recvs(Lane& l) {
+  for (uint32_t k = l.depth; l.p && k < l.p_recv_n; ++k)
+    if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv);
+        e != Errc::kOk)
+      return make_error(e, "posting receives: " + errc_str(e));
   for (uint32_t k = 0; k < l.depth; ++k) {
     if (l.c) {
       const mlx5::prm::Sge sg = sge(l.c_small + uint64_t{l.depth + k} * kSmall, kSmall, l.lkey_a);
@@ -423,7 +431,8 @@ struct LaneBuilder {
   Status side_a(Lane& l, unsigned i) {
     RDMX_TRY_ASSIGN(l.c, new_core(tb.side_a, "c"));
     l.lkey_a = tb.side_a.core_lkey(*l.c);
-    if (p.role == Role::kBoth) {
+    // The sink: in one process, and on a relay client (the server's relay-out sends to it).
+    if (p.role == Role::kBoth || p.fwd == "relay") {
       RDMX_TRY_ASSIGN(l.s, new_core(tb.side_a, "s"));
     }
     RDMX_TRY(carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i));
@@ -437,12 +446,15 @@ struct LaneBuilder {
   Status side_b(Lane& l, unsigned i) {
     RDMX_TRY_ASSIGN(l.p, new_core(tb.side_b, "p", p.isolate));
     l.lkey_b = tb.side_b.core_lkey(*l.p);
-    if (p.role == Role::kBoth) {
-      RDMX_TRY_ASSIGN(l.r, new_core(tb.side_b, "r"));
+    // Relay-out: in one process, and on a server (a client may run relay: its QP then connects
+    // to that client's sink). With --isolate peer in the PD of its own too.
+    if (p.role == Role::kBoth || p.role == Role::kServer) {
+      RDMX_TRY_ASSIGN(l.r, new_core(tb.side_b, "r", p.isolate));
     }
+    const uint32_t recv_slots = (p.role == Role::kServer ? 2 : 1) * l.depth;
     RDMX_TRY(carve_contig(cvb, l.p_src, l.depth, l.max_pages));
     RDMX_TRY(carve_contig(cvb, l.p_dst, l.depth, l.max_pages));
-    RDMX_TRY(carve_contig(cvb, l.p_recv, l.depth, recv_pages));
+    RDMX_TRY(carve_contig(cvb, l.p_recv, recv_slots, recv_pages));
     RDMX_TRY_ASSIGN(l.p_small, small_bufs(cvb, l));
     fill_pattern(l.p_src.pages.data(), static_cast<uint32_t>(l.p_src.pages.size()), p.page_size,
                  77 + i);
@@ -472,8 +484,10 @@ struct LaneBuilder {
     l.ring.resize(l.depth);
     l.free_slots.resize(l.depth);
     l.unmap_q.resize(size_t{l.depth} * 2 + 4);
-    l.relay_w.assign(l.depth, nullptr);
-    l.backlog.resize(l.depth);
+    l.p_recv_n = l.depth;
+    l.relay_w.assign(size_t{l.depth} * 2, nullptr);  // indexed by relay-in slot (up to 2 x depth)
+    l.srv.resize(size_t{l.depth} * 2);
+    l.backlog.resize(size_t{l.depth} * 2);
     l.csums.resize(size_t{l.depth} * 2);
     if (p.role == Role::kBoth) {
       RDMX_TRY(endpoint::connect_cores(*l.c, *l.p), "connect c-p");
@@ -558,8 +572,9 @@ std::vector<std::pair<std::string, std::string>> kv_lines(const std::string& tex
 std::string size_mismatch(const std::string& client, const std::string& server) {
   const auto c = kv_lines(client), s = kv_lines(server);
   for (const auto& [k, v] : c)
-    if (k == "fwd" && v != "rpc" && v != "umr" && v != "write" && v != "read")
-      return "the client runs --fwd " + v + "; a server answers rpc, umr, write and read clients";
+    if (k == "fwd" && v != "rpc" && v != "umr" && v != "write" && v != "read" && v != "relay")
+      return "the client runs --fwd " + v +
+             "; a server answers rpc, umr, write, read and relay clients";
   for (const auto& [k, v] : s) {
     if (k == "fwd") continue;  // checked above: the server answers either
     std::string theirs = "(not stated)";
@@ -582,33 +597,43 @@ LaneRange all_lanes(const Testbed& tb) {
   return {0, static_cast<unsigned>(tb.lanes.size())};
 }
 
+// The QPs of a lane that connect to the peer: p (server) or c (client); with a relay client
+// also the server's relay-out r and the client's sink s (a second connection per lane).
+std::vector<win::PollCore*> lane_qps(const Lane& l, bool server, bool relay) {
+  std::vector<win::PollCore*> v{server ? l.p : l.c};
+  if (relay) v.push_back(server ? l.r : l.s);
+  return v;
+}
+
 std::vector<mlx5::ConnectInfo> lane_infos(Testbed& tb, bool server, const endpoint::Channel& ch,
-                                          LaneRange r) {
+                                          LaneRange r, bool relay = false) {
   std::vector<mlx5::ConnectInfo> v;
   mlx5::Device& dev = server ? *tb.dev_b : *tb.dev_a;
-  for (unsigned i = r.first; i < r.first + r.n; ++i) {
-    Lane* lp = tb.lanes[i].get();
-    mlx5::ConnectInfo ci = dev.local_info((server ? lp->p : lp->c)->qp_handle());
-    // A device that states no GID (emu) is reached at this end's address: RoCE v2's GID for
-    // IPv4 (IBTA Annex A17), what a wire across hosts addresses its packets with.
-    bool zero = true;
-    for (uint8_t b : ci.gid) zero = zero && b == 0;
-    if (zero) (void)ch.local_ipv4_gid(ci.gid);
-    v.push_back(ci);
-  }
+  for (unsigned i = r.first; i < r.first + r.n; ++i)
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], server, relay)) {
+      mlx5::ConnectInfo ci = dev.local_info(k->qp_handle());
+      // A device that states no GID (emu) is reached at this end's address: RoCE v2's GID for
+      // IPv4 (IBTA Annex A17), what a wire across hosts addresses its packets with.
+      bool zero = true;
+      for (uint8_t b : ci.gid) zero = zero && b == 0;
+      if (zero) (void)ch.local_ipv4_gid(ci.gid);
+      v.push_back(ci);
+    }
   return v;
 }
 
 Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectInfo>& remote,
-                     LaneRange r) {
-  if (remote.size() != r.n)
+                     LaneRange r, bool relay = false) {
+  const size_t per = relay ? 2 : 1;
+  if (remote.size() != r.n * per)
     return make_error(Errc::kProtocol, "the peer sent " + std::to_string(remote.size()) +
-                                           " QP(s) for " + std::to_string(r.n) + " lane(s)");
-  for (size_t i = 0; i < remote.size(); ++i) {
-    Lane& l = *tb.lanes[r.first + i];
-    RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect((server ? l.p : l.c)->qp_handle(), remote[i]),
-             "lane " + std::to_string(i) + ": connect to the peer");
-  }
+                                           " QP(s) for " + std::to_string(r.n) + " lane(s)" +
+                                           (relay ? " of two QPs each" : ""));
+  size_t j = 0;
+  for (unsigned i = r.first; i < r.first + r.n; ++i)
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], server, relay))
+      RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect(k->qp_handle(), remote[j++]),
+               "lane " + std::to_string(i) + ": connect to the peer");
   return {};
 }
 
@@ -736,16 +761,25 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed
   for (const auto& [k, v] : kv_lines(hello.text()))
     if (k == "fwd") pr.fwd = v;
   RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
+  const bool relay = pr.fwd == "relay";
+  if (p.cm && relay) {
+    (void)ch.refuse(Errc::kInvalidArgument, "--cm does not carry --fwd relay", w);
+    return make_error(Errc::kInvalidArgument, "--cm does not carry --fwd relay");
+  }
   if (p.cm) {
     committed = true;
     RDMX_TRY(cm_accept_lanes(tb, r));
   } else {
-    RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r), w));
+    RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r, relay), w));
     RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
     committed = true;
-    RDMX_TRY(connect_lanes(tb, true, theirs, r));
+    RDMX_TRY(connect_lanes(tb, true, theirs, r, relay));
   }
-  for (unsigned i = r.first; i < r.first + r.n; ++i) RDMX_TRY(post_lane_recvs(*tb.lanes[i]));
+  for (unsigned i = r.first; i < r.first + r.n; ++i) {
+    Lane& l = *tb.lanes[i];
+    l.p_recv_n = relay ? 2 * l.depth : l.depth;
+    RDMX_TRY(post_lane_recvs(l));
+  }
   std::string targets;
   if (pr.fwd == "write" || pr.fwd == "read") {
     RDMX_TRY_ASSIGN(targets, map_targets(p, tb, pr.fwd == "write", r));
@@ -829,9 +863,10 @@ Status tcp_client_finish(const Params& p, Testbed& tb) {
     RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
     RDMX_TRY(cm_connect_lanes(tb, hp));
   } else {
+    const bool relay = p.fwd == "relay";
     RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
-    RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb)), w));
-    RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb)));
+    RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb), relay), w));
+    RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb), relay));
   }
   RDMX_TRY(post_all_recvs(tb));
   // The server's receives are posted once it says so: only then may requests go.

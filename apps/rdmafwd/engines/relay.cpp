@@ -13,8 +13,16 @@
 // message gives its credit back once both receive slots it used are posted again: the relay-in
 // slot (after the relay-out SEND completed) and the sink slot (after the sink checked it), in
 // whichever order that happens; so neither receive queue can run dry (no RNR). In one process
-// the credit goes back directly (a documented simplification; across machines it would ride on
-// a message back to the source).
+// the credit goes back directly.
+//
+// Two processes (--role client --fwd relay against a server): the client holds source and sink
+// (c, s), the server relay-in and relay-out (p, r), each lane two connections (c-p, r-s). The
+// client cannot see the relay-in slot being reposted, so a credit comes back when the sink
+// reposts its slot, and the server posts 2 x io-depth relay-in receives instead: at most
+// io-depth messages are between source and sink, and every relay-out completion is polled
+// (the whole CQ, each pass) before the next relay-in receives, so at most io-depth more slots
+// wait for their relay-out completion; the relay-in queue cannot run dry. The client's RDMA
+// goodbye (an rpc bye request) reaches relay-in and ends the server's lane.
 #include "common.hpp"
 
 namespace rdmafwd {
@@ -23,7 +31,8 @@ namespace {
 bool start(Lane& l) {
   reset_slots(l);
   const uint32_t len = io_len(l);
-  for (uint32_t i = 0; i < l.depth; ++i) l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
+  for (uint32_t i = 0; l.c && i < l.depth; ++i)
+    l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
   l.credits = l.depth;
   l.backlog_head = l.backlog_n = 0;
   l.sink_seq = l.seq;
@@ -33,6 +42,10 @@ bool start(Lane& l) {
 // A message's credit returns on its second release (relay-in slot and sink slot reposted).
 // At most io-depth messages are in flight, so seq % depth names one of them.
 void release(Lane& l, uint64_t seq) {
+  if (l.remote_peer) {  // two processes: the sink's repost is the one release the client sees
+    ++l.credits;
+    return;
+  }
   uint8_t& r = l.srv[seq % l.depth].op;
   if (++r == 2) {
     r = 0;
@@ -41,7 +54,7 @@ void release(Lane& l, uint64_t seq) {
 }
 
 void backlog_push(Lane& l, uint32_t k) {
-  l.backlog[(l.backlog_head + l.backlog_n++) % l.depth] = k;
+  l.backlog[(l.backlog_head + l.backlog_n++) % l.p_recv_n] = k;
 }
 
 // Relay-out: forwards received slot k (byte_len in relay_w's place until mapped).
@@ -98,11 +111,17 @@ bool relay_poll(Lane& l, uint32_t cap) {
   win::PollCore& p = *l.p;
   win::PollCore& r = *l.r;
   bool reposted = false;
-  uint32_t n = r.poll(cap, [&](const mlx5::Completion& x) {
+  // Two processes: every relay-out completion, each pass (see the top of the file).
+  const uint32_t r_cap = l.remote_client ? std::max(cap, l.p_recv_n) : cap;
+  uint32_t n = r.poll(r_cap, [&](const mlx5::Completion& x) {
     if (x.recv) return;
     const uint32_t k = cookie_slot(x.cookie);
     if (!x.ok()) io_failed(l);
-    release(l, reinterpret_cast<const PayloadHdr*>(l.p_recv.slot(k)[0])->seq);
+    const auto* h = reinterpret_cast<const PayloadHdr*>(l.p_recv.slot(k)[0]);
+    if (!l.remote_client)
+      release(l, h->seq);
+    else if (x.ok())
+      io_done(l, h->tsc, h->tsc, h->len);  // forwarded (the server has no clock of the source)
     if (l.relay_w[k]) {
       if (r.unmap(l.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
       l.relay_w[k] = nullptr;
@@ -118,13 +137,23 @@ bool relay_poll(Lane& l, uint32_t cap) {
     }
     if (!x.recv) return;
     const uint32_t k = cookie_slot(x.cookie);
+    // Two processes: the client's goodbye (an rpc bye request) ends this lane.
+    const auto* q = reinterpret_cast<const RpcReq*>(l.p_recv.slot(k)[0]);
+    if (l.remote_client && x.byte_len <= kSmall && q->magic == kReqMagic && q->op == kOpBye) {
+      l.st.peer_bye.set(1);
+      if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv);
+          e != Errc::kOk)
+        note_reject(l, e);
+      reposted = true;
+      return;
+    }
     l.srv[k].len = x.byte_len;
     backlog_push(l, k);
   });
   while (l.backlog_n && !l.failed) {
     const uint32_t k = l.backlog[l.backlog_head];
     if (!relay_forward(l, k, l.srv[k].len)) break;
-    l.backlog_head = (l.backlog_head + 1) % l.depth;
+    l.backlog_head = (l.backlog_head + 1) % l.p_recv_n;
     --l.backlog_n;
   }
   r.flush();
@@ -172,7 +201,7 @@ bool source_poll_and_inject(Lane& l, uint64_t now, uint32_t cap, uint32_t& issue
     push_slot(l, slot);
   }) > 0;
   for (win::PollCore* k : {l.c, l.p, l.r, l.s})
-    if (k->qp().in_error() && !l.failed) io_failed(l);
+    if (k && k->qp().in_error() && !l.failed) io_failed(l);
   retry_unmaps(c, l);
   const uint32_t len = io_len(l);
   uint32_t slot = 0;
@@ -193,9 +222,11 @@ bool fwd(Lane& l) {
   const uint64_t now = rte_rdtsc();
   const uint32_t cap = l.cfg.burst * 4;
   uint32_t issued = 0;
-  bool busy = sink_poll(l, now, cap);
-  busy |= relay_poll(l, cap);
-  busy |= source_poll_and_inject(l, now, cap, issued);
+  // In one process a lane is all four roles; in two, the client source and sink, the server
+  // relay-in and relay-out.
+  bool busy = l.s && sink_poll(l, now, cap);
+  if (l.p && l.r) busy |= relay_poll(l, cap);
+  if (l.c) busy |= source_poll_and_inject(l, now, cap, issued);
   return busy || issued > 0;
 }
 
@@ -204,8 +235,8 @@ bool idle(Lane& l) {
   if (!all_slots_free(l) || l.unmap_n != 0 || l.backlog_n != 0 ||
       l.credits != static_cast<int64_t>(l.depth))
     return false;
-  for (uint32_t k = 0; k < l.depth; ++k)
-    if (l.relay_w[k]) return false;  // relay-out completion not seen yet
+  for (win::Window* w : l.relay_w)
+    if (w) return false;  // relay-out completion not seen yet
   return true;
 }
 

@@ -223,6 +223,28 @@ def case_umr(binary):
     print(f"umr across processes: {t['ios']} map+unmap pairs")
 
 
+def case_relay(binary):
+    """--fwd relay across the processes: the client's source SENDs to the server's relay-in, the
+    server maps the received chunk pages and SENDs them on from its relay-out to the client's
+    sink (a second QP per lane), zero-copy; the sink checks every message (sequence and
+    checksum). Both sides count the same messages, nothing fails, no RNR."""
+    port = free_port()
+    srv, cli, procs = serve(
+        command(binary, SERVER_EAL, ["--role", "server", "--listen", str(port), "--json"]),
+        command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--fwd",
+                                     "relay", "--duration", "1.5", "--json"]))
+    (_, sout, serr), (_, cout, cerr) = procs
+    both_ok(srv, cli, procs)
+    c, s = summary(cout)["total"], summary(sout)["total"]
+    check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0,
+          f"client {c['ios']} messages, errors {c['errors']} / {s['errors']}", *procs)
+    check(s["ios"] == c["ios"], f"server forwarded {s['ios']}, sink counted {c['ios']}", *procs)
+    check("running --fwd relay" in serr, "server note", *procs)
+    for p in (srv, cli):
+        check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+    print(f"relay across processes: {c['ios']} messages source -> relay -> sink, verified")
+
+
 def case_forged_rkey(binary):
     """A client that forges the key byte of the server's rkey (hidden --forge-rkey-every): the
     server's QP refuses the WRITE and counts it (refused_remote in the server's stats); the
@@ -341,7 +363,7 @@ def case_roce(binary, fwd, lossy):
         c, s = summary(cout)["total"], summary(sout)["total"]
         check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0,
               f"client {c['ios']} I/Os, errors {c['errors']} / {s['errors']}", *procs)
-        if fwd == "rpc":
+        if fwd in ("rpc", "relay"):  # relay: the server counts what it forwarded
             check(s["ios"] == c["ios"], f"server {s['ios']} vs client {c['ios']}", *procs)
         check("RoCE v2 on this host's network from" in cerr, "the device note", *procs)
         links = [json.loads(l) for out in (sout, cout) for l in out.splitlines()
@@ -840,6 +862,8 @@ CASES = {
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "roce-clients": case_roce_clients,
+    "relay": case_relay,
+    "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
     "bad-host": case_bad_host,
