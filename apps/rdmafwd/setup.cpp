@@ -643,25 +643,27 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
 dv::DvDevice* dv_of(mlx5::Device* d) {
   return dynamic_cast<dv::DvDevice*>(d);
 }
-Status cm_accept_lanes(Testbed& tb, LaneRange r) {
+Status cm_accept_lanes(Testbed& tb, LaneRange r, bool relay) {
   dv::DvDevice* dev = dv_of(tb.dev_b);
   if (!dev || !tb.cm_listener)
     return make_error(Errc::kInvalidArgument, "--cm: not an mlx5 device");
-  for (unsigned i = r.first; i < r.first + r.n; ++i) {
-    RDMX_TRY_ASSIGN(auto c, tb.cm_listener->accept(*dev, tb.lanes[i]->p->qp_handle()),
-                    "lane " + std::to_string(i) + ": rdma_cm accept");
-    tb.cm_conns.push_back(std::move(c));
-  }
+  for (unsigned i = r.first; i < r.first + r.n; ++i)
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], true, relay)) {
+      RDMX_TRY_ASSIGN(auto c, tb.cm_listener->accept(*dev, k->qp_handle()),
+                      "lane " + std::to_string(i) + ": rdma_cm accept");
+      tb.cm_conns.push_back(std::move(c));
+    }
   return {};
 }
-Status cm_connect_lanes(Testbed& tb, const endpoint::HostPort& hp) {
+Status cm_connect_lanes(Testbed& tb, const endpoint::HostPort& hp, bool relay) {
   dv::DvDevice* dev = dv_of(tb.dev_a);
   if (!dev) return make_error(Errc::kInvalidArgument, "--cm: not an mlx5 device");
-  for (auto& lp : tb.lanes) {
-    RDMX_TRY_ASSIGN(auto c, dv::cm_connect(*dev, lp->c->qp_handle(), hp.host, hp.port),
-                    "lane " + std::to_string(lp->index) + ": rdma_cm connect to " + hp.str());
-    tb.cm_conns.push_back(std::move(c));
-  }
+  for (auto& lp : tb.lanes)
+    for (win::PollCore* k : lane_qps(*lp, false, relay)) {
+      RDMX_TRY_ASSIGN(auto c, dv::cm_connect(*dev, k->qp_handle(), hp.host, hp.port),
+                      "lane " + std::to_string(lp->index) + ": rdma_cm connect to " + hp.str());
+      tb.cm_conns.push_back(std::move(c));
+    }
   return {};
 }
 
@@ -762,13 +764,9 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed
     if (k == "fwd") pr.fwd = v;
   RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
   const bool relay = pr.fwd == "relay";
-  if (p.cm && relay) {
-    (void)ch.refuse(Errc::kInvalidArgument, "--cm does not carry --fwd relay", w);
-    return make_error(Errc::kInvalidArgument, "--cm does not carry --fwd relay");
-  }
-  if (p.cm) {
+  if (p.cm) {  // each lane's QPs (two for relay) in the client's order: c then s
     committed = true;
-    RDMX_TRY(cm_accept_lanes(tb, r));
+    RDMX_TRY(cm_accept_lanes(tb, r, relay));
   } else {
     RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r, relay), w));
     RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
@@ -861,7 +859,7 @@ Status tcp_client_finish(const Params& p, Testbed& tb) {
   endpoint::Channel& ch = tb.peers.at(0).ch;
   if (p.cm) {
     RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
-    RDMX_TRY(cm_connect_lanes(tb, hp));
+    RDMX_TRY(cm_connect_lanes(tb, hp, p.fwd == "relay"));
   } else {
     const bool relay = p.fwd == "relay";
     RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
