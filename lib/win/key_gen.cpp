@@ -4,10 +4,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include <openssl/evp.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
+#include <rdmx/core/assert.hpp>
 #include <rdmx/core/config.hpp>
 #include <rdmx/win/key_gen.hpp>
 
@@ -15,27 +20,7 @@ namespace rdmx::win {
 
 namespace {
 
-constexpr uint64_t kOnes = 0x0101010101010101ull;
-constexpr uint64_t kHighs = 0x8080808080808080ull;
-
-// Non-zero when some byte of w is zero (the classic "haszero" bit trick: exact).
-constexpr uint64_t has_zero_byte(uint64_t w) noexcept {
-  return (w - kOnes) & ~w & kHighs;
-}
-
-// The non-zero bytes of w, in order, from the low byte up (the rest zero).
-uint64_t drop_zero_bytes(uint64_t w) noexcept {
-  uint64_t out = 0;
-  uint32_t shift = 0;
-  for (uint32_t i = 0; i < 8; ++i) {
-    const uint64_t b = (w >> (8 * i)) & 0xff;
-    if (b) {
-      out |= b << shift;
-      shift += 8;
-    }
-  }
-  return out;
-}
+constexpr uint32_t kMinTableSteps = 4096;  // 4 KiB: a redraw per 2048 maps
 
 }  // namespace
 
@@ -60,17 +45,28 @@ KeyGen::~KeyGen() {
   if (ctx_) EVP_CIPHER_CTX_free(ctx_);
 }
 
-Status KeyGen::init(KeyPolicy policy, uint64_t seed, uint32_t stream) {
+Status KeyGen::init(KeyPolicy policy, uint64_t seed, uint32_t stream,
+                    uint32_t max_between_refresh) {
   policy_ = policy;
-  word_ = 0;
-  pos_ = end_ = 0;
   regenerations_ = 0;
-  if (!buf_) buf_ = std::make_unique<uint64_t[]>(kWords);
+  spare_pos_ = sizeof spare_;
+  uint32_t n = kMinTableSteps;
+  while (n / 2 < max_between_refresh) {
+    if (n >= (1u << 30))
+      return make_error(Errc::kInvalidArgument, "key generator: table too large");
+    n *= 2;
+  }
+  if (!buf_ || mask_ + 1 != n) {
+    buf_.reset(new (std::nothrow) uint8_t[n + 63]());
+    if (!buf_) return make_error(Errc::kNoMemory, "key generator: no memory for the step table");
+  }
+  mask_ = n - 1;
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(buf_.get()) + 63) & ~uintptr_t{63};
+  uint8_t* const table = reinterpret_cast<uint8_t*>(at);
+  steps_ = table;
   if (policy == KeyPolicy::kIncrement) {
-    for (uint32_t i = 0; i < kWords; ++i) buf_[i] = kOnes;
-    end_ = kWords;
-    pos_ = 0;
-    word_ = kOnes;
+    std::memset(table, 1, n);
+    redraw_at_ = ~uint64_t{0};
     return Status{};
   }
   // 16 bytes of AES key, 16 bytes of initial counter.
@@ -78,13 +74,13 @@ Status KeyGen::init(KeyPolicy policy, uint64_t seed, uint32_t stream) {
   if (seed == 0) {
     size_t got = 0;
     while (got < sizeof material) {
-      const ssize_t n = getrandom(material + got, sizeof material - got, 0);
-      if (n < 0) {
+      const ssize_t r = getrandom(material + got, sizeof material - got, 0);
+      if (r < 0) {
         if (errno == EINTR) continue;
         return make_error(Errc::kDeviceError,
                           std::string("key generator: getrandom: ") + std::strerror(errno));
       }
-      got += static_cast<size_t>(n);
+      got += static_cast<size_t>(r);
     }
   } else {
     std::memcpy(material, &seed, sizeof seed);
@@ -95,40 +91,64 @@ Status KeyGen::init(KeyPolicy policy, uint64_t seed, uint32_t stream) {
   if (EVP_EncryptInit_ex(ctx_, EVP_aes_128_ctr(), nullptr, material, material + 16) != 1)
     return make_error(Errc::kUnsupported, "key generator: AES-128-CTR not available in libcrypto");
   std::memset(material, 0, sizeof material);
-  refill();
-  regenerations_ = 0;
+  fill(table, n);
+  redraw_at_ = n / 2;
   return Status{};
 }
 
-void KeyGen::regenerate() noexcept {
-  pos_ = 0;
+void KeyGen::redraw(uint64_t used) noexcept {
+  const uint32_t half = (mask_ + 1) / 2;
+  // More than a half beyond the last redraw would mean steps were read twice: the owner broke
+  // init's bound (a map count that moved without poll()).
+  RDMX_ASSERT(used - redraw_at_ < half);
+  // Draws [redraw_at_ - half, redraw_at_) are all used: the half they read gets new steps.
+  fill(steps_ + ((redraw_at_ - half) & mask_), half);
+  redraw_at_ += half;
   ++regenerations_;
-  if (policy_ == KeyPolicy::kIncrement) return;  // the buffer holds steps of 1 for good
-  // CTR keystream = encryption of zeros; the counter carries on from the previous buffer.
-  uint64_t* b = buf_.get();
-  std::memset(b, 0, kWords * sizeof(uint64_t));
-  int out = 0;
-  auto* p = reinterpret_cast<unsigned char*>(b);
-  const int ok = EVP_EncryptUpdate(ctx_, p, &out, p, static_cast<int>(kWords * sizeof(uint64_t)));
-  RDMX_ASSERT(ok == 1 && out == static_cast<int>(kWords * sizeof(uint64_t)));
-  // A zero byte would end a word early and a zero step would keep the key: drop them
-  // (rejection sampling), compacting the words in place.
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < kWords; ++i) {
-    uint64_t w = b[i];
-    if (has_zero_byte(w)) [[unlikely]]
-      w = drop_zero_bytes(w);
-    b[n] = w;
-    n += w != 0;
-  }
-  end_ = n;  // >= 1 but with probability 2^-4096
 }
 
-void KeyGen::refill() noexcept {
-  do {
-    regenerate();
-  } while (end_ == 0);
-  word_ = buf_[pos_++];
+uint8_t KeyGen::spare_step() noexcept {
+  for (;;) {
+    if (spare_pos_ == sizeof spare_) {
+      int out = 0;
+      const int ok = EVP_EncryptUpdate(ctx_, spare_, &out, spare_, static_cast<int>(sizeof spare_));
+      RDMX_ASSERT(ok == 1 && out == static_cast<int>(sizeof spare_));
+      spare_pos_ = 0;
+    }
+    const uint8_t b = spare_[spare_pos_++];
+    if (b) return b;
+  }
+}
+
+void KeyGen::fill(uint8_t* p, uint32_t n) noexcept {
+  // CTR keystream XORed over the old steps is a fresh uniform byte string (the counter carries
+  // on, never repeating). A zero byte would keep the key: each is replaced by the next non-zero
+  // keystream byte (rejection sampling, so the steps are exactly uniform over 1..255).
+  int out = 0;
+  const int ok = EVP_EncryptUpdate(ctx_, p, &out, p, static_cast<int>(n));
+  RDMX_ASSERT(ok == 1 && out == static_cast<int>(n));
+  uint32_t i = 0;
+#if defined(__SSE2__)
+  // 64 bytes per test: P(some zero byte) = 1 - (255/256)^64, about 22 %.
+  const __m128i zero = _mm_setzero_si128();
+  for (; i + 64 <= n; i += 64) {
+    const auto* v = reinterpret_cast<const __m128i*>(p + i);
+    const __m128i z01 = _mm_or_si128(_mm_cmpeq_epi8(_mm_load_si128(v), zero),
+                                     _mm_cmpeq_epi8(_mm_load_si128(v + 1), zero));
+    const __m128i z23 = _mm_or_si128(_mm_cmpeq_epi8(_mm_load_si128(v + 2), zero),
+                                     _mm_cmpeq_epi8(_mm_load_si128(v + 3), zero));
+    if (_mm_movemask_epi8(_mm_or_si128(z01, z23)) == 0) [[likely]]
+      continue;
+    uint64_t z = 0;
+    for (uint32_t k = 0; k < 4; ++k)
+      z |= uint64_t{static_cast<uint32_t>(
+               _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_load_si128(v + k), zero)))}
+           << (16 * k);
+    for (; z; z &= z - 1) p[i + static_cast<uint32_t>(__builtin_ctzll(z))] = spare_step();
+  }
+#endif
+  for (; i < n; ++i)
+    if (p[i] == 0) p[i] = spare_step();
 }
 
 }  // namespace rdmx::win

@@ -65,7 +65,10 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->klm_list_ = mlx5::prm::klm_list_variant(mlx5::prm::klm_best_variant());
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));
-  RDMX_TRY(c->keys_.init(pool.config().key_policy, pool.config().key_seed, c->id_), "poll core");
+  // Every map takes WQEBBs that only poll() gives back, so a send queue's worth bounds the maps
+  // between two refreshes of the key table.
+  RDMX_TRY(c->keys_.init(pool.config().key_policy, pool.config().key_seed, c->id_, d.sq.wqe_cnt),
+           "poll core");
   c->init_templates();
   c->cache_.init(cfg.cache_size, pool.n_windows());
   c->scratch_ = std::make_unique<Window*[]>(std::max(cfg.cache_size, 1u));

@@ -637,13 +637,33 @@ TEST(KeyGen, PolicyNamesAndIncrementSteps) {
   EXPECT_STREQ(key_policy_name(KeyPolicy::kIncrement), "increment");
   KeyGen g;
   ASSERT_TRUE(g.init(KeyPolicy::kIncrement).ok());
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(g.next_step(), 1);
+  for (uint64_t i = 0; i < 10000; ++i) {
+    g.refresh(i);
+    ASSERT_EQ(g.step(i), 1);
+  }
   EXPECT_EQ(g.regenerations(), 0u);
-  // A random generator crosses keystream buffers (4 KiB: ~4080 steps each) without a zero step.
+  // A random table is redrawn half by half as the draws pass; no step is ever zero, and a half
+  // is new after its redraw (the draws do not replay the table).
   KeyGen h;
-  ASSERT_TRUE(h.init(KeyPolicy::kRandom).ok());
-  for (int i = 0; i < 20000; ++i) ASSERT_NE(h.next_step(), 0);
-  EXPECT_GE(h.regenerations(), 4u);
+  ASSERT_TRUE(h.init(KeyPolicy::kRandom, 7, 0, 1024).ok());
+  const uint32_t n = h.table_steps();
+  ASSERT_GE(n, 2048u);
+  std::vector<uint8_t> first;
+  for (uint64_t i = 0; i < 4 * uint64_t{n}; ++i) {
+    if (i % 64 == 0) h.refresh(i);  // a poll every 64 maps
+    const uint8_t s = h.step(i);
+    ASSERT_NE(s, 0) << "draw " << i;
+    if (i < n) first.push_back(s);
+  }
+  EXPECT_GE(h.regenerations(), 6u);
+  size_t same = 0;
+  for (uint64_t i = 0; i < n; ++i) same += first[i] == h.step(4 * uint64_t{n} + i);
+  EXPECT_LT(same, n / 64) << "the table was not redrawn";
+  // The table is sized by the owner's bound: a bound of 10,000 draws between refreshes needs
+  // halves of at least 10,000 steps.
+  KeyGen big;
+  ASSERT_TRUE(big.init(KeyPolicy::kRandom, 7, 1, 10000).ok());
+  EXPECT_GE(big.table_steps(), 20000u);
 }
 
 TEST(Map, ExhaustionIsImmediateAndCounted) {

@@ -11,10 +11,12 @@
 // kIncrement (debugging only): step 1, so key = previous + 1 as the kernel's mlx5 mkey variant
 // counter does. A peer that held a window's rkey knows its next one.
 //
-// Hot path: next_step() reads one byte from a 64-bit word of ready steps; every 8 maps the word
-// is reloaded from a 4 KiB buffer, and every ~4080 steps the buffer is re-encrypted and its zero
-// bytes dropped (no allocation, no lock, no system call: the kernel's random source is read at
-// setup only).
+// Hot path: the i-th map of a core (i = its map count) adds step(i), one byte of a table of
+// steps, to the window's key: a load and an add. The table (a power of two of bytes, at least
+// twice the most maps a core can make between two polls) is refreshed in halves from poll():
+// once the maps have used a half, it is redrawn (AES-CTR over it in place, zero bytes replaced
+// by further non-zero keystream bytes) while the maps read the other half, so no step is used
+// twice. No allocation, lock or system call: the kernel's random source is read at setup only.
 #pragma once
 
 #include <cstdint>
@@ -43,39 +45,43 @@ class KeyGen {
 
   // Setup path. seed == 0: the AES key and counter come from getrandom(2) (a new stream on
   // every call). seed != 0: a deterministic stream for tests, distinct per `stream` (the core).
-  Status init(KeyPolicy policy, uint64_t seed = 0, uint32_t stream = 0);
+  // max_between_refresh: the most steps the owner can take between two refresh() calls (a
+  // poll core: its send queue's WQEBBs, as every map takes at least one and poll() frees them).
+  Status init(KeyPolicy policy, uint64_t seed = 0, uint32_t stream = 0,
+              uint32_t max_between_refresh = 1024);
 
   KeyPolicy policy() const noexcept { return policy_; }
 
-  // The step to add to the current key: 1..255 (always 1 under kIncrement).
-  uint8_t next_step() noexcept {
-    const uint8_t r = static_cast<uint8_t>(word_);
-    word_ >>= 8;
-    if (word_ == 0) [[unlikely]] {  // every 8 steps
-      if (pos_ == end_) [[unlikely]]
-        refill();  // every ~510 words: a new keystream buffer
-      else
-        word_ = buf_[pos_++];
-    }
-    return r;
+  // The step of the i-th draw: 1..255 (always 1 under kIncrement). The owner numbers its draws
+  // 0, 1, 2, ... and calls refresh() often enough (see init).
+  uint8_t step(uint64_t i) const noexcept { return steps_[i & mask_]; }
+  // The key that follows `current` at draw i (never equal to it).
+  uint8_t next_key(uint8_t current, uint64_t i) const noexcept {
+    return static_cast<uint8_t>(current + step(i));
   }
-  // The key that follows `current` (never equal to it).
-  uint8_t next_key(uint8_t current) noexcept { return static_cast<uint8_t>(current + next_step()); }
+  // `used` draws have been taken: redraws the half of the table they finished, if any.
+  void refresh(uint64_t used) noexcept {
+    if (used >= redraw_at_) [[unlikely]]
+      redraw(used);
+  }
 
-  // Keystream buffers encrypted since init (tests, stats).
+  // Table halves redrawn since init (tests, stats) and the table's size in steps.
   uint64_t regenerations() const noexcept { return regenerations_; }
+  uint32_t table_steps() const noexcept { return mask_ + 1; }
 
  private:
-  static constexpr uint32_t kWords = 512;  // 4 KiB of keystream per regeneration
-  [[gnu::cold]] void refill() noexcept;
-  void regenerate() noexcept;
+  [[gnu::cold]] void redraw(uint64_t used) noexcept;
+  void fill(uint8_t* p, uint32_t n) noexcept;  // n fresh uniform steps 1..255 at p
+  uint8_t spare_step() noexcept;               // one more non-zero keystream byte
 
-  uint64_t word_ = 0;  // ready steps, low byte first; every byte non-zero (0 = word used up)
-  uint32_t pos_ = 0;   // next word of buf_
-  uint32_t end_ = 0;   // words of buf_ (zero bytes dropped: the rest are ready steps)
+  uint8_t* steps_ = nullptr;  // the table (64-byte aligned, in buf_)
+  uint32_t mask_ = 0;         // table steps - 1
   KeyPolicy policy_ = KeyPolicy::kRandom;
+  uint64_t redraw_at_ = ~uint64_t{0};  // draws after which the older half is redrawn
   uint64_t regenerations_ = 0;
-  std::unique_ptr<uint64_t[]> buf_;
+  uint8_t spare_[64] = {};  // keystream bytes that replace zero bytes of a half
+  uint32_t spare_pos_ = sizeof spare_;
+  std::unique_ptr<uint8_t[]> buf_;
   EVP_CIPHER_CTX* ctx_ = nullptr;
 };
 

@@ -142,6 +142,7 @@ class PollCore {
         });
     stats_.umr_completions += umrs_ok;
     umrs_in_flight_ -= umrs_ok;
+    keys_.refresh(stats_.maps);
     if (cache_.over()) flush_to_depot();
     return n;
   }
@@ -190,9 +191,10 @@ class PollCore {
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
   // unmap() when its fast path does not apply (a refusal, an invalidate that would wrap).
   [[gnu::noinline]] Errc unmap_general(Window* w) noexcept;
-  // The 8-bit key the next map of `w` writes.
-  // The window's next key from this core's generator: never the key just retired.
-  uint8_t next_key(const Window* w) noexcept { return keys_.next_key(w->key_); }
+  // The 8-bit key the next map of `w` writes: the window's key plus this core's step for its
+  // next map (the map count numbers the draws; poll() refreshes the table), never the key just
+  // retired.
+  uint8_t next_key(const Window* w) const noexcept { return keys_.next_key(w->key_, stats_.maps); }
   Errc validate(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
                 uint64_t length) const noexcept;
   // A map refused after validate(): kNotInArena when a page is bad, else e (counted).
