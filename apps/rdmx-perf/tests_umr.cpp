@@ -1,5 +1,6 @@
 // `umr` (map+unmap on the sink device, swept over pages per window) and `umr_lat`
 // (post-to-completion latency of a map over the threaded emu).
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,22 @@ namespace {
 
 constexpr uint32_t kAccess =
     mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
+
+// The umr test's unit of work: `batch` map+unmap pairs (map() returns the MapResult), then one
+// doorbell and one poll.
+template <class Map>
+void map_unmap_batch(win::PollCore& core, uint32_t batch, uint64_t& errors, Map&& map) {
+  for (uint32_t i = 0; i < batch; ++i) {
+    win::MapResult r = map();
+    if (!r.ok()) [[unlikely]] {
+      ++errors;
+      continue;
+    }
+    (void)core.unmap(r.window);
+  }
+  core.flush();
+  core.poll(64, [](const mlx5::Completion&) {});
+}
 
 struct Floorbuf {
   void* p = nullptr;
@@ -97,16 +114,7 @@ TestResult test_umr(Ctx& ctx) {
     m.note =
         pages > inline_limit ? "pointer mode (KLM list in the window's array)" : "inline KLM list";
     g.push_back(make_bench(m, [&core, pg, bytes, batch, &map_errors] {
-      for (uint32_t i = 0; i < batch; ++i) {
-        win::MapResult r = core.map(pg, kAccess, 0, bytes);
-        if (!r.ok()) [[unlikely]] {
-          ++map_errors;
-          continue;
-        }
-        (void)core.unmap(r.window);
-      }
-      core.flush();
-      core.poll(64, [](const mlx5::Completion&) {});
+      map_unmap_batch(core, batch, map_errors, [&] { return core.map(pg, kAccess, 0, bytes); });
     }));
     CaseResult mi = m;
     mi.name = "umr.map_unmap_inckey.p" + std::to_string(pages);
@@ -114,16 +122,8 @@ TestResult test_umr(Ctx& ctx) {
     mi.note = "increment keys (debugging policy), same map+unmap";
     std::span<const uint64_t> pgi(ni.pages.data(), pages);
     g.push_back(make_bench(mi, [&core_inc, pgi, bytes, batch, &map_errors] {
-      for (uint32_t i = 0; i < batch; ++i) {
-        win::MapResult r = core_inc.map(pgi, kAccess, 0, bytes);
-        if (!r.ok()) [[unlikely]] {
-          ++map_errors;
-          continue;
-        }
-        (void)core_inc.unmap(r.window);
-      }
-      core_inc.flush();
-      core_inc.poll(64, [](const mlx5::Completion&) {});
+      map_unmap_batch(core_inc, batch, map_errors,
+                      [&] { return core_inc.map(pgi, kAccess, 0, bytes); });
     }));
     g.push_back(make_bench(mempool_meta(), [mp] {
       void* obj;
@@ -132,7 +132,27 @@ TestResult test_umr(Ctx& ctx) {
       rte_mempool_put(mp, obj);
     }));
     g.push_back(make_floor_bench(pages, bytes, fb.p));
+    // The same data as `pages` 4 KiB blocks, each followed by its 8 bytes of metadata from a
+    // separate array (one repeat-block UMR of two entries, whatever the block count), while the
+    // layout fits a window.
+    const uint64_t il_bytes = uint64_t{pages} * (4096 + 8);
+    const bool il = il_bytes <= uint64_t{nc.max_pages} * 4096;
+    const uint64_t abase = n.ep.arena().page_addr(0);
+    const std::array<win::InterleavedPart, 2> parts = {
+        win::InterleavedPart{abase, 4096, 0},
+        win::InterleavedPart{n.ep.arena().page_addr(nc.max_pages), 8, 0}};
+    if (il) {
+      CaseResult mv = m;
+      mv.name = "umr.interleaved.p" + std::to_string(pages);
+      mv.note = "interleaved window: 4 KiB data + 8 B metadata per block (repeat-block UMR)";
+      mv.bytes = il_bytes;
+      g.push_back(make_bench(mv, [&core, parts, pages, batch, &map_errors] {
+        map_unmap_batch(core, batch, map_errors,
+                        [&] { return core.map_interleaved(parts, pages, kAccess); });
+      }));
+    }
     auto res = run_group(ctx.rc, g);
+    if (il) add_ratio(res[4], res[0]);  // interleaved / KLM window of the same data pages
     res[0].extra.push_back({"inline", pages <= inline_limit ? 1.0 : 0.0});
     add_ratio(res[0], res[2]);
     add_ratio(res[0], res[3]);

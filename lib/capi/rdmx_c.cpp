@@ -23,6 +23,7 @@
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
+#include <rdmx/mlx5/prm/defs.hpp>
 #include <rdmx/win/peer_guard.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
@@ -661,6 +662,18 @@ int rdmx_map_buf(rdmx_core* c, const void* addr, uint64_t len, uint32_t access, 
   const int n = rdmx_buf_pages(c->port, addr, len, c->scratch_pages.get(), c->max_pages, &off);
   if (n < 0) return n;
   return rdmx_map(c, c->scratch_pages.get(), static_cast<uint32_t>(n), access, off, len, out);
+}
+
+int rdmx_map_interleaved(rdmx_core* c, const rdmx_interleaved_part* parts, uint32_t n_parts,
+                         uint32_t blocks, uint32_t access, rdmx_mapping* out) {
+  if (!c || !out || (!parts && n_parts)) return -RDMX_EINVAL;
+  std::array<win::InterleavedPart, rdmx::mlx5::prm::kMaxInlineKlm> p;
+  if (n_parts >= p.size()) return -RDMX_ETOOMANYPAGES;  // the header takes a slot too
+  for (uint32_t i = 0; i < n_parts; ++i) p[i] = {parts[i].addr, parts[i].bytes, parts[i].skip};
+  const win::MapResult m = c->pc->map_interleaved({p.data(), size_t{n_parts}}, blocks, access);
+  if (!m.ok()) return neg(m.errc);
+  fill_mapping(m, out);
+  return 0;
 }
 
 size_t rdmx_map_burst(rdmx_core* c, const rdmx_map_req* reqs, size_t n, rdmx_mapping* out,

@@ -263,6 +263,10 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   ++umrs_in_flight_;
 
+  return mapped(w, key, n, length);
+}
+
+MapResult PollCore::mapped(Window* w, uint8_t key, uint32_t n, uint64_t length) noexcept {
   w->key_ = key;
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
@@ -271,12 +275,82 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   ++w->outstanding_;
   ++stats_.maps;
   stats_.pages_mapped += n;
-
+  MapResult r;
   r.window = w;
   r.rkey = r.lkey = w->rkey();
   r.iova = 0;
   r.length = length;
   return r;
+}
+
+Errc PollCore::validate_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
+                                    uint32_t access, uint64_t* length) const noexcept {
+  const uint32_t limit = std::min(max_pages_, inline_limit_);
+  if (parts.empty() || blocks == 0) return Errc::kInvalidArgument;
+  if (parts.size() + 1 > limit) return Errc::kTooManyPages;
+  if (access & ~kKnownAccess) return Errc::kInvalidArgument;
+  if ((access & kNeedsLocalWrite) && !(access & mlx5::kAccessLocalWrite))
+    return Errc::kInvalidArgument;
+  uint64_t block = 0;
+  for (const InterleavedPart& p : parts) {
+    if (p.bytes == 0) return Errc::kInvalidArgument;
+    // The repeat entry's stride and byte count are 16-bit fields (PRM repeat block entry).
+    if (uint64_t{p.bytes} + p.skip > 0xffff) return Errc::kOutOfRange;
+    block += p.bytes;
+  }
+  const uint64_t len = block * blocks;  // < 2^16 * 2^6 * 2^32: no overflow
+  if (len > uint64_t{max_pages_} * arena_.page_size()) return Errc::kOutOfRange;
+  for (const InterleavedPart& p : parts) {
+    // Block b's bytes of the part: addr + b * (bytes + skip) .. + bytes.
+    const uint64_t last = p.addr + uint64_t{blocks - 1} * (p.bytes + p.skip) + p.bytes;
+    if (p.addr < arena_.base() || last < p.addr || last > arena_.data_end())
+      return Errc::kNotInArena;
+  }
+  *length = len;
+  return Errc::kOk;
+}
+
+MapResult PollCore::map_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
+                                    uint32_t access) noexcept {
+  MapResult r;
+  uint64_t length = 0;
+  Errc e = qp_.in_error() ? Errc::kQpError : validate_interleaved(parts, blocks, access, &length);
+  if (e == Errc::kOk && no_atomic_mask_ && (access & mlx5::kAccessRemoteAtomic))
+    e = Errc::kUnsupported;  // the device cannot grant atomics by UMR
+  const uint32_t n = static_cast<uint32_t>(parts.size());
+  const uint32_t ds = prm::kUmrHeaderDs + prm::repeat_block_octowords(n);
+  mlx5::SqWriter& sq = qp_.sq();
+  if (e == Errc::kOk && !sq.has_room(ds)) e = Errc::kNoRoom;
+  Window* w = nullptr;
+  const bool top = cache_.len() != 0;
+  if (e == Errc::kOk) w = top ? cache_.pop() : get_window_slow(false, e);
+  if (e != Errc::kOk || !w) [[unlikely]] {
+    r.errc = reject(e == Errc::kOk ? Errc::kNoWindow : e);
+    return r;
+  }
+  const uint8_t key = next_key(w);
+  prm::RepeatEntry ents[prm::kMaxInlineKlm];
+  for (uint32_t i = 0; i < n; ++i) {
+    ents[i].address = parts[i].addr;
+    ents[i].byte_count = static_cast<uint16_t>(parts[i].bytes);
+    ents[i].stride = static_cast<uint16_t>(parts[i].bytes + parts[i].skip);
+    ents[i].mkey = parent_lkey_;
+  }
+  prm::UmrVerbsHead h;
+  h.qpn = sq.qpn();
+  h.wqe_index = sq.wqe_index();
+  h.fm_ce_se = sq.next_fm_ce_se(false, umr_fence_);
+  h.mkey = w->mkey_base_ | key;
+  h.access = kMkcAccess[access];
+  h.check = prm::kUmrFlagFailIfNotFree;  // free on the device, by the state machine
+  h.no_atomic_mask = no_atomic_mask_;
+  prm::RingCursor cur = sq.cursor();
+  prm::build_umr_interleaved(cur, h, blocks, std::span<const prm::RepeatEntry>(ents, n));
+  ++stats_.inline_maps;
+  stats_.cache_hits += top;  // get_window_slow counted its own
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  ++umrs_in_flight_;
+  return mapped(w, key, 0, length);  // no chunk pages: pages_mapped unchanged
 }
 
 size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept {

@@ -122,6 +122,51 @@ TEST_P(Syndromes, MwBindOnCheckFreeOfValidWindow) {
   EXPECT_EQ(b_.dev->checker().count(Rule::kUmrNotFree), 1u);
 }
 
+// A repeat block (interleaved layout) whose entries do not add up to its block size, or that
+// claims more entries than the UMR carries, is refused as malformed (LOCAL_QP_OP) and leaves
+// the mkey free; a well-formed one maps.
+TEST_P(Syndromes, MalformedRepeatBlockIsLocalQpOp) {
+  expected_reports_b_ = 2;  // malformed-wqe, twice
+  Buf arena;
+  arena.alloc(*b_.dev, 8192, 10);
+  const uint32_t win = b_.dev->create_window_mkey(8, false).value();
+  const prm::RepeatEntry e[2] = {{arena.addr(), 512, 512, arena.mr.lkey},
+                                 {arena.addr() + 4096, 8, 8, arena.mr.lkey}};
+  // corrupt: 0 = none, 1 = block size off by one, 2 = num_ent 4 (the UMR carries 3 slots)
+  auto umr = [&](uint64_t cookie, uint32_t key, int corrupt) {
+    post(b_, MLX5_OPCODE_UMR, cookie, [&](prm::RingCursor& c, uint16_t idx) {
+      uint8_t* start = c.here();
+      const uint32_t ds = prm::build_umr_interleaved(
+          c, prm::UmrVerbsHead{b_.desc.qpn, idx, fm(b_), win | key, 0x0c}, 4, e);
+      uint8_t* rb = start + 128;  // ctrl 16 + UMR ctrl 48 + mkey context 64
+      if (corrupt == 1) rb[3] = static_cast<uint8_t>(rb[3] + 1);
+      if (corrupt == 2) rb[15] = 4;
+      return ds;
+    });
+  };
+  auto recover_b = [&] {
+    if (!a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok() ||
+        !b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok())
+      return false;
+    a_.qp.reset();
+    b_.qp.reset();
+    return mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok();
+  };
+  umr(1, 1, 1);
+  EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+  EXPECT_TRUE(b_.dev->inspect_mkey(win | 1).free);
+  ASSERT_TRUE(recover_b());
+  umr(2, 2, 2);
+  EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR);
+  EXPECT_EQ(b_.dev->checker().count(Rule::kMalformedWqe), 2u);
+  ASSERT_TRUE(recover_b());
+  umr(3, 3, 0);
+  EXPECT_TRUE(wait(b_, 1)[0].ok());
+  const auto v = b_.dev->inspect_mkey(win | 3);
+  EXPECT_FALSE(v.free);
+  EXPECT_EQ(v.len, 4u * 520);
+}
+
 TEST_P(Syndromes, BadResponse) {
   Buf src, dst;
   src.alloc(*a_.dev, 4096, 10);

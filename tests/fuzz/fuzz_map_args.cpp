@@ -8,8 +8,10 @@
 //   - a request the rules accept is mapped (unless the SQ/windows are momentarily exhausted),
 //     and the device's mkey then holds exactly `length` bytes, not free; after unmap it is free;
 //   - the emu PRM checker never reports.
+// A quarter of the requests are interleaved layouts (map_interleaved), under the same rules.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -80,6 +82,71 @@ bool valid(const mem::Arena& ar, const std::vector<uint64_t>& pages, uint32_t ac
   return true;
 }
 
+// The documented rules of map_interleaved() (poll_core.hpp), independently.
+bool valid_il(const mem::Arena& ar, uint32_t inline_limit,
+              const std::vector<win::InterleavedPart>& parts, uint32_t blocks, uint32_t access) {
+  if (parts.empty() || blocks == 0) return false;
+  if (parts.size() + 1 > std::min(kMaxPages, inline_limit)) return false;
+  if (access & ~uint32_t{mlx5::kAccessAll}) return false;
+  if ((access & (mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic)) &&
+      !(access & mlx5::kAccessLocalWrite))
+    return false;
+  unsigned __int128 block = 0;
+  for (const auto& p : parts) {
+    if (p.bytes == 0 || uint64_t{p.bytes} + p.skip > 0xffff) return false;
+    block += p.bytes;
+  }
+  if (block * blocks > static_cast<unsigned __int128>(kMaxPages) * ar.page_size()) return false;
+  for (const auto& p : parts) {
+    const unsigned __int128 last = static_cast<unsigned __int128>(p.addr) +
+                                   static_cast<unsigned __int128>(blocks - 1) * (p.bytes + p.skip) +
+                                   p.bytes;
+    if (p.addr < ar.base() || last > ar.data_end()) return false;
+  }
+  return true;
+}
+
+// One interleaved map of fuzzed parts: refused exactly when the rules say so (nothing posted),
+// else the mkey holds the layout's length and is freed by the unmap.
+void interleaved_request(FuzzedDataProvider& fdp, Harness* h) {
+  const mem::Arena& ar = h->a.arena();
+  win::PollCore& c = h->a.core();
+  std::vector<win::InterleavedPart> parts(fdp.ConsumeIntegralInRange<uint32_t>(0, 54));
+  for (auto& p : parts) {
+    p.addr = fdp.ConsumeBool() ? ar.base() + fdp.ConsumeIntegralInRange<uint64_t>(0, ar.size())
+                               : fdp.ConsumeIntegral<uint64_t>();
+    p.bytes = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<uint32_t>(0, 4200)
+                                : fdp.ConsumeIntegral<uint32_t>();
+    p.skip = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<uint32_t>(0, 300)
+                               : fdp.ConsumeIntegral<uint32_t>();
+  }
+  const uint32_t blocks = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<uint32_t>(0, 70)
+                                            : fdp.ConsumeIntegral<uint32_t>();
+  const uint32_t access =
+      fdp.ConsumeBool()
+          ? uint32_t{mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead}
+          : fdp.ConsumeIntegral<uint32_t>();
+  const bool ok_ref = valid_il(ar, h->a.pool().inline_klm_limit(), parts, blocks, access);
+  const uint32_t pi = c.qp().sq().pi();
+  const uint32_t cached = c.cache().len();
+  win::MapResult m = c.map_interleaved(parts, blocks, access);
+  if (!m.ok()) {
+    if (c.qp().sq().pi() != pi || c.cache().len() != cached) __builtin_trap();  // posted
+    if (ok_ref && m.errc != Errc::kNoRoom && m.errc != Errc::kNoWindow) __builtin_trap();
+    if (!ok_ref && (m.errc == Errc::kNoRoom || m.errc == Errc::kNoWindow)) __builtin_trap();
+    return;
+  }
+  if (!ok_ref) __builtin_trap();  // an invalid layout was mapped
+  h->settle();
+  uint64_t block = 0;
+  for (const auto& p : parts) block += p.bytes;
+  const auto v = h->a.emu()->inspect_mkey(m.rkey);
+  if (!v.exists || v.free || v.len != block * blocks || m.length != v.len) __builtin_trap();
+  if (c.unmap(m.window) != Errc::kOk) __builtin_trap();
+  h->settle();
+  if (!h->a.emu()->inspect_mkey(m.rkey).free) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -88,6 +155,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const mem::Arena& ar = h->a.arena();
   win::PollCore& c = h->a.core();
   for (int req = 0; req < 8 && fdp.remaining_bytes() > 0; ++req) {
+    if (fdp.ConsumeIntegral<uint8_t>() % 4 == 3) {  // a quarter: an interleaved layout
+      interleaved_request(fdp, h);
+      continue;
+    }
     const uint32_t n = fdp.ConsumeIntegralInRange<uint32_t>(0, kMaxPages + 6);
     std::vector<uint64_t> pages(n);
     for (auto& p : pages) {

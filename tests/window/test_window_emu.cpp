@@ -152,6 +152,27 @@ struct EmuRig {
     all.resize(n);
     return all;
   }
+  // A peer WRITE of a random sub-range of mapping m (all of it when `whole`), then a READ of
+  // another; phys(i) is the arena A offset of window byte i. Every arena byte is compared.
+  template <class Phys>
+  void write_read_check(std::mt19937_64& rng, const MapResult& m, Phys&& phys, int iter,
+                        bool whole = false) {
+    const uint64_t len = m.length;
+    const uint64_t wo = whole ? 0 : rng() % len;
+    const uint32_t wl =
+        static_cast<uint32_t>(whole ? len : 1 + rng() % std::min<uint64_t>(len - wo, 40000));
+    uint8_t* src = arena_b();
+    for (uint32_t i = 0; i < wl; ++i) src[i] = static_cast<uint8_t>(rng());
+    ASSERT_EQ(peer_op(true, 0, m.iova + wo, wl, m.rkey), 0) << "iter " << iter;
+    for (uint32_t i = 0; i < wl; ++i) shadow[phys(wo + i)] = src[i];
+    expect_arena_matches_shadow("after WRITE");
+    const uint64_t ro = rng() % len;
+    const uint32_t rl = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(len - ro, 40000));
+    ASSERT_EQ(peer_op(false, 65536, m.iova + ro, rl, m.rkey), 0);
+    for (uint32_t i = 0; i < rl; ++i)
+      ASSERT_EQ(arena_b()[65536 + i], shadow[phys(ro + i)]) << "iter " << iter << " byte " << i;
+    expect_arena_matches_shadow("after READ");
+  }
   void expect_no_checker_reports() {
     EXPECT_EQ(a.emu()->checker().total(), 0u) << a.emu()->checker().dump();
     EXPECT_EQ(b.emu()->checker().total(), 0u) << b.emu()->checker().dump();
@@ -179,22 +200,9 @@ TEST(EmuWindow, PeerWriteReadTouchExactlyTheMappedBytes) {
     MapResult m = r.ca().map(pages, kRw, off, len);
     ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
     r.settle(r.ca());
-    // WRITE a random sub-range.
-    const uint64_t wo = rng() % len;
-    const uint32_t wl = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(len - wo, 40000));
-    uint8_t* src = r.arena_b();
-    for (uint32_t i = 0; i < wl; ++i) src[i] = static_cast<uint8_t>(rng());
-    ASSERT_EQ(r.peer_op(true, 0, m.iova + wo, wl, m.rkey), 0) << "iter " << iter;
-    for (uint32_t i = 0; i < wl; ++i) r.shadow[EmuRig::phys(pages, off, wo + i, base)] = src[i];
-    r.expect_arena_matches_shadow("after WRITE");
-    // READ another sub-range into B and compare with the model.
-    const uint64_t ro = rng() % len;
-    const uint32_t rl = static_cast<uint32_t>(1 + rng() % std::min<uint64_t>(len - ro, 40000));
-    ASSERT_EQ(r.peer_op(false, 65536, m.iova + ro, rl, m.rkey), 0);
-    for (uint32_t i = 0; i < rl; ++i)
-      ASSERT_EQ(r.arena_b()[65536 + i], r.shadow[EmuRig::phys(pages, off, ro + i, base)])
-          << "iter " << iter << " byte " << i;
-    r.expect_arena_matches_shadow("after READ");
+    r.write_read_check(
+        rng, m, [&](uint64_t i) { return EmuRig::phys(pages, off, i, base); }, iter);
+    if (HasFatalFailure()) return;
     ASSERT_EQ(r.ca().unmap(m.window), Errc::kOk);
     r.settle(r.ca());
   }
@@ -524,6 +532,171 @@ TEST(EmuWindow, MillionRandomStepsWithChecker) {
   EXPECT_GT(invalidations, 1000u);
   r.expect_no_checker_reports();
   EXPECT_EQ(c.stats().umr_errors, 0u);
+}
+
+}  // namespace
+
+// ---- Interleaved windows (repeat-block UMR) ---------------------------------------------------
+
+namespace {
+
+// Window byte i of an interleaved layout -> arena A offset (the model the device must follow).
+uint64_t il_phys(const std::vector<InterleavedPart>& parts, uint64_t i, uint64_t base) {
+  uint64_t block = 0;
+  for (const InterleavedPart& p : parts) block += p.bytes;
+  const uint64_t r = i / block;
+  uint64_t b = i % block;
+  for (const InterleavedPart& p : parts) {
+    if (b < p.bytes) return p.addr + r * (p.bytes + p.skip) + b - base;
+    b -= p.bytes;
+  }
+  ADD_FAILURE() << "il_phys: byte " << i << " in no part";
+  return 0;
+}
+
+// A random storage layout: data blocks in the lower half of the arena, their metadata (and
+// sometimes a third part) in the upper half, random block and metadata sizes, random gaps.
+std::vector<InterleavedPart> random_layout(std::mt19937_64& rng, uint64_t base, uint64_t half,
+                                           uint32_t* blocks, uint64_t max_len) {
+  static const uint32_t kData[] = {512, 4096, 520, 0};
+  static const uint32_t kMeta[] = {8, 16, 64, 0};
+  uint32_t d = kData[rng() % 4], md = kMeta[rng() % 4];
+  if (d == 0) d = 1 + static_cast<uint32_t>(rng() % 4096);
+  if (md == 0) md = 1 + static_cast<uint32_t>(rng() % 128);
+  std::vector<InterleavedPart> parts;
+  const uint32_t dskip = rng() % 3 == 0 ? static_cast<uint32_t>(rng() % 256) : 0;
+  const uint32_t mskip = rng() % 3 == 0 ? static_cast<uint32_t>(rng() % 64) : 0;
+  const bool third = rng() % 4 == 0;
+  const uint32_t tb = 1 + static_cast<uint32_t>(rng() % 32);
+  const uint64_t per = uint64_t{d} + md + (third ? tb : 0);
+  *blocks = 1 + static_cast<uint32_t>(rng() %
+                                      std::max<uint64_t>(1, std::min<uint64_t>(16, max_len / per)));
+  const uint64_t dspan = uint64_t{*blocks} * (d + dskip), mspan = uint64_t{*blocks} * (md + mskip);
+  parts.push_back({base + rng() % (half - dspan), d, dskip});
+  parts.push_back({base + half + rng() % (half / 2 - mspan), md, mskip});
+  if (third)
+    parts.push_back({base + half + half / 2 + rng() % (half / 2 - uint64_t{*blocks} * tb), tb, 0});
+  return parts;
+}
+
+// Peer WRITE and READ through an interleaved window (data + metadata) touch exactly the bytes of
+// the layout, in the layout's order: random block/metadata sizes, gaps and sub-ranges, every
+// arena byte compared.
+TEST(EmuInterleaved, PeerWriteReadTouchExactlyTheLayout) {
+  EmuRig r(16, 16);
+  std::mt19937_64 rng(11);
+  const uint64_t base = r.a.arena().base();
+  const uint64_t half = (r.a.arena().data_end() - base) / 2;
+  const uint64_t max_len = 16 * 4096;
+  for (int iter = 0; iter < 60; ++iter) {
+    uint32_t blocks = 0;
+    const auto parts = random_layout(rng, base, half, &blocks, max_len);
+    MapResult m = r.ca().map_interleaved(parts, blocks, kRw);
+    ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc) << " iter " << iter;
+    uint64_t block = 0;
+    for (const auto& p : parts) block += p.bytes;
+    ASSERT_EQ(m.length, block * blocks);
+    r.settle(r.ca());
+    r.write_read_check(
+        rng, m, [&](uint64_t i) { return il_phys(parts, i, base); }, iter, iter % 5 == 0);
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(r.ca().unmap(m.window), Errc::kOk);
+    r.settle(r.ca());
+  }
+  EXPECT_EQ(r.ca().stats().maps, 60u);
+  r.expect_no_checker_reports();
+  auto cen = r.a.pool().check_windows();
+  ASSERT_TRUE(cen.ok()) << cen.error().message;
+}
+
+// A SEND scattered into a receive whose SGE is an interleaved window lands in the layout.
+TEST(EmuInterleaved, SendScattersIntoTheLayout) {
+  EmuRig r(16, 16);
+  const uint64_t base = r.a.arena().base();
+  const std::vector<InterleavedPart> parts = {{base + 8192, 512, 0}, {base + 200000, 8, 8}};
+  MapResult m = r.ca().map_interleaved(parts, 6, kRw);
+  ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
+  r.settle(r.ca());
+  const Sge rs{m.iova, static_cast<uint32_t>(m.length), m.lkey};
+  ASSERT_EQ(r.ca().post_recv({&rs, 1}, 77), Errc::kOk);
+  r.ca().flush();
+  const uint32_t n = static_cast<uint32_t>(m.length);
+  std::mt19937_64 rng(5);
+  for (uint32_t i = 0; i < n; ++i) r.arena_b()[i] = static_cast<uint8_t>(rng());
+  const Sge ss{r.b.arena().base(), n, r.b.arena().lkey()};
+  ASSERT_EQ(r.cb().post_send({&ss, 1}, 1, true), Errc::kOk);
+  r.cb().flush();
+  bool got = false;
+  for (int spin = 0; spin < 100000 && !got; ++spin) {
+    r.cb().poll(16, [](const Completion&) {});
+    r.ca().poll(16, [&](const Completion& c) {
+      if (c.recv && c.cookie == 77) {
+        EXPECT_EQ(c.status, 0);
+        EXPECT_EQ(c.byte_len, n);
+        got = true;
+      }
+    });
+    r.a.emu()->progress();
+    r.b.emu()->progress();
+  }
+  ASSERT_TRUE(got) << "receive did not complete";
+  for (uint32_t i = 0; i < n; ++i) r.shadow[il_phys(parts, i, base)] = r.arena_b()[i];
+  r.expect_arena_matches_shadow("after SEND");
+  ASSERT_EQ(r.ca().unmap(m.window), Errc::kOk);
+  r.settle(r.ca());
+  r.expect_no_checker_reports();
+}
+
+// After unmap the old rkey of an interleaved window reaches nothing, and an access past its
+// length fails: neither changes a byte.
+TEST(EmuInterleaved, StaleKeyAndOutOfBoundsChangeNothing) {
+  EmuRig r(4, 16);
+  const uint64_t base = r.a.arena().base();
+  const std::vector<InterleavedPart> parts = {{base, 4096, 0}, {base + 300000, 16, 0}};
+  MapResult m = r.ca().map_interleaved(parts, 4, kRw);
+  ASSERT_TRUE(m.ok());
+  r.settle(r.ca());
+  for (uint32_t i = 0; i < 64; ++i) r.arena_b()[i] = static_cast<uint8_t>(i + 1);
+  EXPECT_EQ(r.peer_op(true, 0, m.length - 8, 16, m.rkey), kRemAccess);
+  r.expect_arena_matches_shadow("write past the end");
+  r.recover();
+  // recover() left the windows free: map again, then unmap and use the old key.
+  m = r.ca().map_interleaved(parts, 4, kRw);
+  ASSERT_TRUE(m.ok());
+  r.settle(r.ca());
+  const uint32_t old = m.rkey;
+  ASSERT_EQ(r.ca().unmap(m.window), Errc::kOk);
+  r.settle(r.ca());
+  EXPECT_EQ(r.peer_op(true, 0, 0, 64, old), kRemAccess);
+  r.expect_arena_matches_shadow("write after unmap");
+  r.recover();
+  EXPECT_EQ(r.peer_op(false, 0, 0, 64, old), kRemAccess);
+  r.recover();
+  r.expect_arena_matches_shadow("read after unmap");
+}
+
+// Layouts map_interleaved refuses, each before anything is posted.
+TEST(EmuInterleaved, RefusedLayoutsPostNothing) {
+  EmuRig r(4, 16);
+  const uint64_t base = r.a.arena().base();
+  const uint64_t end = r.a.arena().data_end();
+  PollCore& c = r.ca();
+  const uint32_t pi = c.qp().sq().pi();
+  using P = std::vector<InterleavedPart>;
+  auto code = [&](const P& p, uint32_t blocks, uint32_t access = kRw) {
+    return c.map_interleaved(p, blocks, access).errc;
+  };
+  EXPECT_EQ(code(P{}, 1), Errc::kInvalidArgument);
+  EXPECT_EQ(code(P{{base, 512, 0}}, 0), Errc::kInvalidArgument);
+  EXPECT_EQ(code(P{{base, 0, 8}}, 1), Errc::kInvalidArgument);
+  EXPECT_EQ(code(P{{base, 512, 0}}, 1, kAccessRemoteWrite), Errc::kInvalidArgument);
+  EXPECT_EQ(code(P{{base, 65000, 536}}, 1), Errc::kOutOfRange);  // stride > 65535
+  EXPECT_EQ(code(P{{base, 4096, 0}, {base + 8192, 8, 0}}, 16), Errc::kOutOfRange);  // > 64 KiB
+  EXPECT_EQ(code(P{{base - 1, 512, 0}}, 1), Errc::kNotInArena);
+  EXPECT_EQ(code(P{{end - 512 * 3, 512, 0}}, 4), Errc::kNotInArena);  // the 4th block is past
+  EXPECT_EQ(code(P(16, InterleavedPart{base, 8, 0}), 1), Errc::kTooManyPages);  // 16 + header
+  EXPECT_EQ(c.qp().sq().pi(), pi) << "a refused layout posted a WQE";
+  EXPECT_TRUE(c.map_interleaved(P(15, InterleavedPart{base, 8, 0}), 1, kRw).ok());
 }
 
 }  // namespace

@@ -111,6 +111,32 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
   // doc/guides/emu.md, "Indirect mkeys: rights on the window, bounds on the leaves".
   uint64_t off = iova - m->start;
   if (!in_range(off, len, 0, m->xlat_bytes)) return XlateErr::kBounds;
+  // A leaf: n bytes at address a of the direct mkey `key`, under the window's rules.
+  auto leaf = [&](uint32_t leaf_key, uint64_t a, uint64_t n) -> XlateErr {
+    Mkey* p = lookup(leaf_key);
+    if (!p || p->kind != Mkey::Kind::kDirect) return XlateErr::kBadKey;
+    if (p->free) return XlateErr::kState;
+    if (p->pd != m->pd) return XlateErr::kAccess;
+    if (!in_range(a, n, p->start, p->len)) return XlateErr::kBounds;
+    on(p->host + (a - p->start), n);
+    return XlateErr::kOk;
+  };
+  if (m->repeat) {
+    while (len) {
+      const uint64_t r = off / m->block, b = off % m->block;
+      uint32_t i = 1;
+      while (b >= m->prefix[i] + (m->klm[i].byte_count & 0xffff)) ++i;  // sum = block > b
+      const Klm& e = m->klm[i];
+      const uint64_t in_e = b - m->prefix[i];
+      const uint64_t n = std::min<uint64_t>(len, (e.byte_count & 0xffff) - in_e);
+      const uint64_t step = r * (e.byte_count >> 16) + in_e;  // < 2^32 * 2^16 + 2^16
+      if (e.addr > UINT64_MAX - step) return XlateErr::kBounds;
+      if (const XlateErr xe = leaf(e.mkey, e.addr + step, n); xe != XlateErr::kOk) return xe;
+      off += n;
+      len -= n;
+    }
+    return XlateErr::kOk;
+  }
   size_t i = static_cast<size_t>(std::upper_bound(m->prefix.begin(), m->prefix.end(), off) -
                                  m->prefix.begin());
   i = i ? i - 1 : 0;
@@ -123,14 +149,8 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
     }
     const uint64_t in_e = off - m->prefix[i];
     const uint64_t n = std::min<uint64_t>(len, e.byte_count - in_e);
-    Mkey* p = lookup(e.mkey);
-    if (!p || p->kind != Mkey::Kind::kDirect) return XlateErr::kBadKey;
-    if (p->free) return XlateErr::kState;
-    if (p->pd != m->pd) return XlateErr::kAccess;
     if (e.addr > UINT64_MAX - in_e) return XlateErr::kBounds;
-    const uint64_t a = e.addr + in_e;
-    if (!in_range(a, n, p->start, p->len)) return XlateErr::kBounds;
-    on(p->host + (a - p->start), n);
+    if (const XlateErr xe = leaf(e.mkey, e.addr + in_e, n); xe != XlateErr::kOk) return xe;
     off += n;
     len -= n;
     ++i;
@@ -681,6 +701,11 @@ uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey&
           Klm{::rdmx::detail::bswap(bc), ::rdmx::detail::bswap(key), ::rdmx::detail::bswap(addr)};
     }
   }
+  if (off == 0 && tmp[0].mkey == prm::kRepeatBlockOp) {
+    if (const uint8_t syn = umr_check_repeat(q, w, tmp, n_oct)) return syn;
+    src = tmp;
+    return 0;
+  }
   for (uint32_t i = 0; i < n_oct; ++i) {
     if (tmp[i].byte_count > prm::kMaxKlmBytes) {
       std::snprintf(buf, sizeof(buf), "KLM %u byte_count %u exceeds 2 GiB", i, tmp[i].byte_count);
@@ -690,6 +715,39 @@ uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey&
   }
   src = tmp;
   return 0;
+}
+
+// A repeat block (mlx5dv_wr_mr_interleaved; rdma-core providers/mlx5/qp.c
+// umr_strided_seg_create): header {BE32 bytes per block, BE32 op 0x400, BE32 repeat count, BE16
+// 0, BE16 entries}, then per entry {BE16 stride, BE16 bytes, BE32 mkey, BE64 address}, read here
+// through the KLM decoding of each 16 bytes. Refused as malformed: no entry, entries beyond the
+// UMR's octowords, a non-zero reserved field, a zero repeat count, entry bytes that do not sum
+// to the header's block size, or a block of zero bytes.
+uint8_t Engine::umr_check_repeat(QpCtx& q, const prm::DecodedWqe& w, const Klm* tmp,
+                                 uint32_t n_oct) noexcept {
+  char buf[192];
+  const uint32_t n = static_cast<uint32_t>(tmp[0].addr & 0xffff);
+  const uint32_t rsvd = static_cast<uint32_t>((tmp[0].addr >> 16) & 0xffff);
+  const uint32_t repeat_count = static_cast<uint32_t>(tmp[0].addr >> 32);
+  uint64_t sum = 0;
+  for (uint32_t i = 1; i <= n && i < n_oct; ++i) sum += tmp[i].byte_count & 0xffff;
+  const char* why = nullptr;
+  if (n == 0)
+    why = "no entries";
+  else if (n + 1 > n_oct)
+    why = "more entries than the UMR carries";
+  else if (rsvd)
+    why = "reserved field not zero";
+  else if (repeat_count == 0)
+    why = "repeat count 0";
+  else if (sum != tmp[0].byte_count || sum == 0)
+    why = "entry bytes do not sum to the block size";
+  if (!why) return 0;
+  std::snprintf(buf, sizeof(buf),
+                "repeat block: %s (entries %u, octowords %u, block %u, sum %" PRIu64 ", repeat %u)",
+                why, n, n_oct, tmp[0].byte_count, sum, repeat_count);
+  report(&q, w.ctrl.wqe_index, Rule::kMalformedWqe, buf);
+  return kSynLocQpOp;
 }
 
 // The mkey context fields the mask selects, validated before anything changes.
@@ -744,6 +802,7 @@ uint8_t Engine::umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Kl
     m.klm.clear();
     m.prefix.clear();
     m.xlat_bytes = 0;
+    m.repeat = false;
   }
   ++st_.umrs;
   // The mkey changed: later users in this SQ need a fence until the UMR is ordered.
@@ -766,12 +825,24 @@ uint8_t Engine::umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, con
   m.prefix.resize(m.klm.size());
   uint64_t acc = 0;
   uint32_t n_real = 0;
-  for (size_t i = 0; i < m.klm.size(); ++i) {
-    m.prefix[i] = acc;
-    acc += m.klm[i].byte_count;
-    n_real += m.klm[i].byte_count ? 1 : 0;
+  m.repeat = off == 0 && !m.klm.empty() && m.klm[0].mkey == prm::kRepeatBlockOp;
+  if (m.repeat) {  // checked by umr_check_repeat: the header takes a slot, as on the device
+    m.n_rep = static_cast<uint32_t>(m.klm[0].addr & 0xffff);
+    m.block = m.klm[0].byte_count;
+    for (uint32_t i = 1; i <= m.n_rep; ++i) {
+      m.prefix[i] = acc;
+      acc += m.klm[i].byte_count & 0xffff;
+    }
+    n_real = m.n_rep + 1;
+    m.xlat_bytes = m.block * (m.klm[0].addr >> 32);
+  } else {
+    for (size_t i = 0; i < m.klm.size(); ++i) {
+      m.prefix[i] = acc;
+      acc += m.klm[i].byte_count;
+      n_real += m.klm[i].byte_count ? 1 : 0;
+    }
+    m.xlat_bytes = acc;
   }
-  m.xlat_bytes = acc;
   if (n_real > m.max_entries) {
     char buf[160];
     std::snprintf(buf, sizeof(buf),

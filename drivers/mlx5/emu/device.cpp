@@ -204,6 +204,9 @@ uint32_t Engine::alloc_mkey_index() {
     return i;
   }
   if (mkeys_.size() >= (1u << 24)) return 0;
+  // Index 4 is never used: its key 0x400 would read as a repeat block's op (0x400) in the
+  // first translation entry, so no KLM can name it (the device tells the two apart by it).
+  if (mkeys_.size() == 4) mkeys_.emplace_back();
   mkeys_.emplace_back();
   return static_cast<uint32_t>(mkeys_.size() - 1);
 }

@@ -51,6 +51,13 @@ struct Mkey {
   std::vector<Klm> klm;          // indirect: translation list (zero entries = padding)
   std::vector<uint64_t> prefix;  // indirect: offset of each entry's first byte
   uint64_t xlat_bytes = 0;       // indirect: bytes the list covers
+  // Indirect, repeat block (an interleaved layout): klm[0] is the header {block bytes, op 0x400,
+  // repeat count << 32 | entries}, klm[1..n_rep] the entries {stride << 16 | bytes, mkey,
+  // address}; prefix[i] is entry i's offset inside a block. Byte o of the mkey is byte
+  // o % block of repetition o / block: entry i's repetition r starts at address + r * stride.
+  bool repeat = false;
+  uint32_t n_rep = 0;
+  uint64_t block = 0;
 };
 
 // Errors translation reports (mapped to a syndrome by the caller).
@@ -231,6 +238,9 @@ class Engine {
   bool execute(QpCtx& q) noexcept;  // the WQE at sq_ci; false = stop for now
   void sink_sq(QpCtx& q) noexcept;
   uint8_t exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept;
+  // The repeat-block header of a new translation (tmp[0] carries op 0x400): 0 or a syndrome.
+  uint8_t umr_check_repeat(QpCtx& q, const prm::DecodedWqe& w, const Klm* tmp,
+                           uint32_t n_oct) noexcept;
   uint8_t umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
   uint8_t umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
                            const Klm*& src) noexcept;

@@ -191,7 +191,8 @@ void umr_verbs_header(RingCursor& cur, const UmrVerbsHead& h, uint32_t ds, uint1
   // The UMR control segment shares the first WQEBB with the ctrl segment: never wrapped.
   auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(cur.here());
   cur.advance(kUmrCtrlSegBytes);
-  set_umr_ctrl(u, MLX5_WQE_UMR_CTRL_FLAG_INLINE, octowords, kMapMask);
+  set_umr_ctrl(u, static_cast<uint8_t>(MLX5_WQE_UMR_CTRL_FLAG_INLINE | h.check), octowords,
+               h.no_atomic_mask ? kMapMaskNoAtomic : kMapMask);
   MkeyCtx c;
   c.access = h.access;
   c.key = static_cast<uint8_t>(h.mkey & 0xff);

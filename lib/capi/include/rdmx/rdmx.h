@@ -374,6 +374,29 @@ RDMX_API int rdmx_map(rdmx_core* core, const uint64_t* pages, uint32_t n_pages, 
 RDMX_API int rdmx_map_buf(rdmx_core* core, const void* addr, uint64_t len, uint32_t access,
                           rdmx_mapping* out);
 
+/* One part of every block of an interleaved layout: `bytes` bytes of the port's arena at `addr`
+ * in block 0, `bytes + skip` further on in each next block (bytes + skip <= 65535). */
+typedef struct rdmx_interleaved_part {
+  uint64_t addr;
+  uint32_t bytes;
+  uint32_t skip;
+} rdmx_interleaved_part;
+
+/* [hot] Maps an interleaved layout into a free window of this core (one repeat-block UMR, the
+ * translation mlx5dv_wr_mr_interleaved builds): window bytes are part 0 of block 0, part 1 of
+ * block 0, ..., part 0 of block 1, ... for `blocks` blocks, so a peer's WRITE or READ of the
+ * window moves data and metadata kept in separate arrays (sectors and their protection
+ * information, say) in one operation; length = blocks * the sum of the parts' bytes. Key
+ * rotation, rdmx_unmap() and stats as for rdmx_map(). At most the window's page count (and the
+ * inline limit) - 1 parts. Errors (nothing posted): -RDMX_EINVAL (no parts, blocks 0, a part of
+ * 0 bytes, bad access bits), -RDMX_ETOOMANYPAGES (too many parts), -RDMX_ERANGE (bytes + skip
+ * over 65535, length over the window's), -RDMX_ENOTINARENA (some block's bytes outside the
+ * arena), -RDMX_EQPERROR, -RDMX_ENOROOM, -RDMX_ENOWINDOW, -RDMX_ENOTSUP (atomic access on a
+ * device that cannot grant it by UMR). */
+RDMX_API int rdmx_map_interleaved(rdmx_core* core, const rdmx_interleaved_part* parts,
+                                  uint32_t n_parts, uint32_t blocks, uint32_t access,
+                                  rdmx_mapping* out);
+
 typedef struct rdmx_map_req {
   const uint64_t* pages;
   uint32_t n_pages;

@@ -80,6 +80,17 @@ class PollCore {
   // kUnsupported (atomic access on a device with umr_modify_atomic_disabled).
   MapResult map(std::span<const uint64_t> pages, uint32_t access, uint32_t first_byte_offset,
                 uint64_t length) noexcept;
+  // Maps an interleaved layout into a free window (a repeat-block UMR, as
+  // mlx5dv_wr_mr_interleaved builds it): window bytes are part 0 of block 0, part 1 of block 0,
+  // ..., part 0 of block 1, ... for `blocks` blocks; length = blocks * sum of the parts' bytes.
+  // The same key rotation, fences, unmap and stats as map(); inline only (the repeat header takes
+  // one translation slot, so at most min(max_pages, inline limit) - 1 parts). Not a hot-path
+  // fast path: one pass over the parts. Errors (nothing posted): kInvalidArgument (no parts,
+  // blocks 0, a part of 0 bytes, access as map()), kTooManyPages (too many parts), kOutOfRange
+  // (bytes + skip over 65535, or a length over the window's), kNotInArena (a part's bytes of any
+  // block outside the arena's data part), kQpError, kNoRoom, kNoWindow, kUnsupported.
+  MapResult map_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
+                            uint32_t access) noexcept;
   // Best effort: maps requests in order until one fails (its Errc in last_error()); returns how
   // many were mapped (out[i] for i < count).
   size_t map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept;
@@ -189,6 +200,8 @@ class PollCore {
   // empty cache, any error): every check in order, the cursor builders.
   [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
+  // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
+  MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
   // unmap() when its fast path does not apply (a refusal, an invalidate that would wrap).
   [[gnu::noinline]] Errc unmap_general(Window* w) noexcept;
   // The 8-bit key the next map of `w` writes: the window's key plus this core's step for its
@@ -199,6 +212,8 @@ class PollCore {
                 uint64_t length) const noexcept;
   // A map refused after validate(): kNotInArena when a page is bad, else e (counted).
   [[gnu::cold]] Errc reject_map(std::span<const uint64_t> pages, Errc e) noexcept;
+  Errc validate_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
+                            uint32_t access, uint64_t* length) const noexcept;
   [[gnu::cold]] Errc validate_slow(std::span<const uint64_t> pages, uint32_t access,
                                    uint32_t first_byte_offset, uint64_t length) const noexcept;
   // A window for map() when the top of the cache cannot be taken: refills from the depot,

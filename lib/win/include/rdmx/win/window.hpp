@@ -84,6 +84,16 @@ struct MapRequest {
   uint64_t length = 0;              // bytes mapped; must end inside the last page
 };
 
+// One part of every block of an interleaved layout (PollCore::map_interleaved): `bytes` bytes
+// of the arena at `addr` in block 0, and `bytes + skip` further on in each next block. A storage
+// target's data and protection information: {data, 512, 0} and {pi, 8, 0} over n blocks put
+// 512 data bytes then their 8 metadata bytes, n times, behind one rkey.
+struct InterleavedPart {
+  uint64_t addr = 0;
+  uint32_t bytes = 0;
+  uint32_t skip = 0;
+};
+
 // What map() returns: the window and what to hand the peer (rkey, iova, length), or an Errc.
 struct MapResult {
   Window* window = nullptr;

@@ -39,6 +39,10 @@ inline constexpr uint8_t kCeMask = 0x0c;
 // Bits 6:5 free-state check. mlx5dv.h's MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE (1<<5) means "fail
 // if the mkey is NOT free"; 2<<5 means "fail if the mkey IS free" (kernel device.h
 // MLX5_UMR_CHECK_FREE). Named here by effect, to avoid the naming trap.
+// The op of a repeat-block translation header (mlx5dv_wr_mr_interleaved; rdma-core
+// providers/mlx5/qp.c umr_strided_seg_create): it sits where a KLM's mkey would, which is how
+// the device tells the two translations apart.
+inline constexpr uint32_t kRepeatBlockOp = 0x400;
 inline constexpr uint8_t kUmrFlagFailIfNotFree = MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE;  // 0x20
 inline constexpr uint8_t kUmrFlagFailIfFree = 2 << 5;                                // 0x40
 inline constexpr uint8_t kUmrFlagCheckMask = 3 << 5;

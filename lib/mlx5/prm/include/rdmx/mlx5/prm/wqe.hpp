@@ -566,6 +566,10 @@ struct UmrVerbsHead {
   uint8_t fm_ce_se = 0;
   uint32_t mkey = 0;
   uint8_t access = 0;
+  // Not in rdma-core's WQEs (both 0 there): the window layer's free-state check
+  // (kUmrFlagFailIfNotFree) and, on devices with umr_modify_atomic_disabled, kMapMaskNoAtomic.
+  uint8_t check = 0;
+  bool no_atomic_mask = false;
 };
 
 // Inline translation size in octowords (16 B) of a list of n KLMs / of n repeat entries plus
@@ -593,7 +597,6 @@ uint32_t build_umr_klm_list(RingCursor& cur, const UmrVerbsHead& h,
 //  mkey ctx {len = sum(byte_count) * repeat_count} |
 //  repeat block {BE32 sum(byte_count), BE32 op 0x400, BE32 repeat_count, BE16 0, BE16 N} |
 //  entries {BE16 stride, BE16 byte_count, BE32 mkey, BE64 address} x N, zero padded to 64 B.
-inline constexpr uint32_t kRepeatBlockOp = 0x400;
 uint32_t build_umr_interleaved(RingCursor& cur, const UmrVerbsHead& h, uint32_t repeat_count,
                                std::span<const RepeatEntry> entries) noexcept;
 
