@@ -33,6 +33,8 @@ constexpr uint32_t kIbvAccessRemoteRead = 1u << 2;
 constexpr uint32_t kIbvAccessRemoteAtomic = 1u << 3;
 constexpr uint32_t kIbvAccessUmrAllowed =
     kIbvAccessLocalWrite | kIbvAccessRemoteWrite | kIbvAccessRemoteRead | kIbvAccessRemoteAtomic;
+constexpr uint32_t kIbvAccessZeroBased = 1u << 5;  // IBV_ACCESS_ZERO_BASED
+constexpr uint32_t kIbvAccessBindAllowed = kIbvAccessUmrAllowed | kIbvAccessZeroBased;
 
 // Largest ring the tool accepts (bounds its memory; mlx5 SQs are at most 32K WQEBBs).
 constexpr uint64_t kMaxRingWqebbs = 1u << 16;
@@ -72,7 +74,8 @@ enum class Op {
   kSend,
   kSendImm,
   kSendInv,
-  kLocalInv
+  kLocalInv,
+  kBindMw
 };
 
 struct OpInfo {
@@ -90,6 +93,7 @@ constexpr OpInfo kOps[] = {
     {"send_imm", Op::kSendImm, MLX5_OPCODE_SEND_IMM},
     {"send_inv", Op::kSendInv, MLX5_OPCODE_SEND_INVAL},
     {"local_inv", Op::kLocalInv, MLX5_OPCODE_UMR},
+    {"bind_mw", Op::kBindMw, MLX5_OPCODE_UMR},
 };
 
 // One parsed work request, ready for a prm builder.
@@ -102,6 +106,7 @@ struct Wr {
   uint32_t repeat_count = 0;
   std::vector<prm::Klm> klms;
   std::vector<prm::RepeatEntry> repeat;
+  prm::BindMw bind;  // bind_mw (qpn, index and fm filled at build time)
   // data ops
   uint64_t raddr = 0;
   uint32_t rkey = 0;
@@ -191,6 +196,35 @@ void parse_umr_head(Fields& f, const Queue& q, Wr& w) {
                          " has bits other than LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|"
                          "REMOTE_ATOMIC (0xf)");
   w.access = mkc_access(acc);
+}
+
+// ibv_wr_bind_mw(qp, mw, rkey, bind_info): mw_rkey (the window's rkey now), rkey (after the
+// bind), mw_type (1 or 2, default 2), lkey/addr/length (bind_info's MR and range; length 0
+// unbinds), mw_access_flags. rdma-core's checks that need the MR object itself (range inside the
+// MR, IBV_ACCESS_MW_BIND) are the device's here: rdmx-wqe has no MR.
+void parse_bind_mw(Fields& f, Wr& w) {
+  prm::BindMw& b = w.bind;
+  b.mw_rkey = static_cast<uint32_t>(f.u64("mw_rkey", UINT32_MAX));
+  b.new_rkey = static_cast<uint32_t>(f.u64("rkey", UINT32_MAX));
+  const uint64_t type = f.u64_or("mw_type", 2, 2);
+  if (type != 1 && type != 2)
+    reject("EINVAL", f.where() + ": mw_type " + std::to_string(type) + " is not 1 or 2");
+  b.type2 = type == 2;
+  b.mr_lkey = static_cast<uint32_t>(f.u64("lkey", UINT32_MAX));
+  b.addr = f.u64("addr", UINT64_MAX);
+  b.length = f.u64("length", UINT64_MAX);
+  const uint32_t acc = static_cast<uint32_t>(f.u64("mw_access_flags", UINT32_MAX));
+  // qp.c set_bind_wr: "check that len > 2GB because KLM support only 2GB".
+  if (b.length > prm::kMaxBindMwLength)
+    reject("EOPNOTSUPP", f.where() + ": length " + std::to_string(b.length) +
+                             " is over 2 GiB (the bind's single KLM)");
+  if (acc & ~kIbvAccessBindAllowed)
+    reject("EINVAL", f.where() + ": mw_access_flags 0x" + hex32(acc) +
+                         " has bits other than LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|"
+                         "REMOTE_ATOMIC|ZERO_BASED (0x2f)");
+  b.access = mkc_access(acc & kIbvAccessUmrAllowed);
+  b.zero_based = (acc & kIbvAccessZeroBased) != 0;
+  w.ds = prm::kUmrHeaderDs + (b.length ? 4 : 0);
 }
 
 Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
@@ -286,9 +320,12 @@ Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
       w.imm = static_cast<uint32_t>(f.u64("invalidate_rkey", UINT32_MAX));
       w.ds = prm::kUmrHeaderDs;
       break;
+    case Op::kBindMw:
+      parse_bind_mw(f, w);
+      break;
   }
   if (w.info->op != Op::kMrList && w.info->op != Op::kMrInterleaved &&
-      w.info->op != Op::kLocalInv) {
+      w.info->op != Op::kLocalInv && w.info->op != Op::kBindMw) {
     const uint32_t hdr =
         (w.info->op == Op::kSend || w.info->op == Op::kSendImm || w.info->op == Op::kSendInv) ? 1
                                                                                               : 2;
@@ -320,6 +357,13 @@ uint32_t build(mlx5::SqWriter& sq, const Queue& q, const Wr& w) {
                                         w.repeat_count, w.repeat);
     case Op::kLocalInv:
       return prm::build_local_inv(cur, q.qpn, idx, fm, w.imm);
+    case Op::kBindMw: {
+      prm::BindMw b = w.bind;
+      b.qpn = q.qpn;
+      b.wqe_index = idx;
+      b.fm_ce_se = fm;
+      return prm::build_bind_mw(cur, b);
+    }
     case Op::kWrite:
     case Op::kWriteImm:
     case Op::kRead: {

@@ -81,6 +81,19 @@ OPS
                     ctrl(imm = the key) | UMR ctrl {INLINE|TRANSLATION_OFFSET|CHECK_QPN = 0x98,
                     octowords 0, mask FREE|KEY|QPN = 0x20006000} | mkey ctx {free 1, qpn
                     0xffffff, key 0}.  8 DS.
+  bind_mw           ibv_wr_bind_mw: mw_rkey (the window's rkey now), rkey (after the bind),
+                    optional mw_type (1 or 2, default 2), lkey, addr, length (the MR and the
+                    range bound; length 0 unbinds), mw_access_flags (access_flags bits plus
+                    ZERO_BASED 0x20; others -> EINVAL; length over 2 GiB -> EOPNOTSUPP)
+                    -> UMR: ctrl(imm = mw_rkey) | UMR ctrl {INLINE|TRANSLATION_OFFSET, type 2
+                    |CHECK_FREE = 0xb0 (type 1: 0x90), octowords 4, mask FREE|KEY|LEN|
+                    START_ADDR|LW|RR|RW|A, type 2 |QPN = 0x203c6041 (type 1: 0x203c2041)} |
+                    mkey ctx {free 0, access, qpn = type 2 ? the QP : 0xffffff, key = rkey &
+                    0xff, start_addr = ZERO_BASED ? 0 : addr, len} | one KLM {length, lkey,
+                    addr} padded with zeroes to 64 bytes.  12 DS.  length 0: 8 DS, flags 0x90
+                    (type 2: |CHECK_QPN = 0x98), mask FREE|KEY (type 2: |QPN), mkey ctx {free 1,
+                    qpn 0xffffff, key = rkey & 0xff}.  Fields rdma-core leaves as the ring held
+                    them (unmasked mkey context fields) are written as zeroes.
   data              "sges": [{lkey, addr, length}] (ibv_wr_set_sge_list; zero-length entries
                     take no segment, as in rdma-core) or "inline_data_hex": "..." (ibv_wr_set_
                     inline_data; 0 bytes add no segment; more than max_inline_data -> ENOMEM);
@@ -92,7 +105,7 @@ OPS
                     order).
   Numbers may be JSON integers or strings "0x..." / decimal. Unknown fields are EINVAL.
 
-FENCES: every UMR (mr_list, mr_interleaved, local_inv) makes the next WQE inherit fence mode
+FENCES: every UMR (mr_list, mr_interleaved, local_inv, bind_mw) makes the next WQE inherit fence mode
 INITIATOR_SMALL (0x20); "fence": true gives 0x80 instead. The UMR itself carries only what it
 inherited.
 

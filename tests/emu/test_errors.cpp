@@ -167,6 +167,73 @@ TEST_P(Syndromes, MalformedRepeatBlockIsLocalQpOp) {
   EXPECT_EQ(v.len, 4u * 520);
 }
 
+// A type-2 memory window (an indirect mkey bound by rdma-core's bind_mw UMR): usable only by
+// requests arriving on the QP it was bound to; another QP of the same PD gets a remote access
+// error and no byte moves. LOCAL_INV from another QP (CHECK_QPN) is refused; from the bound QP
+// it frees the window; a new bind (CHECK_FREE) with the next key works and the old rkey is dead.
+TEST_P(Syndromes, Type2WindowIsBoundToItsQp) {
+  expected_reports_b_ = 0;
+  Buf mem, src;
+  mem.alloc(*b_.dev, 8192, 11);
+  src.alloc(*a_.dev, 8192, 12);
+  const std::vector<uint8_t> before(mem.p, mem.p + 8192);
+  const uint32_t mw = b_.dev->create_window_mkey(1, true).value();  // as ibv_alloc_mw(TYPE_2)
+  // A second connected pair between the same devices (same PDs).
+  Side a2, b2;
+  for (Side* s : {&a2, &b2}) {
+    s->dev = s == &a2 ? a_.dev : b_.dev;
+    auto d = s->dev->create_qp(small_cfg());
+    ASSERT_TRUE(d.ok());
+    s->desc = d.value();
+    s->qp.init(s->desc, 1);
+  }
+  ASSERT_TRUE(mlx5::connect_qps(*a2.dev, a2.desc.qpn, *b2.dev, b2.desc.qpn).ok());
+  auto bind = [&](Side& s, uint64_t cookie, uint32_t old_rkey, uint32_t new_rkey, uint64_t len) {
+    prm::BindMw b;
+    b.qpn = s.desc.qpn;
+    b.fm_ce_se = fm(s);
+    b.mw_rkey = old_rkey;
+    b.new_rkey = new_rkey;
+    b.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
+               MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
+    b.addr = mem.addr(4096);
+    b.length = len;
+    b.mr_lkey = mem.mr.lkey;
+    post(s, MLX5_OPCODE_UMR, cookie, [&](prm::RingCursor& c, uint16_t idx) {
+      b.wqe_index = idx;
+      return prm::build_bind_mw(c, b);
+    });
+  };
+  bind(b_, 1, mw, mw | 1, 4096);
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  const uint32_t rkey = mw | 1;
+  // Through the bound QP (b_, reached from a_): the WRITE lands at the bound address.
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, mem.addr(4096 + 8), rkey, {{src.addr(), 64, src.mr.lkey}});
+  ASSERT_TRUE(wait(a_, 1)[0].ok());
+  EXPECT_EQ(std::memcmp(mem.p + 4096 + 8, src.p, 64), 0);
+  std::memcpy(const_cast<uint8_t*>(before.data()) + 4096 + 8, src.p, 64);
+  // Through the other QP (b2, reached from a2): refused, nothing written or read.
+  rdma(a2, MLX5_OPCODE_RDMA_WRITE, 3, mem.addr(4096), rkey, {{src.addr(100), 64, src.mr.lkey}});
+  EXPECT_EQ(wait(a2, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(std::memcmp(mem.p, before.data(), 8192), 0);
+  EXPECT_GE(b_.dev->stats().qp_binding_refusals, 1u);
+  // LOCAL_INV from the other QP: CHECK_QPN refuses it (MW_BIND_ERR), the window stays bound.
+  post(b2, MLX5_OPCODE_UMR, 4, [&](prm::RingCursor& c, uint16_t idx) {
+    return prm::build_local_inv(c, b2.desc.qpn, idx, fm(b2), rkey);
+  });
+  EXPECT_EQ(wait(b2, 1)[0].status, MLX5_CQE_SYNDROME_MW_BIND_ERR);
+  EXPECT_FALSE(b_.dev->inspect_mkey(rkey).free);
+  // From the bound QP: freed; the rkey is dead even on the bound QP.
+  post(b_, MLX5_OPCODE_UMR, 5, [&](prm::RingCursor& c, uint16_t idx) {
+    return prm::build_local_inv(c, b_.desc.qpn, idx, fm(b_), rkey);
+  });
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  EXPECT_TRUE(b_.dev->inspect_mkey(mw).free);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 6, mem.addr(4096), rkey, {{src.addr(200), 64, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  EXPECT_EQ(std::memcmp(mem.p, before.data(), 8192), 0);
+}
+
 TEST_P(Syndromes, BadResponse) {
   Buf src, dst;
   src.alloc(*a_.dev, 4096, 10);

@@ -24,6 +24,71 @@ struct Ring {
   std::vector<uint8_t> mem;
 };
 
+// BIND_MW of a type-2 window (rdma-core qp.c set_bind_wr): 12 DS; CHECK_FREE, the QPN bit and
+// the posting QP's number in the mkey context; one KLM padded to 64 bytes.
+TEST(WqeBuilders, BindMwType2AsRdmaCore) {
+  Ring r(4);
+  prm::RingCursor cur(r.mem.data(), 4, 3);
+  prm::BindMw b;
+  b.qpn = 0x123;
+  b.wqe_index = 3;
+  b.fm_ce_se = 0x08;
+  b.mw_rkey = 0x00abcd07;
+  b.new_rkey = 0x00abcd08;
+  b.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
+             MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;  // 0x10 | 0x20
+  b.addr = 0x7f0000001000;
+  b.length = 0x2000;
+  b.mr_lkey = 0x5500;
+  EXPECT_EQ(prm::build_bind_mw(cur, b), 12u);
+  EXPECT_EQ(r.slot(3), bb({"00000325 0001230c 00000008 00abcd07",  // UMR, 12 DS, imm = old rkey
+                           "b0000000 00040000 00000000 203c6041", kZeroDs, kZeroDs}));
+  // free 0, access 0x30 | qpn 0x123, key 0x08 | start_addr = addr | len
+  EXPECT_EQ(r.slot(0), bb({"00003000 00012308 00000000 00000000",
+                           "00007f00 00001000 00000000 00002000", kZeroDs, kZeroDs}));
+  EXPECT_EQ(r.slot(1), bb({"00002000 00005500 00007f00 00001000", kZeroDs, kZeroDs, kZeroDs}));
+}
+
+// Type 1, zero based: no CHECK_FREE, no QPN bit, qpn 0xffffff, start_addr 0.
+TEST(WqeBuilders, BindMwType1ZeroBased) {
+  Ring r(4);
+  prm::RingCursor cur(r.mem.data(), 4, 0);
+  prm::BindMw b;
+  b.qpn = 0x42;
+  b.fm_ce_se = 0x20;
+  b.mw_rkey = 0x300;
+  b.new_rkey = 0x3ff;
+  b.type2 = false;
+  b.zero_based = true;
+  b.access = 0x58;  // LW | RR | A
+  b.addr = 0xa000;
+  b.length = 0x80000000;  // the 2 GiB limit itself
+  b.mr_lkey = 0x77;
+  EXPECT_EQ(prm::build_bind_mw(cur, b), 12u);
+  EXPECT_EQ(r.slot(0), bb({"00000025 0000420c 00000020 00000300",
+                           "90000000 00040000 00000000 203c2041", kZeroDs, kZeroDs}));
+  EXPECT_EQ(r.slot(1), bb({"00005800 ffffffff 00000000 00000000",
+                           "00000000 00000000 00000000 80000000", kZeroDs, kZeroDs}));
+  EXPECT_EQ(r.slot(2), bb({"80000000 00000077 00000000 0000a000", kZeroDs, kZeroDs, kZeroDs}));
+}
+
+// Length 0 unbinds: 8 DS, free, CHECK_QPN for type 2 — LOCAL_INV's layout but for the key byte,
+// which is the new rkey's rather than 0.
+TEST(WqeBuilders, BindMwLengthZeroUnbinds) {
+  Ring r(2);
+  prm::RingCursor cur(r.mem.data(), 2, 0);
+  prm::BindMw b;
+  b.qpn = 0x123;
+  b.wqe_index = 7;
+  b.fm_ce_se = 0x08;
+  b.mw_rkey = 0x00012345;
+  b.new_rkey = 0x00012346;
+  EXPECT_EQ(prm::build_bind_mw(cur, b), 8u);
+  EXPECT_EQ(r.slot(0), bb({"00000725 00012308 00000008 00012345",
+                           "98000000 00000000 00000000 20006000", kZeroDs, kZeroDs}));
+  EXPECT_EQ(r.slot(1), bb({"40000000 ffffff46 00000000 00000000", kZeroDs, kZeroDs, kZeroDs}));
+}
+
 }  // namespace
 
 // N = 5 KLMs starting in the last WQEBB of a 4-WQEBB ring: ctrl + UMR ctrl in slot 3, the mkey

@@ -276,6 +276,63 @@ TEST(WqeEncode, LocalInvThenSendInheritsSmallFence) {
             }));
 }
 
+// ibv_wr_bind_mw of a type-2 window (qp.c set_bind_wr): 12 DS, the posting QP in the mkey
+// context; the next WQE inherits the small fence. Field by field as the builder test.
+TEST(WqeEncode, BindMwThenWriteInheritsSmallFence) {
+  json wrs = json::array();
+  wrs.push_back({{"op", "bind_mw"},
+                 {"signaled", true},
+                 {"mw_rkey", "0xabcd07"},
+                 {"rkey", "0xabcd08"},
+                 {"lkey", 0x5500},
+                 {"addr", "0x7f0000001000"},
+                 {"length", 0x2000},
+                 {"mw_access_flags", 6}});  // REMOTE_WRITE | REMOTE_READ
+  wrs.push_back({{"op", "rdma_write"}, {"remote_addr", 0}, {"rkey", "0xabcd08"}});
+  const json out = encode(queue(0x123, 8, 3, wrs));
+  EXPECT_EQ(out["sq_pi_after"], 7);
+  EXPECT_EQ(wqebbs(out),
+            (std::vector<std::string>{
+                bb({"00000325 0001230c 00000008 00abcd07", "b0000000 00040000 00000000 203c6041",
+                    kZeroDs, kZeroDs}),
+                bb({"00003000 00012308 00000000 00000000", "00007f00 00001000 00000000 00002000",
+                    kZeroDs, kZeroDs}),
+                bb({"00002000 00005500 00007f00 00001000", kZeroDs, kZeroDs, kZeroDs}),
+                bb({"00000608 00012302 00000020 00000000", "00000000 00000000 00abcd08 00000000"}),
+            }));
+  // Type 1, zero based, unbind (length 0).
+  json t1 = wrs[0];
+  t1["mw_type"] = 1;
+  t1["mw_access_flags"] = 0x20 | 4;
+  const auto b1 = wqebbs(encode(queue(0x123, 8, 0, {t1})));
+  ASSERT_EQ(b1.size(), 3u);
+  EXPECT_EQ(b1[0].substr(32, 32),
+            "9000000000040000"
+            "00000000203c2041");  // no CHECK_FREE, QPN
+  EXPECT_EQ(b1[1].substr(0, 64),
+            "00001000ffffff08"
+            "0000000000000000"  // RR, qpn 0xffffff
+            "0000000000000000"
+            "0000000000002000");  // start_addr 0
+  json unbind = wrs[0];
+  unbind["length"] = 0;
+  EXPECT_EQ(wqebbs(encode(queue(0x123, 8, 0, {unbind}))),
+            (std::vector<std::string>{
+                bb({"00000025 00012308 00000008 00abcd07", "98000000 00000000 00000000 20006000"}),
+                bb({"40000000 ffffff08 00000000 00000000"}),
+            }));
+  // What rdma-core refuses, rdmx-wqe refuses.
+  json big = wrs[0];
+  big["length"] = "0x80000001";
+  expect_reject(queue(1, 8, 0, {big}), "EOPNOTSUPP", "over 2 GiB");
+  json acc = wrs[0];
+  acc["mw_access_flags"] = 0x10;  // IBV_ACCESS_MW_BIND
+  expect_reject(queue(1, 8, 0, {acc}), "EINVAL", "mw_access_flags");
+  json ty = wrs[0];
+  ty["mw_type"] = 3;
+  expect_reject(queue(1, 8, 0, {ty}), "EINVAL", "mw_type");
+}
+
 TEST(WqeEncode, FenceFlagsAndInheritedFmCache) {
   json wrs = json::array();
   wrs.push_back(mr_list(0x100, 0, json::array()));

@@ -88,9 +88,16 @@ Mkey* Engine::lookup(uint32_t key) noexcept {
 
 template <class F>
 XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on,
-                      uint32_t pd) noexcept {
+                      uint32_t pd, uint32_t qpn) noexcept {
   Mkey* m = lookup(key);
   if (!m) return XlateErr::kBadKey;
+  // An mkey whose context names a QP (a type-2 memory window after its bind: the mkey context's
+  // qpn, written by the bind UMR with the QPN mask bit) is usable only by requests arriving on
+  // that QP; elsewhere the responder answers with a remote access error (IBTA 10.6.7.2.2, type
+  // 2 windows are QP-associated; Linux rxe_mr.c / rxe_mw.c rxe_check_bind_mw and the
+  // responder's "qp != mw->qp" check in rxe_resp.c check_rkey).
+  if (qpn != kAnyQpn && m->bound_qpn != prm::kMkeyQpnNone && m->bound_qpn != qpn)
+    return XlateErr::kQp;
   // The key must belong to the PD of the QP it arrives on, like a wrong key byte: Linux
   // drivers/infiniband/sw/rxe/rxe_mr.c lookup_mr() ("mr->ibmr.pd != &pd->ibpd" fails the
   // lookup; rxe_resp.c check_rkey() then NAKs with a remote access error) and ibv_alloc_pd(3).
@@ -158,10 +165,10 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
   return XlateErr::kOk;
 }
 
-XlateErr Engine::check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
-                       uint32_t pd) noexcept {
+XlateErr Engine::check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, uint32_t pd,
+                       uint32_t qpn) noexcept {
   return walk(
-      key, iova, len, access, [](uint8_t*, uint64_t) {}, pd);
+      key, iova, len, access, [](uint8_t*, uint64_t) {}, pd, qpn);
 }
 
 // ---- checker helpers --------------------------------------------------------------------------
@@ -1149,7 +1156,7 @@ void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
     return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
   // The responder validates the RETH (R_Key, VA and the whole DMA length) on the first
   // packet (IBA 9.7.5.1.3), so a multi-packet WRITE that runs past the mkey changes nothing.
-  XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW, q.pd) : XlateErr::kOk;
+  XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW, q.pd, q.qpn) : XlateErr::kOk;
   if (xe == XlateErr::kOk)
     xe = walk(
         h.rkey, h.raddr, h.len, kRW,
@@ -1157,7 +1164,7 @@ void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
           std::memcpy(p, s.payload + done, k);
           done += k;
         },
-        q.pd);
+        q.pd, q.qpn);
   if (xe != XlateErr::kOk) {
     refused(q, xe);
     uint32_t counter;
@@ -1214,7 +1221,9 @@ void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
     imm = h.imm;
   } else if (h.op == PktOp::kSendInv) {
     Mkey* m = lookup(h.imm);
-    if (!m || m->kind != Mkey::Kind::kIndirect || !m->en_rinval || m->free)
+    // A window bound to a QP (type 2) is invalidated only by a SEND_WITH_INV arriving on it.
+    if (!m || m->kind != Mkey::Kind::kIndirect || !m->en_rinval || m->free ||
+        (m->bound_qpn != prm::kMkeyQpnNone && m->bound_qpn != q.qpn))
       return fail(kSynLocProt, kSynRemOp);
     m->free = true;
     cqe_op = MLX5_CQE_RESP_SEND_INV;
@@ -1244,7 +1253,7 @@ void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
     nak = kSynRemAccess;
   } else if (h.msg_len > kMaxMsg) {
     nak = kSynRemInval;
-  } else if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q.pd);
+  } else if (const XlateErr xe = check(h.rkey, h.raddr, h.msg_len, kRR, q.pd, q.qpn);
              xe != XlateErr::kOk) {
     refused(q, xe);
     nak = kSynRemAccess;
@@ -1287,7 +1296,7 @@ bool Engine::stream_reads() noexcept {
             std::memcpy(s->payload + got, p, k);
             got += static_cast<uint32_t>(k);
           },
-          q.pd);
+          q.pd, q.qpn);
       if (xe != XlateErr::kOk) {
         refused(q, xe);
         h.op = PktOp::kNak;

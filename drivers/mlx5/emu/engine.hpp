@@ -61,8 +61,9 @@ struct Mkey {
 };
 
 // Errors translation reports (mapped to a syndrome by the caller).
-enum class XlateErr : uint8_t { kOk, kBadKey, kState, kAccess, kBounds, kPd };
-inline constexpr uint32_t kAnyPd = UINT32_MAX;  // walk(): no PD check
+enum class XlateErr : uint8_t { kOk, kBadKey, kState, kAccess, kBounds, kPd, kQp };
+inline constexpr uint32_t kAnyPd = UINT32_MAX;   // walk(): no PD check
+inline constexpr uint32_t kAnyQpn = UINT32_MAX;  // walk(): no QP-binding check (local use)
 
 // ---- queues ------------------------------------------------------------------------------------
 struct SendEntry {
@@ -228,9 +229,9 @@ class Engine {
   // PD fails with kPd.
   template <class F>
   XlateErr walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, F&& on,
-                uint32_t pd = kAnyPd) noexcept;
-  XlateErr check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
-                 uint32_t pd = kAnyPd) noexcept;
+                uint32_t pd = kAnyPd, uint32_t qpn = kAnyQpn) noexcept;
+  XlateErr check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, uint32_t pd = kAnyPd,
+                 uint32_t qpn = kAnyQpn) noexcept;
 
   // --- send queue (datapath.cpp)
   bool poll_sq(QpCtx& q) noexcept;
@@ -277,6 +278,7 @@ class Engine {
     ++q.remote_access_refused;
     ++st_.remote_access_naks;
     if (why == XlateErr::kPd) ++st_.pd_refusals;
+    if (why == XlateErr::kQp) ++st_.qp_binding_refusals;
   }
   void handle_response(const WireSlot& s) noexcept;
   bool respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,

@@ -262,6 +262,40 @@ uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint
   return kUmrHeaderDs;
 }
 
+uint32_t build_bind_mw(RingCursor& cur, const BindMw& b) noexcept {
+  const bool bind = b.length != 0;
+  const uint32_t ds = bind ? kUmrHeaderDs + 4 : kUmrHeaderDs;
+  set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), b.wqe_index, MLX5_OPCODE_UMR, 0, b.qpn, ds, b.fm_ce_se,
+           Be32::from_host(b.mw_rkey));
+  auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(cur.here());
+  cur.advance(kUmrCtrlSegBytes);
+  uint8_t flags = MLX5_WQE_UMR_CTRL_FLAG_INLINE | MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET;
+  uint64_t mask =
+      bind ? kBindMwMask
+           : uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY};
+  if (b.type2) {
+    flags |= bind ? MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE : MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN;
+    mask |= MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN;
+  }
+  set_umr_ctrl(u, flags, bind ? 4 : 0, mask);
+  MkeyCtx c;
+  c.key = static_cast<uint8_t>(b.new_rkey & 0xff);
+  c.qpn = b.type2 && bind ? b.qpn : kMkeyQpnNone;
+  if (bind) {
+    c.access = b.access;
+    c.start_addr = b.zero_based ? 0 : b.addr;
+    c.len = b.length;
+  } else {
+    c.free = true;
+  }
+  set_mkey_ctx(cur.take<mlx5_wqe_mkey_context_seg>(), c);
+  if (bind) {
+    set_klm(cur.take<mlx5_wqe_umr_klm_seg>(), static_cast<uint32_t>(b.length), b.mr_lkey, b.addr);
+    zero_entries(cur, 1, 4);
+  }
+  return ds;
+}
+
 uint32_t build_rdma(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wqe_index,
                     uint8_t fm_ce_se, uint64_t raddr, uint32_t rkey, std::span<const Sge> sges,
                     Be32 imm) noexcept {

@@ -252,6 +252,7 @@ struct EmuStats {
   uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
                                     // rights, bounds or another PD's mkey)
   uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD
+  uint64_t qp_binding_refusals = 0; // ... because the mkey (a type-2 window) is bound to another QP
   uint64_t read_depth_naks = 0;     // READs beyond the responder's max_dest_rd_atomic, NAKed
   // RoCE v2 wire only (zero on the other wires).
   struct Roce {

@@ -616,6 +616,41 @@ inline constexpr uint64_t kLocalInvMask = MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE |
 uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
                          uint32_t invalidate_key) noexcept;
 
+// A memory window bind (ibv_wr_bind_mw / IBV_WR_BIND_MW). rdma-core builds it in
+// providers/mlx5/qp.c set_bind_wr (set_umr_control_seg, set_umr_mkey_seg, set_umr_data_seg).
+struct BindMw {
+  uint32_t qpn = 0;  // the QP that posts it (and, type 2, the QP the window is bound to)
+  uint16_t wqe_index = 0;
+  uint8_t fm_ce_se = 0;
+  uint32_t mw_rkey = 0;   // the window's rkey before the bind (ctrl imm: which mkey)
+  uint32_t new_rkey = 0;  // its rkey after (the low byte is written: ibv_inc_rkey's)
+  bool type2 = true;
+  uint8_t access = 0;  // MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_* (LW/RR/RW/A)
+  bool zero_based = false;
+  uint64_t addr = 0;    // the bound range of the MR (virtual address)
+  uint64_t length = 0;  // 1 .. 2^31 (a single KLM); 0 unbinds
+  uint32_t mr_lkey = 0;
+};
+
+//  BIND_MW, length > 0: 12 DS
+//  ctrl {UMR, imm = mw_rkey} |
+//  umr ctrl {flags INLINE|TRANSLATION_OFFSET (type 2: |CHECK_FREE) = 0x90 / 0xb0, octowords 4,
+//            mask FREE|KEY|LEN|START_ADDR|LW|RR|RW|A (type 2: |QPN) = 0x203c2041 / 0x203c6041} |
+//  mkey ctx {free 0, access, qpn = type 2 ? qpn : 0xffffff, key = new_rkey & 0xff,
+//            start_addr = zero_based ? 0 : addr, len = length} |
+//  one KLM {length, mr_lkey, addr} padded with zeros to 64 bytes.
+//  length 0 (unbind): 8 DS, no KLM; flags INLINE|TRANSLATION_OFFSET (type 2: |CHECK_QPN),
+//  octowords 0, mask FREE|KEY (type 2: |QPN), mkey ctx {free 1, qpn 0xffffff, key}.
+//  The next WQE must carry INITIATOR_SMALL_FENCE (rdma-core sets it: the bind is a UMR).
+inline constexpr uint64_t kBindMwMask =
+    MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE | MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY |
+    MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN | MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR |
+    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE |
+    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ |
+    MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE | MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC;
+inline constexpr uint64_t kMaxBindMwLength = uint64_t{1} << 31;  // one KLM: 2 GiB
+uint32_t build_bind_mw(RingCursor& cur, const BindMw& b) noexcept;
+
 //  RDMA WRITE / WRITE_IMM / READ WQE: ctrl | raddr | data x n. DS = 2 + n.
 uint32_t build_rdma(RingCursor& cur, uint8_t opcode, uint32_t qpn, uint16_t wqe_index,
                     uint8_t fm_ce_se, uint64_t raddr, uint32_t rkey, std::span<const Sge> sges,
