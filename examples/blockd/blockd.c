@@ -14,7 +14,13 @@
  * Options: --device emu|emu-threaded|emu@roce:ADDR|mlx5_0  --blocks N  --requests N  --qd N
  * --max-io BLOCKS; server: --clients N (serve N clients at once, each on its own core and its
  * own part of the volume; needs a device on a network: emu@roce:ADDR or mlx5), --isolate peer
- * (each client's core in a protection domain of its own: rdmx_core_opts.isolate)
+ * (each client's core in a protection domain of its own: rdmx_core_opts.isolate),
+ * --metadata BYTES (4..128, both sides alike: every block carries BYTES of metadata kept in an
+ * array of its own, as protection information is; the client maps data and metadata into one
+ * interleaved window, rdmx_map_interleaved, the server moves both through that one rkey into
+ * its own interleaved window over its volume and metadata arrays; the server checks each
+ * written block's reference tag (its first 4 metadata bytes = its block number), the client
+ * checks data and metadata it reads back)
  * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...").
  * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away), 2 usage
  * (also: the client's --qd/--max-io differ from the server's), 3 no device, 130 Ctrl-C while
@@ -56,6 +62,7 @@ struct side {
 
 static uint64_t g_blocks = 1024, g_requests = 20000, g_max_io = 16;
 static uint32_t g_qd = 8;
+static uint32_t g_md; /* --metadata: bytes of metadata per block (0: none) */
 
 static double now_us(void) {
   struct timespec t;
@@ -122,6 +129,7 @@ struct peer {   /* one client of the server: its core, message slots and part of
   struct side s;
   rdmx_conn* conn;          /* TCP: the rendezvous connection, watched during the run */
   struct req pending[MAXQ]; /* its writes whose RDMA READ is in flight */
+  rdmx_window* win[MAXQ];   /* --metadata: the volume window of each request in flight */
   uint64_t base, served;    /* its first block; requests served */
   int state;                /* 1: its STOP came; 2: the reply to it has left */
 };
@@ -135,6 +143,42 @@ static void reply(struct peer* P, const struct req* q, int32_t status) {
   send_msg(&P->s, q->tag, &r, sizeof r, q->op != OP_STOP, q->rkey);
 }
 
+/* The reference tag of a block's metadata: its first 4 bytes, the block number (as T10 PI). */
+static uint32_t ref_tag(const uint8_t* md) {
+  return (uint32_t)md[0] | (uint32_t)md[1] << 8 | (uint32_t)md[2] << 16 | (uint32_t)md[3] << 24;
+}
+/* The server's metadata array follows its volumes. */
+#define server_md(P, lba) \
+  (P->s.mem + (uint64_t)g_clients * g_blocks * BLK + ((P)->base + (lba)) * g_md)
+
+/* The local side of a request: the volume's blocks, or (--metadata) an interleaved window over
+ * the volume's blocks and their metadata, the same layout the client's rkey shows. */
+static rdmx_sge volume_sge(struct peer* P, const struct req* q) {
+  struct side* S = &P->s;
+  rdmx_interleaved_part parts[2];
+  rdmx_mapping m;
+  if (!g_md) return sge(S, S->mem + (P->base + q->lba) * BLK, (uint32_t)q->len);
+  parts[0].addr = (uint64_t)(uintptr_t)(S->mem + (P->base + q->lba) * BLK);
+  parts[0].bytes = BLK;
+  parts[0].skip = 0;
+  parts[1].addr = (uint64_t)(uintptr_t)server_md(P, q->lba);
+  parts[1].bytes = g_md;
+  parts[1].skip = 0;
+  TRY(rdmx_map_interleaved(S->core, parts, 2, q->nblk, RDMX_ACCESS_LOCAL_WRITE, &m));
+  P->win[q->tag] = m.window;
+  {
+    rdmx_sge x = {m.iova, (uint32_t)m.length, m.lkey};
+    return x;
+  }
+}
+/* A client write's data and metadata are in: its reference tags must be its block numbers. */
+static int32_t check_written(struct peer* P, const struct req* q) {
+  uint32_t b;
+  for (b = 0; g_md && b < q->nblk; ++b)
+    if (ref_tag(server_md(P, q->lba + b)) != (uint32_t)(q->lba + b)) return -RDMX_EPROTO;
+  return 0;
+}
+
 static void server_step(struct peer* P) {
   rdmx_completion wc[16];
   struct side* S = &P->s;
@@ -143,22 +187,30 @@ static void server_step(struct peer* P) {
     const uint32_t k = (uint32_t)(wc[i].cookie >> 32), slot = (uint32_t)wc[i].cookie;
     struct req q;
     if (k == K_SEND && slot == g_qd) P->state = 2;
-    if (k == K_READ) reply(P, &P->pending[slot], 0); /* a client write's data is in the volume */
+    if (k == K_READ) { /* a client write's data is in the volume */
+      reply(P, &P->pending[slot], check_written(P, &P->pending[slot]));
+      if (g_md) TRY(rdmx_unmap(S->core, P->win[slot])); /* its READ completed: no fence */
+    }
     if (k != K_RECV) continue;
     memcpy(&q, S->rx + slot * MSG, sizeof q);
     post_recv(S, slot);
     if (q.tag > g_qd) fatal("server", "bad tag");
-    rdmx_sge d = sge(S, S->mem + (P->base + q.lba) * BLK, (uint32_t)q.len);
+    const uint64_t per = BLK + g_md; /* bytes per block on the wire */
+    rdmx_sge d;
     if (q.op == OP_STOP) {
       P->state = 1; /* the client is done: it may close its connection from now on */
       reply(P, &q, 0);
-    } else if (q.nblk == 0 || q.lba + q.nblk > g_blocks || q.len != (uint64_t)q.nblk * BLK) {
+    } else if (q.nblk == 0 || q.lba + q.nblk > g_blocks || q.len != (uint64_t)q.nblk * per) {
       reply(P, &q, -RDMX_ERANGE);
     } else if (q.op == OP_READ) { /* volume -> client window; the reply is ordered after it */
+      d = volume_sge(P, &q);
       TRY(rdmx_post_write(S->core, &d, 1, q.iova, q.rkey, COOKIE(K_WRITE, q.tag), 0));
       reply(P, &q, 0);
+      /* The invalidate waits (fenced) for the WRITE that gathers from the window. */
+      if (g_md) TRY(rdmx_unmap(S->core, P->win[q.tag]));
     } else { /* client window -> volume; the reply waits for the READ's completion */
       P->pending[q.tag] = q;
+      d = volume_sge(P, &q);
       TRY(rdmx_post_read(S->core, &d, 1, q.iova, q.rkey, COOKIE(K_READ, q.tag),
                          RDMX_POST_SIGNALED));
     }
@@ -178,13 +230,19 @@ static struct slot {
 } g_slot[MAXQ];
 static uint32_t* g_gen; /* per block: how many times the client wrote it */
 static double* g_lat;
-static uint64_t g_done, g_bytes;
+static uint64_t g_done, g_bytes, g_md_bytes;
 static int g_cli_state; /* 1: STOP sent, 2: its reply arrived */
 
 static uint8_t pattern(uint64_t lba, uint32_t gen, uint32_t i) {
   return (uint8_t)(lba * 131 + gen * 31 + i * 7 + (i >> 8));
 }
 #define buf_of(t) (C.mem + (uint64_t)(t)*g_max_io * BLK) /* slot t's I/O buffer */
+/* --metadata: slot t's metadata buffer, after all the I/O buffers */
+#define md_of(t) (C.mem + (uint64_t)g_qd * g_max_io * BLK + (uint64_t)(t)*g_max_io * g_md)
+/* Metadata byte i of block lba at generation gen: the reference tag, then a pattern. */
+static uint8_t md_byte(uint64_t lba, uint32_t gen, uint32_t i) {
+  return i < 4 ? (uint8_t)((uint32_t)lba >> (8 * i)) : pattern(lba, gen, BLK + i);
+}
 
 /* Slot t owns one part of the volume: it fills it, does random reads and writes, then reads it
  * all back. Returns 0 when the slot is done. */
@@ -202,15 +260,23 @@ static int issue(uint32_t t) {
   if (!seq) off = (uint64_t)rand() % part;
   if (off + s->nblk > part) s->nblk = (uint32_t)(part - off);
   s->lba = t * part + off;
-  for (b = 0; s->op == OP_WRITE && b < s->nblk; ++b)
+  for (b = 0; s->op == OP_WRITE && b < s->nblk; ++b) {
     for (i = 0; i < BLK; ++i)
       buf_of(t)[b * BLK + i] = pattern(s->lba + b, g_gen[s->lba + b] + 1, i);
+    for (i = 0; i < g_md; ++i)
+      md_of(t)[b * g_md + i] = md_byte(s->lba + b, g_gen[s->lba + b] + 1, i);
+  }
   s->t0 = now_us();
   /* The server WRITEs into the window for a read and READs it for a write: grant only that. */
-  TRY(rdmx_map_buf(C.core, buf_of(t), (uint64_t)s->nblk * BLK,
-                   s->op == OP_READ ? RDMX_ACCESS_LOCAL_WRITE | RDMX_ACCESS_REMOTE_WRITE
-                                    : RDMX_ACCESS_REMOTE_READ,
-                   &m));
+  const uint32_t acc = s->op == OP_READ ? RDMX_ACCESS_LOCAL_WRITE | RDMX_ACCESS_REMOTE_WRITE
+                                        : RDMX_ACCESS_REMOTE_READ;
+  if (g_md) { /* block b of the window: its 4 KiB, then its metadata */
+    rdmx_interleaved_part parts[2] = {{(uint64_t)(uintptr_t)buf_of(t), BLK, 0},
+                                      {(uint64_t)(uintptr_t)md_of(t), g_md, 0}};
+    TRY(rdmx_map_interleaved(C.core, parts, 2, s->nblk, acc, &m));
+  } else {
+    TRY(rdmx_map_buf(C.core, buf_of(t), (uint64_t)s->nblk * BLK, acc, &m));
+  }
   struct req q = {s->op, t, s->nblk, m.rkey, s->lba, m.iova, m.length};
   send_msg(&C, t, &q, sizeof q, 0, 0); /* after the map on the same queue: valid on arrival */
   s->rkey = m.rkey;
@@ -231,9 +297,13 @@ static void complete(const rdmx_completion* wc, const struct rsp* r) {
     for (i = 0; s->op == OP_READ && i < BLK; ++i)
       if (buf_of(r->tag)[b * BLK + i] != pattern(lba, g_gen[lba], i))
         fatal("client", "a read returned wrong data");
+    for (i = 0; s->op == OP_READ && i < g_md; ++i)
+      if (md_of(r->tag)[b * g_md + i] != md_byte(lba, g_gen[lba], i))
+        fatal("client", "a read returned wrong metadata");
   }
   g_lat[g_done++] = now_us() - s->t0;
   g_bytes += (uint64_t)s->nblk * BLK;
+  g_md_bytes += (uint64_t)s->nblk * g_md;
   s->busy = 0;
 }
 
@@ -287,6 +357,7 @@ static void setup(struct side* s, rdmx_port* port, uint64_t data_bytes, uint32_t
   rdmx_core_opts o;
   rdmx_core_opts_init(&o);
   o.isolate = isolate;
+  o.own_windows = 2 * MAXQ; /* isolated: every request in flight may hold one (--metadata) */
   s->port = port;
   s->mem = rdmx_port_arena(port);
   s->rx = s->mem + data_bytes + (uint64_t)k * 2 * MAXQ * MSG;
@@ -310,7 +381,8 @@ static void close_all(void) {
   g_sport = C.port = NULL;
 }
 static void sizes_text(char* out, size_t n) {
-  snprintf(out, n, "blockd qd %u max-io %llu", g_qd, (unsigned long long)g_max_io);
+  snprintf(out, n, "blockd qd %u max-io %llu metadata %u", g_qd, (unsigned long long)g_max_io,
+           g_md);
 }
 /* Server: waits for a client whose sizes are ours; refuses others (one line) and waits on. */
 static rdmx_conn* tcp_accept(uint32_t k) {
@@ -331,13 +403,14 @@ static rdmx_conn* tcp_accept(uint32_t k) {
     if (n >= 0 && !strcmp(got, want)) break;
     if (n >= 0) {
       char no[300];
-      snprintf(no, sizeof no, "no this server runs \"%s\": give the client the same --qd/--max-io",
+      snprintf(no, sizeof no,
+               "no this server runs \"%s\": give the client the same --qd/--max-io/--metadata",
                want);
       rdmx_conn_send(g_conn, no, strlen(no) + 1, 0, &g_stop);
     }
     if (g_stop) check(-RDMX_ESTATE, "rdmx_accept", NULL);
     fprintf(stderr, "blockd: server: client %s not served: %s\n", rdmx_conn_peer(g_conn),
-            n < 0 ? rdmx_last_error() : "its --qd/--max-io differ");
+            n < 0 ? rdmx_last_error() : "its --qd/--max-io/--metadata differ");
     rdmx_conn_close(g_conn);
     g_conn = NULL;
   }
@@ -405,7 +478,8 @@ struct args {
 static const char kUsage[] =
     "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
     " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
-    " [--qd 1..63] [--max-io 1..16] [--clients 1..8] [--isolate peer|none]\n";
+    " [--qd 1..63] [--max-io 1..16] [--clients 1..8] [--isolate peer|none]"
+    " [--metadata 0|4..128]\n";
 static int usage_error(const char* fmt, ...) {
   va_list ap;
   fputs("blockd: error: ", stderr);
@@ -458,20 +532,15 @@ static int check_args(const struct args* a) {
 }
 /* Returns -1 to go on, or the exit status (--help, a usage error). */
 static int parse_args(int argc, char** argv, struct args* a) {
-  static const struct option opts[] = {{"device", required_argument, NULL, 'd'},
-                                       {"wire", required_argument, NULL, 'w'},
-                                       {"role", required_argument, NULL, 'r'},
-                                       {"blocks", required_argument, NULL, 'b'},
-                                       {"requests", required_argument, NULL, 'n'},
-                                       {"qd", required_argument, NULL, 'q'},
-                                       {"max-io", required_argument, NULL, 'm'},
-                                       {"listen", required_argument, NULL, 'l'},
-                                       {"peer", required_argument, NULL, 'p'},
-                                       {"clients", required_argument, NULL, 'c'},
-                                       {"isolate", required_argument, NULL, 'i'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {NULL, 0, NULL, 0}};
-  uint64_t qd = g_qd, clients = 1;
+  static const struct option opts[] = {
+      {"device", required_argument, NULL, 'd'},   {"wire", required_argument, NULL, 'w'},
+      {"role", required_argument, NULL, 'r'},     {"blocks", required_argument, NULL, 'b'},
+      {"requests", required_argument, NULL, 'n'}, {"qd", required_argument, NULL, 'q'},
+      {"max-io", required_argument, NULL, 'm'},   {"listen", required_argument, NULL, 'l'},
+      {"peer", required_argument, NULL, 'p'},     {"clients", required_argument, NULL, 'c'},
+      {"isolate", required_argument, NULL, 'i'},  {"metadata", required_argument, NULL, 'M'},
+      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  uint64_t qd = g_qd, clients = 1, md = 0;
   int c, rc = 0;
   a->device = "emu", a->role = "both", a->wire = a->listen_at = a->peer = NULL;
   a->isolate = "none";
@@ -511,6 +580,10 @@ static int parse_args(int argc, char** argv, struct args* a) {
       case 'i':
         a->isolate = optarg;
         break;
+      case 'M': /* a reference tag needs 4 bytes */
+        rc = number("metadata", optarg, 0, 128, &md);
+        if (!rc && md && md < 4) rc = usage_error("--metadata %llu: 0 or 4 to 128", md);
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -524,6 +597,7 @@ static int parse_args(int argc, char** argv, struct args* a) {
   if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
   g_qd = (uint32_t)qd;
   g_clients = (uint32_t)clients;
+  g_md = (uint32_t)md;
   g_isolate = !strcmp(a->isolate, "peer");
   return check_args(a);
 }
@@ -555,9 +629,14 @@ int main(int argc, char** argv) {
   if (peer) wire = tcp_connect(peer);
   rdmx_port_opts_init(&os);
   rdmx_port_opts_init(&oc);
-  os.arena_bytes = g_clients * (g_blocks * BLK + 2 * MAXQ * MSG); /* volumes, messages */
-  oc.arena_bytes = g_qd * g_max_io * BLK + 2 * MAXQ * MSG;        /* I/O buffers, messages */
-  os.n_windows = oc.n_windows = 4 * g_qd;
+  /* volumes (and their metadata), messages */
+  os.arena_bytes = g_clients * (g_blocks * (BLK + g_md) + 2 * MAXQ * MSG);
+  /* I/O buffers (and their metadata), messages */
+  oc.arena_bytes = g_qd * g_max_io * (BLK + g_md) + 2 * MAXQ * MSG;
+  /* An interleaved window of max-io blocks holds max-io x (4 KiB + metadata) bytes. */
+  if (g_md) os.max_pages = oc.max_pages = (uint32_t)g_max_io + 1;
+  os.n_windows = 4 * g_qd * g_clients; /* --metadata: the server maps too, per request */
+  oc.n_windows = 4 * g_qd;
   os.max_cores = g_clients;
   os.wire = oc.wire = wire; /* emu; NULL: one process, the pair's own wire */
   oc.side = 1;
@@ -568,8 +647,9 @@ int main(int argc, char** argv) {
     if (cli) TRY(rdmx_port_open(device, &oc, &C.port));
   }
   for (k = 0; srv && k < g_clients; ++k) g_peer[k].base = k * g_blocks;
-  if (srv && !listen_at) setup(&g_peer[0].s, g_sport, g_clients * g_blocks * BLK, 0, g_isolate);
-  if (cli) setup(&C, C.port, (uint64_t)g_qd * g_max_io * BLK, 0, 0);
+  if (srv && !listen_at)
+    setup(&g_peer[0].s, g_sport, g_clients * g_blocks * (BLK + g_md), 0, g_isolate);
+  if (cli) setup(&C, C.port, (uint64_t)g_qd * g_max_io * (BLK + g_md), 0, 0);
   if (!wire && !tcp) TRY(rdmx_core_connect_pair(g_peer[0].s.core, C.core));
   if (peer) TRY(rdmx_conn_exchange(g_conn, &C.core, 1, 0, &g_stop));
   if (wire && !tcp) {
@@ -591,7 +671,7 @@ int main(int argc, char** argv) {
   for (k = 0; listen_at && k < g_clients; ++k) {
     struct peer* P = &g_peer[k];
     P->conn = tcp_accept(k);
-    setup(&P->s, g_sport, g_clients * g_blocks * BLK, k, g_isolate);
+    setup(&P->s, g_sport, g_clients * g_blocks * (BLK + g_md), k, g_isolate);
     TRY(rdmx_conn_exchange(P->conn, &P->s.core, 1, 0, &g_stop));
     post_recvs(&P->s);
     TRY(rdmx_conn_ready(P->conn, 0, &g_stop));
@@ -618,6 +698,11 @@ int main(int argc, char** argv) {
     printf("blockd: %.0f IOPS, %.1f MiB/s; latency us: p50 %.1f  p99 %.1f  max %.1f\n",
            (double)g_done / el * 1e6, (double)g_bytes / el * 1e6 / (1 << 20), g_lat[g_done / 2],
            g_lat[g_done * 99 / 100], g_lat[g_done - 1]);
+    if (g_md)
+      printf(
+          "blockd: metadata: %u bytes per block, %llu bytes moved in the same operations as "
+          "the data (interleaved windows), reference tags and contents verified\n",
+          g_md, (unsigned long long)g_md_bytes);
     printf("blockd: windows: %llu maps, %llu freed by SEND_WITH_INV, %llu unmaps\n",
            (unsigned long long)st.maps, (unsigned long long)st.remote_invalidations,
            (unsigned long long)st.unmaps);

@@ -11,7 +11,8 @@ CASES = {
     "blockd": {
         "ok": [["--qd", "4", "--max-io=2", "--blocks", "64", "--requests=200"],
                ["--qd=4", "--max-io", "2", "--blocks=64", "--requests", "200"],
-               ["--qd=4", "--max-io=2", "--blocks=64", "--requests=200", "--isolate", "peer"]],
+               ["--qd=4", "--max-io=2", "--blocks=64", "--requests=200", "--isolate", "peer"],
+               ["--qd=4", "--max-io=2", "--blocks=64", "--requests=200", "--metadata=16"]],
         "bad": [["--bogus"], ["--qd"], ["--qd", "0"], ["--qd=64"], ["--max-io", "x"],
                 ["--blocks", "-1"], ["stray"], ["--role", "server"], ["--role", "sideways"],
                 ["--wire", "tmp:x", "--role", "server"], ["--wire", "shm:x"],
@@ -20,7 +21,8 @@ CASES = {
                 ["--role", "server", "--peer", "127.0.0.1:1"],
                 ["--role", "client", "--peer", "127.0.0.1:1", "--wire", "shm:x"],
                 ["--isolate", "pd"], ["--clients", "9"], ["--clients", "2"],
-                ["--role", "server", "--listen", "127.0.0.1:1", "--clients", "2"]],
+                ["--role", "server", "--listen", "127.0.0.1:1", "--clients", "2"],
+                ["--metadata", "2"], ["--metadata", "129"], ["--metadata", "x"]],
     },
 }
 
