@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <rdmx/core/log.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
 
 #include "wire.hpp"
@@ -293,6 +294,16 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     t.psn = p.psn;
     ++q.tx_count;
     const uint32_t n = h.op == PktOp::kRead ? read_psns(h.msg_len, q.mtu) : 1;
+    if (first && h.op != PktOp::kRead && (h.msg_len + q.mtu - 1) / q.mtu > q.tx.size()) {
+      // AckReq rides on a message's last packet only: a message of more packets than the
+      // window can never be acknowledged, and ends in TRANSPORT_RETRY_EXC_ERR. Said once.
+      if (st_.over_window++ == 0)
+        RDMX_LOG_WARN(
+            "emu RoCE: QP %#x sends a message of %llu bytes (%llu packets of %u), more than the "
+            "window of %zu packets: it cannot be acknowledged (emu limit; doc/guides/emu.md)",
+            h.src_qpn, static_cast<unsigned long long>(h.msg_len),
+            static_cast<unsigned long long>((h.msg_len + q.mtu - 1) / q.mtu), q.mtu, q.tx.size());
+    }
     if (first) {
       Msg& m = q.msgs[(q.m_head + q.m_count) % q.msgs.size()];
       ++q.m_count;

@@ -252,8 +252,9 @@ struct EmuStats {
   uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
                                     // rights, bounds or another PD's mkey)
   uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD
-  uint64_t qp_binding_refusals = 0; // ... because the mkey (a type-2 window) is bound to another QP
-  uint64_t read_depth_naks = 0;     // READs beyond the responder's max_dest_rd_atomic, NAKed
+  uint64_t qp_binding_refusals =
+      0;                         // ... because the mkey (a type-2 window) is bound to another QP
+  uint64_t read_depth_naks = 0;  // READs beyond the responder's max_dest_rd_atomic, NAKed
   // RoCE v2 wire only (zero on the other wires).
   struct Roce {
     uint64_t tx_packets = 0, rx_packets = 0;
@@ -264,6 +265,7 @@ struct EmuStats {
     uint64_t acks_sent = 0;
     uint64_t rx_dropped[8] = {};  // per roce::Drop reason (index = reason)
     uint64_t rx_full = 0;         // dropped because the device had no room (the peer retransmits)
+    uint64_t over_window = 0;  // WRITE/SEND messages of more packets than the window (see emu.md)
     uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
   } roce;
 };
