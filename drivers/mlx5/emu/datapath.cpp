@@ -834,13 +834,13 @@ uint8_t Engine::umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, con
   uint32_t n_real = 0;
   m.repeat = off == 0 && !m.klm.empty() && m.klm[0].mkey == prm::kRepeatBlockOp;
   if (m.repeat) {  // checked by umr_check_repeat: the header takes a slot, as on the device
-    m.n_rep = static_cast<uint32_t>(m.klm[0].addr & 0xffff);
+    const uint32_t n_rep = static_cast<uint32_t>(m.klm[0].addr & 0xffff);
     m.block = m.klm[0].byte_count;
-    for (uint32_t i = 1; i <= m.n_rep; ++i) {
+    for (uint32_t i = 1; i <= n_rep; ++i) {
       m.prefix[i] = acc;
       acc += m.klm[i].byte_count & 0xffff;
     }
-    n_real = m.n_rep + 1;
+    n_real = n_rep + 1;
     m.xlat_bytes = m.block * (m.klm[0].addr >> 32);
   } else {
     for (size_t i = 0; i < m.klm.size(); ++i) {

@@ -52,11 +52,10 @@ struct Mkey {
   std::vector<uint64_t> prefix;  // indirect: offset of each entry's first byte
   uint64_t xlat_bytes = 0;       // indirect: bytes the list covers
   // Indirect, repeat block (an interleaved layout): klm[0] is the header {block bytes, op 0x400,
-  // repeat count << 32 | entries}, klm[1..n_rep] the entries {stride << 16 | bytes, mkey,
+  // repeat count << 32 | entries}, klm[1..entries] the entries {stride << 16 | bytes, mkey,
   // address}; prefix[i] is entry i's offset inside a block. Byte o of the mkey is byte
   // o % block of repetition o / block: entry i's repetition r starts at address + r * stride.
   bool repeat = false;
-  uint32_t n_rep = 0;
   uint64_t block = 0;
 };
 
