@@ -24,7 +24,7 @@ Result<std::unique_ptr<Arena>> Arena::create(mlx5::Device& dev, const ArenaConfi
     return make_error(Errc::kInvalidArgument, "arena: page size " + std::to_string(cfg.page_size) +
                                                   " (allowed: 4096, 65536, 2097152)");
   if (cfg.bytes == 0) return make_error(Errc::kInvalidArgument, "arena: size 0");
-  if ((cfg.access & ~uint32_t{mlx5::kAccessAll}) != 0)
+  if ((cfg.access & ~uint32_t{mlx5::kAccessAll | mlx5::kAccessMwBind}) != 0)
     return make_error(Errc::kInvalidArgument, "arena: unknown access bits");
   const size_t bytes = (cfg.bytes + cfg.page_size - 1) & ~size_t{cfg.page_size - 1};
 

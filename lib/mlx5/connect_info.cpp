@@ -186,6 +186,16 @@ Result<uint64_t> Device::refused_remote_accesses(QpHandle qp) const {
       name() + ": no per-QP count of refused remote accesses (QP " + std::to_string(qp) + ")");
 }
 
+Result<uint32_t> Device::alloc_mw(uint32_t pd) {
+  return make_error(Errc::kUnsupported,
+                    name() + ": no type-2 memory windows (PD " + std::to_string(pd) + ")");
+}
+
+Status Device::dealloc_mw(uint32_t rkey) {
+  return make_error(Errc::kInvalidArgument,
+                    name() + ": dealloc_mw: " + std::to_string(rkey) + " is not one of ours");
+}
+
 Result<uint32_t> Device::create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
                                                   uint32_t pd) {
   if (pd != kDefaultPd) return alloc_pd().error();

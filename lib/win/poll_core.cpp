@@ -70,6 +70,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   RDMX_TRY(c->keys_.init(pool.config().key_policy, pool.config().key_seed, c->id_, d.sq.wqe_cnt),
            "poll core");
   c->init_templates();
+  if (cfg.memory_windows) RDMX_TRY(c->create_memory_windows(cfg.memory_windows), "poll core");
   c->cache_.init(cfg.cache_size, pool.n_windows());
   c->scratch_ = std::make_unique<Window*[]>(std::max(cfg.cache_size, 1u));
 
@@ -146,6 +147,42 @@ inline void cpu_relax() noexcept {
 }  // namespace
 
 // Polls window-internal work until nothing of this core is in flight or `deadline` passed.
+Status PollCore::create_memory_windows(uint32_t n) {
+  mlx5::Device& dev = pool_.device();
+  if (!dev.caps().memory_windows)
+    return make_error(Errc::kUnsupported, dev.name() + " has no type-2 memory windows");
+  if (!(arena_.mr().access & mlx5::kAccessMwBind))
+    return make_error(Errc::kInvalidArgument,
+                      "memory windows need an arena registered with kAccessMwBind "
+                      "(ArenaConfig::access)");
+  // The memory windows' keys: a stream of their own, so that a peer that sees one kind's keys
+  // learns nothing of the other's.
+  RDMX_TRY(mw_keys_.init(pool_.config().key_policy, pool_.config().key_seed, id_ + 0x10000u,
+                         qp_.sq().wqe_cnt()),
+           "memory window keys");
+  mws_ = std::make_unique<MemoryWindow[]>(n);
+  mw_free_ = std::make_unique<MemoryWindow*[]>(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    auto k = dev.alloc_mw(pool_.pd());
+    if (!k) return make_error(k.error().code, "alloc_mw: " + k.error().message);
+    MemoryWindow& mw = mws_[i];
+    mw.mkey_base_ = k.value() & ~0xffu;
+    mw.key_ = static_cast<uint8_t>(k.value());
+    mw.id_ = i;
+    ++n_mws_;
+  }
+  for (uint32_t i = n; i-- > 0;) mw_free_[mw_free_len_++] = &mws_[i];
+  return Status{};
+}
+
+void PollCore::destroy_memory_windows() noexcept {
+  for (uint32_t i = 0; i < n_mws_; ++i) {
+    Status s = pool_.device().dealloc_mw(mws_[i].rkey());
+    if (!s) RDMX_LOG_WARN("poll core %u: dealloc_mw: %s", id_, s.error().message.c_str());
+  }
+  n_mws_ = mw_free_len_ = 0;
+}
+
 bool PollCore::quiesce_until(Clock::time_point deadline) {
   flush();
   while (umrs_in_flight_ != 0) {
@@ -202,6 +239,27 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
     w->state_ = WindowState::kUnmapping;
     ++posted;
   }
+  // Memory windows: every one whose state is not known to be free is invalidated again; bound
+  // ones are free afterwards (their bindings are gone: bind again).
+  for (uint32_t i = 0; i < n_mws_; ++i) {
+    MemoryWindow* mw = &mws_[i];
+    const bool unknown = mw->state_ == MwState::kBound || mw->dirty_ || mw->outstanding_;
+    if (mw->state_ == MwState::kBound) mw_free_[mw_free_len_++] = mw;
+    mw->state_ = MwState::kFree;
+    mw->outstanding_ = 0;
+    mw->dirty_ = false;
+    if (!unknown) continue;
+    while (post_mw_invalidate(mw, 0) == Errc::kNoRoom) {
+      flush();
+      if (poll(64, [](const mlx5::Completion&) {}) == 0) {
+        if (Clock::now() >= deadline)
+          return make_error(Errc::kTimeout, "recover: no send-queue room for the invalidates");
+        cpu_relax();
+      }
+      if (qp_.in_error()) return make_error(Errc::kQpError, "recover: QP failed again");
+    }
+    ++posted;
+  }
   if (!quiesce_until(deadline))
     return make_error(Errc::kTimeout, "recover: " + std::to_string(umrs_in_flight_) +
                                           " invalidates did not complete within " +
@@ -226,8 +284,17 @@ PollCore::~PollCore() {
           }
         }
       }
+      for (uint32_t i = 0; i < n_mws_; ++i) {
+        if (mws_[i].state_ != MwState::kBound) continue;
+        const Clock::time_point deadline = Clock::now() + kDefaultQuiesceBudget;
+        while (invalidate_mw(&mws_[i]) == Errc::kNoRoom && Clock::now() < deadline) {
+          flush();
+          if (poll(64, [](const mlx5::Completion&) {}) == 0) cpu_relax();
+        }
+      }
       if (!quiesce()) RDMX_LOG_WARN("poll core %u: UMRs still in flight at shutdown", id_);
     }
+    destroy_memory_windows();
     // Everything of this core goes to the depot.
     for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
       Window* w = &pool_.window(i);

@@ -524,6 +524,135 @@ Errc PollCore::post_recv(std::span<const prm::Sge> local, uint64_t cookie) noexc
   return Errc::kOk;
 }
 
+// ---- Type-2 memory windows ---------------------------------------------------------------------
+
+BindResult PollCore::bind_mw(uint64_t addr, uint64_t length, uint32_t access,
+                             bool zero_based) noexcept {
+  constexpr uint32_t kMwAccess =
+      mlx5::kAccessRemoteRead | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic;
+  BindResult r;
+  Errc e = Errc::kOk;
+  if (length == 0 || access == 0 || (access & ~kMwAccess))
+    e = Errc::kInvalidArgument;
+  else if (length > prm::kMaxBindMwLength)
+    e = Errc::kOutOfRange;
+  else if (addr < arena_.base() || addr + length < addr || addr + length > arena_.data_end())
+    e = Errc::kNotInArena;
+  else if (no_atomic_mask_ && (access & mlx5::kAccessRemoteAtomic))
+    e = Errc::kUnsupported;  // the device cannot grant atomics by UMR
+  else if (qp_.in_error())
+    e = Errc::kQpError;
+  else if (!qp_.sq().has_room(prm::kUmrHeaderDs + 4))
+    e = Errc::kNoRoom;
+  else if (mw_free_len_ == 0)
+    e = Errc::kNoWindow;
+  if (e != Errc::kOk) [[unlikely]] {
+    r.errc = reject(e);
+    return r;
+  }
+  MemoryWindow* mw = mw_free_[--mw_free_len_];
+  const uint8_t key = mw_keys_.next_key(mw->key_, stats_.mw_binds);
+  mlx5::SqWriter& sq = qp_.sq();
+  prm::BindMw b;
+  b.qpn = sq.qpn();
+  b.wqe_index = sq.wqe_index();
+  b.fm_ce_se = sq.next_fm_ce_se(false, umr_fence_);
+  b.mw_rkey = mw->rkey();
+  b.new_rkey = mw->mkey_base_ | key;
+  b.type2 = true;
+  b.access = kMkcAccess[access];
+  b.zero_based = zero_based;
+  b.addr = addr;
+  b.length = length;
+  b.mr_lkey = parent_lkey_;
+  b.no_atomic_mask = no_atomic_mask_;
+  prm::RingCursor cur = sq.cursor();
+  const uint32_t ds = prm::build_bind_mw(cur, b);
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of_mw(kOpMwBind, mw));
+  ++umrs_in_flight_;
+  ++mw->outstanding_;
+  mw->key_ = key;
+  mw->state_ = MwState::kBound;
+  mw->addr_ = addr;
+  mw->length_ = length;
+  mw->zero_based_ = zero_based;
+  ++stats_.mw_binds;
+  r.mw = mw;
+  r.rkey = mw->rkey();
+  r.iova = mw->iova();
+  r.length = length;
+  return r;
+}
+
+Errc PollCore::post_mw_invalidate(MemoryWindow* mw, uint8_t fence) noexcept {
+  mlx5::SqWriter& sq = qp_.sq();
+  if (!sq.has_room(prm::kUmrHeaderDs)) return Errc::kNoRoom;
+  prm::RingCursor cur = sq.cursor();
+  // Mask FREE only, no free-state check (the peer's SEND_WITH_INV may have freed it): the key
+  // stays, so the next bind's key differs from the one just retired. rdma-core's LOCAL_INV
+  // (build_local_inv) would write key 0, after which a bind could draw the retired key again.
+  prm::build_umr_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
+                            mw->rkey(), 0);
+  sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of_mw(kOpMwInvalidate, mw));
+  ++umrs_in_flight_;
+  ++mw->outstanding_;
+  return Errc::kOk;
+}
+
+Errc PollCore::invalidate_mw(MemoryWindow* mw) noexcept {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(mw) - reinterpret_cast<uintptr_t>(mws_.get());
+  if (!mw || !n_mws_ || at % sizeof(MemoryWindow) || at / sizeof(MemoryWindow) >= n_mws_)
+      [[unlikely]]
+    return reject(Errc::kInvalidArgument);
+  if (mw->state_ != MwState::kBound) [[unlikely]]
+    return reject(Errc::kNotMapped);
+  if (qp_.in_error()) [[unlikely]]
+    return reject(Errc::kQpError);
+  // A memory window is never a local key: no data WQE of this SQ needs to finish first; the
+  // device's umr_fence cap decides the UMR's own fence, as for a window's unmap.
+  if (Errc e = post_mw_invalidate(mw, umr_fence_); e != Errc::kOk) [[unlikely]]
+    return reject(e);
+  mw->state_ = MwState::kFree;
+  mw_free_[mw_free_len_++] = mw;  // same-SQ order: a later bind runs after the invalidate
+  ++stats_.mw_invalidates;
+  return Errc::kOk;
+}
+
+void PollCore::on_mw_internal(const mlx5::Completion& c) noexcept {
+  const uint32_t id = static_cast<uint32_t>(c.cookie);
+  RDMX_DEBUG_ASSERT(id < n_mws_);
+  MemoryWindow* mw = &mws_[id];
+  RDMX_DEBUG_ASSERT(mw->outstanding_ > 0);
+  ++stats_.umr_completions;
+  if (!c.ok()) [[unlikely]] {
+    ++stats_.umr_errors;
+    ++stats_.wqe_errors;
+    ++stats_.syndromes[c.status];
+    mw->dirty_ = true;
+  }
+  --umrs_in_flight_;
+  --mw->outstanding_;
+}
+
+bool PollCore::mw_remote_invalidated(uint32_t rkey, Errc* out) noexcept {
+  for (uint32_t i = 0; i < n_mws_; ++i) {
+    MemoryWindow* mw = &mws_[i];
+    if (mw->mkey_base_ != (rkey & ~0xffu)) continue;
+    if (mw->state_ != MwState::kBound || mw->rkey() != rkey) {
+      ++stats_.stale_invalidations;
+      *out = Errc::kNotMapped;
+      return true;
+    }
+    // The peer's NIC freed it: no UMR is needed.
+    mw->state_ = MwState::kFree;
+    mw_free_[mw_free_len_++] = mw;
+    ++stats_.mw_remote_invalidations;
+    *out = Errc::kOk;
+    return true;
+  }
+  return false;
+}
+
 void PollCore::flush() noexcept {
   if (rq_posted_) {
     qp_.rq().ring_doorbell();
@@ -533,6 +662,10 @@ void PollCore::flush() noexcept {
 }
 
 void PollCore::on_internal(const mlx5::Completion& c) noexcept {
+  if (c.cookie & kMwCookie) {
+    on_mw_internal(c);
+    return;
+  }
   const uint32_t wid = static_cast<uint32_t>(c.cookie);
   const uint8_t op = static_cast<uint8_t>((c.cookie >> 56) & 0x7f);
   RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
@@ -559,6 +692,10 @@ void PollCore::on_app_error(const mlx5::Completion& c) noexcept {
 
 Errc PollCore::remote_invalidated(uint32_t rkey) noexcept {
   Window* w = pool_.find(rkey);
+  if (!w && n_mws_) [[unlikely]] {
+    Errc e;
+    if (mw_remote_invalidated(rkey, &e)) return e;
+  }
   if (!w) {
     ++stats_.stale_invalidations;
     return Errc::kNotMapped;

@@ -106,7 +106,10 @@ TEST(DvMath, AccessTranslation) {
                                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
   EXPECT_FALSE(to_ibv_access(kAccessRemoteWrite).has_value());   // needs LOCAL_WRITE
   EXPECT_FALSE(to_ibv_access(kAccessRemoteAtomic).has_value());  // needs LOCAL_WRITE
-  EXPECT_FALSE(to_ibv_access(0x10).has_value());                 // unknown bit
+  EXPECT_FALSE(to_ibv_access(0x20).has_value());                 // unknown bit
+  EXPECT_EQ(to_ibv_access(kAccessLocalWrite | kAccessMwBind),
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  EXPECT_EQ(from_ibv_access(IBV_ACCESS_MW_BIND), uint32_t{kAccessMwBind});
   EXPECT_EQ(from_ibv_access(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE),
             kAccessRemoteWrite | kAccessLocalWrite);
   EXPECT_EQ(from_ibv_access(IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_REMOTE_READ),

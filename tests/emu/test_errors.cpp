@@ -9,6 +9,14 @@ class Syndromes : public EmuModeTest {
  protected:
   void SetUp() override { open(GetParam()); }
   mlx5::QpState state(Side& s) { return s.dev->query_qp(s.desc.qpn).value(); }
+  // After an error: both QPs through RESET (rings too) back to RTS.
+  void reconnect() {
+    ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
+    ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
+    a_.qp.reset();
+    b_.qp.reset();
+    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  }
 };
 
 TEST_P(Syndromes, LocalLengthAtResponderRemoteInvalidRequestAtRequester) {
@@ -174,10 +182,10 @@ TEST_P(Syndromes, MalformedRepeatBlockIsLocalQpOp) {
 TEST_P(Syndromes, Type2WindowIsBoundToItsQp) {
   expected_reports_b_ = 0;
   Buf mem, src;
-  mem.alloc(*b_.dev, 8192, 11);
+  mem.alloc(*b_.dev, 8192, 11, mlx5::kAccessAll | mlx5::kAccessMwBind);
   src.alloc(*a_.dev, 8192, 12);
   const std::vector<uint8_t> before(mem.p, mem.p + 8192);
-  const uint32_t mw = b_.dev->create_window_mkey(1, true).value();  // as ibv_alloc_mw(TYPE_2)
+  const uint32_t mw = b_.dev->alloc_mw(0).value();  // ibv_alloc_mw(TYPE_2)
   // A second connected pair between the same devices (same PDs).
   Side a2, b2;
   for (Side* s : {&a2, &b2}) {
@@ -232,6 +240,77 @@ TEST_P(Syndromes, Type2WindowIsBoundToItsQp) {
   rdma(a_, MLX5_OPCODE_RDMA_WRITE, 6, mem.addr(4096), rkey, {{src.addr(200), 64, src.mr.lkey}});
   EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_EQ(std::memcmp(mem.p, before.data(), 8192), 0);
+}
+
+// The rules a type-2 window bind is held to (emu's umr_check_bind): each broken rule completes
+// the bind with MW_BIND_ERR, reports mw-bind-refused, and leaves the window free and unusable.
+TEST_P(Syndromes, MemoryWindowBindRules) {
+  Buf plain, ro, mem, src;
+  plain.alloc(*b_.dev, 8192, 21);                                              // no MW_BIND
+  ro.alloc(*b_.dev, 8192, 22, mlx5::kAccessRemoteRead | mlx5::kAccessMwBind);  // no local write
+  mem.alloc(*b_.dev, 8192, 23, mlx5::kAccessLocalWrite | mlx5::kAccessMwBind);
+  src.alloc(*a_.dev, 64, 24);
+  const uint32_t mw = b_.dev->alloc_mw(0).value();
+  const uint8_t rw = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
+                     MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
+  struct Case {
+    const char* what;
+    const Buf* mr;
+    uint64_t off, len;
+    uint8_t access;
+    uint32_t qpn_delta;
+  } const cases[] = {
+      {"MR without MW_BIND", &plain, 0, 4096, rw, 0},
+      {"remote write over an MR without local write", &ro, 0, 4096, rw, 0},
+      {"range past the MR", &mem, 4096, 8192, rw, 0},
+      {"bound to another QP", &mem, 0, 4096, rw, 1},
+  };
+  uint64_t cookie = 1;
+  for (const Case& k : cases) {
+    b_.dev->checker().clear();
+    prm::BindMw bm;
+    bm.qpn = b_.desc.qpn;
+    bm.fm_ce_se = fm(b_);
+    bm.mw_rkey = mw;
+    bm.new_rkey = mw | 5;
+    bm.access = k.access;
+    bm.addr = k.mr->addr(k.off);
+    bm.length = k.len;
+    bm.mr_lkey = k.mr->mr.lkey;
+    post(b_, MLX5_OPCODE_UMR, cookie++, [&](prm::RingCursor& c, uint16_t idx) {
+      bm.wqe_index = idx;
+      uint8_t* start = c.here();
+      const uint32_t ds = prm::build_bind_mw(c, bm);
+      // The mkey context's qpn (bytes 4..6 of the context at 64: BE32 qpn << 8 | key) names
+      // another QP than the one posting.
+      if (k.qpn_delta) start[64 + 6] = static_cast<uint8_t>(start[64 + 6] + k.qpn_delta);
+      return ds;
+    });
+    EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_MW_BIND_ERR) << k.what;
+    EXPECT_EQ(b_.dev->checker().count(emu::Rule::kMwBindRefused), 1u) << k.what;
+    EXPECT_TRUE(b_.dev->inspect_mkey(mw).free) << k.what;
+    reconnect();
+  }
+  b_.dev->checker().clear();
+  // The same bind over the MR with MW_BIND and local write is accepted, and works.
+  prm::BindMw ok;
+  ok.qpn = b_.desc.qpn;
+  ok.fm_ce_se = fm(b_);
+  ok.mw_rkey = mw;
+  ok.new_rkey = mw | 6;
+  ok.access = rw;
+  ok.addr = mem.addr();
+  ok.length = 4096;
+  ok.mr_lkey = mem.mr.lkey;
+  post(b_, MLX5_OPCODE_UMR, cookie++, [&](prm::RingCursor& c, uint16_t idx) {
+    ok.wqe_index = idx;
+    return prm::build_bind_mw(c, ok);
+  });
+  ASSERT_TRUE(wait(b_, 1)[0].ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, cookie++, mem.addr(64), mw | 6, {{src.addr(), 64, src.mr.lkey}});
+  ASSERT_TRUE(wait(a_, 1)[0].ok());
+  EXPECT_EQ(std::memcmp(mem.p + 64, src.p, 64), 0);
+  expected_reports_b_ = 0;
 }
 
 TEST_P(Syndromes, BadResponse) {

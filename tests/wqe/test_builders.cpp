@@ -72,6 +72,24 @@ TEST(WqeBuilders, BindMwType1ZeroBased) {
   EXPECT_EQ(r.slot(2), bb({"80000000 00000077 00000000 0000a000", kZeroDs, kZeroDs, kZeroDs}));
 }
 
+// On a device with umr_modify_atomic_disabled the mask leaves bit 21 (atomic) clear: 0x201c6041.
+TEST(WqeBuilders, BindMwWithoutAtomicMaskBit) {
+  Ring r(4);
+  prm::RingCursor cur(r.mem.data(), 4, 0);
+  prm::BindMw b;
+  b.qpn = 0x123;
+  b.mw_rkey = 0x700;
+  b.new_rkey = 0x701;
+  b.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ;
+  b.addr = 0x1000;
+  b.length = 0x100;
+  b.mr_lkey = 0x5500;
+  b.no_atomic_mask = true;
+  EXPECT_EQ(prm::build_bind_mw(cur, b), 12u);
+  EXPECT_EQ(r.slot(0), bb({"00000025 0001230c 00000000 00000700",
+                           "b0000000 00040000 00000000 201c6041", kZeroDs, kZeroDs}));
+}
+
 // Length 0 unbinds: 8 DS, free, CHECK_QPN for type 2 — LOCAL_INV's layout but for the key byte,
 // which is the new rkey's rather than 0.
 TEST(WqeBuilders, BindMwLengthZeroUnbinds) {

@@ -123,6 +123,7 @@ struct DvDevice::Impl {
   }
   std::unordered_map<uint32_t, detail::MrPtr> mrs;           // by lkey
   std::unordered_map<uint32_t, detail::MkeyPtr> mkeys;       // by mkey index (key >> 8)
+  std::unordered_map<uint32_t, detail::MwPtr> mws;           // type-2 windows, by index
   std::unordered_map<uint32_t, std::unique_ptr<QpRec>> qps;  // by QPN
   std::mutex mu;
   ibv_device_attr_ex attr{};
@@ -147,6 +148,7 @@ struct DvDevice::Impl {
 
   ~Impl() {
     qps.clear();
+    mws.clear();
     mkeys.clear();
     mrs.clear();
     pd.reset();
@@ -392,6 +394,7 @@ mlx5::DeviceCaps DvDevice::Impl::verbs_caps(const DeviceInfo& info) const {
   caps.max_sq_wqebbs = static_cast<uint32_t>(attr.orig_attr.max_qp_wr);
   caps.max_cq_cqes = static_cast<uint32_t>(attr.orig_attr.max_cqe) + 1;
   caps.numa_node = info.numa_node < 0 ? 0 : info.numa_node;
+  caps.memory_windows = (attr.orig_attr.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0;
   return caps;
 }
 
@@ -580,6 +583,34 @@ Status DvDevice::destroy_mkey(uint32_t mkey) {
     return verbs_error("mlx5dv_destroy_mkey(" + hex(mkey) + ")", err_of(rc));
   (void)it->second.release();
   impl_->mkeys.erase(it);
+  return {};
+}
+
+Result<uint32_t> DvDevice::alloc_mw(uint32_t pd) {
+  if (!caps_.memory_windows)
+    return make_error(Errc::kUnsupported,
+                      name_ + ": no type-2 memory windows (IBV_DEVICE_MEM_WINDOW_TYPE_2B unset)");
+  std::lock_guard<std::mutex> g(impl_->mu);
+  ibv_pd* ipd = impl_->pd_of(pd);
+  if (!ipd) return make_error(Errc::kInvalidArgument, "alloc_mw: no PD " + std::to_string(pd));
+  errno = 0;
+  detail::MwPtr mw(ibv_alloc_mw(ipd, IBV_MW_TYPE_2));
+  if (!mw) return verbs_error("ibv_alloc_mw(TYPE_2)", last_errno());
+  const uint32_t rkey = mw->rkey;
+  impl_->mws.emplace(rkey >> 8, std::move(mw));
+  return rkey;
+}
+
+Status DvDevice::dealloc_mw(uint32_t rkey) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  auto it = impl_->mws.find(rkey >> 8);
+  if (it == impl_->mws.end())
+    return make_error(Errc::kInvalidArgument,
+                      "dealloc_mw: " + hex(rkey) + " is not a memory window of ours");
+  if (int rc = ibv_dealloc_mw(it->second.get()); rc)
+    return verbs_error("ibv_dealloc_mw(" + hex(rkey) + ")", err_of(rc));
+  (void)it->second.release();
+  impl_->mws.erase(it);
   return {};
 }
 

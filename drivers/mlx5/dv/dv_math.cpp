@@ -36,8 +36,9 @@ static_assert(static_cast<int>(mlx5::kAccessRemoteAtomic) ==
 }  // namespace
 
 std::optional<int> to_ibv_access(uint32_t access) noexcept {
-  if (access & ~uint32_t{mlx5::kAccessAll}) return std::nullopt;
+  if (access & ~uint32_t{mlx5::kAccessAll | mlx5::kAccessMwBind}) return std::nullopt;
   int f = 0;
+  if (access & mlx5::kAccessMwBind) f |= IBV_ACCESS_MW_BIND;
   if (access & mlx5::kAccessLocalWrite) f |= IBV_ACCESS_LOCAL_WRITE;
   if (access & mlx5::kAccessRemoteWrite) f |= IBV_ACCESS_REMOTE_WRITE;
   if (access & mlx5::kAccessRemoteRead) f |= IBV_ACCESS_REMOTE_READ;
@@ -55,6 +56,7 @@ uint32_t from_ibv_access(int flags) noexcept {
   if (flags & IBV_ACCESS_REMOTE_WRITE) a |= mlx5::kAccessRemoteWrite;
   if (flags & IBV_ACCESS_REMOTE_READ) a |= mlx5::kAccessRemoteRead;
   if (flags & IBV_ACCESS_REMOTE_ATOMIC) a |= mlx5::kAccessRemoteAtomic;
+  if (flags & IBV_ACCESS_MW_BIND) a |= mlx5::kAccessMwBind;
   return a;
 }
 

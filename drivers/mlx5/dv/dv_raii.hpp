@@ -40,6 +40,7 @@ using TdPtr = std::unique_ptr<ibv_td, Release<ibv_td, ibv_dealloc_td>>;
 using MrPtr = std::unique_ptr<ibv_mr, Release<ibv_mr, ibv_dereg_mr>>;
 using CqPtr = std::unique_ptr<ibv_cq_ex, Release<ibv_cq_ex, destroy_cq_ex>>;
 using QpPtr = std::unique_ptr<ibv_qp, Release<ibv_qp, ibv_destroy_qp>>;
+using MwPtr = std::unique_ptr<ibv_mw, Release<ibv_mw, ibv_dealloc_mw>>;
 using MkeyPtr = std::unique_ptr<mlx5dv_mkey, Release<mlx5dv_mkey, mlx5dv_destroy_mkey>>;
 using EventChannelPtr =
     std::unique_ptr<rdma_event_channel, Release<rdma_event_channel, destroy_event_channel>>;

@@ -600,7 +600,53 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   const Klm* src = nullptr;
   if (const uint8_t syn = umr_read_entries(q, w, m, src)) return syn;
   if (const uint8_t syn = umr_check_scalars(q, w, m)) return syn;
+  if (m.mw && src)
+    if (const uint8_t syn = umr_check_bind(q, w, m, *src)) return syn;
   return umr_commit(q, w, m, src);
+}
+
+// The bind of a type-2 memory window (a UMR that gives an alloc_mw mkey a translation), held to
+// the rules the verbs put on binds and that a software device applies in the same place (Linux
+// drivers/infiniband/sw/rxe/rxe_mw.c rxe_check_bind_mw, which completes such a bind with
+// MW_BIND_ERR): the window is bound to the QP that posts the bind (QPN mask bit, mkey context
+// qpn = this QP); its one translation entry names a direct MR of the window's PD registered with
+// MW_BIND (IBV_ACCESS_MW_BIND) whose range holds the bound bytes; remote write or atomic rights
+// need the MR's local write (ibv_bind_mw(3)); every bind writes the 8-bit key (ibv_bind_mw(3):
+// the consumer gives the window a new rkey with each bind, ibv_inc_rkey).
+uint8_t Engine::umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
+                               const Klm& e) noexcept {
+  const uint64_t mask = w.umr.mkey_mask;
+  const prm::MkcFields& c = w.mkc;
+  const Mkey* mr = lookup(e.mkey);
+  const uint8_t acc = (mask & (MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE |
+                               MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC))
+                          ? static_cast<uint8_t>(c.access & (kRW | kAT))
+                          : uint8_t{0};
+  const uint64_t len = (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN) ? c.len : m.len;
+  const char* why = nullptr;
+  if (!(mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN) || c.qpn != q.qpn)
+    why = "a type-2 window must be bound to the QP that posts the bind";
+  else if (!(mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY))
+    why = "a bind must write the window's key (the KEY mask bit)";
+  else if (w.umr.klm_octowords != 4 || e.byte_count == 0 || e.byte_count != len)
+    why = "a bind carries one translation entry of the window's length";
+  else if (!mr || mr->kind != Mkey::Kind::kDirect || mr->free || mr->pd != m.pd)
+    why = "the entry names no valid MR of the window's PD";
+  else if (!mr->mw_bind)
+    why = "the MR was registered without MW_BIND";
+  else if (acc && !(mr->access & kLW))
+    why = "remote write/atomic rights over an MR without local write";
+  else if (!in_range(e.addr, e.byte_count, mr->start, mr->len))
+    why = "the bound range is not inside the MR";
+  else if (q.pd != m.pd)
+    why = "the QP is not in the window's PD";
+  if (!why) return 0;
+  char buf[224];
+  std::snprintf(buf, sizeof(buf),
+                "bind of memory window 0x%x: %s (MR 0x%x, 0x%" PRIx64 "+%u, QP 0x%x)", w.ctrl.imm,
+                why, e.mkey, e.addr, e.byte_count, q.qpn);
+  report(&q, w.ctrl.wqe_index, Rule::kMwBindRefused, buf);
+  return kSynMwBind;
 }
 
 // The mkey mask against what the device implements and allows, and the free-state and QP checks

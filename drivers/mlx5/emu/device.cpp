@@ -52,6 +52,8 @@ const char* rule_name(Rule r) noexcept {
       return "unknown-mkey-mask-bits";
     case Rule::kKlmPtrAlign:
       return "klm-pointer-alignment";
+    case Rule::kMwBindRefused:
+      return "mw-bind-refused";
     case Rule::kWqeTooLarge:
       return "wqe-larger-than-max-wqe-sz-sq";
     case Rule::kUmrMaskForbidden:
@@ -160,6 +162,7 @@ Engine::Engine(std::shared_ptr<Wire> wire, int side, const Options& opt)
   caps_.max_wqe_sz_sq = prof_->max_wqe_sz_sq;
   caps_.mkey_update_tag = true;
   caps_.remote_invalidate = true;
+  caps_.memory_windows = true;  // every ConnectX since ConnectX-4 (imaicl; doc/guides/emu.md)
   caps_.numa_node = opt.numa_node;
   mkeys_.resize(2);  // indices 0 and 1 reserved: MLX5_INVALID_LKEY (0x100) never resolves
 }
@@ -218,7 +221,7 @@ Result<mlx5::MrInfo> Engine::reg_mr(void* addr, size_t len, uint32_t access, uin
     return make_error(Errc::kDeviceError, "emu: reg_mr failed (injected fault)");
   }
   if (!addr || len == 0) return make_error(Errc::kInvalidArgument, "emu: reg_mr of an empty range");
-  if (access & ~uint32_t{mlx5::kAccessAll})
+  if (access & ~uint32_t{mlx5::kAccessAll | mlx5::kAccessMwBind})
     return make_error(Errc::kInvalidArgument, "emu: reg_mr: unknown access bits");
   const uint32_t idx = alloc_mkey_index();
   if (!idx) return make_error(Errc::kNoMemory, "emu: mkey table full");
@@ -229,6 +232,7 @@ Result<mlx5::MrInfo> Engine::reg_mr(void* addr, size_t len, uint32_t access, uin
   m.free = false;
   m.access = static_cast<uint8_t>(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_READ |
                                   mlx5::mkc_access_bits(access));
+  m.mw_bind = (access & mlx5::kAccessMwBind) != 0;
   m.pd = pd;
   m.start = reinterpret_cast<uint64_t>(addr);
   m.len = len;
@@ -317,11 +321,36 @@ Result<uint32_t> Engine::create_window_mkey(uint32_t max_entries, bool remote_in
   return idx << 8;
 }
 
+// A type-2 memory window is an indirect mkey of one translation entry that only bind WQEs
+// (rdma-core set_bind_wr: CHECK_FREE, the QPN mask bit) may change, with remote invalidation
+// (the kernel's mlx5_ib_alloc_mw creates it with en_rinval and free). Allocated free.
+Result<uint32_t> Engine::alloc_mw(uint32_t pd) {
+  auto k = create_window_mkey(1, true, pd);
+  if (!k) return k;
+  std::lock_guard<std::mutex> g(mu_);
+  mkeys_[k.value() >> 8].mw = true;
+  return k;
+}
+
+Status Engine::dealloc_mw(uint32_t rkey) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const uint32_t idx = rkey >> 8;
+    if (idx < 2 || idx >= mkeys_.size() || !mkeys_[idx].mw)
+      return make_error(Errc::kInvalidArgument, "emu: dealloc_mw: not a memory window");
+    mkeys_[idx].free = true;  // ibv_dealloc_mw of a bound window invalidates it
+    mkeys_[idx].mw = false;
+  }
+  return destroy_mkey(rkey);
+}
+
 Status Engine::destroy_mkey(uint32_t key) {
   std::lock_guard<std::mutex> g(mu_);
   const uint32_t idx = key >> 8;
   if (idx < 2 || idx >= mkeys_.size() || mkeys_[idx].kind != Mkey::Kind::kIndirect)
     return make_error(Errc::kInvalidArgument, "emu: destroy_mkey: not a window mkey");
+  if (mkeys_[idx].mw)
+    return make_error(Errc::kInvalidArgument, "emu: destroy_mkey: a memory window (dealloc_mw)");
   Mkey& m = mkeys_[idx];
   if (!m.free) return make_error(Errc::kBusy, "emu: destroy_mkey: the window is mapped (valid)");
   for (auto& [qpn, q] : qps_)
@@ -757,6 +786,12 @@ Result<uint32_t> EmuDevice::create_window_mkey(uint32_t max_entries, bool remote
 Result<uint32_t> EmuDevice::create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
                                                      uint32_t pd) {
   return eng_->create_window_mkey(max_entries, remote_invalidate, pd);
+}
+Result<uint32_t> EmuDevice::alloc_mw(uint32_t pd) {
+  return eng_->alloc_mw(pd);
+}
+Status EmuDevice::dealloc_mw(uint32_t rkey) {
+  return eng_->dealloc_mw(rkey);
 }
 Result<uint32_t> EmuDevice::alloc_pd() {
   return eng_->alloc_pd();

@@ -39,8 +39,10 @@ struct Mkey {
   bool free = true;
   bool umr_en = false;
   bool en_rinval = false;
-  uint8_t access = 0;  // mkc access bits (LR/LW/RR/RW/A)
-  uint32_t pd = 0;     // protection domain (everything the device makes itself is in PD 0)
+  bool mw = false;       // indirect: a type-2 memory window (alloc_mw), bound by bind WQEs
+  bool mw_bind = false;  // direct: registered with MW_BIND (windows may be bound to it)
+  uint8_t access = 0;    // mkc access bits (LR/LW/RR/RW/A)
+  uint32_t pd = 0;       // protection domain (everything the device makes itself is in PD 0)
   uint8_t log_page_size = 0;
   uint32_t bound_qpn = prm::kMkeyQpnNone;
   uint64_t start = 0;  // IOVA of byte 0 (direct: the host VA)
@@ -181,6 +183,8 @@ class Engine {
                                       uint32_t pd = 0);
   Result<uint32_t> alloc_pd();
   Status dealloc_pd(uint32_t pd);
+  Result<uint32_t> alloc_mw(uint32_t pd);
+  Status dealloc_mw(uint32_t rkey);
   Result<uint64_t> refused_remote_accesses(uint32_t qpn);
   Status destroy_mkey(uint32_t mkey);
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg);
@@ -245,6 +249,7 @@ class Engine {
   uint8_t umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
                            const Klm*& src) noexcept;
   uint8_t umr_check_scalars(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
+  uint8_t umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m, const Klm& e) noexcept;
   uint8_t umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src) noexcept;
   uint8_t umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src, uint32_t off,
                           uint32_t n_oct) noexcept;

@@ -277,6 +277,7 @@ uint32_t build_bind_mw(RingCursor& cur, const BindMw& b) noexcept {
     flags |= bind ? MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE : MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN;
     mask |= MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN;
   }
+  if (b.no_atomic_mask) mask &= ~uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC};
   set_umr_ctrl(u, flags, bind ? 4 : 0, mask);
   MkeyCtx c;
   c.key = static_cast<uint8_t>(b.new_rkey & 0xff);

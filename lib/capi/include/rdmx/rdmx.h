@@ -560,6 +560,9 @@ typedef struct rdmx_core_stats {
    * QP attempted. Read from the device (control path: it may take a lock); 0 on a device that
    * does not count them per QP (mlx5 today). See doc/guides/security.md. */
   uint64_t refused_remote_accesses;
+  /* Type-2 memory windows of the core (C++ PollCore::bind_mw; 0 through this API today): binds
+   * and invalidates posted, and windows freed by the peer's SEND_WITH_INV. */
+  uint64_t mw_binds, mw_invalidates, mw_remote_invalidations;
 } rdmx_core_stats;
 
 /* [any thread; see above] Copies the core's counters into *out; `size` = sizeof(*out) of the

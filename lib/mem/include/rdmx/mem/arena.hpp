@@ -53,6 +53,8 @@ struct ArenaConfig {
   // RDMA-accesses the arena directly, without windows; then the whole registration is exposed to
   // it. In-tree user: rdmx-perf's io tests (the emu peer's target buffer, apps/rdmx-perf/
   // tests_io.cpp). A local SGE over the arena (lkey) never needs remote bits.
+  // Add kAccessMwBind when poll cores bind type-2 memory windows to the arena
+  // (CoreConfig::memory_windows): a window can be bound only to an MR registered with it.
   uint32_t access = mlx5::kAccessLocalWrite;
 };
 

@@ -25,6 +25,9 @@ enum Access : uint32_t {
   kAccessRemoteRead = 1u << 2,    // IBV_ACCESS_REMOTE_READ
   kAccessRemoteAtomic = 1u << 3,  // IBV_ACCESS_REMOTE_ATOMIC
   kAccessAll = 0xf,
+  // Registration only (reg_mr): type-2 memory windows may be bound to this MR
+  // (IBV_ACCESS_MW_BIND; IBTA C10-71: binding a window to an MR without it is an MW bind error).
+  kAccessMwBind = 1u << 4,
 };
 
 // The mkc access byte (MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_*) for a set of Access bits.
@@ -45,6 +48,7 @@ struct DeviceCaps {
   uint32_t max_wqe_sz_sq = 0;      // HCA cap 0x290: longest send WQE in bytes (0 = not known)
   bool mkey_update_tag = false;    // a UMR may change the 8-bit key
   bool remote_invalidate = false;  // SEND_WITH_INV can free a window
+  bool memory_windows = false;     // type-2 memory windows (IBV_DEVICE_MEM_WINDOW_TYPE_2B)
   int numa_node = 0;
 };
 
@@ -102,6 +106,12 @@ class Device {
   virtual Result<MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd);
   virtual Result<uint32_t> create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
                                                     uint32_t pd);
+  // Type-2 memory windows (ibv_alloc_mw(3), IBV_MW_TYPE_2), allocated free in `pd`: a bind work
+  // request posted on a QP of the same PD (prm::build_bind_mw) gives one a range of an MR
+  // registered with kAccessMwBind and binds it to that QP. Returns its rkey (index << 8 | key).
+  // kUnsupported on a device without them (DeviceCaps::memory_windows).
+  virtual Result<uint32_t> alloc_mw(uint32_t pd);
+  virtual Status dealloc_mw(uint32_t rkey);
   // Remote accesses the responder of `qp` refused with a remote access error since the QP was
   // created (bad key, state, rights, bounds, another PD): the peer behind that QP tried memory
   // it may not touch. Control path (may lock). kUnsupported where the backend cannot count

@@ -35,6 +35,9 @@ struct CoreConfig {
   uint32_t initial_windows = 0;  // taken from the depot at create (0 = cache_size / 2)
   mlx5::QpConfig qp;             // the core's QP (and CQ) as created by the device
   uint32_t signal_every = kDefaultSignalEvery;
+  // Type-2 memory windows of this core (bind_mw), allocated at create in the pool's PD. Needs a
+  // device with DeviceCaps::memory_windows and an arena registered with kAccessMwBind.
+  uint32_t memory_windows = 0;
 };
 
 // Cookies with this bit set are the window layer's own (map/unmap UMRs). Application cookies
@@ -106,6 +109,29 @@ class PollCore {
   // Best effort: unmaps in order until one fails; returns how many were unmapped.
   size_t unmap_burst(std::span<Window* const> ws) noexcept;
 
+  // ---- Type-2 memory windows (hot path; CoreConfig::memory_windows) --------------------------
+  // Binds a free memory window of this core to `length` bytes of the arena at `addr` (one bind
+  // WQE, as rdma-core's ibv_wr_bind_mw builds it: CHECK_FREE, bound to this core's QP, a new
+  // key from the core's generator). The peer addresses it at iova = addr (virtual addressing,
+  // like an MR) or at 0 (zero_based). Only remote requests on this core's QP can use the rkey; a
+  // peer on any other connection is refused by the device. Usable by the peer once the bind
+  // executed: send the rkey on this QP after the bind. Errors (nothing posted):
+  // kInvalidArgument (length 0, access other than remote read/write/atomic, or none),
+  // kOutOfRange (length over 2 GiB: one translation entry), kNotInArena (a byte outside the
+  // arena's data part), kUnsupported (atomic on a device with umr_modify_atomic_disabled),
+  // kQpError, kNoRoom, kNoWindow (every memory window is bound).
+  BindResult bind_mw(uint64_t addr, uint64_t length, uint32_t access,
+                     bool zero_based = false) noexcept;
+  // Invalidates a bound memory window of this core (a UMR that frees it; its key stays, so the
+  // next bind gives it a different one) and makes it free for the next bind at once. The peer's
+  // requests through it that arrive after the invalidate executed are refused. Errors (nothing
+  // posted): kInvalidArgument (not one of this core's memory windows), kNotMapped (not bound:
+  // already invalidated, or freed by the peer's SEND_WITH_INV), kQpError, kNoRoom.
+  Errc invalidate_mw(MemoryWindow* mw) noexcept;
+  uint32_t n_memory_windows() const noexcept { return n_mws_; }
+  uint32_t free_memory_windows() const noexcept { return mw_free_len_; }
+  MemoryWindow& memory_window(uint32_t i) noexcept { return mws_[i]; }
+
   // ---- Data WQEs (hot path). Local SGEs use the arena's lkey or a window's lkey. -----------
   // Errors: kInvalidArgument (cookie with kInternalCookie set, too many SGEs), kQpError, kNoRoom.
   Errc post_write(std::span<const mlx5::prm::Sge> local, uint64_t raddr, uint32_t rkey,
@@ -135,7 +161,8 @@ class PollCore {
     const uint32_t n = qp_.poll(
         max_cqes,
         [&](uint64_t cookie) noexcept {
-          if (!(cookie & kInternalCookie)) return false;
+          // Application cookies and memory-window cookies take the Completion path.
+          if ((cookie & (kInternalCookie | kMwCookie)) != kInternalCookie) return false;
           umr_ok(ws, cookie);
           ++umrs_ok;
           return true;
@@ -154,6 +181,7 @@ class PollCore {
     stats_.umr_completions += umrs_ok;
     umrs_in_flight_ -= umrs_ok;
     keys_.refresh(stats_.maps);
+    mw_keys_.refresh(stats_.mw_binds);
     if (cache_.over()) flush_to_depot();
     return n;
   }
@@ -195,6 +223,19 @@ class PollCore {
   }
   static constexpr uint8_t kOpMap = 1;
   static constexpr uint8_t kOpUnmap = 2;
+  // Memory-window WQEs: op bit 2 (kMwCookie) set, the window's index in mws_ below.
+  static constexpr uint8_t kOpMwBind = 4;
+  static constexpr uint8_t kOpMwInvalidate = 5;
+  static constexpr uint64_t kMwCookie = uint64_t{4} << 56;
+  static uint64_t cookie_of_mw(uint8_t op, const MemoryWindow* mw) noexcept {
+    return kInternalCookie | (uint64_t{op} << 56) | mw->id_;
+  }
+  Status create_memory_windows(uint32_t n);
+  void destroy_memory_windows() noexcept;
+  Errc post_mw_invalidate(MemoryWindow* mw, uint8_t fence) noexcept;
+  void on_mw_internal(const mlx5::Completion& c) noexcept;
+  // A remote invalidation naming a memory window of this core; false when `rkey` names none.
+  bool mw_remote_invalidated(uint32_t rkey, Errc* out) noexcept;
 
   // map() when its fast path does not apply (pointer mode, a WQE that would wrap the ring, an
   // empty cache, any error): every check in order, the cursor builders.
@@ -300,7 +341,12 @@ class PollCore {
   mlx5::QueuePair qp_;
   Window* windows_ = nullptr;  // pool_.window(0): the pool's windows never move
   WindowCache cache_;
-  KeyGen keys_;                         // this core's window keys
+  KeyGen keys_;     // this core's window keys
+  KeyGen mw_keys_;  // this core's memory windows' keys (a stream of its own)
+  std::unique_ptr<MemoryWindow[]> mws_;
+  std::unique_ptr<MemoryWindow*[]> mw_free_;  // free memory windows (a stack)
+  uint32_t n_mws_ = 0;
+  uint32_t mw_free_len_ = 0;
   std::unique_ptr<Window*[]> scratch_;  // depot bursts
   CoreStats stats_;
 };

@@ -35,7 +35,10 @@ inline constexpr uint32_t kNumErrc = static_cast<uint32_t>(kNumErrcValues);
   X(umr_completions, "map/unmap UMRs seen completed")                                        \
   X(umr_errors, "map/unmap UMRs completed in error (flushed included)")                      \
   X(wqe_errors, "error completions of any kind")                                             \
-  X(recoveries, "recover() calls that succeeded")
+  X(recoveries, "recover() calls that succeeded")                                            \
+  X(mw_binds, "type-2 memory window binds posted by bind_mw()")                              \
+  X(mw_invalidates, "memory window invalidates posted by invalidate_mw()")                   \
+  X(mw_remote_invalidations, "memory windows freed by a peer's SEND_WITH_INV")
 
 struct alignas(64) CoreStats {
 #define RDMX_CORE_COUNTER_FIELD(name, meaning) uint64_t name = 0;

@@ -105,4 +105,52 @@ struct MapResult {
   bool ok() const noexcept { return errc == Errc::kOk; }
 };
 
+// ---- Type-2 memory windows -------------------------------------------------------------------
+// A memory window of one poll core (CoreConfig::memory_windows): allocated at setup
+// (ibv_alloc_mw, type 2), bound to a byte range of the arena by a bind WQE posted on the core's
+// QP (PollCore::bind_mw), and only usable by remote requests arriving on that QP. Every bind
+// writes a new key from the core's generator, so the rkey of an earlier binding is dead.
+// Unlike a Window it maps one contiguous range of the arena (one translation entry), is never
+// the local key of a WQE, and never leaves its core.
+//   kFree         free on the device (or its invalidate is in the SQ: same-SQ order lets the
+//                 core bind it again at once)
+//   kBound        bound by bind_mw(); its rkey is valid on the core's QP
+enum class MwState : uint8_t { kFree, kBound };
+
+class MemoryWindow {
+ public:
+  // Valid while bound (the values of the current binding).
+  uint32_t rkey() const noexcept { return mkey_base_ | key_; }
+  uint64_t addr() const noexcept { return addr_; }  // first bound byte of the arena
+  uint64_t length() const noexcept { return length_; }
+  bool zero_based() const noexcept { return zero_based_; }
+  uint64_t iova() const noexcept { return zero_based_ ? 0 : addr_; }  // what the peer addresses
+  MwState state() const noexcept { return state_; }
+  uint16_t outstanding_umrs() const noexcept { return outstanding_; }
+  bool dirty() const noexcept { return dirty_; }
+  uint32_t id() const noexcept { return id_; }
+
+ private:
+  friend class PollCore;
+  uint32_t mkey_base_ = 0;  // index << 8
+  uint8_t key_ = 0;         // key of the last bind (an invalidate keeps it)
+  MwState state_ = MwState::kFree;
+  bool zero_based_ = false;
+  bool dirty_ = false;        // a bind/invalidate of it failed or was flushed: recover()
+  uint16_t outstanding_ = 0;  // its bind/invalidate WQEs not yet completed
+  uint32_t id_ = 0;           // index in the core's windows
+  uint64_t addr_ = 0;
+  uint64_t length_ = 0;
+};
+
+// What bind_mw() returns: the window and what to hand the peer (rkey, iova, length), or an Errc.
+struct BindResult {
+  MemoryWindow* mw = nullptr;
+  uint32_t rkey = 0;
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  Errc errc = Errc::kOk;
+  bool ok() const noexcept { return errc == Errc::kOk; }
+};
+
 }  // namespace rdmx::win

@@ -91,6 +91,9 @@ class DvDevice final : public mlx5::Device {
   Result<mlx5::MrInfo> reg_mr_in_pd(void* addr, size_t len, uint32_t access, uint32_t pd) override;
   Result<uint32_t> create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
                                             uint32_t pd) override;
+  // ibv_alloc_mw(IBV_MW_TYPE_2) / ibv_dealloc_mw; the rkey names the window (any tag).
+  Result<uint32_t> alloc_mw(uint32_t pd) override;
+  Status dealloc_mw(uint32_t rkey) override;
 
   // CQ + thread domain + parent domain + RC QP (mlx5dv_create_qp), all owned by the returned QPN.
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override;

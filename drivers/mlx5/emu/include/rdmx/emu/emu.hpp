@@ -174,6 +174,7 @@ enum class Rule : uint8_t {
   kKlmPtrAlign,             // pointer-mode KLM array not 2 KiB aligned
   kWqeTooLarge,             // a send WQE longer than the profile's max_wqe_sz_sq
   kUmrMaskForbidden,        // UMR mkey_mask bits the profile's caps forbid (umr_modify_*_disabled)
+  kMwBindRefused,           // a type-2 window bind the IBTA rules forbid (MR, rights, range, QP)
   kCount,
 };
 const char* rule_name(Rule r) noexcept;
@@ -291,6 +292,8 @@ class EmuDevice final : public mlx5::Device {
   Status dealloc_pd(uint32_t pd) override;
   Result<uint32_t> create_window_mkey_in_pd(uint32_t max_entries, bool remote_invalidate,
                                             uint32_t pd) override;
+  Result<uint32_t> alloc_mw(uint32_t pd) override;
+  Status dealloc_mw(uint32_t rkey) override;
   Result<mlx5::QpDesc> create_qp(const mlx5::QpConfig& cfg) override;
   Status destroy_qp(mlx5::QpHandle qp) override;
   mlx5::ConnectInfo local_info(mlx5::QpHandle qp) override;

@@ -630,6 +630,7 @@ struct BindMw {
   uint64_t addr = 0;    // the bound range of the MR (virtual address)
   uint64_t length = 0;  // 1 .. 2^31 (a single KLM); 0 unbinds
   uint32_t mr_lkey = 0;
+  bool no_atomic_mask = false;  // leave mask bit 21 (atomic) clear: umr_modify_atomic_disabled
 };
 
 //  BIND_MW, length > 0: 12 DS
