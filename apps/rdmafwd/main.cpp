@@ -149,6 +149,7 @@ Status App::start() {
     l.cfg.engine = relays ? find_engine("relay") : e;
     l.cfg.burst = prm.burst;
     l.cfg.pages = prm.pages_per_io;
+    l.cfg.metadata = prm.metadata;
     l.cfg.depth = l.depth;
     l.cfg.verify = prm.verify && device_kind(prm) != DeviceKind::kEmuSink;
     l.cfg.corrupt_every = prm.corrupt_every;

@@ -47,7 +47,12 @@ std::string usage_text(const std::string& prog) {
        "                         also --forward-mode=MODE (testpmd's spelling)\n";
   u += "  --nb-cores N           poll lcores (default 1; needs N worker lcores in -l)\n";
   u += "  --pages-per-io N       chunk pages per I/O (default 16)\n";
-  u += "  --max-pages N          translation entries per window (default max(pages-per-io, 16))\n";
+  u += "  --max-pages N          translation entries per window (default max(pages-per-io, 16);\n"
+       "                         with --metadata, pages-per-io plus the metadata's pages)\n";
+  u += "  --metadata BYTES       rpc: every page-sized block carries BYTES (4..128) of metadata\n"
+       "                         kept in an array of its own; both sides map data + metadata\n"
+       "                         into one interleaved window, one WRITE/READ moves both, both\n"
+       "                         sides verify both (page size 4096 only)\n";
   u += "  --keys POLICY          window keys: random (default) or increment (debugging only)\n";
   u += "  --page-size BYTES      chunk page size: 4096, 65536 or 2097152 (default 4096)\n";
   u += "  --windows-per-core N   windows per poll core (default 2*io-depth+16)\n";
@@ -164,6 +169,7 @@ enum : int {
   kFaultSeed,
   kCorruptEvery,
   kForgeRkeyEvery,
+  kMetadata,
 };
 
 // The option table getopt_long reads; one line per option of usage_text() (the hidden ones,
@@ -209,6 +215,7 @@ constexpr option kOptions[] = {
     {"fault-seed", required_argument, nullptr, kFaultSeed},
     {"corrupt-every", required_argument, nullptr, kCorruptEvery},
     {"forge-rkey-every", required_argument, nullptr, kForgeRkeyEvery},
+    {"metadata", required_argument, nullptr, kMetadata},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -364,6 +371,9 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
       return num(1, UINT64_MAX, p.corrupt_every);
     case kForgeRkeyEvery:
       return num(1, UINT64_MAX, p.forge_rkey_every);
+    case kMetadata:
+      if (std::string e = num(0, 128, p.metadata); !e.empty()) return e;
+      return p.metadata && p.metadata < 4 ? "option --metadata: '" + v + "': 0 or 4..128" : "";
   }
   return "unknown option";
 }
@@ -412,7 +422,9 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
     if (std::string e = apply_option(c, name, v, p); !e.empty()) return fail(std::move(e));
   }
   if (optind < argc) return fail("unexpected argument '" + store[optind] + "'");
-  if (p.max_pages == 0) p.max_pages = std::max<uint32_t>(p.pages_per_io, 16);
+  if (p.max_pages == 0)
+    p.max_pages = std::max<uint32_t>(
+        p.pages_per_io + metadata_pages(p.pages_per_io, p.metadata, p.page_size), 16);
   if (p.windows_per_core == 0) p.windows_per_core = 2 * p.io_depth + 16;
   if (std::string e = check_params(p); !e.empty()) return fail(std::move(e));
   return o;
@@ -425,6 +437,16 @@ std::string check_params(const Params& p) {
   if (p.pages_per_io > p.max_pages) {
     return "--pages-per-io " + std::to_string(p.pages_per_io) + " is larger than the windows (" +
            std::to_string(p.max_pages) + " pages; see --max-pages)";
+  }
+  if (p.metadata) {
+    if (p.fwd != "rpc") return "--metadata is for --fwd rpc";
+    if (p.page_size != 4096)
+      return "--metadata needs --page-size 4096 (a repeat block's stride is a 16-bit field)";
+    const uint64_t wire = uint64_t{p.pages_per_io} * (p.page_size + p.metadata);
+    if (wire > uint64_t{p.max_pages} * p.page_size)
+      return "--metadata " + std::to_string(p.metadata) + ": " + std::to_string(wire) +
+             " bytes of data + metadata per I/O do not fit windows of " +
+             std::to_string(p.max_pages) + " pages (see --max-pages)";
   }
   if (p.fwd == "relay" && p.pages_per_io > 16) {
     return "--fwd relay receives each message into at most 16 chunk pages (--pages-per-io <= 16)";

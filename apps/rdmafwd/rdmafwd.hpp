@@ -48,6 +48,7 @@ struct Params {
   unsigned nb_cores = 1;
   uint32_t pages_per_io = 16;
   uint32_t max_pages = 0;  // window size (translation entries); 0 = max(pages_per_io, 16)
+  uint32_t metadata = 0;   // --metadata BYTES (rpc): bytes of metadata per page-sized block
   win::KeyPolicy keys = win::KeyPolicy::kRandom;  // --keys (increment: debugging only)
   uint32_t page_size = 4096;
   uint32_t windows_per_core = 0;  // 0 = 2 * io_depth + 16
@@ -240,7 +241,13 @@ struct RunConfig {
   uint32_t fault_kinds = 0;
   uint64_t fault_seed = 1;
   uint32_t lanes = 1;
+  uint32_t metadata = 0;  // bytes of metadata per page-sized block (rpc --metadata); 0 = none
 };
+
+// --metadata: chunk pages per slot that hold `pages` blocks' metadata.
+inline uint32_t metadata_pages(uint32_t pages, uint32_t metadata, uint32_t page_size) noexcept {
+  return static_cast<uint32_t>((uint64_t{pages} * metadata + page_size - 1) / page_size);
+}
 
 struct Lane {
   unsigned index = 0;
@@ -266,8 +273,11 @@ struct Lane {
   // Side B (peer).
   SlotBufs p_src, p_dst;  // contiguous per slot (registered buffers of the server)
   SlotBufs p_recv;        // peer receive slots
-  uint64_t p_small = 0;   // depth x 64 B reply headers
-  unsigned client = 0;    // two-process server: which of its clients the lane serves
+  // --metadata: each slot's blocks' metadata, an array of its own beside the data (client: of
+  // c_src / c_dst; server: of p_src / p_dst).
+  SlotBufs c_md_src, c_md_dst, p_md_src, p_md_dst;
+  uint64_t p_small = 0;  // depth x 64 B reply headers
+  unsigned client = 0;   // two-process server: which of its clients the lane serves
   // Receive slots of p posted (io-depth; a server lane serving a relay client: 2 x io-depth,
   // so the relay-in queue cannot run dry while relay-out completions are being polled).
   uint32_t p_recv_n = 0;

@@ -92,7 +92,8 @@ uint32_t side_pages(const Params& p, uint32_t recv_pages, unsigned lanes) {
   const uint32_t small = (2 * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
   // A server's p has twice the receive slots (a relay client: see Lane::p_recv_n).
   const uint32_t recv = (p.role == Role::kServer ? 2 : 1) * recv_pages;
-  return lanes * (p.io_depth * (2 * p.max_pages + recv) + small);
+  const uint32_t md = 2 * metadata_pages(p.pages_per_io, p.metadata, p.page_size);
+  return lanes * (p.io_depth * (2 * p.max_pages + recv + md) + small);
 }
 
 win::PoolConfig pool_config(const Params& p, uint32_t n_windows) {
@@ -187,6 +188,8 @@ Result<mlx5::ConnectInfo> parse_info(const std::string& text, const std::string&
       sizes->page_size = static_cast<uint32_t>(v);
     else if (k == "windows")
       sizes->windows_per_core = static_cast<uint32_t>(v);
+    else if (k == "metadata")
+      sizes->metadata = static_cast<uint32_t>(v);
   }
   if (!in.eof()) return make_error(Errc::kProtocol, path + ": malformed line after \"" + k + "\"");
   return ci;
@@ -384,6 +387,7 @@ Result<mlx5::ConnectInfo> adopt_client_sizes(Params& p, Testbed& tb) {
   p.pages_per_io = sizes.pages_per_io;
   p.page_size = sizes.page_size;
   p.windows_per_core = sizes.windows_per_core;
+  p.metadata = sizes.metadata;
   tb.notes.push_back("server: sizes from the client: io-depth " + std::to_string(p.io_depth) +
                      ", pages-per-io " + std::to_string(p.pages_per_io) + ", page-size " +
                      std::to_string(p.page_size));
@@ -435,7 +439,17 @@ struct LaneBuilder {
     if (p.role == Role::kBoth || p.fwd == "relay") {
       RDMX_TRY_ASSIGN(l.s, new_core(tb.side_a, "s"));
     }
-    RDMX_TRY(carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i));
+    // --metadata: a slot's data is one contiguous run (a repeat block strides from one
+    // address), its metadata an array of its own.
+    const uint32_t mdp = metadata_pages(p.pages_per_io, p.metadata, p.page_size);
+    if (mdp) {
+      RDMX_TRY(carve_contig(cva, l.c_src, l.depth, l.max_pages));
+      RDMX_TRY(carve_contig(cva, l.c_dst, l.depth, l.max_pages));
+      RDMX_TRY(carve_contig(cva, l.c_md_src, l.depth, mdp));
+      RDMX_TRY(carve_contig(cva, l.c_md_dst, l.depth, mdp));
+    } else {
+      RDMX_TRY(carve_scattered(cva, l.c_src, l.c_dst, l.depth, l.max_pages, 1000 + i));
+    }
     RDMX_TRY(carve_contig(cva, l.s_recv, l.depth, recv_pages));
     RDMX_TRY_ASSIGN(l.c_small, small_bufs(cva, l));
     fill_pattern(l.c_src.pages.data(), static_cast<uint32_t>(l.c_src.pages.size()), p.page_size,
@@ -454,6 +468,10 @@ struct LaneBuilder {
     const uint32_t recv_slots = (p.role == Role::kServer ? 2 : 1) * l.depth;
     RDMX_TRY(carve_contig(cvb, l.p_src, l.depth, l.max_pages));
     RDMX_TRY(carve_contig(cvb, l.p_dst, l.depth, l.max_pages));
+    if (const uint32_t mdp = metadata_pages(p.pages_per_io, p.metadata, p.page_size)) {
+      RDMX_TRY(carve_contig(cvb, l.p_md_src, l.depth, mdp));
+      RDMX_TRY(carve_contig(cvb, l.p_md_dst, l.depth, mdp));
+    }
     RDMX_TRY(carve_contig(cvb, l.p_recv, recv_slots, recv_pages));
     RDMX_TRY_ASSIGN(l.p_small, small_bufs(cvb, l));
     fill_pattern(l.p_src.pages.data(), static_cast<uint32_t>(l.p_src.pages.size()), p.page_size,
@@ -518,7 +536,7 @@ Status rendezvous(const Params& p, Testbed& tb, const mlx5::ConnectInfo& client_
   std::ostringstream o;
   o << info_text(tb.dev_a->local_info(l.c->qp_handle())) << "depth " << p.io_depth << "\nmax_pages "
     << p.max_pages << "\npages " << p.pages_per_io << "\npage_size " << p.page_size << "\nwindows "
-    << p.windows_per_core << "\n";
+    << p.windows_per_core << "\nmetadata " << p.metadata << "\n";
   RDMX_TRY(write_kv(rdv_path(p.wire, "client"), o.str()));
   const std::string path = rdv_path(p.wire, "server");
   RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 60));
@@ -549,9 +567,10 @@ endpoint::Wait wait_for(const Params& p, std::chrono::milliseconds dflt) {
 
 std::string sizes_text(const Params& p, unsigned lanes) {
   std::ostringstream o;
-  o << "fwd " << p.fwd << "\nlanes " << lanes << "\nio-depth " << p.io_depth << "\nmax-pages "
-    << p.max_pages << "\npages-per-io " << p.pages_per_io << "\npage-size " << p.page_size
-    << "\ncm " << (p.cm ? "on" : "off") << "\n";
+  // --metadata before the window sizes it changes (its message is the one that explains).
+  o << "fwd " << p.fwd << "\nlanes " << lanes << "\nio-depth " << p.io_depth << "\nmetadata "
+    << p.metadata << "\nmax-pages " << p.max_pages << "\npages-per-io " << p.pages_per_io
+    << "\npage-size " << p.page_size << "\ncm " << (p.cm ? "on" : "off") << "\n";
   return o.str();
 }
 

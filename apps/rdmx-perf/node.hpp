@@ -31,6 +31,7 @@ struct NodeConfig {
   size_t data_bytes = 8u << 20;  // the arena's mappable part (the builder adds the pool's tail)
   uint32_t cache_size = 64;
   win::KeyPolicy key_policy = win::KeyPolicy::kRandom;
+  uint32_t memory_windows = 0;  // type-2 memory windows of the core (arena gets MW_BIND)
 };
 
 // One endpoint (lib/endpoint's builder: device, arena, pool, one core) on an emulated device,
@@ -51,6 +52,10 @@ struct Node {
     ec.pool.max_pages = nc.max_pages;
     ec.pool.key_policy = nc.key_policy;
     ec.core.cache_size = nc.cache_size;
+    if (nc.memory_windows) {
+      ec.arena.access |= mlx5::kAccessMwBind;
+      ec.core.memory_windows = nc.memory_windows;
+    }
     ep = need(endpoint::Endpoint::create(std::move(d), ec), "endpoint");
     emu = ep.emu();
     for (uint32_t i = 0; i < ep.arena().n_pages(); ++i) pages.push_back(ep.arena().page_addr(i));

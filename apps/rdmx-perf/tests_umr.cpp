@@ -17,6 +17,8 @@ namespace {
 constexpr uint32_t kAccess =
     mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
 
+constexpr uint32_t kMwAccess = mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
+
 // The umr test's unit of work: `batch` map+unmap pairs (map() returns the MapResult), then one
 // doorbell and one poll.
 template <class Map>
@@ -76,6 +78,7 @@ TestResult test_umr(Ctx& ctx) {
   o.emu_name = "perf_sink";
   o.emu.prm_checker = false;  // counters only: the checker's reports are not the CPU side's cost
   NodeConfig nc;
+  nc.memory_windows = 4;
   std::vector<uint32_t> sweep = ctx.pages.empty() ? default_sweep(256) : ctx.pages;
   for (uint32_t p : sweep) nc.max_pages = std::max(nc.max_pages, p);
   nc.data_bytes = std::max<size_t>(nc.data_bytes, size_t{nc.max_pages} * 4096 * 2);
@@ -151,8 +154,28 @@ TestResult test_umr(Ctx& ctx) {
                         [&] { return core.map_interleaved(parts, pages, kAccess); });
       }));
     }
+    // A type-2 memory window bound to the same number of contiguous arena bytes (one bind WQE
+    // with one translation entry, whatever the length), then invalidated.
+    CaseResult mw = m;
+    mw.name = "umr.mw_bind.p" + std::to_string(pages);
+    mw.unit = "bind+invalidate";
+    mw.note = "type-2 memory window over contiguous bytes (one entry), bind + invalidate";
+    g.push_back(make_bench(mw, [&core, abase, bytes, batch, &map_errors] {
+      for (uint32_t i = 0; i < batch; ++i) {
+        win::BindResult r = core.bind_mw(abase, bytes, kMwAccess);
+        if (!r.ok()) [[unlikely]] {
+          ++map_errors;
+          continue;
+        }
+        (void)core.invalidate_mw(r.mw);
+      }
+      core.flush();
+      core.poll(64, [](const mlx5::Completion&) {});
+    }));
+    const size_t mw_at = g.size() - 1;
     auto res = run_group(ctx.rc, g);
     if (il) add_ratio(res[4], res[0]);  // interleaved / KLM window of the same data pages
+    add_ratio(res[mw_at], res[0]);      // memory window / KLM window of as many bytes
     res[0].extra.push_back({"inline", pages <= inline_limit ? 1.0 : 0.0});
     add_ratio(res[0], res[2]);
     add_ratio(res[0], res[3]);

@@ -551,6 +551,9 @@ BindResult PollCore::bind_mw(uint64_t addr, uint64_t length, uint32_t access,
     return r;
   }
   MemoryWindow* mw = mw_free_[--mw_free_len_];
+  // The key table is refreshed here rather than in poll() (binds are rarer than polls): any
+  // refresh point works as long as no more than half a table is drawn between two of them.
+  mw_keys_.refresh(stats_.mw_binds);
   const uint8_t key = mw_keys_.next_key(mw->key_, stats_.mw_binds);
   mlx5::SqWriter& sq = qp_.sq();
   prm::BindMw b;

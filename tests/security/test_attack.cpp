@@ -10,6 +10,11 @@
 //   isolation off, random keys: accepted fraction within 5 sigma of 1/255
 //   isolation off, increment keys: every attempt accepted (why the policy is debugging-only)
 //
+// The same campaign runs over the two other kinds of exposure: interleaved windows (each victim
+// page mapped as 8 blocks of 504 data + 8 metadata bytes) behave as windows; type-2 memory
+// windows bound on the victim's QP refuse every attempt even without isolation, the victim's
+// current rkey included, because the device binds them to that QP.
+//
 // The refusals are counted per peer by the server's device (Device::refused_remote_accesses);
 // PeerGuard disconnects the attacker after N of them in a time window and logs its name.
 #include <gtest/gtest.h>
@@ -34,13 +39,15 @@ constexpr uint64_t kLandOff = 64 * 4096;  // attacker's READ landing area in its
 constexpr uint64_t kSrcOff = 65 * 4096;   // attacker's WRITE source (kPoison bytes)
 constexpr uint32_t kLen = 8;
 
+enum class Kind { kWindow, kInterleaved, kMemoryWindow };
+
 struct Figures {
   uint64_t attempts = 0, accepted = 0, refused = 0, changed = 0, disclosed = 0, victim_ok = 0;
 };
 
 class Bed {
  public:
-  Bed(bool isolate, KeyPolicy keys, uint64_t seed) {
+  Bed(bool isolate, KeyPolicy keys, uint64_t seed, Kind kind = Kind::kWindow) : kind_(kind) {
     emu::Options o;
     o.mode = emu::Mode::kInline;
     pair = take(emu::make_pair(o, o));
@@ -48,6 +55,7 @@ class Bed {
     // a pool of its own (own PD, own windows); without it, both cores share pv (one PD).
     mem::ArenaConfig ac;
     ac.bytes = size_t{128} * 4096;
+    if (kind == Kind::kMemoryWindow) ac.access |= mlx5::kAccessMwBind;
     sarena = take(mem::Arena::create(*pair.a, ac));
     win::PoolConfig pc;
     pc.n_windows = 16;
@@ -62,8 +70,11 @@ class Bed {
     cc.qp.sq_wqebbs = 256;
     cc.qp.rq_wqes = 16;
     cc.qp.cq_cqes = 512;
-    sv = take(PollCore::create(*pv, cc));
+    win::CoreConfig vcc = cc;
+    if (kind == Kind::kMemoryWindow) vcc.memory_windows = kVictimWindows;
+    sv = take(PollCore::create(*pv, vcc));
     sx = take(PollCore::create(isolate ? *px : *pv, cc));
+    ac.access = mlx5::kAccessLocalWrite;
     // Clients: one arena and pool on the other device, a core each.
     ac.bytes = size_t{96} * 4096;
     ac.access = mlx5::kAccessAll;
@@ -109,18 +120,31 @@ class Bed {
         throw std::runtime_error("server UMRs did not complete");
     }
   }
+  // Victim page j behind one rkey at iova 0: a window of the page, an interleaved window of it
+  // (8 blocks of 504 data bytes from the page's start and 8 metadata bytes from its tail), or a
+  // zero-based memory window bound on the victim's QP.
   void map_victim(uint32_t j) {
     const uint64_t page = sarena->page_addr(j);
-    MapResult m = sv->map({&page, 1}, kRw, 0, 4096);
-    if (!m.ok()) throw std::runtime_error("victim map");
-    victim[j] = m.window;
-    rkey[j] = m.rkey;
+    if (kind_ == Kind::kMemoryWindow) {
+      win::BindResult b = sv->bind_mw(page, 4096, kRw & ~mlx5::kAccessLocalWrite, true);
+      if (!b.ok()) throw std::runtime_error("victim bind");
+      mw[j] = b.mw;
+      rkey[j] = b.rkey;
+    } else {
+      const win::InterleavedPart parts[] = {{page, 504, 0}, {page + 504 * 8, 8, 0}};
+      MapResult m = kind_ == Kind::kInterleaved ? sv->map_interleaved(parts, 8, kRw)
+                                                : sv->map({&page, 1}, kRw, 0, 4096);
+      if (!m.ok()) throw std::runtime_error("victim map");
+      victim[j] = m.window;
+      rkey[j] = m.rkey;
+    }
     settle(*sv);
   }
   // A fresh key for victim window j (unmap + map: the LIFO cache hands the same window back).
   uint32_t remap_victim(uint32_t j) {
     const uint32_t old = rkey[j];
-    if (sv->unmap(victim[j]) != Errc::kOk) throw std::runtime_error("victim unmap");
+    const Errc e = kind_ == Kind::kMemoryWindow ? sv->invalidate_mw(mw[j]) : sv->unmap(victim[j]);
+    if (e != Errc::kOk) throw std::runtime_error("victim unmap");
     map_victim(j);
     if ((rkey[j] >> 8) != (old >> 8)) throw std::runtime_error("victim window changed index");
     return old;
@@ -187,7 +211,9 @@ class Bed {
   std::unique_ptr<mem::Arena> sarena, carena;
   std::unique_ptr<WindowPool> pv, px, cpool;
   std::unique_ptr<PollCore> sv, sx, cv, cx;
+  Kind kind_;
   Window* victim[kVictimWindows] = {};
+  win::MemoryWindow* mw[kVictimWindows] = {};
   uint32_t rkey[kVictimWindows] = {};
   Snapshot snap;
   uint64_t cookie_ = 0;
@@ -271,6 +297,56 @@ TEST(AttackBed, IncrementKeysAreDebuggingOnly) {
   report("isolation on, increment keys", fi);
   EXPECT_EQ(fi.accepted, 0u);
   EXPECT_EQ(fi.changed + fi.disclosed, 0u);
+}
+
+// Interleaved windows rotate their keys as windows do: isolation refuses everything (the oracle
+// key too), and without it a guess lands about one time in 255.
+TEST(AttackBed, InterleavedWindowsAsWindows) {
+  Bed iso(true, KeyPolicy::kRandom, 0x1504, Kind::kInterleaved);
+  Guesser g;
+  const Figures fi = iso.attack(scaled(20'000, 1'000), [&](uint8_t old, uint8_t cur, uint64_t i) {
+    return (i & 1) ? cur : g(old, cur, i);
+  });
+  report("interleaved, isolation on", fi);
+  EXPECT_EQ(fi.accepted, 0u);
+  EXPECT_EQ(fi.changed + fi.disclosed, 0u);
+  EXPECT_EQ(fi.victim_ok, (fi.attempts + 1023) / 1024);
+  Bed open(false, KeyPolicy::kRandom, 0x1505, Kind::kInterleaved);
+  const Figures fo = open.attack(scaled(50'000, 5'000), g);
+  report("interleaved, isolation off", fo);
+  const double n = static_cast<double>(fo.attempts), p = 1.0 / 255;
+  const double mean = n * p, sd = std::sqrt(n * p * (1 - p));
+  EXPECT_GT(static_cast<double>(fo.accepted), mean - 5 * sd);
+  EXPECT_LT(static_cast<double>(fo.accepted), mean + 5 * sd);
+  EXPECT_EQ(fo.victim_ok, (fo.attempts + 1023) / 1024);
+}
+
+// Memory windows bound on the victim's QP: without isolation (one PD for both peers), the
+// attacker's QP is refused every key, the victim's current one included; the victim's own
+// accesses keep working.
+TEST(AttackBed, MemoryWindowsRefuseOtherQpsWithoutIsolation) {
+  Bed bed(false, KeyPolicy::kRandom, 0x1506, Kind::kMemoryWindow);
+  ASSERT_EQ(bed.sv->n_memory_windows(), kVictimWindows);
+  Guesser g;
+  const uint64_t qp0 = bed.pair.a->stats().qp_binding_refusals;
+  const Figures f = bed.attack(scaled(50'000, 2'000), [&](uint8_t old, uint8_t cur, uint64_t i) {
+    return (i & 1) ? cur : g(old, cur, i);
+  });
+  report("memory windows, isolation off", f);
+  EXPECT_EQ(f.accepted, 0u);
+  EXPECT_EQ(f.refused, f.attempts);
+  EXPECT_EQ(f.changed, 0u);
+  EXPECT_EQ(f.disclosed, 0u);
+  EXPECT_EQ(f.victim_ok, (f.attempts + 1023) / 1024);
+  // Refused for the QP binding alone (right index and key byte): every oracle attempt, plus the
+  // guesses that hit the key byte.
+  const uint64_t qp_only = bed.pair.a->stats().qp_binding_refusals - qp0;
+  EXPECT_GE(qp_only, f.attempts / 2);
+  EXPECT_LT(qp_only, f.attempts / 2 + f.attempts / 100);
+  EXPECT_EQ(take(bed.pair.a->refused_remote_accesses(bed.sx->qp_handle())), f.refused);
+  EXPECT_EQ(take(bed.pair.a->refused_remote_accesses(bed.sv->qp_handle())), 0u);
+  std::printf("  refused for the QP binding alone (right key byte): %llu\n",
+              (unsigned long long)qp_only);
 }
 
 TEST(AttackBed, GuardDisconnectsAfterNRefusalsAndNamesThePeer) {

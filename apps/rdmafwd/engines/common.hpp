@@ -132,6 +132,8 @@ struct RpcReq {
   uint32_t len;
   uint32_t slot;
   uint8_t op;
+  uint8_t reserved = 0;
+  uint16_t md;  // --metadata: bytes per block (the server runs with the same)
 };
 struct RpcReply {
   uint64_t magic;

@@ -15,6 +15,15 @@
 // puts the checksum of what the server must read in the request; a mismatch on the client side
 // or a failure status in the reply counts as a verification failure. --corrupt-every N (tests)
 // makes the server flip one payload byte every N requests.
+//
+// --metadata BYTES: every page-sized block of a slot carries BYTES of metadata kept in an array
+// of its own (as a storage target keeps protection information). The client maps the slot's data
+// and metadata into one interleaved window (block, its metadata, next block, ...); the server
+// maps its own buffers the same way and moves both with the one WRITE or READ. The metadata of
+// block r is tagged {r, seq} (and a pattern): the server checks what it read, the client what the
+// server wrote.
+#include <cstring>
+
 #include "common.hpp"
 
 namespace rdmafwd {
@@ -33,6 +42,38 @@ uint64_t srv_reply_buf(const Lane& l, uint32_t slot) {
   return l.p_small + uint64_t{slot} * kSmall;
 }
 
+// ---- metadata (--metadata) ----------------------------------------------------------------------
+// Block r's metadata: {u32 r, u32 seq}, then bytes (seq + r + i) for the rest.
+void md_fill(uint64_t addr, uint32_t md, uint32_t blocks, uint64_t seq) {
+  auto* p = reinterpret_cast<uint8_t*>(addr);
+  for (uint32_t r = 0; r < blocks; ++r, p += md) {
+    const uint32_t tag[2] = {r, static_cast<uint32_t>(seq)};
+    std::memcpy(p, tag, sizeof tag);
+    for (uint32_t i = sizeof tag; i < md; ++i) p[i] = static_cast<uint8_t>(seq + r + i);
+  }
+}
+
+bool md_ok(uint64_t addr, uint32_t md, uint32_t blocks, uint64_t seq) {
+  const auto* p = reinterpret_cast<const uint8_t*>(addr);
+  for (uint32_t r = 0; r < blocks; ++r, p += md) {
+    uint32_t tag[2];
+    std::memcpy(tag, p, sizeof tag);
+    if (tag[0] != r || tag[1] != static_cast<uint32_t>(seq)) return false;
+    for (uint32_t i = sizeof tag; i < md; ++i)
+      if (p[i] != static_cast<uint8_t>(seq + r + i)) return false;
+  }
+  return true;
+}
+
+// An interleaved window over `blocks` page-sized blocks of contiguous data at `data` and their
+// metadata at `meta`.
+// `access`: the client's window is the peer's target; the server's is its own local key only.
+win::MapResult map_with_md(win::PollCore& c, uint64_t data, uint64_t meta, uint32_t page_size,
+                           uint32_t md, uint32_t blocks, uint32_t access) {
+  const win::InterleavedPart parts[2] = {{data, page_size, 0}, {meta, md, 0}};
+  return c.map_interleaved(parts, blocks, access);
+}
+
 bool start(Lane& l) {
   reset_slots(l);
   const uint32_t len = io_len(l);
@@ -48,9 +89,15 @@ bool start(Lane& l) {
 }
 
 // ---- server ------------------------------------------------------------------------------------
+// --corrupt-every: one byte of the payload, or with --metadata of its metadata (so that the
+// metadata check is what must catch it).
 void flip(Lane& l, uint32_t s, bool dst) {
   const uint32_t len = l.srv[s].len;
-  auto* b = reinterpret_cast<uint8_t*>((dst ? l.p_dst : l.p_src).slot(s)[0]) + len / 2;
+  const uint32_t md_len = len / l.page_size * l.cfg.metadata;
+  auto* b =
+      l.cfg.metadata
+          ? reinterpret_cast<uint8_t*>((dst ? l.p_md_dst : l.p_md_src).slot(s)[0]) + md_len / 2
+          : reinterpret_cast<uint8_t*>((dst ? l.p_dst : l.p_src).slot(s)[0]) + len / 2;
   *b ^= 0x5a;
 }
 
@@ -101,6 +148,35 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
   v.tsc = now;
   v.expect_a = req.csum_a;
   v.expect_b = req.csum_b;
+  const uint32_t md = l.cfg.metadata;
+  if (req.md != md) {  // the sizes exchange makes both sides agree: a request that does not
+    l.st.rejected.add(1);
+    server_reply(l, s, 2, Csum{});
+    return;
+  }
+  const uint32_t blocks = req.len / l.page_size;
+  v.w = nullptr;
+  if (md) {  // the local side: the slot's data and metadata behind one window of this core
+    if (req.op == kOpRead)
+      md_fill(l.p_md_src.slot(s)[0], md, blocks, req.seq);
+    else
+      std::memset(reinterpret_cast<void*>(l.p_md_dst.slot(s)[0]), 0, size_t{blocks} * md);
+    const bool rd = req.op == kOpRead;
+    const win::MapResult m = map_with_md(p, (rd ? l.p_src : l.p_dst).slot(s)[0],
+                                         (rd ? l.p_md_src : l.p_md_dst).slot(s)[0], l.page_size, md,
+                                         blocks, mlx5::kAccessLocalWrite);
+    if (!m.ok()) {
+      note_reject(l, m.errc);
+      io_failed(l);
+      return;
+    }
+    v.w = m.window;
+  }
+  // With metadata the local SGE is the window (iova 0, data + metadata interleaved).
+  const uint32_t wire = req.len + blocks * md;
+  auto local = [&](const SlotBufs& b) {
+    return v.w ? sge(0, wire, v.w->lkey()) : sge(b.slot(s)[0], req.len, l.lkey_b);
+  };
   if (req.op == kOpRead) {
     auto* h = reinterpret_cast<PayloadHdr*>(l.p_src.slot(s)[0]);
     h->magic = kPayloadMagic;
@@ -114,7 +190,7 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
       v.op = 0xff;
       l.st.corrupted.add(1);
     }
-    const mlx5::prm::Sge sg = sge(l.p_src.slot(s)[0], req.len, l.lkey_b);
+    const mlx5::prm::Sge sg = local(l.p_src);
     const Errc e = p.post_write({&sg, 1}, req.iova, req.rkey, cookie(kCkSrvWrite, s));
     if (e != Errc::kOk) {
       note_reject(l, e);
@@ -122,8 +198,12 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
       return;
     }
     server_reply(l, s, 0, cs);  // same SQ: the reply is ordered after the payload
+    // The window may go at once: its invalidate waits (fenced) for the WRITE that gathers
+    // from it (PollCore::unmap).
+    if (v.w && p.unmap(v.w) != Errc::kOk) io_failed(l);
+    v.w = nullptr;
   } else {
-    const mlx5::prm::Sge sg = sge(l.p_dst.slot(s)[0], req.len, l.lkey_b);
+    const mlx5::prm::Sge sg = local(l.p_dst);
     const Errc e = p.post_read({&sg, 1}, req.iova, req.rkey, cookie(kCkSrvRead, s), true);
     if (e != Errc::kOk) {
       note_reject(l, e);
@@ -143,7 +223,12 @@ void server_read_done(Lane& l, uint32_t s) {
     const auto* h = reinterpret_cast<const PayloadHdr*>(l.p_dst.slot(s)[0]);
     const Csum cs = csum_range(l.p_dst.slot(s)[0], v.len);
     if (h->seq != v.seq || cs.a != v.expect_a || cs.b != v.expect_b) status = 1;
+    if (v.w && !md_ok(l.p_md_dst.slot(s)[0], l.cfg.metadata, v.len / l.page_size, v.seq))
+      status = 1;
   }
+  // The READ that scattered into the window completed: its invalidate needs no fence.
+  if (v.w && l.p->unmap(v.w) != Errc::kOk) io_failed(l);
+  v.w = nullptr;
   server_reply(l, s, status, Csum{});
 }
 
@@ -193,6 +278,8 @@ void client_reply(Lane& l, const mlx5::Completion& x, uint64_t now) {
       const auto* h = reinterpret_cast<const PayloadHdr*>(l.c_dst.slot(s)[0]);
       const Csum cs = csum_pages(l.c_dst.slot(s), l.page_size, sl.len);
       good = h->seq == sl.seq && cs.a == rep.csum_a && cs.b == rep.csum_b;
+      if (l.cfg.metadata)
+        good = good && md_ok(l.c_md_dst.slot(s)[0], l.cfg.metadata, sl.len / l.page_size, sl.seq);
     } else {
       good = rep.status == 0;
     }
@@ -225,8 +312,18 @@ uint32_t client_issue(Lane& l, uint64_t now) {
     const uint64_t seq = l.seq + 1;
     const uint8_t op = (seq & 1) ? kOpRead : kOpWrite;
     const SlotBufs& b = op == kOpRead ? l.c_dst : l.c_src;
+    const uint32_t md = l.cfg.metadata;
+    if (md) {  // write: the metadata the server must find; read: cleared, so stale tags fail
+      if (op == kOpWrite)
+        md_fill(l.c_md_src.slot(slot)[0], md, l.cfg.pages, seq);
+      else
+        std::memset(reinterpret_cast<void*>(l.c_md_dst.slot(slot)[0]), 0, size_t{l.cfg.pages} * md);
+    }
     const win::MapResult m =
-        c.map(std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len);
+        md ? map_with_md(c, b.slot(slot)[0],
+                         (op == kOpRead ? l.c_md_dst : l.c_md_src).slot(slot)[0], l.page_size, md,
+                         l.cfg.pages, kRpcAccess)
+           : c.map(std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len);
     if (!m.ok()) {
       note_reject(l, m.errc);
       push_slot(l, slot);
@@ -249,6 +346,7 @@ uint32_t client_issue(Lane& l, uint64_t now) {
     req->len = len;
     req->slot = slot;
     req->op = op;
+    req->md = static_cast<uint16_t>(md);
     req->csum_a = l.csums[slot].a;
     req->csum_b = l.csums[slot].b;
     const mlx5::prm::Sge sg = sge(req_buf(l, slot), kSmall, l.lkey_a);

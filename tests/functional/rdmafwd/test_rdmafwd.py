@@ -76,6 +76,35 @@ def case_corrupt(binary):
     print(f"caught {t['errors']['verify']} of {t['corrupted']} corrupted payloads")
 
 
+def case_metadata(binary):
+    # --metadata 8: data and metadata of every block through interleaved windows on both sides.
+    mode(binary, "rpc", ["--metadata", "8"])
+    # A flipped metadata byte (the data stays intact) is caught by the metadata check alone.
+    p = run(binary, ["--fwd", "rpc", "--metadata", "8", "--duration", "1", "--json",
+                     "--corrupt-every", "200"])
+    check(p.returncode == 1, f"corrupted metadata: exit {p.returncode}, want 1", p)
+    t = summary(p)["total"]
+    check(t["corrupted"] > 0 and t["errors"]["verify"] > 0, f"not caught: {t}", p)
+    # Two processes over the shared-memory wire: the server adopts the client's --metadata.
+    wire = f"fwdmd{os.getpid()}"
+    srv = subprocess.Popen([binary, "-l", "0-1", "--main-lcore", "1", "--no-huge", "-m", "256", "--",
+                            "--role", "server", "--wire", wire, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        cli = run(binary, ["--role", "client", "--wire", wire, "--metadata", "16", "--io-count", "3000",
+                           "--json"])
+        sout, serr = srv.communicate(timeout=30)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    check(cli.returncode == 0, f"client exit {cli.returncode}", cli)
+    check(srv.returncode == 0, f"server exit {srv.returncode}\n{sout}\n{serr}")
+    c = summary(cli)["total"]
+    check(c["ios"] == 3000 and c["errors"]["total"] == 0, f"client: {c}", cli)
+    print(f"metadata: caught {t['errors']['verify']} of {t['corrupted']} corrupted metadata; "
+          f"two processes {c['ios']} RPCs")
+
+
 def case_no_verify_corrupt(binary):
     # --no-verify: nothing is checked, so the corruption goes unnoticed (exit 0).
     p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--json", "--corrupt-every", "200", "--no-verify"])
@@ -302,7 +331,12 @@ def case_bad_args(binary):
         (["--role", "server", "--listen", "7471", "--clients", "0"], "--clients"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "5"], "is not N/SECONDS"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "0/1"], "is not N/SECONDS"),
-        (["--role", "server", "--listen", "7471", "--max-refusals", "3/0"], "is not N/SECONDS"),  # getopt_long: a unique prefix names --duration
+        (["--role", "server", "--listen", "7471", "--max-refusals", "3/0"], "is not N/SECONDS"),
+        (["--metadata", "2"], "--metadata: '2': 0 or 4..128"),
+        (["--metadata", "200"], "--metadata: '200' is not a number in 0..128"),
+        (["--fwd", "write", "--metadata", "8"], "--metadata is for --fwd rpc"),
+        (["--metadata", "8", "--page-size", "65536"], "--metadata needs --page-size 4096"),
+        (["--metadata", "8", "--max-pages", "16"], "do not fit windows of 16 pages"),  # getopt_long: a unique prefix names --duration
     ]
     for args, msg in cases:
         p = run(binary, args, timeout=20)
@@ -582,6 +616,7 @@ CASES = {
     "strict-rpc": lambda b: mode(b, "rpc", ["--strict-no-syscalls"]),
     "strict-relay": lambda b: mode(b, "relay", ["--strict-no-syscalls"]),
     "corrupt": case_corrupt,
+    "metadata": case_metadata,
     "no-verify": case_no_verify_corrupt,
     "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,

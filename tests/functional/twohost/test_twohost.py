@@ -194,6 +194,15 @@ def case_loopback(binary):
     print(f"loopback: {t['ios']} RPCs verified, p50 {t['latency_us']['p50']:.1f} us")
 
 
+def case_loopback_metadata(binary):
+    # rpc with 8 bytes of metadata per block: interleaved windows on both sides, both verified;
+    # the size exchange carries --metadata.
+    port = free_port()
+    c, _, _ = pair(binary, f"127.0.0.1:{port}", f"127.0.0.1:{port}", extra=["--metadata", "8"])
+    t = c["total"]
+    print(f"loopback --metadata 8: {t['ios']} RPCs, data and metadata verified")
+
+
 def case_lanes(binary):
     # Two lanes, one QP each, over one rendezvous: 3 lcores on the 2 CPUs of the machine.
     port = free_port()
@@ -616,12 +625,16 @@ def case_size_mismatch(binary):
         cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
                                                  "--io-depth", "8"])
         one_line(cli, out, err, 2, "the client runs io-depth 8, this server 32")
+        cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                                 "--metadata", "8"])
+        one_line(cli, out, err, 2, "the client runs metadata 8, this server 0: start both with "
+                                   "the same --metadata")
         srv.send_signal(signal.SIGINT)
         sout, serr = finish(srv)
     finally:
         reap(srv)
     lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
-    check(len(lines) == 2, f"server lines {lines}", ("server", sout, serr))
+    check(len(lines) == 3, f"server lines {lines}", ("server", sout, serr))
     check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
     check(not leftovers(srv.pid), f"left: {leftovers(srv.pid)}")
 
@@ -876,6 +889,7 @@ CASES = {
     "forged-rkey": case_forged_rkey,
     "read-corrupt": lambda b: onesided(b, "read", True),
     "netns": case_netns,
+    "loopback-metadata": case_loopback_metadata,
     "roce-rpc": lambda b: case_roce(b, "rpc", False),
     "roce-read": lambda b: case_roce(b, "read", False),
     "roce-rpc-lossy": lambda b: case_roce(b, "rpc", True),

@@ -161,8 +161,10 @@ class PollCore {
     const uint32_t n = qp_.poll(
         max_cqes,
         [&](uint64_t cookie) noexcept {
-          // Application cookies and memory-window cookies take the Completion path.
-          if ((cookie & (kInternalCookie | kMwCookie)) != kInternalCookie) return false;
+          // Application cookies (bit 63 clear) and memory-window cookies (bits 63 and 62 set)
+          // take the Completion path; only windows' map/unmap cookies (10 in the top bits) stay.
+          static_assert(kInternalCookie >> 62 == 2 && kMwCookie >> 62 == 1);
+          if ((cookie >> 62) != 2) return false;
           umr_ok(ws, cookie);
           ++umrs_ok;
           return true;
@@ -181,7 +183,6 @@ class PollCore {
     stats_.umr_completions += umrs_ok;
     umrs_in_flight_ -= umrs_ok;
     keys_.refresh(stats_.maps);
-    mw_keys_.refresh(stats_.mw_binds);
     if (cache_.over()) flush_to_depot();
     return n;
   }
@@ -223,12 +224,12 @@ class PollCore {
   }
   static constexpr uint8_t kOpMap = 1;
   static constexpr uint8_t kOpUnmap = 2;
-  // Memory-window WQEs: op bit 2 (kMwCookie) set, the window's index in mws_ below.
+  // Memory-window WQEs: kMwCookie (bit 62) set, the window's index in mws_ below.
   static constexpr uint8_t kOpMwBind = 4;
   static constexpr uint8_t kOpMwInvalidate = 5;
-  static constexpr uint64_t kMwCookie = uint64_t{4} << 56;
+  static constexpr uint64_t kMwCookie = uint64_t{1} << 62;
   static uint64_t cookie_of_mw(uint8_t op, const MemoryWindow* mw) noexcept {
-    return kInternalCookie | (uint64_t{op} << 56) | mw->id_;
+    return kInternalCookie | kMwCookie | (uint64_t{op} << 56) | mw->id_;
   }
   Status create_memory_windows(uint32_t n);
   void destroy_memory_windows() noexcept;
