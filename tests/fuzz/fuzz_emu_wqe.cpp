@@ -24,10 +24,14 @@ struct Harness {
     auto p = emu::make_pair(o, o);
     if (!p.ok()) __builtin_trap();
     pair = std::move(p.value());
-    // Keys 0x200.. are then valid-looking: MR at index 2, window at index 3 (both sides).
+    // Keys 0x200.. are then valid-looking: MR at index 2 (MW_BIND allowed), window at index 3,
+    // a type-2 memory window at index 5 (4 is never used), both sides: random UMRs reach the
+    // bind rules too.
     for (emu::EmuDevice* d : {pair.a.get(), pair.b.get()}) {
-      if (!d->reg_mr(mem, sizeof(mem), mlx5::kAccessAll).ok()) __builtin_trap();
+      if (!d->reg_mr(mem, sizeof(mem), mlx5::kAccessAll | mlx5::kAccessMwBind).ok())
+        __builtin_trap();
       if (!d->create_window_mkey(8, true).ok()) __builtin_trap();
+      if (!d->alloc_mw(0).ok()) __builtin_trap();
     }
   }
 };

@@ -8,7 +8,9 @@
 //   - a request the rules accept is mapped (unless the SQ/windows are momentarily exhausted),
 //     and the device's mkey then holds exactly `length` bytes, not free; after unmap it is free;
 //   - the emu PRM checker never reports.
-// A quarter of the requests are interleaved layouts (map_interleaved), under the same rules.
+// A quarter of the requests are interleaved layouts (map_interleaved), under the same rules; an
+// eighth are type-2 memory window binds (bind_mw: refused exactly when its rules say so, posting
+// nothing; else the window holds the range, bound, until invalidate_mw frees it).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -35,7 +37,10 @@ struct Harness {
   Harness() {
     auto devs = endpoint::open_device_pair("emu-inline");
     if (!devs.ok()) __builtin_trap();
-    auto ea = endpoint::Endpoint::create(std::move(devs.value()[0]), config(kMaxPages));
+    auto ca = config(kMaxPages);
+    ca.arena.access |= mlx5::kAccessMwBind;
+    ca.core.memory_windows = 2;
+    auto ea = endpoint::Endpoint::create(std::move(devs.value()[0]), ca);
     auto eb = endpoint::Endpoint::create(std::move(devs.value()[1]), config(4));
     if (!ea.ok() || !eb.ok()) __builtin_trap();
     a = std::move(ea).value();
@@ -147,6 +152,47 @@ void interleaved_request(FuzzedDataProvider& fdp, Harness* h) {
   if (!h->a.emu()->inspect_mkey(m.rkey).free) __builtin_trap();
 }
 
+// The documented rules of bind_mw() (poll_core.hpp), independently.
+bool valid_bind(const mem::Arena& ar, uint64_t addr, uint64_t len, uint32_t access) {
+  constexpr uint32_t kRemote =
+      mlx5::kAccessRemoteRead | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteAtomic;
+  if (len == 0 || access == 0 || (access & ~kRemote)) return false;
+  if (len > (uint64_t{1} << 31)) return false;
+  const unsigned __int128 end = static_cast<unsigned __int128>(addr) + len;
+  return addr >= ar.base() && end <= ar.data_end();
+}
+
+void bind_request(FuzzedDataProvider& fdp, Harness* h) {
+  const mem::Arena& ar = h->a.arena();
+  win::PollCore& c = h->a.core();
+  const uint64_t addr = fdp.ConsumeBool()
+                            ? ar.base() + fdp.ConsumeIntegralInRange<uint64_t>(0, ar.size() + 8)
+                            : fdp.ConsumeIntegral<uint64_t>();
+  const uint64_t len = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<uint64_t>(0, ar.size())
+                                         : fdp.ConsumeIntegral<uint64_t>();
+  const uint32_t access = fdp.ConsumeBool()
+                              ? uint32_t{mlx5::kAccessRemoteRead | mlx5::kAccessRemoteWrite}
+                              : fdp.ConsumeIntegral<uint32_t>() & 0x3f;
+  const bool zero_based = fdp.ConsumeBool();
+  const bool ok_ref = valid_bind(ar, addr, len, access);
+  const uint32_t pi = c.qp().sq().pi();
+  const uint32_t free_before = c.free_memory_windows();
+  win::BindResult b = c.bind_mw(addr, len, access, zero_based);
+  if (!b.ok()) {
+    if (c.qp().sq().pi() != pi || c.free_memory_windows() != free_before) __builtin_trap();
+    if (ok_ref && b.errc != Errc::kNoRoom && b.errc != Errc::kNoWindow) __builtin_trap();
+    if (!ok_ref && (b.errc == Errc::kNoRoom || b.errc == Errc::kNoWindow)) __builtin_trap();
+    return;
+  }
+  if (!ok_ref) __builtin_trap();  // an invalid range was bound
+  h->settle();
+  const auto v = h->a.emu()->inspect_mkey(b.rkey);
+  if (!v.exists || v.free || v.len != len || b.iova != (zero_based ? 0 : addr)) __builtin_trap();
+  if (c.invalidate_mw(b.mw) != Errc::kOk) __builtin_trap();
+  h->settle();
+  if (!h->a.emu()->inspect_mkey(b.rkey).free) __builtin_trap();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -155,8 +201,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const mem::Arena& ar = h->a.arena();
   win::PollCore& c = h->a.core();
   for (int req = 0; req < 8 && fdp.remaining_bytes() > 0; ++req) {
-    if (fdp.ConsumeIntegral<uint8_t>() % 4 == 3) {  // a quarter: an interleaved layout
+    const uint8_t kind = fdp.ConsumeIntegral<uint8_t>() % 8;
+    if (kind >= 6) {  // a quarter: an interleaved layout
       interleaved_request(fdp, h);
+      continue;
+    }
+    if (kind == 5) {  // an eighth: a memory window bind
+      bind_request(fdp, h);
       continue;
     }
     const uint32_t n = fdp.ConsumeIntegralInRange<uint32_t>(0, kMaxPages + 6);
