@@ -91,6 +91,7 @@ class NetnsPair {
 
 class RoceWire : public EmuTest {
  protected:
+  void long_messages(bool lossy);
   // Opens one device on each given wire, QPs connected.
   void open_on(std::shared_ptr<Wire> wa, std::shared_ptr<Wire> wb, bool connect = true,
                Options o = {}) {
@@ -235,6 +236,59 @@ TEST_F(RoceWire, LossReorderDuplicationNothingLostOrDoubled) {
               sb.roce.tx_packets, sb.roce.duplicates);
 }
 
+// Messages of more packets than the requester's window (64): the requester asks for an ACK every
+// half window inside a message and the responder acknowledges what arrived, so a 200-packet WRITE
+// and a 150-packet SEND complete, every byte checked. Before the mid-message AckReq such a
+// message could never be acknowledged (retry exceeded).
+void RoceWire::long_messages(bool lossy) {
+  constexpr uint32_t kLen = 200 * 1024, kSend = 150 * 1024;
+  Buf src, dst, rbuf;
+  src.alloc(*a_.dev, kLen, 31);
+  dst.alloc(*b_.dev, kLen, 32);
+  rbuf.alloc(*b_.dev, kLen, 33);
+  for (int round = 0; round < 3; ++round) {
+    auto data = random_bytes(kLen, 40 + round);
+    std::memcpy(src.p, data.data(), kLen);
+    rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), kLen, src.mr.lkey}});
+    auto cw = wait(a_, 1);
+    ASSERT_TRUE(cw[0].ok()) << "status " << int(cw[0].status) << (lossy ? " (lossy)" : "");
+    ASSERT_EQ(0, std::memcmp(dst.p, src.p, kLen));
+    recv(b_, 2, {{rbuf.addr(), kLen, rbuf.mr.lkey}});
+    send(a_, MLX5_OPCODE_SEND, 3, {{src.addr(1000), kSend, src.mr.lkey}});
+    ASSERT_TRUE(wait(a_, 1)[0].ok());
+    auto cb = wait(b_, 1);
+    ASSERT_TRUE(cb[0].ok());
+    EXPECT_EQ(cb[0].byte_len, kSend);
+    ASSERT_EQ(0, std::memcmp(rbuf.p, src.p + 1000, kSend));
+  }
+  expect_quiet(a_);
+  expect_quiet(b_);
+  const EmuStats sa = a_.dev->stats();
+  EXPECT_EQ(sa.roce.over_window, 6u);
+  if (lossy) {
+    EXPECT_GT(sa.roce.retransmits, 0u);
+  }
+}
+
+TEST_F(RoceWire, MessagesLongerThanTheWindow) {
+  if (!open_roce(10)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  long_messages(false);
+}
+
+TEST_F(RoceWire, MessagesLongerThanTheWindowWithLoss) {
+  RoceOptions r;
+  r.loss = 0.01;
+  r.reorder = 0.01;
+  r.duplicate = 0.01;
+  r.ack_timeout_us = 20000;
+  r.retry_cnt = 7;
+  RoceOptions ra = r, rb = r;
+  ra.seed = 5;
+  rb.seed = 6;
+  if (!open_roce(11, ra, rb)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  long_messages(true);
+}
+
 // The same across a veth pair between two network namespaces, with 1 % loss, reordering and
 // duplication: a real interface (MTU 1500, ARP) instead of loopback.
 TEST_F(RoceWire, NetnsVethPairWithLoss) {
@@ -356,7 +410,8 @@ TEST_F(RoceWire, BadPacketsAreDroppedAndCounted) {
   p.opcode = roce::kWriteOnly;
   p.ack_req = true;
   p.dqpn = b_.desc.qpn;
-  p.psn = roce::initial_psn(a_.desc.qpn, b_.desc.qpn);
+  // A has sent nothing yet: its next message number is still its first.
+  p.psn = roce::initial_psn(a_.desc.qpn, b_.desc.qpn, a_.dev->local_info(a_.desc.qpn).psn);
   p.reth_va = dst.addr();
   p.reth_rkey = dst.mr.rkey;
   p.reth_len = sizeof data;

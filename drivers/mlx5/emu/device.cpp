@@ -409,6 +409,7 @@ Result<mlx5::QpDesc> Engine::create_qp(const mlx5::QpConfig& cfg) {
   q->reg = reinterpret_cast<volatile uint64_t*>(q->db_page + 128);
 
   std::lock_guard<std::mutex> g(mu_);
+  q->next_msn = first_msn();  // under mu_: the generator is the engine's
   q->qpn = next_qpn_++;
   mlx5::QpDesc d;
   d.qpn = q->qpn;
@@ -511,7 +512,7 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       q->max_dest_rd_atomic = n.max_dest_rd_atomic;
       q->connected = true;
       q->state = QpState::kRts;
-      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn);
+      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, msn);
       return Status{};
     }
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
@@ -544,7 +545,7 @@ void Engine::reset_qp_locked(QpCtx& q) {
   q.sq_halt = false;
   q.inflight.clear();
   q.tx_next = 0;
-  q.next_msn = 0;
+  q.next_msn = first_msn();
   ++q.gen;
   q.resend_at_ns = 0;
   q.hot.clear();

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -333,6 +334,12 @@ class Engine {
 
   std::map<uint32_t, std::unique_ptr<QpCtx>> qps_;
   uint32_t next_qpn_ = 0x100;
+  // The first message number of each QP incarnation (create, and every RESET): random 24 bits,
+  // as applications choose their initial PSN (rdma-core's examples: lrand48() & 0xffffff), so
+  // that a late packet of an earlier incarnation does not fit the next one's sequence. Over
+  // RoCE the link derives the initial PSNs from it (RoceLink::connect).
+  std::mt19937 msn_rng_{std::random_device{}()};
+  uint32_t first_msn() noexcept { return static_cast<uint32_t>(msn_rng_()) & 0xffffffu; }
 
   EmuStats st_;
   uint64_t poll_count_ = 0;

@@ -174,9 +174,11 @@ inline PsnClass classify_psn(uint32_t psn, uint32_t epsn, uint32_t window) noexc
 }
 
 // First PSN of the requests from QP `requester` to QP `responder`: both ends derive it from the
-// two QP numbers (emu's choice; ConnectInfo's psn field carries the engine's message number).
-inline uint32_t initial_psn(uint32_t requester, uint32_t responder) noexcept {
-  return (requester * 2654435761u ^ responder) & kPsnMask;
+// two QP numbers and the requester's first message number, random for each incarnation of the
+// QP (emu's choice; ConnectInfo's psn field carries that message number).
+inline uint32_t initial_psn(uint32_t requester, uint32_t responder,
+                            uint32_t requester_first_msn) noexcept {
+  return (requester * 2654435761u ^ responder ^ requester_first_msn * 0x9E3779B1u) & kPsnMask;
 }
 
 // pcap writer (LINKTYPE_RAW: each record is one IPv4 packet, exactly the bytes encode() wrote).

@@ -4,7 +4,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -176,16 +178,17 @@ RoceLink::Qp* RoceLink::find(uint32_t qpn) noexcept {
 }
 
 void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu,
-                       uint32_t first_msn) {
+                       uint32_t first_msn, uint32_t my_first_msn) {
   auto q = std::make_unique<Qp>();
   q->qpn = qpn;
   q->peer_qpn = peer_qpn;
   q->peer_ip = peer_ip;
   q->mtu = mtu;
   q->sport = static_cast<uint16_t>(0xC000 | (qpn & 0x3FFF));  // fixed per QP, as rxe_qp.c
-  // Both ends derive the same first PSN of each direction from the two QP numbers.
-  q->next_psn = roce::initial_psn(qpn, peer_qpn);
-  q->epsn = roce::initial_psn(peer_qpn, qpn);
+  // Both ends derive the same first PSN of each direction from the two QP numbers and the
+  // requester's first message number, which is new for every incarnation of the QP.
+  q->next_psn = roce::initial_psn(qpn, peer_qpn, my_first_msn);
+  q->epsn = roce::initial_psn(peer_qpn, qpn, first_msn);
   q->tx.resize(opt_.window);
   for (TxPkt& t : q->tx) t.buf.resize(mtu + roce::kMaxOverhead);
   q->msgs.resize(opt_.window);
@@ -277,7 +280,15 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     p.dqpn = q.peer_qpn;
     p.psn = q.next_psn;
     p.se = last && (h.flags & kPktSolicited);
-    p.ack_req = last;  // AckReq on the last packet of each message
+    // AckReq on the last packet of each message, and every half window inside a long one, so
+    // that a message of more packets than the window is acknowledged as it goes (rxe_req.c asks
+    // every RXE_MAX_UNACKED_PSNS packets).
+    const uint32_t in_msg =
+        first ? 0
+              : static_cast<uint32_t>(roce::psn_diff(
+                    q.next_psn, q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()].first_psn));
+    const uint32_t every = std::max<uint32_t>(1, static_cast<uint32_t>(q.tx.size() / 2));
+    p.ack_req = last || (in_msg + 1) % every == 0;
     p.reth_va = h.raddr;
     p.reth_rkey = h.rkey;
     p.reth_len = static_cast<uint32_t>(h.msg_len);
@@ -294,16 +305,9 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     t.psn = p.psn;
     ++q.tx_count;
     const uint32_t n = h.op == PktOp::kRead ? read_psns(h.msg_len, q.mtu) : 1;
-    if (first && h.op != PktOp::kRead && (h.msg_len + q.mtu - 1) / q.mtu > q.tx.size()) {
-      // AckReq rides on a message's last packet only: a message of more packets than the
-      // window can never be acknowledged, and ends in TRANSPORT_RETRY_EXC_ERR. Said once.
-      if (st_.over_window++ == 0)
-        RDMX_LOG_WARN(
-            "emu RoCE: QP %#x sends a message of %llu bytes (%llu packets of %u), more than the "
-            "window of %zu packets: it cannot be acknowledged (emu limit; doc/guides/emu.md)",
-            h.src_qpn, static_cast<unsigned long long>(h.msg_len),
-            static_cast<unsigned long long>((h.msg_len + q.mtu - 1) / q.mtu), q.mtu, q.tx.size());
-    }
+    // Messages of more packets than the window: acknowledged in parts (AckReq above).
+    if (first && h.op != PktOp::kRead && (h.msg_len + q.mtu - 1) / q.mtu > q.tx.size())
+      ++st_.over_window;
     if (first) {
       Msg& m = q.msgs[(q.m_head + q.m_count) % q.msgs.size()];
       ++q.m_count;
@@ -314,8 +318,14 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
       m.read = h.op == PktOp::kRead;
       m.read_len = static_cast<uint32_t>(h.msg_len);
     }
-    Msg& m = q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()];
-    m.last_psn = roce::psn_add(p.psn, static_cast<int32_t>(n - 1));
+    // The message's last PSN is known from its length at its first packet: an ACK inside the
+    // message (AckReq every half window) must not complete it.
+    if (first) {
+      Msg& m = q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()];
+      const uint64_t pkts =
+          h.op == PktOp::kRead ? n : std::max<uint64_t>(1, (h.msg_len + q.mtu - 1) / q.mtu);
+      m.last_psn = roce::psn_add(p.psn, static_cast<int32_t>(pkts - 1));
+    }
     q.next_psn = roce::psn_add(q.next_psn, static_cast<int32_t>(n));
     if (!q.timer_ns) q.timer_ns = now_;
     put(t.buf.data(), t.len, q.peer_ip);
@@ -362,11 +372,17 @@ void RoceLink::ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept 
     --q.m_count;
     progress = true;
   }
+  // Sent packets the ACK covers go, those of a message it covers in part included (a
+  // mid-message ACK of a long WRITE/SEND); a READ's request stays until its responses came.
   while (q.tx_count) {
     const TxPkt& t = q.tx[q.tx_head];
-    if (q.m_count && roce::psn_diff(t.psn, q.msgs[q.m_head].first_psn) >= 0) break;
+    const bool before_oldest = !q.m_count || roce::psn_diff(t.psn, q.msgs[q.m_head].first_psn) < 0;
+    const int32_t d = roce::psn_diff(t.psn, psn);
+    const bool covered = q.m_count && !q.msgs[q.m_head].read && (d < 0 || (d == 0 && inclusive));
+    if (!before_oldest && !covered) break;
     q.tx_head = (q.tx_head + 1) % q.tx.size();
     --q.tx_count;
+    progress = true;
   }
   if (progress) {
     q.retry_left = opt_.retry_cnt;
@@ -567,6 +583,15 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     q.in_msg = false;
   } else {
     q.in_msg = true;
+    // AckReq inside a message: acknowledge what arrived, when no earlier message still awaits
+    // the engine's verdict (a coalesced ACK would complete it); otherwise the engine's ACK of
+    // that message covers this message's packets too (resp_from_engine).
+    if (p.ack_req && q.r_count == 1) {
+      q.acked_valid = true;
+      q.acked_psn = p.psn;
+      q.acked_msn = q.rmsn & roce::kPsnMask;
+      send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
+    }
   }
 }
 
@@ -610,6 +635,10 @@ bool RoceLink::resp_from_engine(Wire& w) noexcept {
           q.acked_psn = r->last_psn;
           q.acked_msn = (h.msn + 1) & roce::kPsnMask;
           pop_through();
+          // Only a message in progress left: its packets so far are acknowledged too (it may
+          // be longer than the requester's window and its AckReq points passed meanwhile).
+          if (q.r_count == 1 && q.in_msg && !q.rmsgs[q.r_head].read)
+            q.acked_psn = roce::psn_add(q.epsn, -1);
           ack_q = &q;
         }
         break;

@@ -38,8 +38,11 @@ class RoceLink {
   uint32_t local_ip() const noexcept { return opt_.local_ipv4; }
   uint32_t mtu() const noexcept { return opt_.mtu; }
   // Control path (under the engine mutex).
-  // first_msn: the message number the peer's first request carries (its ConnectInfo psn).
-  void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t first_msn);
+  // first_msn: the message number the peer's first request carries (its ConnectInfo psn);
+  // my_first_msn: this QP's (what its local_info stated). The initial PSNs of both directions
+  // follow from them and the QP numbers (roce::initial_psn), on both ends alike.
+  void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t first_msn,
+               uint32_t my_first_msn);
   void forget(uint32_t qpn);
   // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
   // Returns true when it did work; *pending |= something awaits an answer.

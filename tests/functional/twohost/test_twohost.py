@@ -732,12 +732,12 @@ def case_blockd_roce_metadata(binary, blockd):
     # --metadata 8 over emu RoCE v2: each block's 4 KiB and its 8 bytes of metadata (kept in
     # separate arrays on both sides) cross in one WRITE/READ through one interleaved window; the
     # server checks the reference tags of what is written, the client data and metadata read.
-    # --max-io 15: a message must fit emu's RoCE window (64 packets of 1 KiB; emu asks for an
-    # ACK on a message's last packet only, doc/guides/emu.md), and 16 x 4104 bytes do not.
+    # --max-io 16: 16 x 4104 bytes are 65 packets of 1 KiB, more than emu's RoCE window of 64:
+    # acknowledged in parts (AckReq every half window, doc/guides/emu.md).
     with Netns() as n:
         cout = blockd_pair(blockd, f"{n.addr_a}:7471", f"{n.addr_a}:7471", n.a, n.b,
                            (f"emu@roce:{n.addr_a}", f"emu@roce:{n.addr_b}"),
-                           ["--metadata", "8", "--max-io", "15"])
+                           ["--metadata", "8", "--max-io", "16"])
         line = [l for l in cout.splitlines() if l.startswith("blockd: metadata:")]
         check(line and "8 bytes per block" in line[0] and "verified" in line[0],
               "no verified metadata", ("client", cout, ""))
