@@ -863,9 +863,14 @@ Status DvDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
   std::lock_guard<std::mutex> g(impl_->mu);
   QpRec* r = impl_->find_qp(qp);
   if (!r) return make_error(Errc::kInvalidArgument, "modify_qp: QP " + hex(qp) + " is not ours");
-  if (to == QpState::kReset || to == QpState::kError)
-    return impl_->modify(*r, state_only_transition(to),
-                         to == QpState::kReset ? "->RESET" : "->ERR");
+  if (to == QpState::kError) return impl_->modify(*r, state_only_transition(to), "->ERR");
+  if (to == QpState::kReset) {
+    // A new incarnation: a new initial PSN (local_info states it from now on), so that a late
+    // packet of the previous connection cannot fall into the next one's sequence.
+    auto s = impl_->modify(*r, state_only_transition(to), "->RESET");
+    if (s) r->psn = impl_->rng() & 0xffffff;
+    return s;
+  }
   auto cur = impl_->query(*r);
   if (!cur.ok()) return cur.error();
   const QpState from = cur.value();
