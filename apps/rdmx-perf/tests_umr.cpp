@@ -20,7 +20,9 @@ constexpr uint32_t kAccess =
 constexpr uint32_t kMwAccess = mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
 
 // The umr test's unit of work: `batch` map+unmap pairs (map() returns the MapResult), then one
-// doorbell and one poll.
+// doorbell and one poll. (The memory-window case below repeats its shape rather than sharing a
+// generic version: that one was not inlined into the measured loop, which moved the guarded
+// instruction counts by the harness's own cost.)
 template <class Map>
 void map_unmap_batch(win::PollCore& core, uint32_t batch, uint64_t& errors, Map&& map) {
   for (uint32_t i = 0; i < batch; ++i) {

@@ -286,7 +286,11 @@ endpoint::EndpointConfig endpoint_config(const rdmx_port_opts& o) {
 }
 
 int finish_port(rdmx_port* p, endpoint::OpenedDevice&& d, const rdmx_port_opts& o) {
-  auto ep = endpoint::Endpoint::create(std::move(d), endpoint_config(o));
+  endpoint::EndpointConfig ec = endpoint_config(o);
+  // Memory windows can be bound only to an MR registered with MW_BIND: the arena allows it
+  // wherever the device has them (it exposes nothing by itself; rdmx_core_opts.memory_windows).
+  if (d.dev && d.dev->caps().memory_windows) ec.arena.access |= rdmx::mlx5::kAccessMwBind;
+  auto ep = endpoint::Endpoint::create(std::move(d), ec);
   if (!ep) return fail(ep.error(), "rdmx_port_open");
   p->ep = std::move(ep).value();
   return 0;
@@ -578,6 +582,7 @@ int rdmx_core_create(rdmx_port* p, const rdmx_core_opts* opts, rdmx_core** out) 
     cc.qp.rq_sges = o.rq_sges;
     cc.qp.max_inline_data = o.max_inline;
     cc.signal_every = o.signal_every;
+    cc.memory_windows = o.memory_windows;
     auto c = std::make_unique<rdmx_core>();
     c->port = p;
     c->max_pages = p->ep.pool().max_pages();
@@ -674,6 +679,25 @@ int rdmx_map_interleaved(rdmx_core* c, const rdmx_interleaved_part* parts, uint3
   if (!m.ok()) return neg(m.errc);
   fill_mapping(m, out);
   return 0;
+}
+
+int rdmx_bind_mw(rdmx_core* c, const void* addr, uint64_t len, uint32_t access, unsigned flags,
+                 rdmx_mw_binding* out) {
+  if (!c || !out || (flags & ~RDMX_MW_ZERO_BASED)) return -RDMX_EINVAL;
+  const win::BindResult b = c->pc->bind_mw(reinterpret_cast<uintptr_t>(addr), len, access,
+                                           (flags & RDMX_MW_ZERO_BASED) != 0);
+  if (!b.ok()) return neg(b.errc);
+  out->mw = reinterpret_cast<rdmx_mw*>(b.mw);
+  out->rkey = b.rkey;
+  out->iova = b.iova;
+  out->length = b.length;
+  return 0;
+}
+
+int rdmx_invalidate_mw(rdmx_core* c, rdmx_mw* mw) {
+  if (!c) return -RDMX_EINVAL;
+  const Errc e = c->pc->invalidate_mw(reinterpret_cast<win::MemoryWindow*>(mw));
+  return e == Errc::kOk ? 0 : neg(e);
 }
 
 size_t rdmx_map_burst(rdmx_core* c, const rdmx_map_req* reqs, size_t n, rdmx_mapping* out,

@@ -146,7 +146,6 @@ inline void cpu_relax() noexcept {
 
 }  // namespace
 
-// Polls window-internal work until nothing of this core is in flight or `deadline` passed.
 Status PollCore::create_memory_windows(uint32_t n) {
   mlx5::Device& dev = pool_.device();
   if (!dev.caps().memory_windows)
@@ -183,6 +182,7 @@ void PollCore::destroy_memory_windows() noexcept {
   n_mws_ = mw_free_len_ = 0;
 }
 
+// Polls window-internal work until nothing of this core is in flight or `deadline` passed.
 bool PollCore::quiesce_until(Clock::time_point deadline) {
   flush();
   while (umrs_in_flight_ != 0) {

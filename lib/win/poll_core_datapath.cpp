@@ -626,14 +626,8 @@ void PollCore::on_mw_internal(const mlx5::Completion& c) noexcept {
   RDMX_DEBUG_ASSERT(id < n_mws_);
   MemoryWindow* mw = &mws_[id];
   RDMX_DEBUG_ASSERT(mw->outstanding_ > 0);
-  ++stats_.umr_completions;
-  if (!c.ok()) [[unlikely]] {
-    ++stats_.umr_errors;
-    ++stats_.wqe_errors;
-    ++stats_.syndromes[c.status];
+  if (!umr_completed(c)) [[unlikely]]
     mw->dirty_ = true;
-  }
-  --umrs_in_flight_;
   --mw->outstanding_;
 }
 
@@ -664,6 +658,16 @@ void PollCore::flush() noexcept {
   qp_.sq().ring_doorbell();
 }
 
+bool PollCore::umr_completed(const mlx5::Completion& c) noexcept {
+  ++stats_.umr_completions;
+  --umrs_in_flight_;
+  if (c.ok()) return true;
+  ++stats_.umr_errors;
+  ++stats_.wqe_errors;
+  ++stats_.syndromes[c.status];
+  return false;
+}
+
 void PollCore::on_internal(const mlx5::Completion& c) noexcept {
   if (c.cookie & kMwCookie) {
     on_mw_internal(c);
@@ -674,16 +678,10 @@ void PollCore::on_internal(const mlx5::Completion& c) noexcept {
   RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
   Window* w = &pool_.window(wid);
   RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_ > 0);
-  ++stats_.umr_completions;
-  if (!c.ok()) [[unlikely]] {
-    // A failed or flushed UMR: whether it took effect is unknown until recover().
-    ++stats_.umr_errors;
-    ++stats_.wqe_errors;
-    ++stats_.syndromes[c.status];
+  // A failed or flushed UMR: whether it took effect is unknown until recover().
+  if (!umr_completed(c)) [[unlikely]]
     w->dirty_ = true;
-  }
   if (op == kOpMap) w->klm_busy_ = false;
-  --umrs_in_flight_;
   if (--w->outstanding_ == 0 && w->state_ == WindowState::kUnmapping && !w->dirty_)
     w->state_ = WindowState::kCache;
 }

@@ -53,24 +53,31 @@ static void rig_close(struct rig* r) {
   rdmx_port_close(r->pb);
 }
 
+/* A one-sided op from core c, local bytes at `local` (lkey), through (raddr, rkey); returns the
+ * completion status. */
+static int op_on(rdmx_core* c, int write, uint8_t* local, uint32_t lkey, uint64_t raddr,
+                 uint32_t len, uint32_t rkey) {
+  static uint64_t cookie = 5000;
+  rdmx_sge s;
+  rdmx_completion wc;
+  s.addr = (uint64_t)(uintptr_t)local;
+  s.length = len;
+  s.lkey = lkey;
+  ++cookie;
+  if (write)
+    CHECK_RC(rdmx_post_write(c, &s, 1, raddr, rkey, cookie, RDMX_POST_SIGNALED), 0);
+  else
+    CHECK_RC(rdmx_post_read(c, &s, 1, raddr, rkey, cookie, RDMX_POST_SIGNALED), 0);
+  rdmx_flush(c);
+  REQUIRE(wait_cookie(c, cookie, &wc));
+  CHECK(wc.opcode == (write ? RDMX_OP_WRITE : RDMX_OP_READ));
+  return wc.status;
+}
+
 /* Peer (B) one-sided op through (raddr, rkey); returns the completion status. */
 static int peer_op(struct rig* r, int write, uint32_t b_off, uint64_t raddr, uint32_t len,
                    uint32_t rkey) {
-  static uint64_t cookie = 1000;
-  rdmx_sge s;
-  rdmx_completion wc;
-  s.addr = (uint64_t)(uintptr_t)(r->b_mem + b_off);
-  s.length = len;
-  s.lkey = r->b_lkey;
-  ++cookie;
-  if (write)
-    CHECK_RC(rdmx_post_write(r->cb, &s, 1, raddr, rkey, cookie, RDMX_POST_SIGNALED), 0);
-  else
-    CHECK_RC(rdmx_post_read(r->cb, &s, 1, raddr, rkey, cookie, RDMX_POST_SIGNALED), 0);
-  rdmx_flush(r->cb);
-  REQUIRE(wait_cookie(r->cb, cookie, &wc));
-  CHECK(wc.opcode == (write ? RDMX_OP_WRITE : RDMX_OP_READ));
-  return wc.status;
+  return op_on(r->cb, write, r->b_mem + b_off, r->b_lkey, raddr, len, rkey);
 }
 
 static void test_version_and_errors(void) {
@@ -315,6 +322,89 @@ static void test_interleaved(void) {
   CHECK_RC(rdmx_core_recover_pair(r.ca, r.cb), 0);
   settle(r.ca);
   rig_close(&r);
+}
+
+/* Type-2 memory windows: a bound range is reachable through its rkey on the bound core's
+ * connection only (another connection between the same ports is refused, nothing changes);
+ * virtual and zero-based addressing; a rebind changes the key; refusals post nothing. */
+static void test_memory_windows(void) {
+  rdmx_port *pa = NULL, *pb = NULL;
+  rdmx_core *ca = NULL, *cb = NULL, *ca2 = NULL, *cb2 = NULL;
+  rdmx_core_opts co;
+  rdmx_mw_binding m, m2, m3;
+  rdmx_core_stats st;
+  uint64_t pages[1];
+  uint8_t *mem, *b_mem;
+  uint32_t b_lkey, i;
+
+  REQUIRE(rdmx_port_open_pair("emu-inline", NULL, NULL, &pa, &pb) == 0);
+  rdmx_core_opts_init(&co);
+  co.memory_windows = 2;
+  REQUIRE(rdmx_core_create(pa, &co, &ca) == 0);
+  REQUIRE(rdmx_core_create(pa, NULL, &ca2) == 0);
+  REQUIRE(rdmx_core_create(pb, NULL, &cb) == 0);
+  REQUIRE(rdmx_core_create(pb, NULL, &cb2) == 0);
+  REQUIRE(rdmx_core_connect_pair(ca, cb) == 0);
+  REQUIRE(rdmx_core_connect_pair(ca2, cb2) == 0);
+  b_mem = (uint8_t*)rdmx_port_arena(pb);
+  b_lkey = rdmx_port_lkey(pb);
+  REQUIRE(rdmx_pages_alloc(pa, pages, 1) == 0);
+  mem = (uint8_t*)(uintptr_t)pages[0];
+  memset(mem, 0xEE, 4096);
+  CHECK_RC(rdmx_bind_mw(ca, mem + 100, 1000, RDMX_ACCESS_REMOTE_WRITE | RDMX_ACCESS_REMOTE_READ, 0,
+                        &m),
+           0);
+  CHECK(m.iova == (uint64_t)(uintptr_t)(mem + 100) && m.length == 1000);
+  settle(ca);
+  for (i = 0; i < 1000; ++i) b_mem[i] = (uint8_t)(i * 7 + 3);
+  CHECK(op_on(cb, 1, b_mem, b_lkey, m.iova, 1000, m.rkey) == 0);
+  CHECK(memcmp(mem + 100, b_mem, 1000) == 0);
+  CHECK(mem[99] == 0xEE && mem[1100] == 0xEE);
+  memset(b_mem + 8192, 0, 1000);
+  CHECK(op_on(cb, 0, b_mem + 8192, b_lkey, m.iova, 1000, m.rkey) == 0);
+  CHECK(memcmp(b_mem + 8192, mem + 100, 1000) == 0);
+  /* Another connection between the same ports (same PD): refused, nothing written or read. */
+  memset(b_mem, 0x55, 64);
+  CHECK(op_on(cb2, 1, b_mem, b_lkey, m.iova, 64, m.rkey) == 0x13);
+  CHECK(mem[100] == 3);
+  CHECK_RC(rdmx_core_recover_pair(ca2, cb2), 0);
+  memset(b_mem + 8192, 0x77, 64);
+  CHECK(op_on(cb2, 0, b_mem + 8192, b_lkey, m.iova, 64, m.rkey) == 0x13);
+  CHECK(b_mem[8192] == 0x77);
+  CHECK_RC(rdmx_core_recover_pair(ca2, cb2), 0);
+  /* A zero-based binding of the second window; past its end: refused. */
+  CHECK_RC(rdmx_bind_mw(ca, mem, 4096, RDMX_ACCESS_REMOTE_READ, RDMX_MW_ZERO_BASED, &m2), 0);
+  CHECK(m2.iova == 0 && m2.mw != m.mw);
+  settle(ca);
+  CHECK(op_on(cb, 0, b_mem + 8192, b_lkey, 4000, 96, m2.rkey) == 0);
+  CHECK(memcmp(b_mem + 8192, mem + 4000, 96) == 0);
+  /* Refusals post nothing (all windows bound now). */
+  CHECK_RC(rdmx_bind_mw(ca, mem, 64, RDMX_ACCESS_REMOTE_READ, 0, &m3), -RDMX_ENOWINDOW);
+  CHECK_RC(rdmx_bind_mw(ca, mem, 0, RDMX_ACCESS_REMOTE_READ, 0, &m3), -RDMX_EINVAL);
+  CHECK_RC(rdmx_bind_mw(ca, mem, 64, RDMX_ACCESS_LOCAL_WRITE, 0, &m3), -RDMX_EINVAL);
+  CHECK_RC(rdmx_bind_mw(ca, mem, 64, RDMX_ACCESS_REMOTE_READ, 2, &m3), -RDMX_EINVAL);
+  CHECK_RC(rdmx_bind_mw(ca, b_mem, 64, RDMX_ACCESS_REMOTE_READ, 0, &m3), -RDMX_ENOTINARENA);
+  CHECK_RC(rdmx_bind_mw(ca2, mem, 64, RDMX_ACCESS_REMOTE_READ, 0, &m3), -RDMX_ENOWINDOW);
+  CHECK_RC(rdmx_invalidate_mw(ca, NULL), -RDMX_EINVAL);
+  CHECK_RC(rdmx_invalidate_mw(ca2, m.mw), -RDMX_EINVAL); /* another core's */
+  /* Invalidate and bind again: a new key; the old rkey is refused on the bound connection. */
+  CHECK_RC(rdmx_invalidate_mw(ca, m.mw), 0);
+  CHECK_RC(rdmx_invalidate_mw(ca, m.mw), -RDMX_ENOTMAPPED);
+  CHECK_RC(rdmx_bind_mw(ca, mem + 100, 1000, RDMX_ACCESS_REMOTE_WRITE, 0, &m3), 0);
+  CHECK(m3.mw == m.mw && m3.rkey != m.rkey && (m3.rkey >> 8) == (m.rkey >> 8));
+  settle(ca);
+  CHECK(op_on(cb, 1, b_mem, b_lkey, m.iova, 64, m.rkey) == 0x13);
+  CHECK(mem[100] == 3);
+  CHECK_RC(rdmx_core_recover_pair(ca, cb), 0); /* frees the bound windows too */
+  CHECK_RC(rdmx_invalidate_mw(ca, m3.mw), -RDMX_ENOTMAPPED);
+  CHECK_RC(rdmx_core_stats_get(ca, &st, sizeof st), 0);
+  CHECK(st.mw_binds == 3 && st.mw_invalidates == 1);
+  rdmx_core_destroy(ca);
+  rdmx_core_destroy(ca2);
+  rdmx_core_destroy(cb);
+  rdmx_core_destroy(cb2);
+  rdmx_port_close(pa);
+  rdmx_port_close(pb);
 }
 
 /* Bursts, bad map arguments, windows of another core, exhaustion. */
@@ -817,6 +907,7 @@ int main(void) {
   test_user_buffer();
   test_isolated_cores();
   test_interleaved();
+  test_memory_windows();
   test_two_processes();
   if (g_failures) {
     fprintf(stderr, "test_capi: %d check(s) failed\n", g_failures);

@@ -86,20 +86,7 @@ def case_metadata(binary):
     t = summary(p)["total"]
     check(t["corrupted"] > 0 and t["errors"]["verify"] > 0, f"not caught: {t}", p)
     # Two processes over the shared-memory wire: the server adopts the client's --metadata.
-    wire = f"fwdmd{os.getpid()}"
-    srv = subprocess.Popen([binary, "-l", "0-1", "--main-lcore", "1", "--no-huge", "-m", "256", "--",
-                            "--role", "server", "--wire", wire, "--json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        cli = run(binary, ["--role", "client", "--wire", wire, "--metadata", "16", "--io-count", "3000",
-                           "--json"])
-        sout, serr = srv.communicate(timeout=30)
-    finally:
-        if srv.poll() is None:
-            srv.kill()
-    check(cli.returncode == 0, f"client exit {cli.returncode}", cli)
-    check(srv.returncode == 0, f"server exit {srv.returncode}\n{sout}\n{serr}")
-    c = summary(cli)["total"]
+    c, _, cli = two_process(binary, f"fwdmd{os.getpid()}", ["--metadata", "16", "--io-count", "3000"])
     check(c["ios"] == 3000 and c["errors"]["total"] == 0, f"client: {c}", cli)
     print(f"metadata: caught {t['errors']['verify']} of {t['corrupted']} corrupted metadata; "
           f"two processes {c['ios']} RPCs")
@@ -267,22 +254,26 @@ def case_prompt_file(binary):
         os.unlink(path)
 
 
-def case_two_process(binary):
-    wire = f"fwdtest{os.getpid()}"
-    # Server: main lcore 1, poll lcore 0; client: main 0, poll 1 (one CPU each on 2 cores).
+def two_process(binary, wire, client_args):
+    """A server (--role server --wire WIRE) and a client with client_args, run to the end on the
+    2 CPUs (server: main lcore 1, poll lcore 0; client: main 0, poll 1); both must exit 0.
+    Returns the client's and the server's summary totals."""
     srv = subprocess.Popen([binary, "-l", "0-1", "--main-lcore", "1", "--no-huge", "-m", "256", "--",
                             "--role", "server", "--wire", wire, "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        cli = run(binary, ["--role", "client", "--wire", wire, "--duration", "1.5", "--json"])
+        cli = run(binary, ["--role", "client", "--wire", wire, "--json"] + client_args)
         sout, serr = srv.communicate(timeout=30)
     finally:
         if srv.poll() is None:
             srv.kill()
     check(cli.returncode == 0, f"client exit {cli.returncode}", cli)
     check(srv.returncode == 0, f"server exit {srv.returncode}\n{sout}\n{serr}")
-    c = summary(cli)["total"]
-    s = json.loads([l for l in sout.splitlines() if l.startswith("{")][-1])["total"]
+    return summary(cli)["total"], json.loads([l for l in sout.splitlines() if l.startswith("{")][-1])["total"], cli
+
+
+def case_two_process(binary):
+    c, s, cli = two_process(binary, f"fwdtest{os.getpid()}", ["--duration", "1.5"])
     check(c["ios"] > 0 and c["errors"]["total"] == 0, f"client: {c}", cli)
     check(s["ios"] == c["ios"], f"server served {s['ios']}, client completed {c['ios']}")
     print(f"two-process: {c['ios']} RPCs, client p50 {c['latency_us']['p50']:.1f} us")

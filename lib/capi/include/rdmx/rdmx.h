@@ -249,10 +249,13 @@ typedef struct rdmx_core_opts {
    * limit (-RDMX_ENOTSUP otherwise; 16 always fits). Default 0. */
   int isolate;
   uint32_t own_windows;
+  /* Type-2 memory windows of this core (rdmx_bind_mw), allocated at create in the core's
+   * protection domain; -RDMX_ENOTSUP on a device without them. Default 0. */
+  uint32_t memory_windows;
 } rdmx_core_opts;
 
 #define RDMX_CORE_OPTS_INIT \
-  { sizeof(rdmx_core_opts), 64, 1024, 256, 4096, 1, 0, 16, 0, 0 }
+  { sizeof(rdmx_core_opts), 64, 1024, 256, 4096, 1, 0, 16, 0, 0, 0 }
 
 /* [any] Fills *o with the defaults (and o->size). */
 RDMX_API void rdmx_core_opts_init(rdmx_core_opts* o);
@@ -396,6 +399,35 @@ typedef struct rdmx_interleaved_part {
 RDMX_API int rdmx_map_interleaved(rdmx_core* core, const rdmx_interleaved_part* parts,
                                   uint32_t n_parts, uint32_t blocks, uint32_t access,
                                   rdmx_mapping* out);
+
+/* ---- Type-2 memory windows (doc/guides/windows.md, "Windows or memory windows?") --------------
+ * A memory window exposes one contiguous range of the port's arena through an rkey that the
+ * device honours on this core's QP only: a peer on any other connection is refused whatever the
+ * key, without a protection domain per peer. Each bind gives it a new key. */
+typedef struct rdmx_mw rdmx_mw;
+typedef struct rdmx_mw_binding {
+  rdmx_mw* mw;
+  uint32_t rkey; /* for the peer */
+  uint64_t iova; /* the peer's address of the first byte: addr, or 0 (RDMX_MW_ZERO_BASED) */
+  uint64_t length;
+} rdmx_mw_binding;
+#define RDMX_MW_ZERO_BASED 1u /* rdmx_bind_mw flag: the peer addresses the range from 0 */
+
+/* [hot] Binds a free memory window of this core (rdmx_core_opts.memory_windows) to `len` bytes
+ * of the arena at `addr` (one bind WQE on the core's send queue; rdmx_flush() sends it). access:
+ * RDMX_ACCESS_REMOTE_READ / _WRITE (and _ATOMIC) only. Usable by the peer once it received the
+ * rkey in a message this core posted after the bind. Errors (nothing posted): -RDMX_EINVAL
+ * (len 0, other access bits, or none; unknown flags), -RDMX_ERANGE (len over 2 GiB),
+ * -RDMX_ENOTINARENA, -RDMX_ENOTSUP (atomic on a device that cannot grant it), -RDMX_EQPERROR,
+ * -RDMX_ENOROOM, -RDMX_ENOWINDOW (every memory window of the core is bound). */
+RDMX_API int rdmx_bind_mw(rdmx_core* core, const void* addr, uint64_t len, uint32_t access,
+                          unsigned flags, rdmx_mw_binding* out);
+/* [hot] Invalidates a bound memory window of this core (one WQE): the peer's accesses that
+ * arrive after it executed are refused; the window is free for the next bind at once. A
+ * peer's SEND_WITH_INV naming its rkey frees it too (seen while polling). Errors (nothing
+ * posted): -RDMX_EINVAL (not one of this core's), -RDMX_ENOTMAPPED (not bound), -RDMX_EQPERROR,
+ * -RDMX_ENOROOM. */
+RDMX_API int rdmx_invalidate_mw(rdmx_core* core, rdmx_mw* mw);
 
 typedef struct rdmx_map_req {
   const uint64_t* pages;
@@ -560,8 +592,8 @@ typedef struct rdmx_core_stats {
    * QP attempted. Read from the device (control path: it may take a lock); 0 on a device that
    * does not count them per QP (mlx5 today). See doc/guides/security.md. */
   uint64_t refused_remote_accesses;
-  /* Type-2 memory windows of the core (C++ PollCore::bind_mw; 0 through this API today): binds
-   * and invalidates posted, and windows freed by the peer's SEND_WITH_INV. */
+  /* Type-2 memory windows of the core (rdmx_bind_mw): binds and invalidates posted, and windows
+   * freed by the peer's SEND_WITH_INV. */
   uint64_t mw_binds, mw_invalidates, mw_remote_invalidations;
 } rdmx_core_stats;
 

@@ -281,6 +281,9 @@ class PollCore {
                  uint32_t rkey, Be32 imm, uint64_t cookie, bool signal) noexcept;
   void note_local_use(std::span<const mlx5::prm::Sge> local, uint8_t use) noexcept;
   void on_internal(const mlx5::Completion& c) noexcept;
+  // Counts a completion of one of this core's own UMR-class WQEs (map, unmap, bind,
+  // invalidate): in flight no more; false (counted as an error) when it failed or was flushed.
+  bool umr_completed(const mlx5::Completion& c) noexcept;
   // A map/unmap UMR of this core completed successfully (the caller counts it in
   // umr_completions and umrs_in_flight_).
   // `ws` is windows_, passed in a register (the stores below would make the compiler reload it).
