@@ -9,6 +9,28 @@ class Syndromes : public EmuModeTest {
  protected:
   void SetUp() override { open(GetParam()); }
   mlx5::QpState state(Side& s) { return s.dev->query_qp(s.desc.qpn).value(); }
+  // Posts on `s` a bind of memory window `mw_rkey` (new key `new_rkey`) to len bytes at addr of
+  // the MR `lkey`; qpn_delta != 0 names another QP than `s` in the mkey context.
+  void post_bind_mw(Side& s, uint64_t cookie, uint32_t mw_rkey, uint32_t new_rkey, uint8_t access,
+                    uint64_t addr, uint64_t len, uint32_t lkey, uint32_t qpn_delta = 0) {
+    prm::BindMw b;
+    b.qpn = s.desc.qpn;
+    b.fm_ce_se = fm(s);
+    b.mw_rkey = mw_rkey;
+    b.new_rkey = new_rkey;
+    b.access = access;
+    b.addr = addr;
+    b.length = len;
+    b.mr_lkey = lkey;
+    post(s, MLX5_OPCODE_UMR, cookie, [&](prm::RingCursor& c, uint16_t idx) {
+      b.wqe_index = idx;
+      uint8_t* start = c.here();
+      const uint32_t ds = prm::build_bind_mw(c, b);
+      // The mkey context's qpn: bytes 4..6 of the context at 64 (BE32 qpn << 8 | key).
+      if (qpn_delta) start[64 + 6] = static_cast<uint8_t>(start[64 + 6] + qpn_delta);
+      return ds;
+    });
+  }
   // After an error: both QPs through RESET (rings too) back to RTS.
   void reconnect() {
     ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
@@ -196,23 +218,10 @@ TEST_P(Syndromes, Type2WindowIsBoundToItsQp) {
     s->qp.init(s->desc, 1);
   }
   ASSERT_TRUE(mlx5::connect_qps(*a2.dev, a2.desc.qpn, *b2.dev, b2.desc.qpn).ok());
-  auto bind = [&](Side& s, uint64_t cookie, uint32_t old_rkey, uint32_t new_rkey, uint64_t len) {
-    prm::BindMw b;
-    b.qpn = s.desc.qpn;
-    b.fm_ce_se = fm(s);
-    b.mw_rkey = old_rkey;
-    b.new_rkey = new_rkey;
-    b.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
-               MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
-    b.addr = mem.addr(4096);
-    b.length = len;
-    b.mr_lkey = mem.mr.lkey;
-    post(s, MLX5_OPCODE_UMR, cookie, [&](prm::RingCursor& c, uint16_t idx) {
-      b.wqe_index = idx;
-      return prm::build_bind_mw(c, b);
-    });
-  };
-  bind(b_, 1, mw, mw | 1, 4096);
+  post_bind_mw(b_, 1, mw, mw | 1,
+               MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
+                   MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE,
+               mem.addr(4096), 4096, mem.mr.lkey);
   ASSERT_TRUE(wait(b_, 1)[0].ok());
   const uint32_t rkey = mw | 1;
   // Through the bound QP (b_, reached from a_): the WRITE lands at the bound address.
@@ -268,24 +277,8 @@ TEST_P(Syndromes, MemoryWindowBindRules) {
   uint64_t cookie = 1;
   for (const Case& k : cases) {
     b_.dev->checker().clear();
-    prm::BindMw bm;
-    bm.qpn = b_.desc.qpn;
-    bm.fm_ce_se = fm(b_);
-    bm.mw_rkey = mw;
-    bm.new_rkey = mw | 5;
-    bm.access = k.access;
-    bm.addr = k.mr->addr(k.off);
-    bm.length = k.len;
-    bm.mr_lkey = k.mr->mr.lkey;
-    post(b_, MLX5_OPCODE_UMR, cookie++, [&](prm::RingCursor& c, uint16_t idx) {
-      bm.wqe_index = idx;
-      uint8_t* start = c.here();
-      const uint32_t ds = prm::build_bind_mw(c, bm);
-      // The mkey context's qpn (bytes 4..6 of the context at 64: BE32 qpn << 8 | key) names
-      // another QP than the one posting.
-      if (k.qpn_delta) start[64 + 6] = static_cast<uint8_t>(start[64 + 6] + k.qpn_delta);
-      return ds;
-    });
+    post_bind_mw(b_, cookie++, mw, mw | 5, k.access, k.mr->addr(k.off), k.len, k.mr->mr.lkey,
+                 k.qpn_delta);
     EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_MW_BIND_ERR) << k.what;
     EXPECT_EQ(b_.dev->checker().count(emu::Rule::kMwBindRefused), 1u) << k.what;
     EXPECT_TRUE(b_.dev->inspect_mkey(mw).free) << k.what;
@@ -293,19 +286,7 @@ TEST_P(Syndromes, MemoryWindowBindRules) {
   }
   b_.dev->checker().clear();
   // The same bind over the MR with MW_BIND and local write is accepted, and works.
-  prm::BindMw ok;
-  ok.qpn = b_.desc.qpn;
-  ok.fm_ce_se = fm(b_);
-  ok.mw_rkey = mw;
-  ok.new_rkey = mw | 6;
-  ok.access = rw;
-  ok.addr = mem.addr();
-  ok.length = 4096;
-  ok.mr_lkey = mem.mr.lkey;
-  post(b_, MLX5_OPCODE_UMR, cookie++, [&](prm::RingCursor& c, uint16_t idx) {
-    ok.wqe_index = idx;
-    return prm::build_bind_mw(c, ok);
-  });
+  post_bind_mw(b_, cookie++, mw, mw | 6, rw, mem.addr(), 4096, mem.mr.lkey);
   ASSERT_TRUE(wait(b_, 1)[0].ok());
   rdma(a_, MLX5_OPCODE_RDMA_WRITE, cookie++, mem.addr(64), mw | 6, {{src.addr(), 64, src.mr.lkey}});
   ASSERT_TRUE(wait(a_, 1)[0].ok());
