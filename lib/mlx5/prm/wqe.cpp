@@ -11,51 +11,72 @@ namespace rdmx::mlx5::prm {
 // ---- KLM middle-run variants (see PageCheck) ------------------------------------------------
 namespace {
 #if defined(__x86_64__)
-// AVX2: four entries per step. One 32-byte load of four addresses; the check is vpsubq, vpor,
-// vpcmpgtq, vpor; vpshufb swaps the four addresses in their lanes, vpunpck{l,h}qdq pair them with
-// the constant {byte_count, mkey} word ([e0 e2] and [e1 e3]), vperm2i128 puts them in order for
-// two 32-byte stores. The last 0-3 entries take the 16-byte and scalar steps of the baseline.
-// One AVX2 step of both writers: the page differences d = v - base folded into acc/over, and
-// the four entries of the addresses in v as e01 = {e0 e1}, e23 = {e2 e3}.
-[[gnu::target("avx2"), gnu::always_inline]] inline void klm4_avx2(__m256i v, __m256i d,
-                                                                  __m256i head4, __m256i swap64,
-                                                                  __m256i vlast, __m256i& acc,
-                                                                  __m256i& over, __m256i& e01,
-                                                                  __m256i& e23) noexcept {
-  acc = _mm256_or_si256(acc, d);
-  over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
-  const __m256i a = _mm256_shuffle_epi8(v, swap64);
-  const __m256i lo = _mm256_unpacklo_epi64(head4, a);  // e0 | e2
-  const __m256i hi = _mm256_unpackhi_epi64(head4, a);  // e1 | e3
-  e01 = _mm256_permute2x128_si256(lo, hi, 0x20);
-  e23 = _mm256_permute2x128_si256(lo, hi, 0x31);
+// AVX2: four entries per step. The four addresses are loaded as {a0 a2 | a1 a3} (vpermq 0xd8,
+// one instruction with the load), so that vpshufb (each address byte-swapped in its lane) and
+// vpunpck{l,h}qdq with the constant {byte_count, mkey} word give the entries in list order:
+// {e0 e1} and {e2 e3}, two 32-byte stores. The check of the differences d = v - base is vpor
+// (alignment and sign) and vpcmpgtq (past the end), folded into acc/over. Eight entries per loop
+// turn; the last 1-7 take a second 4-step and the masked tail (klm_list_avx2) or scalar steps.
+[[gnu::target("avx2"), gnu::always_inline]] inline __m256i load4_avx2(const uint64_t* p) noexcept {
+  return _mm256_permute4x64_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 0xd8);
 }
 
-[[gnu::target("avx2")]] void klm_mid_avx2(const uint64_t* pages, uint32_t count, uint8_t* out,
-                                          uint64_t head, PageCheck* pc) noexcept {
-  const __m256i head4 = _mm256_set1_epi64x(static_cast<long long>(head));
-  const __m256i swap64 = _mm256_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-                                         10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i vbase = _mm256_set1_epi64x(static_cast<long long>(pc->base));
-  const __m256i vlast = _mm256_set1_epi64x(static_cast<long long>(pc->span - 1));
-  __m256i acc = _mm256_setzero_si256();
-  __m256i over = _mm256_setzero_si256();
-  const uint64_t* p = pages;
-  const uint64_t* const end = pages + count;
-  for (; end - p >= 4; p += 4, out += 4 * kKlmBytes) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+struct Klm4Avx2 {
+  __m256i head4, swap64, vbase, vlast;
+  __m256i acc, over;
+  [[gnu::target("avx2"), gnu::always_inline]] Klm4Avx2(uint64_t head, uint64_t base,
+                                                       uint64_t last) noexcept
+      : head4(_mm256_set1_epi64x(static_cast<long long>(head))),
+        swap64(_mm256_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                               12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)),
+        vbase(_mm256_set1_epi64x(static_cast<long long>(base))),
+        vlast(_mm256_set1_epi64x(static_cast<long long>(last))),
+        acc(_mm256_setzero_si256()),
+        over(_mm256_setzero_si256()) {}
+  // Checks d (the differences of the lanes that count) and gives the entries of v (from
+  // load4_avx2): e01 = {e0 e1}, e23 = {e2 e3}.
+  [[gnu::target("avx2"), gnu::always_inline]] void entries(__m256i v, __m256i d, __m256i& e01,
+                                                           __m256i& e23) noexcept {
+    acc = _mm256_or_si256(acc, d);
+    over = _mm256_or_si256(over, _mm256_cmpgt_epi64(d, vlast));
+    const __m256i a = _mm256_shuffle_epi8(v, swap64);
+    e01 = _mm256_unpacklo_epi64(head4, a);
+    e23 = _mm256_unpackhi_epi64(head4, a);
+  }
+  [[gnu::target("avx2"), gnu::always_inline]] void step(const uint64_t* p, uint8_t* out) noexcept {
+    const __m256i v = load4_avx2(p);
     __m256i e01, e23;
-    klm4_avx2(v, _mm256_sub_epi64(v, vbase), head4, swap64, vlast, acc, over, e01, e23);
+    entries(v, _mm256_sub_epi64(v, vbase), e01, e23);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), e01);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * kKlmBytes), e23);
   }
-  const __m128i a2 = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  const __m128i o2 = _mm_or_si128(_mm256_castsi256_si128(over), _mm256_extracti128_si256(over, 1));
-  uint64_t a = static_cast<uint64_t>(_mm_cvtsi128_si64(a2)) |
-               static_cast<uint64_t>(_mm_extract_epi64(a2, 1));
-  uint64_t o = static_cast<uint64_t>(_mm_cvtsi128_si64(o2)) |
-               static_cast<uint64_t>(_mm_extract_epi64(o2, 1));
-  for (; p < end; ++p, out += kKlmBytes) {
+  // Whole steps over pages[0, n & ~3): eight entries per turn, then one more four.
+  [[gnu::target("avx2"), gnu::always_inline]] void run(const uint64_t* p, uint32_t n,
+                                                       uint8_t* out) noexcept {
+    const uint64_t* const end8 = p + (n & ~7u);
+    for (; p != end8; p += 8, out += 8 * kKlmBytes) {
+      step(p, out);
+      step(p + 4, out + 4 * kKlmBytes);
+    }
+    if (n & 4) step(p, out);
+  }
+  // The lanes of acc / over folded into one word each.
+  [[gnu::target("avx2"), gnu::always_inline]] static uint64_t fold(__m256i x) noexcept {
+    __m128i h = _mm_or_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    h = _mm_or_si128(h, _mm_unpackhi_epi64(h, h));
+    return static_cast<uint64_t>(_mm_cvtsi128_si64(h));
+  }
+};
+
+[[gnu::target("avx2")]] void klm_mid_avx2(const uint64_t* pages, uint32_t count, uint8_t* out,
+                                          uint64_t head, PageCheck* pc) noexcept {
+  Klm4Avx2 k(head, pc->base, pc->span - 1);
+  k.run(pages, count, out);
+  uint64_t a = Klm4Avx2::fold(k.acc);
+  uint64_t o = Klm4Avx2::fold(k.over);
+  const uint32_t whole = count & ~3u;
+  out += size_t{whole} * kKlmBytes;
+  for (const uint64_t* p = pages + whole; p < pages + count; ++p, out += kKlmBytes) {
     const uint64_t d = *p - pc->base;
     a |= d;
     o |= static_cast<int64_t>(d) > static_cast<int64_t>(pc->span - 1);
@@ -75,34 +96,22 @@ namespace {
 [[gnu::target("avx2")]] uint64_t klm_list_avx2(uint8_t* out, const uint64_t* pages, uint32_t n,
                                                uint64_t first_offset, uint64_t end,
                                                const KlmListConsts& k) noexcept {
-  const __m256i head4 = _mm256_set1_epi64x(static_cast<long long>(k.head));
-  const __m256i swap64 = _mm256_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-                                         10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i vbase = _mm256_set1_epi64x(static_cast<long long>(k.base));
-  const __m256i vlast = _mm256_set1_epi64x(static_cast<long long>(k.last));
-  __m256i acc = _mm256_setzero_si256();
-  __m256i over = _mm256_setzero_si256();
-  const uint64_t* p = pages;
-  const uint64_t* const full_end = pages + (n & ~3u);
-  uint8_t* o = out;
-  for (; p != full_end; p += 4, o += 4 * kKlmBytes) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    __m256i e01, e23;
-    klm4_avx2(v, _mm256_sub_epi64(v, vbase), head4, swap64, vlast, acc, over, e01, e23);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), e01);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes), e23);
-  }
+  Klm4Avx2 w(k.head, k.base, k.last);
+  w.run(pages, n, out);
   if (const uint32_t rest = n & 3u) {
     alignas(32) static constexpr int64_t kLanes[4][4] = {
         {0, 0, 0, 0}, {-1, 0, 0, 0}, {-1, -1, 0, 0}, {-1, -1, -1, 0}};
+    const uint32_t whole = n & ~3u;
     const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLanes[rest]));
-    const __m256i v = _mm256_maskload_epi64(reinterpret_cast<const long long*>(p), m);
+    const __m256i v = _mm256_maskload_epi64(reinterpret_cast<const long long*>(pages + whole), m);
+    // The check over the list's lanes only (d in load order, masked); entry j (16 bytes) is
+    // kept when lane j is in the list, else zeroed (padding).
     __m256i e01, e23;
-    klm4_avx2(v, _mm256_and_si256(_mm256_sub_epi64(v, vbase), m), head4, swap64, vlast, acc, over,
+    w.entries(_mm256_permute4x64_epi64(v, 0xd8), _mm256_and_si256(_mm256_sub_epi64(v, w.vbase), m),
               e01, e23);
-    // Entry j (16 bytes) is kept when page lane j is in the list, else zeroed (padding).
     const __m256i m01 = _mm256_permute4x64_epi64(m, 0x50);  // lanes 0 0 1 1
     const __m256i m23 = _mm256_permute4x64_epi64(m, 0xfa);  // lanes 2 2 3 3
+    uint8_t* const o = out + size_t{whole} * kKlmBytes;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_and_si256(e01, m01));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes), _mm256_and_si256(e23, m23));
   }
@@ -113,13 +122,15 @@ namespace {
       detail::bswap(static_cast<uint32_t>((end < k.page_size ? end : k.page_size) - first_offset));
   std::memcpy(out, &first_bc, sizeof(first_bc));
   put_u64(out + 8, detail::bswap(pages[0] + first_offset));
-  __m128i a2 = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-  __m128i o2 = _mm_or_si128(_mm256_castsi256_si128(over), _mm256_extracti128_si256(over, 1));
-  a2 = _mm_or_si128(a2, _mm_unpackhi_epi64(a2, a2));
-  o2 = _mm_or_si128(o2, _mm_unpackhi_epi64(o2, o2));
-  const uint64_t a = static_cast<uint64_t>(_mm_cvtsi128_si64(a2));
-  return (a & (k.page_size - 1)) | (a >> 63) | static_cast<uint64_t>(_mm_cvtsi128_si64(o2));
+  // A page fails when its difference is misaligned, negative or past the end: one vptest over
+  // the lanes of all three.
+  const __m256i misaligned =
+      _mm256_and_si256(w.acc, _mm256_set1_epi64x(static_cast<long long>(k.page_size - 1)));
+  const __m256i below = _mm256_cmpgt_epi64(_mm256_setzero_si256(), w.acc);
+  const __m256i bad = _mm256_or_si256(_mm256_or_si256(misaligned, below), w.over);
+  return static_cast<uint64_t>(!_mm256_testz_si256(bad, bad));
 }
+
 #endif
 
 uint64_t klm_list_baseline(uint8_t* out, const uint64_t* pages, uint32_t n, uint64_t first_offset,
