@@ -36,7 +36,10 @@ ninja -C "$BUILD_DIR" apps/rdmx-perf/rdmx-perf >/dev/null ||
   { echo "FAIL building rdmx-perf"; fail=1; finish; }
 perf="$root/$BUILD_DIR/apps/rdmx-perf/rdmx-perf"
 
-pages=$(awk '!/^#/ && NF >= 2 {print $1}' "$expected" | paste -sd, -)
+# A line's key is N (map() + unmap() one at a time, case umr.map_unmap.pN) or burstN (the same
+# pairs through map_burst + unmap_burst, case umr.map_unmap_burst.pN).
+pages=$(awk '!/^#/ && NF >= 2 {sub(/^burst/, "", $1); print $1}' "$expected" | sort -nu |
+  paste -sd, -)
 [ -n "$pages" ] || { echo "FAIL no figures in $expected"; fail=1; finish; }
 iters=8000
 work=$(mktemp -d)
@@ -48,8 +51,11 @@ trap 'rm -rf "$work"' EXIT
 declare -A got
 for f in "$work"/callgrind.out.*.*; do
   case_name=$(grep '^desc: Trigger' "$f" | sed 's/.*Request: //' | awk '{print $1}')
-  case "$case_name" in umr.map_unmap.p*) ;; *) continue ;; esac
-  p=${case_name#umr.map_unmap.p}
+  case "$case_name" in
+    umr.map_unmap.p*) p=${case_name#umr.map_unmap.p} ;;
+    umr.map_unmap_burst.p*) p=burst${case_name#umr.map_unmap_burst.p} ;;
+    *) continue ;;
+  esac
   units=$(grep '^desc: Trigger' "$f" | sed 's/.*units=//' | awk '{print $1}')
   total=$(grep '^totals' "$f" | cut -d' ' -f2)
   sink=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep 'Engine::doorbell_hook' |
@@ -60,27 +66,27 @@ done
 if [ $update -eq 1 ]; then
   {
     grep '^#' "$expected"
-    for p in ${pages//,/ }; do echo "$p ${got[$p]:-?}"; done
+    awk '!/^#/ && NF >= 2 {print $1}' "$expected" | while read -r p; do echo "$p ${got[$p]:-?}"; done
   } >"$work/new" && mv "$work/new" "$expected"
   echo "updated $expected:"; grep -v '^#' "$expected"
   pass=1
   finish
 fi
 
-# The committed figures were taken with the AVX2 KLM writer (chosen at setup by CPU feature; used
-# for lists of more than 32 whole pages): without AVX2 those counts do not compare.
+# The committed figures were taken with the AVX2 KLM writers (chosen at setup by CPU feature):
+# without AVX2 the counts of long lists (pointer mode, more than 32 pages) do not compare.
 avx2=1
 grep -qw avx2 /proc/cpuinfo 2>/dev/null || avx2=0
 while read -r p want _; do
   case "$p" in '#'* | '') continue ;; esac
-  if [ $avx2 -eq 0 ] && [ "$p" -gt 32 ]; then
+  if [ $avx2 -eq 0 ] && [ "${p#burst}" -gt 32 ]; then
     echo "SKIP $p pages: this CPU has no AVX2 (the figure is the AVX2 writer's)"
     skip=$((skip + 1))
     continue
   fi
   have=${got[$p]:-}
   if [ -z "$have" ]; then
-    echo "FAIL $p pages: no count (case umr.map_unmap.p$p missing)"
+    echo "FAIL $p: no count (its case umr.map_unmap[_burst].p${p#burst} is missing)"
     fail=$((fail + 1))
     continue
   fi
@@ -89,7 +95,9 @@ while read -r p want _; do
     if (d > t) printf "FAIL %+.1f%%", d
     else if (d < -t) printf "PASS %+.1f%% (lower: commit it with --update)", d
     else printf "PASS %+.1f%%", d }')
-  echo "${verdict%% *} $p pages: $have instructions per map+unmap pair (committed $want;" \
+  what="$p pages"
+  case "$p" in burst*) what="${p#burst} pages, bursts" ;; esac
+  echo "${verdict%% *} $what: $have instructions per map+unmap pair (committed $want;" \
     "${verdict#* }, limit +$tolerance%)"
   case $verdict in FAIL*) fail=$((fail + 1)) ;; *) pass=$((pass + 1)) ;; esac
 done <"$expected"

@@ -175,7 +175,24 @@ TestResult test_umr(Ctx& ctx) {
       core.poll(64, [](const mlx5::Completion&) {});
     }));
     const size_t mw_at = g.size() - 1;
+    // The same pairs through the burst calls: `batch` maps in one map_burst (the SQ producer,
+    // the cache top and the key draw kept in registers across the burst), then one unmap_burst.
+    CaseResult mb = m;
+    mb.name = "umr.map_unmap_burst.p" + std::to_string(pages);
+    mb.note = "map_burst of " + std::to_string(batch) + " then unmap_burst of them";
+    std::vector<win::MapRequest> reqs(batch, win::MapRequest{pg, kAccess, 0, bytes});
+    std::vector<win::Window*> ws(batch);
+    g.push_back(make_bench(mb, [&core, &reqs, &ws, &map_errors] {
+      const size_t k = core.map_burst(reqs, ws);
+      map_errors += reqs.size() - k;
+      (void)core.unmap_burst(std::span<win::Window* const>(ws.data(), k));
+      core.flush();
+      core.poll(64, [](const mlx5::Completion&) {});
+    }));
+    const size_t burst_at = g.size() - 1;
     auto res = run_group(ctx.rc, g);
+    add_ratio(res[burst_at], res[2]);   // burst pair / rte_mempool get+put
+    add_ratio(res[burst_at], res[0]);   // burst pair / single-call pair
     if (il) add_ratio(res[4], res[0]);  // interleaved / KLM window of the same data pages
     add_ratio(res[mw_at], res[0]);      // memory window / KLM window of as many bytes
     res[0].extra.push_back({"inline", pages <= inline_limit ? 1.0 : 0.0});
@@ -186,6 +203,7 @@ TestResult test_umr(Ctx& ctx) {
     res[2].ratios.clear();
     res[1].ratios.clear();
     res[0].ratios[0].peer = res[2].name;
+    res[burst_at].ratios[0].peer = res[2].name;
     res[3].name += ".p" + std::to_string(pages);
     res[0].ratios[1].peer = res[3].name;
     res[0].extra.push_back({"floor_over_umr", res[3].ns / res[0].ns});
@@ -214,6 +232,9 @@ TestResult test_umr(Ctx& ctx) {
     const CaseResult* f16 = t.find("syscall+pin.floor.p16");
     t.targets.push_back(target("map+unmap 16 pages (sink) <= 2.5 x rte_mempool get+put",
                                u16->ns / mp16->ns, "<=", 2.5, "median ns/op, same group"));
+    if (const CaseResult* b16 = t.find("umr.map_unmap_burst.p16"))
+      t.targets.push_back(target("map_burst+unmap_burst 16 pages (sink) <= 2.5 x rte_mempool",
+                                 b16->ns / mp16->ns, "<=", 2.5, "median ns/op, same group"));
     t.targets.push_back(target("syscall+pin floor (64 KiB) / map+unmap 16 pages >= 200",
                                f16->ns / u16->ns, ">=", 200, "median ns/op, same group"));
   }

@@ -62,7 +62,9 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->no_atomic_mask_ = dev.caps().umr_modify_atomic_disabled;
   // The widest KLM writer this CPU runs (same bytes as the baseline; tests/unit/prm compares).
   c->klm_mid_ = mlx5::prm::klm_mid_variant(mlx5::prm::klm_best_variant());
-  c->klm_list_ = mlx5::prm::klm_list_variant(mlx5::prm::klm_best_variant());
+  const mlx5::prm::KlmVariant klm =
+      cfg.baseline_klm ? mlx5::prm::KlmVariant::kBaseline : mlx5::prm::klm_best_variant();
+  c->klm_list_ = mlx5::prm::klm_list_variant(klm);
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));
   // Every map takes WQEBBs that only poll() gives back, so a send queue's worth bounds the maps

@@ -123,29 +123,29 @@ Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
   return cache_.pop();
 }
 
-MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
+bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
+                        const uint64_t* pages, size_t n, uint32_t access,
                         uint32_t first_byte_offset, uint64_t length) noexcept {
-  // The fast path: an inline map of a valid request whose WQE does not wrap the ring, the window
-  // from the top of the cache. Everything it needs is checked at once (no early exits); anything
-  // else takes map_general, which names the first failed check in the documented order. The
-  // WQE is the template's constant words plus what changes, then the KLMs, the pages checked in
-  // the same pass; the same bytes as map_general's builders (tests/window compares them).
-  const size_t n = pages.size();
+  // The fast path of one map: an inline map of a valid request whose WQE does not wrap the ring,
+  // the window cache_.at(top - 1). Everything it needs is checked at once (no early exits);
+  // anything else returns false with nothing committed, and the caller takes map_general, which
+  // names the first failed check in the documented order. The WQE is the template's constant
+  // words plus what changes, then the KLMs, the pages checked in the same pass; the same bytes
+  // as map_general's builders (tests/window compares them).
   const uint64_t ps = tpl_.page_size;
   const uint64_t end = uint64_t{first_byte_offset} + length;  // no overflow once length passed
-  const uint32_t top = cache_.len();
   const uint32_t oct = prm::align4(static_cast<uint32_t>(n));
   mlx5::SqWriter& sq = qp_.sq();
   mlx5::SqWriter::Slot s;
   // Bytes first_byte_offset .. end-1 must start in the first page and end in the last:
   // (n - 1) * ps < end <= n * ps, i.e. end - 1 - (n - 1) * ps < ps, with 1 <= length <= max.
-  if (qp_.in_error() || n - 1 >= tpl_.fast_pages || access >= 16 ||
-      !((tpl_.access_ok >> access) & 1) || first_byte_offset >= ps ||
-      length - 1 >= tpl_.max_length || end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
-      !sq.reserve(2 + oct / 4, umr_fence_, s)) [[unlikely]]
-    return map_general(pages, access, first_byte_offset, length);
+  if (n - 1 >= tpl_.fast_pages || access >= 16 || !((tpl_.access_ok >> access) & 1) ||
+      first_byte_offset >= ps || length - 1 >= tpl_.max_length ||
+      end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
+      !sq.reserve(b, 2 + oct / 4, umr_fence_, s)) [[unlikely]]
+    return false;
   Window* const w = cache_.at(top - 1);
-  const uint8_t key = next_key(w);
+  const uint8_t key = keys_.next_key(w->key_, draw);
   const uint32_t mkey = w->mkey_base_ | key;
   uint8_t* const q = s.wqe;
   prm::put_umr_head(q,
@@ -155,28 +155,79 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
                     tpl_.map_umr0 | (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
                     tpl_.map_mask_be, prm::mkc_word0(false, kMkcAccess[access], key),
                     detail::bswap(length));
-  if (klm_list_(q + 2 * MLX5_SEND_WQE_BB, pages.data(), static_cast<uint32_t>(n), first_byte_offset,
-                end, tpl_.klm) != 0) [[unlikely]]
-    return map_general(pages, access, first_byte_offset, length);  // kNotInArena, counted
-  cache_.pop();
-  sq.commit(s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
-  ++umrs_in_flight_;
-  ++stats_.cache_hits;
-  ++stats_.inline_maps;
-  ++stats_.maps;
-  stats_.pages_mapped += n;
+  if (klm_list_(q + 2 * MLX5_SEND_WQE_BB, pages, static_cast<uint32_t>(n), first_byte_offset, end,
+                tpl_.klm) != 0) [[unlikely]]
+    return false;  // a page outside the arena: map_general counts it
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   w->key_ = key;
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = static_cast<uint32_t>(n);
   w->length_ = length;
   ++w->outstanding_;
+  return true;
+}
+
+void PollCore::fast_maps_done(uint32_t count, uint64_t pages) noexcept {
+  cache_.drop(count);
+  umrs_in_flight_ += count;
+  stats_.cache_hits += count;
+  stats_.inline_maps += count;
+  stats_.maps += count;
+  stats_.pages_mapped += pages;
+}
+
+MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
+                        uint32_t first_byte_offset, uint64_t length) noexcept {
+  mlx5::SqWriter& sq = qp_.sq();
+  mlx5::SqWriter::Burst b = sq.begin_burst();
+  const uint32_t top = cache_.len();
+  if (qp_.in_error() || !map_fast(b, top, stats_.maps, pages.data(), pages.size(), access,
+                                  first_byte_offset, length)) [[unlikely]]
+    return map_general(pages, access, first_byte_offset, length);
+  sq.end_burst(b);
+  Window* const w = cache_.at(top - 1);
+  fast_maps_done(1, pages.size());
   MapResult r;
   r.window = w;
-  r.rkey = r.lkey = mkey;
+  r.rkey = r.lkey = w->rkey();
   r.iova = 0;
   r.length = length;
   return r;
+}
+
+size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept {
+  // The fast path for as many requests as it takes, with the SQ producer, the cache top and the
+  // key draw in locals (one write-back, the counters added once); the request it cannot take
+  // goes through map_general, then the fast path resumes.
+  const size_t n = reqs.size() < out.size() ? reqs.size() : out.size();
+  size_t i = 0;
+  mlx5::SqWriter& sq = qp_.sq();
+  while (i < n) {
+    if (!qp_.in_error()) [[likely]] {
+      mlx5::SqWriter::Burst b = sq.begin_burst();
+      uint32_t top = cache_.len();
+      const uint64_t draw = stats_.maps;
+      const size_t first = i;
+      uint64_t pages = 0;
+      for (; i < n; ++i) {
+        const MapRequest& q = reqs[i];
+        if (!map_fast(b, top, draw + (i - first), q.pages.data(), q.pages.size(), q.access,
+                      q.first_byte_offset, q.length)) [[unlikely]]
+          break;
+        out[i] = cache_.at(--top);
+        pages += q.pages.size();
+      }
+      sq.end_burst(b);
+      fast_maps_done(static_cast<uint32_t>(i - first), pages);
+      if (i == n) break;
+    }
+    const MapRequest& q = reqs[i];
+    MapResult r = map_general(q.pages, q.access, q.first_byte_offset, q.length);
+    if (!r.ok()) break;
+    out[i++] = r.window;
+  }
+  return i;
 }
 
 MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access,
@@ -353,18 +404,6 @@ MapResult PollCore::map_interleaved(std::span<const InterleavedPart> parts, uint
   return mapped(w, key, 0, length);  // no chunk pages: pages_mapped unchanged
 }
 
-size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept {
-  const size_t n = reqs.size() < out.size() ? reqs.size() : out.size();
-  size_t i = 0;
-  for (; i < n; ++i) {
-    const MapRequest& q = reqs[i];
-    MapResult r = map(q.pages, q.access, q.first_byte_offset, q.length);
-    if (!r.ok()) break;
-    out[i] = r.window;
-  }
-  return i;
-}
-
 Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {
   mlx5::SqWriter& sq = qp_.sq();
   if (!sq.has_room(prm::kUmrHeaderDs)) return Errc::kNoRoom;
@@ -378,7 +417,7 @@ Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {
   return Errc::kOk;
 }
 
-Errc PollCore::unmap(Window* w) noexcept {
+bool PollCore::unmap_fast(mlx5::SqWriter::Burst& b, Window* w, uint32_t& fenced) noexcept {
   // The fast path: a window of this core, mapped, whose invalidate does not wrap the ring. The
   // pool's windows are one array of power-of-two sized objects: rotating the byte offset right by
   // log2(sizeof(Window)) moves a misaligned remainder into the top bits, so one unsigned compare
@@ -387,35 +426,50 @@ Errc PollCore::unmap(Window* w) noexcept {
   const uint64_t at =
       std::rotr(reinterpret_cast<uintptr_t>(w) - reinterpret_cast<uintptr_t>(windows_),
                 std::countr_zero(sizeof(Window)));
-  if (at >= tpl_.n_windows || w->state_ != WindowState::kMapped || w->owner_ != id_ ||
-      qp_.in_error()) [[unlikely]]
-    return unmap_general(w);
+  if (at >= tpl_.n_windows || w->state_ != WindowState::kMapped || w->owner_ != id_) [[unlikely]]
+    return false;
   // The fence: as unmap_general.
   uint8_t fence = umr_fence_;
-  const bool in_use = w->local_use_ && static_cast<int32_t>(qp_.sq().ci() - w->use_end_) < 0;
+  mlx5::SqWriter& sq = qp_.sq();
+  const bool in_use = w->local_use_ && static_cast<int32_t>(sq.ci() - w->use_end_) < 0;
   if (in_use) [[unlikely]]
     fence = (w->local_use_ & Window::kUsedByGather) ? prm::kFenceStrongOrdering
                                                     : prm::kFenceSmallAndFence;
-  mlx5::SqWriter& sq = qp_.sq();
   mlx5::SqWriter::Slot s;
-  if (!sq.reserve(2, fence, s)) [[unlikely]]
-    return unmap_general(w);
+  if (!sq.reserve(b, 2, fence, s)) [[unlikely]]
+    return false;
   // The invalidate template: only the index, the fence and the key change.
   const uint32_t rkey = w->rkey();
   prm::put_umr_head(s.wqe,
                     tpl_.inv_ctrl0 | (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
                     prm::ctrl_word1(s.fm_ce_se, Be32::from_host(rkey)), tpl_.inv_umr0,
                     tpl_.inv_mask_be, prm::mkc_word0(true, 0, w->key_), 0);
-  sq.commit(s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
-  ++umrs_in_flight_;
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
   ++w->outstanding_;
-  stats_.fenced_unmaps += in_use;
+  fenced += in_use;
   w->state_ = WindowState::kUnmapping;
   w->local_use_ = 0;
-  ++stats_.unmaps;
-  cache_.push(w);
+  return true;
+}
+
+void PollCore::fast_unmaps_done(Window* const* ws, uint32_t count, uint32_t fenced) noexcept {
+  // Same-SQ ordering: a later map of these windows on this core runs after their invalidates.
+  cache_.push_burst(ws, count);
+  umrs_in_flight_ += count;
+  stats_.unmaps += count;
+  stats_.fenced_unmaps += fenced;
   if (cache_.over()) [[unlikely]]
     flush_to_depot();
+}
+
+Errc PollCore::unmap(Window* w) noexcept {
+  mlx5::SqWriter& sq = qp_.sq();
+  mlx5::SqWriter::Burst b = sq.begin_burst();
+  uint32_t fenced = 0;
+  if (qp_.in_error() || !unmap_fast(b, w, fenced)) [[unlikely]]
+    return unmap_general(w);
+  sq.end_burst(b);
+  fast_unmaps_done(&w, 1, fenced);
   return Errc::kOk;
 }
 
@@ -452,9 +506,23 @@ Errc PollCore::unmap_general(Window* w) noexcept {
 }
 
 size_t PollCore::unmap_burst(std::span<Window* const> ws) noexcept {
+  // As map_burst: the fast path with the SQ producer in locals, unmap() for what it cannot take.
+  const size_t n = ws.size();
   size_t i = 0;
-  for (; i < ws.size(); ++i)
-    if (unmap(ws[i]) != Errc::kOk) break;
+  mlx5::SqWriter& sq = qp_.sq();
+  while (i < n) {
+    if (!qp_.in_error()) [[likely]] {
+      mlx5::SqWriter::Burst b = sq.begin_burst();
+      uint32_t fenced = 0;
+      const size_t first = i;
+      while (i < n && unmap_fast(b, ws[i], fenced)) ++i;
+      sq.end_burst(b);
+      fast_unmaps_done(ws.data() + first, static_cast<uint32_t>(i - first), fenced);
+      if (i == n) break;
+    }
+    if (unmap_general(ws[i]) != Errc::kOk) break;
+    ++i;
+  }
   return i;
 }
 

@@ -3,8 +3,10 @@
 // checker, with the test playing the device's part on the CQ (suite 'unit').
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include <rdmx/mem/arena.hpp>
@@ -27,6 +29,9 @@ namespace prm = rdmx::mlx5::prm;
 
 constexpr uint32_t kRw = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 
+// Cores of the next Rigs take the baseline KLM writer (CoreConfig::baseline_klm).
+bool g_baseline_klm = false;
+
 struct Rig {
   explicit Rig(uint32_t n_windows = 8, uint32_t max_pages = 16, uint32_t cache_size = 8,
                uint32_t sq = 1024, uint32_t page = 4096, uint32_t n_cores = 1,
@@ -48,6 +53,7 @@ struct Rig {
     cc.cache_size = cache_size;
     cc.qp.sq_wqebbs = sq;
     cc.qp.cq_cqes = 4096;
+    cc.baseline_klm = g_baseline_klm;
     for (uint32_t i = 0; i < n_cores; ++i) {
       auto c = PollCore::create(*pool, cc);
       EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
@@ -688,6 +694,125 @@ TEST(Map, ExhaustionIsImmediateAndCounted) {
   EXPECT_EQ(c.map_burst(reqs, out), 6u);  // best effort
   EXPECT_EQ(c.last_error(), Errc::kNoWindow);
   EXPECT_EQ(c.unmap_burst(std::span(out.data(), 6)), 6u);
+}
+
+// map_burst/unmap_burst keep the SQ producer, the cache top and the key draw in locals across a
+// burst: they must write the same WQE bytes, hand out the same windows and keys, count the same
+// and stop at the same request as map()/unmap() one at a time. Two identical rigs (random keys
+// from the same test seed), one driven by bursts, one by single calls; bursts mix inline and
+// pointer-mode maps (the fast path gives way to map_general and resumes), a ring that wraps, a bad
+// page or a stale window in the middle, for both KLM writers.
+TEST(MapBurst, SameWqesWindowsKeysAndCountsAsOneAtATime) {
+  for (const bool baseline : {false, true}) {
+    g_baseline_klm = baseline;
+    Rig a(24, 64, 24, 256, 4096, 1, KeyPolicy::kRandom, 5);
+    Rig b(24, 64, 24, 256, 4096, 1, KeyPolicy::kRandom, 5);
+    g_baseline_klm = false;
+    PollCore& ca = a.core();
+    PollCore& cb = b.core();
+    auto pa = a.alloc(64);
+    (void)b.alloc(64);
+    // The rigs' arenas differ: an address of a's arena is compared as the same offset in b's.
+    const uint64_t a0 = a.arena->base(), a1 = a0 + a.arena->size(), b0 = b.arena->base();
+    auto to_b = [&](uint64_t v) { return v >= a0 && v < a1 ? v - a0 + b0 : v; };
+    const uint32_t ring_words = ca.qp().sq().wqe_cnt() * MLX5_SEND_WQE_BB / 8;
+    const uint8_t* ra = static_cast<const uint8_t*>(a.qp().sq.get());
+    const uint8_t* rb = static_cast<const uint8_t*>(b.qp().sq.get());
+    auto same_rings = [&]() -> testing::AssertionResult {
+      for (uint32_t i = 0; i < ring_words; ++i) {
+        uint64_t x, y;
+        std::memcpy(&x, ra + 8 * i, 8);
+        std::memcpy(&y, rb + 8 * i, 8);
+        if (rdmx::detail::bswap(to_b(rdmx::detail::bswap(x))) != y)
+          return testing::AssertionFailure() << "ring word " << i;
+      }
+      return testing::AssertionSuccess();
+    };
+    const uint64_t outside = 3 * 4096;  // a page of neither arena
+    std::mt19937 rng(baseline ? 11 : 12);
+    uint32_t stopped_maps = 0, stopped_unmaps = 0, pointer = 0;
+    std::vector<std::vector<uint64_t>> lists, lists_b;
+    for (int round = 0; round < 120; ++round) {
+      const uint32_t k = 1 + rng() % 8;
+      lists.assign(k, {});
+      lists_b.assign(k, {});
+      std::vector<MapRequest> reqs(k), reqs_b(k);
+      for (uint32_t i = 0; i < k; ++i) {
+        const uint32_t n = rng() % 4 == 0 ? 53 + rng() % 12 : 1 + rng() % 16;  // 53+: pointer
+        std::shuffle(pa.begin(), pa.end(), rng);
+        lists[i].assign(pa.begin(), pa.begin() + n);
+        if (rng() % 16 == 0) lists[i][rng() % n] = outside;
+        const uint32_t off = rng() % 4096;
+        const uint64_t lo = n == 1 ? 1 : uint64_t{n - 1} * 4096 - off + 1;
+        const uint64_t len = lo + rng() % (uint64_t{n} * 4096 - off - lo + 1);
+        reqs[i] = MapRequest{lists[i], kRw, off, len};
+        for (uint64_t v : lists[i]) lists_b[i].push_back(to_b(v));
+        reqs_b[i] = MapRequest{lists_b[i], kRw, off, len};
+      }
+      std::vector<Window*> wa(k), wb;
+      const size_t got = ca.map_burst(reqs, wa);
+      for (const MapRequest& q : reqs_b) {
+        MapResult m = cb.map(q.pages, q.access, q.first_byte_offset, q.length);
+        if (!m.ok()) break;
+        wb.push_back(m.window);
+      }
+      ASSERT_EQ(got, wb.size()) << "round " << round;
+      stopped_maps += got < k;
+      if (got < k) {
+        ASSERT_EQ(ca.last_error(), cb.last_error());
+      }
+      for (size_t i = 0; i < got; ++i) {
+        ASSERT_EQ(wa[i]->id(), wb[i]->id());
+        ASSERT_EQ(wa[i]->rkey(), wb[i]->rkey());
+        pointer += wa[i]->n_pages() > 52;
+      }
+      // Unmap them in a random order, sometimes with a window that is not mapped in the middle.
+      std::vector<size_t> order(got);
+      for (size_t i = 0; i < got; ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<Window*> ua, ub;
+      for (size_t i : order) {
+        ua.push_back(wa[i]);
+        ub.push_back(wb[i]);
+      }
+      if (got > 1 && rng() % 4 == 0) {
+        const size_t at = rng() % got;
+        ua.insert(ua.begin() + at, ua[(at + 1) % got]);  // unmapped by then: kNotMapped
+        ub.insert(ub.begin() + at, ub[(at + 1) % got]);
+      }
+      size_t ub_done = 0;
+      while (ub_done < ub.size() && cb.unmap(ub[ub_done]) == Errc::kOk) ++ub_done;
+      const size_t ua_done = ca.unmap_burst(ua);
+      ASSERT_EQ(ua_done, ub_done) << "round " << round;
+      if (ua_done < ua.size()) {
+        ++stopped_unmaps;
+        ASSERT_EQ(ca.last_error(), cb.last_error());
+        for (size_t i = ua_done + 1; i < ua.size(); ++i) {  // the rest, one at a time on both
+          (void)ca.unmap(ua[i]);
+          (void)cb.unmap(ub[i]);
+        }
+      }
+      ASSERT_EQ(ca.qp().sq().pi(), cb.qp().sq().pi());
+      ASSERT_TRUE(same_rings()) << "round " << round;
+      if (ca.qp().sq().free_wqebbs() < 128) {
+        a.complete_all();
+        b.complete_all();
+      }
+    }
+    const CoreStats& sa = ca.stats();
+    const CoreStats& sb = cb.stats();
+#define RDMX_SAME_COUNTER(name, meaning) EXPECT_EQ(sa.name, sb.name) << #name;
+    RDMX_CORE_COUNTERS(RDMX_SAME_COUNTER)
+#undef RDMX_SAME_COUNTER
+    EXPECT_EQ(sa.errors, sb.errors);
+    EXPECT_GT(sa.inline_maps, 200u);
+    EXPECT_GT(pointer, 20u);
+    EXPECT_GT(stopped_maps, 3u);
+    EXPECT_GT(stopped_unmaps, 3u);
+    EXPECT_GT(ca.qp().sq().pi(), 4 * ca.qp().sq().wqe_cnt());  // the ring wrapped
+    a.complete_all();
+    b.complete_all();
+  }
 }
 
 TEST(Map, SqFullIsNoRoom) {

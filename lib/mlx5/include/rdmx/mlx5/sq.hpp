@@ -91,8 +91,9 @@ class SqWriter {
 
   // The hot path's contiguous WQEs (prebuilt templates written through a plain pointer): a WQE
   // of `nbb` WQEBBs at the producer that does not reach past the ring's end. The producer state
-  // is read once into the Slot, before the caller's stores (which may alias it), and written
-  // once by commit(Slot): nothing is reloaded in between, and commit does not re-read the WQE.
+  // is read once into a Burst (below) and the Slot, before the caller's stores (which may alias
+  // it), and written back once by end_burst(): nothing is reloaded in between, and commit does
+  // not re-read the WQE.
   struct Slot {
     uint8_t* wqe;  // the WQE's first byte (its nbb WQEBBs are contiguous)
     uint32_t pi;   // producer counter at the WQE
@@ -100,29 +101,47 @@ class SqWriter {
     uint32_t unsignaled;
     uint8_t fm_ce_se;  // for its ctrl segment: next_fm_ce_se(false, fence)
   };
+  // One or several such WQEs in a row (PollCore's map/unmap and their bursts): the producer
+  // state lives in a Burst (registers) from begin_burst() to end_burst(). Nothing else may post
+  // on this SQ in between.
+  struct Burst {
+    uint32_t pi;
+    uint32_t unsignaled;
+    uint8_t fm_cache;
+    uint32_t posted;
+    mlx5_wqe_ctrl_seg* last_ctrl;
+  };
+  Burst begin_burst() const noexcept { return Burst{pi_, unsignaled_, fm_cache_, 0, last_ctrl_}; }
   // False when the SQ lacks room or the WQE would wrap (then the caller takes the cursor path).
-  bool reserve(uint32_t nbb, uint8_t fence, Slot& s) const noexcept {
-    const uint32_t pi = pi_;
+  bool reserve(const Burst& b, uint32_t nbb, uint8_t fence, Slot& s) const noexcept {
+    const uint32_t pi = b.pi;
     const uint32_t slot = pi & (n_ - 1);
     if ((nbb > n_ - (pi - ci_)) | (slot + nbb > n_)) return false;
     s.wqe = static_cast<uint8_t*>(buf_) + size_t{slot} * MLX5_SEND_WQE_BB;
     s.pi = pi;
     s.nbb = nbb;
-    s.unsignaled = unsignaled_;
-    uint8_t f = fence ? fence : fm_cache_;
+    s.unsignaled = b.unsignaled;
+    uint8_t f = fence ? fence : b.fm_cache;
     if (s.unsignaled + 1 >= signal_every_) f |= MLX5_WQE_CTRL_CQ_UPDATE;
     s.fm_ce_se = f;
     return true;
   }
-  // commit() for a reserved Slot whose WQE the caller wrote (with s.fm_ce_se in its ctrl).
-  void commit(const Slot& s, uint8_t opcode, uint64_t cookie) noexcept {
+  // Records the reserved Slot's WQE (written by the caller, with s.fm_ce_se in its ctrl).
+  void commit(Burst& b, const Slot& s, uint8_t opcode, uint64_t cookie) noexcept {
     const uint32_t slot = s.pi & (n_ - 1);
     shadow_[slot] = SqShadow{cookie, static_cast<uint16_t>(s.nbb), opcode, 0, 0};
-    unsignaled_ = (s.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 0 : s.unsignaled + 1;
-    fm_cache_ = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
-    last_ctrl_ = reinterpret_cast<mlx5_wqe_ctrl_seg*>(s.wqe);
-    pi_ = s.pi + s.nbb;
-    ++posted_;
+    b.unsignaled = (s.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 0 : s.unsignaled + 1;
+    b.fm_cache = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
+    b.last_ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(s.wqe);
+    b.pi = s.pi + s.nbb;
+    ++b.posted;
+  }
+  void end_burst(const Burst& b) noexcept {
+    pi_ = b.pi;
+    unsignaled_ = b.unsignaled;
+    fm_cache_ = b.fm_cache;
+    last_ctrl_ = b.last_ctrl;
+    posted_ += b.posted;
   }
 
   // Ends a burst: makes the last WQE signaled if any WQE since the last signaled one is not

@@ -38,6 +38,9 @@ struct CoreConfig {
   // Type-2 memory windows of this core (bind_mw), allocated at create in the pool's PD. Needs a
   // device with DeviceCaps::memory_windows and an arena registered with kAccessMwBind.
   uint32_t memory_windows = 0;
+  // Tests: the map path of a CPU without AVX2 (the baseline KLM writer through a pointer) even
+  // where AVX2 is available.
+  bool baseline_klm = false;
 };
 
 // Cookies with this bit set are the window layer's own (map/unmap UMRs). Application cookies
@@ -155,21 +158,23 @@ class PollCore {
   template <class F>
   uint32_t poll(uint32_t max_cqes, F&& on) noexcept {
     // The window layer's own UMRs that completed successfully take the queue pair's cheap
-    // path (cookie only, no Completion record); their counters are added once per call.
-    uint32_t umrs_ok = 0;
+    // path (cookie only, no Completion record); their counters are added once per call: every
+    // completion the queue pair counted that did not reach the Completion path was one of them.
+    const uint64_t before = qp_.stats().completions;
+    uint64_t others = 0;
     Window* const ws = windows_;
     const uint32_t n = qp_.poll(
         max_cqes,
-        [&](uint64_t cookie) noexcept {
+        [this, ws](uint64_t cookie) noexcept {
           // Application cookies (bit 63 clear) and memory-window cookies (bits 63 and 62 set)
           // take the Completion path; only windows' map/unmap cookies (10 in the top bits) stay.
           static_assert(kInternalCookie >> 62 == 2 && kMwCookie >> 62 == 1);
           if ((cookie >> 62) != 2) return false;
           umr_ok(ws, cookie);
-          ++umrs_ok;
           return true;
         },
         [&](const mlx5::Completion& c) {
+          ++others;
           if (!c.recv && (c.cookie & kInternalCookie)) {
             on_internal(c);
             return;
@@ -180,8 +185,9 @@ class PollCore {
             on_remote_invalidate(c.imm);
           on(c);
         });
+    const uint64_t umrs_ok = qp_.stats().completions - before - others;
     stats_.umr_completions += umrs_ok;
-    umrs_in_flight_ -= umrs_ok;
+    umrs_in_flight_ -= static_cast<uint32_t>(umrs_ok);
     keys_.refresh(stats_.maps);
     if (cache_.over()) flush_to_depot();
     return n;
@@ -242,8 +248,23 @@ class PollCore {
   // empty cache, any error): every check in order, the cursor builders.
   [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
+  // map()'s fast path for one request into the SQ burst b, with cache_.at(top - 1) as the window
+  // and key draw `draw`: true when its UMR was committed (the window's state is updated;
+  // fast_maps_done() does the cache and the counters), false with nothing committed otherwise.
+  [[gnu::always_inline]] inline bool map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
+                                              const uint64_t* pages, size_t n, uint32_t access,
+                                              uint32_t first_byte_offset, uint64_t length) noexcept;
+  // After `count` map_fast() of `pages` pages in all: off the cache, in flight, counted.
+  [[gnu::always_inline]] inline void fast_maps_done(uint32_t count, uint64_t pages) noexcept;
   // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
   MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
+  // unmap()'s fast path for one window into the SQ burst b: true when its invalidate was
+  // committed (fenced counts a fenced one; fast_unmaps_done() does the cache and the counters),
+  // false with nothing committed otherwise.
+  [[gnu::always_inline]] inline bool unmap_fast(mlx5::SqWriter::Burst& b, Window* w,
+                                                uint32_t& fenced) noexcept;
+  [[gnu::always_inline]] inline void fast_unmaps_done(Window* const* ws, uint32_t count,
+                                                      uint32_t fenced) noexcept;
   // unmap() when its fast path does not apply (a refusal, an invalidate that would wrap).
   [[gnu::noinline]] Errc unmap_general(Window* w) noexcept;
   // The 8-bit key the next map of `w` writes: the window's key plus this core's step for its

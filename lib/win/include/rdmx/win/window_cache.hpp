@@ -30,6 +30,11 @@ class alignas(kCacheLine) WindowCache {
     RDMX_DEBUG_ASSERT(len_ < cap_);
     slots_[len_++] = w;
   }
+  // Forgets the top n windows (the caller took them with at()).
+  void drop(uint32_t n) noexcept {
+    RDMX_DEBUG_ASSERT(n <= len_);
+    len_ -= n;
+  }
   // Burst get: the top min(n, len()) windows into out[0..k) in one copy (out[k-1] was the top,
   // as if popped one at a time in reverse). Returns k.
   uint32_t pop_burst(Window** out, uint32_t n) noexcept {
