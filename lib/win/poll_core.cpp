@@ -97,6 +97,7 @@ void PollCore::init_templates() noexcept {
   mlx5::SqWriter& sq = qp_.sq();
   t.ctrl0 = prm::ctrl_word0(0, MLX5_OPCODE_UMR, 0, sq.qpn(), 0);
   t.map_umr0 = prm::umr_ctrl_word0(MLX5_WQE_UMR_CTRL_FLAG_INLINE | prm::kUmrFlagFailIfNotFree, 0);
+  t.ptr_umr0 = prm::umr_ctrl_word0(prm::kUmrFlagFailIfNotFree, 0);
   t.map_mask_be = detail::bswap(no_atomic_mask_ ? prm::kMapMaskNoAtomic : prm::kMapMask);
   const uint64_t ps = arena_.page_size();
   t.klm.head = uint64_t{detail::bswap(static_cast<uint32_t>(ps))} |
@@ -112,7 +113,8 @@ void PollCore::init_templates() noexcept {
   t.inv_umr0 = prm::umr_ctrl_word0(MLX5_WQE_UMR_CTRL_FLAG_INLINE, 0);
   t.inv_mask_be = detail::bswap(uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE});
   t.n_windows = pool_.n_windows();
-  t.fast_pages = std::min(max_pages_, inline_limit_);
+  t.fast_pages = max_pages_;
+  t.inline_pages = std::min(max_pages_, inline_limit_);
   t.max_length = uint64_t{t.fast_pages} * ps;
   // The access masks validate() accepts and the device can grant by UMR.
   t.access_ok = 0;

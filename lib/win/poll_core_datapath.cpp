@@ -123,40 +123,62 @@ Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
   return cache_.pop();
 }
 
+template <bool kPointer>
 bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
                         const uint64_t* pages, size_t n, uint32_t access,
                         uint32_t first_byte_offset, uint64_t length) noexcept {
-  // The fast path of one map: an inline map of a valid request whose WQE does not wrap the ring,
-  // the window cache_.at(top - 1). Everything it needs is checked at once (no early exits);
-  // anything else returns false with nothing committed, and the caller takes map_general, which
-  // names the first failed check in the documented order. The WQE is the template's constant
-  // words plus what changes, then the KLMs, the pages checked in the same pass; the same bytes
-  // as map_general's builders (tests/window compares them).
+  // The fast path of one map: a valid request whose WQE does not wrap the ring, the window
+  // cache_.at(top - 1) (in pointer mode, one whose KLM array the device no longer reads).
+  // Everything it needs is checked at once (no early exits); anything else returns 0 with
+  // nothing committed, and the caller takes map_general, which names the first failed check in
+  // the documented order. The WQE is the template's constant words plus what changes, then the
+  // KLMs (inline, or in the window's array behind one pointer entry), the pages checked in the
+  // same pass; the same bytes as map_general's builders (tests/window compares them).
   const uint64_t ps = tpl_.page_size;
   const uint64_t end = uint64_t{first_byte_offset} + length;  // no overflow once length passed
   const uint32_t oct = prm::align4(static_cast<uint32_t>(n));
+  const uint32_t ds = kPointer ? prm::kUmrPointerDs : prm::kUmrHeaderDs + oct;
   mlx5::SqWriter& sq = qp_.sq();
   mlx5::SqWriter::Slot s;
   // Bytes first_byte_offset .. end-1 must start in the first page and end in the last:
   // (n - 1) * ps < end <= n * ps, i.e. end - 1 - (n - 1) * ps < ps, with 1 <= length <= max.
-  if (n - 1 >= tpl_.fast_pages || access >= 16 || !((tpl_.access_ok >> access) & 1) ||
-      first_byte_offset >= ps || length - 1 >= tpl_.max_length ||
-      end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
-      !sq.reserve(b, 2 + oct / 4, umr_fence_, s)) [[unlikely]]
+  if (n - 1 >= (kPointer ? tpl_.fast_pages : tpl_.inline_pages) || access >= 16 ||
+      !((tpl_.access_ok >> access) & 1) || first_byte_offset >= ps ||
+      length - 1 >= tpl_.max_length || end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
+      !sq.reserve(b, prm::ds_to_wqebbs(ds), umr_fence_, s)) [[unlikely]]
     return false;
-  Window* const w = cache_.at(top - 1);
+  Window* w = cache_.at(top - 1);
+  if constexpr (kPointer) {
+    // As get_window_slow: the topmost window whose KLM array the device no longer reads is
+    // raised to the top (map_general would pick the same one). A window just unmapped is on
+    // top with its own pointer-mode map maybe still in flight. Only called with the whole
+    // cache (top == cache_.len()).
+    if (w->klm_busy_) [[unlikely]] {
+      RDMX_DEBUG_ASSERT(top == cache_.len());
+      if (!cache_.raise_first([](const Window* x) { return !x->klm_busy_; })) return false;
+      w = cache_.at(top - 1);
+    }
+  }
   const uint8_t key = keys_.next_key(w->key_, draw);
   const uint32_t mkey = w->mkey_base_ | key;
   uint8_t* const q = s.wqe;
   prm::put_umr_head(q,
-                    tpl_.ctrl0 | (uint64_t{prm::kUmrHeaderDs + oct} << 56) |
+                    tpl_.ctrl0 | (uint64_t{ds} << 56) |
                         (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
                     prm::ctrl_word1(s.fm_ce_se, Be32::from_host(mkey)),
-                    tpl_.map_umr0 | (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
+                    (kPointer ? tpl_.ptr_umr0 : tpl_.map_umr0) |
+                        (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
                     tpl_.map_mask_be, prm::mkc_word0(false, kMkcAccess[access], key),
                     detail::bswap(length));
-  if (klm_list_(q + 2 * MLX5_SEND_WQE_BB, pages, static_cast<uint32_t>(n), first_byte_offset, end,
-                tpl_.klm) != 0) [[unlikely]]
+  uint8_t* klms = q + 2 * MLX5_SEND_WQE_BB;
+  if constexpr (kPointer) {
+    // The pointer entry: the array's bytes rounded to 64 (as build_umr_map_pointer).
+    prm::set_data(reinterpret_cast<mlx5_wqe_data_seg*>(klms), (oct * prm::kKlmBytes + 63u) & ~63u,
+                  parent_lkey_, w->klm_addr_);
+    klms = reinterpret_cast<uint8_t*>(w->klm_addr_);
+  }
+  if (klm_list_(klms, pages, static_cast<uint32_t>(n), first_byte_offset, end, tpl_.klm) != 0)
+      [[unlikely]]
     return false;  // a page outside the arena: map_general counts it
   sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   w->key_ = key;
@@ -165,29 +187,36 @@ bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
   w->n_pages_ = static_cast<uint32_t>(n);
   w->length_ = length;
   ++w->outstanding_;
+  if constexpr (kPointer) w->klm_busy_ = true;
   return true;
 }
 
-void PollCore::fast_maps_done(uint32_t count, uint64_t pages) noexcept {
+void PollCore::fast_maps_done(uint32_t count, uint32_t pointer, uint64_t pages) noexcept {
   cache_.drop(count);
   umrs_in_flight_ += count;
   stats_.cache_hits += count;
-  stats_.inline_maps += count;
+  stats_.inline_maps += count - pointer;
+  stats_.pointer_maps += pointer;
   stats_.maps += count;
   stats_.pages_mapped += pages;
 }
 
-MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
-                        uint32_t first_byte_offset, uint64_t length) noexcept {
+template <bool kPointer>
+MapResult PollCore::map_one(std::span<const uint64_t> pages, uint32_t access,
+                            uint32_t first_byte_offset, uint64_t length) noexcept {
   mlx5::SqWriter& sq = qp_.sq();
   mlx5::SqWriter::Burst b = sq.begin_burst();
   const uint32_t top = cache_.len();
-  if (qp_.in_error() || !map_fast(b, top, stats_.maps, pages.data(), pages.size(), access,
-                                  first_byte_offset, length)) [[unlikely]]
+  if (qp_.in_error() || !map_fast<kPointer>(b, top, stats_.maps, pages.data(), pages.size(), access,
+                                            first_byte_offset, length)) [[unlikely]] {
+    // More pages than fit inline: pointer mode's fast path (itself falling back to map_general).
+    if (!kPointer && pages.size() > tpl_.inline_pages && !qp_.in_error())
+      return map_pointer(pages, access, first_byte_offset, length);
     return map_general(pages, access, first_byte_offset, length);
+  }
   sq.end_burst(b);
   Window* const w = cache_.at(top - 1);
-  fast_maps_done(1, pages.size());
+  fast_maps_done(1, kPointer, pages.size());
   MapResult r;
   r.window = w;
   r.rkey = r.lkey = w->rkey();
@@ -196,10 +225,20 @@ MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
   return r;
 }
 
+MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
+                        uint32_t first_byte_offset, uint64_t length) noexcept {
+  return map_one<false>(pages, access, first_byte_offset, length);
+}
+
+MapResult PollCore::map_pointer(std::span<const uint64_t> pages, uint32_t access,
+                                uint32_t first_byte_offset, uint64_t length) noexcept {
+  return map_one<true>(pages, access, first_byte_offset, length);
+}
+
 size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> out) noexcept {
-  // The fast path for as many requests as it takes, with the SQ producer, the cache top and the
-  // key draw in locals (one write-back, the counters added once); the request it cannot take
-  // goes through map_general, then the fast path resumes.
+  // The inline fast path for as many requests as it takes, with the SQ producer, the cache top
+  // and the key draw in locals (one write-back, the counters added once); the request it cannot
+  // take goes through map() (pointer mode's fast path, or map_general), then the burst resumes.
   const size_t n = reqs.size() < out.size() ? reqs.size() : out.size();
   size_t i = 0;
   mlx5::SqWriter& sq = qp_.sq();
@@ -212,18 +251,21 @@ size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> 
       uint64_t pages = 0;
       for (; i < n; ++i) {
         const MapRequest& q = reqs[i];
-        if (!map_fast(b, top, draw + (i - first), q.pages.data(), q.pages.size(), q.access,
-                      q.first_byte_offset, q.length)) [[unlikely]]
+        if (!map_fast<false>(b, top, draw + (i - first), q.pages.data(), q.pages.size(), q.access,
+                             q.first_byte_offset, q.length)) [[unlikely]]
           break;
         out[i] = cache_.at(--top);
         pages += q.pages.size();
       }
       sq.end_burst(b);
-      fast_maps_done(static_cast<uint32_t>(i - first), pages);
+      fast_maps_done(static_cast<uint32_t>(i - first), 0, pages);
       if (i == n) break;
     }
+    // A pointer-mode request (its own fast path), or one the inline fast path refused.
     const MapRequest& q = reqs[i];
-    MapResult r = map_general(q.pages, q.access, q.first_byte_offset, q.length);
+    MapResult r = q.pages.size() > tpl_.inline_pages && !qp_.in_error()
+                      ? map_pointer(q.pages, q.access, q.first_byte_offset, q.length)
+                      : map_general(q.pages, q.access, q.first_byte_offset, q.length);
     if (!r.ok()) break;
     out[i++] = r.window;
   }

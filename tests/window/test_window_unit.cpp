@@ -341,6 +341,79 @@ TEST(Map, TemplateBytesMatchTheBuilders) {
   }
 }
 
+// Pointer mode's fast path (more pages than the inline limit of 52): the WQE and the window's KLM
+// array must be what build_umr_map_pointer and write_page_klms write, in every ring position
+// and fence cap, whether the window on top of the cache still has a pointer-mode map in flight
+// (another is raised) or not.
+TEST(Map, PointerTemplateBytesMatchTheBuilders) {
+  for (const uint8_t fence_cap : {2, 1, 0}) {
+    rdmx::test::PlainDevice::default_umr_fence = fence_cap;
+    Rig r(8, 256, 8, 64);
+    rdmx::test::PlainDevice::default_umr_fence = 2;
+    PollCore& c = r.core();
+    auto& sq = c.qp().sq();
+    const uint32_t ring_bytes = sq.wqe_cnt() * MLX5_SEND_WQE_BB;
+    const uint8_t* ring = static_cast<const uint8_t*>(r.qp().sq.get());
+    std::vector<uint8_t> want(ring_bytes);
+    std::vector<uint8_t> want_klms(256 * prm::kKlmBytes);
+    auto pg = r.alloc(256);
+    std::mt19937 rng(fence_cap + 17);
+    const uint8_t umr_fence = prm::umr_fence_bits(fence_cap);
+    auto same = [&](uint32_t pi, uint32_t bytes) {
+      for (uint32_t i = 0; i < bytes; ++i) {
+        const uint32_t at = (pi * MLX5_SEND_WQE_BB + i) & (ring_bytes - 1);
+        if (ring[at] != want[at]) return testing::AssertionFailure() << "byte " << i;
+      }
+      return testing::AssertionSuccess();
+    };
+    uint32_t raised = 0;
+    for (int it = 0; it < 300; ++it) {
+      const uint32_t n = 53 + rng() % 204;
+      std::shuffle(pg.begin(), pg.end(), rng);
+      const uint32_t off = rng() % 4096;
+      const uint64_t lo = uint64_t{n - 1} * 4096 - off + 1;
+      const uint64_t len = lo + rng() % (uint64_t{n} * 4096 - off - lo + 1);
+      const uint32_t access = rng() % 2 ? kRw : kAccessLocalWrite;
+      if (sq.free_wqebbs() < 8 || it % 5 == 4) r.complete_all();
+      raised += c.cache().len() > 0 && c.cache().at(c.cache().len() - 1)->n_pages() > 52 &&
+                c.cache().at(c.cache().len() - 1)->state() == WindowState::kUnmapping;
+      const uint32_t pi = sq.pi();
+      const uint8_t fm = sq.next_fm_ce_se(false, umr_fence);
+      const uint64_t pointer_maps = c.stats().pointer_maps;
+      MapResult m = c.map(std::span(pg.data(), n), access, off, len);
+      ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc) << " it " << it;
+      ASSERT_EQ(c.stats().pointer_maps, pointer_maps + 1);
+      const prm::DecodedWqe d = r.decode(pi);
+      ASSERT_TRUE(d.has_klm_ptr);
+      prm::UmrMap um;
+      um.qpn = sq.qpn();
+      um.wqe_index = static_cast<uint16_t>(pi);
+      um.fm_ce_se = fm;
+      um.mkey = m.rkey;
+      um.access = rdmx::mlx5::mkc_access_bits(access);
+      um.parent_lkey = r.arena->lkey();
+      um.page_size = 4096;
+      um.first_offset = off;
+      um.length = len;
+      um.pages = std::span(pg.data(), n);
+      um.check = prm::kUmrFlagFailIfNotFree;
+      prm::RingCursor cur(want.data(), sq.wqe_cnt(), pi);
+      ASSERT_EQ(prm::build_umr_map_pointer(cur, um, d.klm_ptr.address, r.arena->lkey()),
+                prm::kUmrPointerDs);
+      ASSERT_EQ(sq.pi() - pi, 3u);
+      ASSERT_TRUE(same(pi, prm::kUmrPointerDs * 16)) << "map of " << n << " pages at " << pi;
+      prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(want_klms.data()), um);
+      ASSERT_EQ(std::memcmp(reinterpret_cast<const void*>(d.klm_ptr.address), want_klms.data(),
+                            prm::align4(n) * prm::kKlmBytes),
+                0)
+          << "KLM array of " << n << " pages";
+      ASSERT_EQ(c.unmap(m.window), Errc::kOk);
+    }
+    EXPECT_GT(raised, 20u);  // maps right after an unmap found a busy window on top
+    r.complete_all();
+  }
+}
+
 // 52 entries is the inline limit; 53 goes to pointer mode (pool with max_pages 256).
 TEST(Map, PointerModeBytes) {
   Rig r(4, 256, 4);

@@ -249,13 +249,25 @@ class PollCore {
   [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
   // map()'s fast path for one request into the SQ burst b, with cache_.at(top - 1) as the window
-  // and key draw `draw`: true when its UMR was committed (the window's state is updated;
-  // fast_maps_done() does the cache and the counters), false with nothing committed otherwise.
+  // and key draw `draw`, inline (kPointer false: n <= the inline limit) or in pointer mode: true
+  // when its UMR was committed (the window's state is updated; fast_maps_done() does the cache
+  // and the counters), false with nothing committed otherwise.
+  template <bool kPointer>
   [[gnu::always_inline]] inline bool map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
                                               const uint64_t* pages, size_t n, uint32_t access,
                                               uint32_t first_byte_offset, uint64_t length) noexcept;
-  // After `count` map_fast() of `pages` pages in all: off the cache, in flight, counted.
-  [[gnu::always_inline]] inline void fast_maps_done(uint32_t count, uint64_t pages) noexcept;
+  // map() of one request through map_fast<kPointer>, map_general when that refuses.
+  template <bool kPointer>
+  [[gnu::always_inline]] inline MapResult map_one(std::span<const uint64_t> pages, uint32_t access,
+                                                  uint32_t first_byte_offset,
+                                                  uint64_t length) noexcept;
+  // map() of more pages than the inline limit (out of line: map()'s inline path stays small).
+  [[gnu::noinline]] MapResult map_pointer(std::span<const uint64_t> pages, uint32_t access,
+                                          uint32_t first_byte_offset, uint64_t length) noexcept;
+  // After `count` map_fast() (`pointer` of them in pointer mode) of `pages` pages in all: off
+  // the cache, in flight, counted.
+  [[gnu::always_inline]] inline void fast_maps_done(uint32_t count, uint32_t pointer,
+                                                    uint64_t pages) noexcept;
   // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
   MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
   // unmap()'s fast path for one window into the SQ burst b: true when its invalidate was
@@ -348,17 +360,19 @@ class PollCore {
   struct UmrTemplate {
     uint64_t ctrl0 = 0;            // ctrl bytes 0-7 with wqe_index 0 and DS 0: opcode UMR, qpn
     uint64_t map_umr0 = 0;         // UMR ctrl bytes 0-7 of an inline map without its octowords
+    uint64_t ptr_umr0 = 0;         // ... of a pointer-mode map (INLINE clear)
     uint64_t map_mask_be = 0;      // the map's mkey mask, big-endian
     mlx5::prm::KlmListConsts klm;  // the KLM list writer's constants (page check included)
     uint64_t page_size = 0;
     uint32_t page_shift = 0;
-    uint64_t inv_ctrl0 = 0;    // an invalidate's ctrl bytes 0-7 with wqe_index 0
-    uint64_t inv_umr0 = 0;     // an invalidate's UMR ctrl bytes 0-7
-    uint64_t inv_mask_be = 0;  // its mkey mask (FREE), big-endian
-    uint64_t n_windows = 0;    // the pool's window count (unmap's ownership check)
-    uint64_t max_length = 0;   // fast_pages * page_size
-    uint32_t fast_pages = 0;   // map's fast path: at most this many pages (inline, <= max)
-    uint16_t access_ok = 0;    // bit a: access mask a passes validate() and the atomic cap
+    uint64_t inv_ctrl0 = 0;     // an invalidate's ctrl bytes 0-7 with wqe_index 0
+    uint64_t inv_umr0 = 0;      // an invalidate's UMR ctrl bytes 0-7
+    uint64_t inv_mask_be = 0;   // its mkey mask (FREE), big-endian
+    uint64_t n_windows = 0;     // the pool's window count (unmap's ownership check)
+    uint64_t max_length = 0;    // fast_pages * page_size
+    uint32_t fast_pages = 0;    // map's fast path: at most this many pages (the pool's max)
+    uint32_t inline_pages = 0;  // up to this many inline, more in pointer mode
+    uint16_t access_ok = 0;     // bit a: access mask a passes validate() and the atomic cap
   } tpl_;
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
