@@ -118,6 +118,56 @@ struct Rig {
   std::vector<rdmx::mlx5::Completion> app;
 };
 
+// Core 0's SQ ring beside a scratch ring of the same size (`want`, filled by the builders),
+// compared byte by byte from a WQE's first WQEBB, wrapping as the ring does.
+struct RingCompare {
+  explicit RingCompare(Rig& r)
+      : ring(static_cast<const uint8_t*>(r.qp().sq.get())),
+        ring_bytes(r.core().qp().sq().wqe_cnt() * MLX5_SEND_WQE_BB),
+        want(ring_bytes) {}
+  testing::AssertionResult same(uint32_t pi, uint32_t bytes) const {
+    for (uint32_t i = 0; i < bytes; ++i) {
+      const uint32_t at = (pi * MLX5_SEND_WQE_BB + i) & (ring_bytes - 1);
+      if (ring[at] != want[at]) return testing::AssertionFailure() << "byte " << i;
+    }
+    return testing::AssertionSuccess();
+  }
+  const uint8_t* ring;
+  uint32_t ring_bytes;
+  std::vector<uint8_t> want;
+};
+
+// A random request over n pages of 4 KiB: a first byte offset and a length that ends in the
+// last page.
+struct RandomSpan {
+  uint32_t off;
+  uint64_t len;
+};
+RandomSpan random_span(std::mt19937& rng, uint32_t n) {
+  const uint32_t off = rng() % 4096;
+  const uint64_t lo = n == 1 ? 1 : uint64_t{n - 1} * 4096 - off + 1;
+  const uint64_t hi = uint64_t{n} * 4096 - off;
+  return {off, lo + rng() % (hi - lo + 1)};
+}
+
+// The builders' description of the map that `m` answered, posted at `pi` with `fm`.
+prm::UmrMap expected_map(Rig& r, uint32_t pi, uint8_t fm, const MapResult& m, uint32_t access,
+                         std::span<const uint64_t> pages, RandomSpan sp) {
+  prm::UmrMap um;
+  um.qpn = r.core().qp().sq().qpn();
+  um.wqe_index = static_cast<uint16_t>(pi);
+  um.fm_ce_se = fm;
+  um.mkey = m.rkey;
+  um.access = rdmx::mlx5::mkc_access_bits(access);
+  um.parent_lkey = r.arena->lkey();
+  um.page_size = 4096;
+  um.first_offset = sp.off;
+  um.length = sp.len;
+  um.pages = pages;
+  um.check = prm::kUmrFlagFailIfNotFree;
+  return um;
+}
+
 TEST(WindowPool, CreatesWindowsAndChecks) {
   Rig r(8, 16, 4);
   EXPECT_EQ(r.dev.n_mkeys, 8);
@@ -284,47 +334,26 @@ TEST(Map, TemplateBytesMatchTheBuilders) {
     rdmx::test::PlainDevice::default_umr_fence = 2;
     PollCore& c = r.core();
     auto& sq = c.qp().sq();
-    const uint32_t ring_bytes = sq.wqe_cnt() * MLX5_SEND_WQE_BB;
-    const uint8_t* ring = static_cast<const uint8_t*>(r.qp().sq.get());
-    std::vector<uint8_t> want(ring_bytes);
+    RingCompare rc(r);
+    std::vector<uint8_t>& want = rc.want;
     auto pg = r.alloc(16);
     std::mt19937 rng(fence_cap + 7);
     const uint32_t accesses[] = {0, kAccessLocalWrite, kAccessRemoteRead, kRw,
                                  kAccessLocalWrite | kAccessRemoteAtomic};
     const uint8_t umr_fence = prm::umr_fence_bits(fence_cap);
-    auto same = [&](uint32_t pi, uint32_t nbb) {
-      for (uint32_t i = 0; i < nbb * MLX5_SEND_WQE_BB; ++i) {
-        const uint32_t at = (pi * MLX5_SEND_WQE_BB + i) & (ring_bytes - 1);
-        if (ring[at] != want[at]) return testing::AssertionFailure() << "byte " << i;
-      }
-      return testing::AssertionSuccess();
-    };
+    auto same = [&](uint32_t pi, uint32_t nbb) { return rc.same(pi, nbb * MLX5_SEND_WQE_BB); };
     uint32_t wrapped = 0;
     for (int it = 0; it < 400; ++it) {
       const uint32_t n = 1 + rng() % 16;
       std::shuffle(pg.begin(), pg.end(), rng);
-      const uint32_t off = rng() % 4096;
-      const uint64_t lo = n == 1 ? 1 : uint64_t{n - 1} * 4096 - off + 1;
-      const uint64_t hi = uint64_t{n} * 4096 - off;
-      const uint64_t len = lo + rng() % (hi - lo + 1);
+      const RandomSpan sp = random_span(rng, n);
       const uint32_t access = accesses[rng() % 5];
       if (sq.free_wqebbs() < 2 * prm::ds_to_wqebbs(prm::umr_inline_ds(16))) r.complete_all();
       const uint32_t pi = sq.pi();
       const uint8_t fm = sq.next_fm_ce_se(false, umr_fence);
-      MapResult m = c.map(std::span(pg.data(), n), access, off, len);
+      MapResult m = c.map(std::span(pg.data(), n), access, sp.off, sp.len);
       ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
-      prm::UmrMap um;
-      um.qpn = sq.qpn();
-      um.wqe_index = static_cast<uint16_t>(pi);
-      um.fm_ce_se = fm;
-      um.mkey = m.rkey;
-      um.access = rdmx::mlx5::mkc_access_bits(access);
-      um.parent_lkey = r.arena->lkey();
-      um.page_size = 4096;
-      um.first_offset = off;
-      um.length = len;
-      um.pages = std::span(pg.data(), n);
-      um.check = prm::kUmrFlagFailIfNotFree;
+      const prm::UmrMap um = expected_map(r, pi, fm, m, access, std::span(pg.data(), n), sp);
       prm::RingCursor cur(want.data(), sq.wqe_cnt(), pi);
       const uint32_t nbb = prm::ds_to_wqebbs(prm::build_umr_map_inline(cur, um));
       ASSERT_EQ(sq.pi() - pi, nbb);
@@ -352,27 +381,16 @@ TEST(Map, PointerTemplateBytesMatchTheBuilders) {
     rdmx::test::PlainDevice::default_umr_fence = 2;
     PollCore& c = r.core();
     auto& sq = c.qp().sq();
-    const uint32_t ring_bytes = sq.wqe_cnt() * MLX5_SEND_WQE_BB;
-    const uint8_t* ring = static_cast<const uint8_t*>(r.qp().sq.get());
-    std::vector<uint8_t> want(ring_bytes);
+    RingCompare rc(r);
     std::vector<uint8_t> want_klms(256 * prm::kKlmBytes);
     auto pg = r.alloc(256);
     std::mt19937 rng(fence_cap + 17);
     const uint8_t umr_fence = prm::umr_fence_bits(fence_cap);
-    auto same = [&](uint32_t pi, uint32_t bytes) {
-      for (uint32_t i = 0; i < bytes; ++i) {
-        const uint32_t at = (pi * MLX5_SEND_WQE_BB + i) & (ring_bytes - 1);
-        if (ring[at] != want[at]) return testing::AssertionFailure() << "byte " << i;
-      }
-      return testing::AssertionSuccess();
-    };
     uint32_t raised = 0;
     for (int it = 0; it < 300; ++it) {
       const uint32_t n = 53 + rng() % 204;
       std::shuffle(pg.begin(), pg.end(), rng);
-      const uint32_t off = rng() % 4096;
-      const uint64_t lo = uint64_t{n - 1} * 4096 - off + 1;
-      const uint64_t len = lo + rng() % (uint64_t{n} * 4096 - off - lo + 1);
+      const RandomSpan sp = random_span(rng, n);
       const uint32_t access = rng() % 2 ? kRw : kAccessLocalWrite;
       if (sq.free_wqebbs() < 8 || it % 5 == 4) r.complete_all();
       raised += c.cache().len() > 0 && c.cache().at(c.cache().len() - 1)->n_pages() > 52 &&
@@ -380,28 +398,17 @@ TEST(Map, PointerTemplateBytesMatchTheBuilders) {
       const uint32_t pi = sq.pi();
       const uint8_t fm = sq.next_fm_ce_se(false, umr_fence);
       const uint64_t pointer_maps = c.stats().pointer_maps;
-      MapResult m = c.map(std::span(pg.data(), n), access, off, len);
+      MapResult m = c.map(std::span(pg.data(), n), access, sp.off, sp.len);
       ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc) << " it " << it;
       ASSERT_EQ(c.stats().pointer_maps, pointer_maps + 1);
       const prm::DecodedWqe d = r.decode(pi);
       ASSERT_TRUE(d.has_klm_ptr);
-      prm::UmrMap um;
-      um.qpn = sq.qpn();
-      um.wqe_index = static_cast<uint16_t>(pi);
-      um.fm_ce_se = fm;
-      um.mkey = m.rkey;
-      um.access = rdmx::mlx5::mkc_access_bits(access);
-      um.parent_lkey = r.arena->lkey();
-      um.page_size = 4096;
-      um.first_offset = off;
-      um.length = len;
-      um.pages = std::span(pg.data(), n);
-      um.check = prm::kUmrFlagFailIfNotFree;
-      prm::RingCursor cur(want.data(), sq.wqe_cnt(), pi);
+      const prm::UmrMap um = expected_map(r, pi, fm, m, access, std::span(pg.data(), n), sp);
+      prm::RingCursor cur(rc.want.data(), sq.wqe_cnt(), pi);
       ASSERT_EQ(prm::build_umr_map_pointer(cur, um, d.klm_ptr.address, r.arena->lkey()),
                 prm::kUmrPointerDs);
       ASSERT_EQ(sq.pi() - pi, 3u);
-      ASSERT_TRUE(same(pi, prm::kUmrPointerDs * 16)) << "map of " << n << " pages at " << pi;
+      ASSERT_TRUE(rc.same(pi, prm::kUmrPointerDs * 16)) << "map of " << n << " pages at " << pi;
       prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(want_klms.data()), um);
       ASSERT_EQ(std::memcmp(reinterpret_cast<const void*>(d.klm_ptr.address), want_klms.data(),
                             prm::align4(n) * prm::kKlmBytes),
@@ -815,12 +822,10 @@ TEST(MapBurst, SameWqesWindowsKeysAndCountsAsOneAtATime) {
         std::shuffle(pa.begin(), pa.end(), rng);
         lists[i].assign(pa.begin(), pa.begin() + n);
         if (rng() % 16 == 0) lists[i][rng() % n] = outside;
-        const uint32_t off = rng() % 4096;
-        const uint64_t lo = n == 1 ? 1 : uint64_t{n - 1} * 4096 - off + 1;
-        const uint64_t len = lo + rng() % (uint64_t{n} * 4096 - off - lo + 1);
-        reqs[i] = MapRequest{lists[i], kRw, off, len};
+        const RandomSpan sp = random_span(rng, n);
+        reqs[i] = MapRequest{lists[i], kRw, sp.off, sp.len};
         for (uint64_t v : lists[i]) lists_b[i].push_back(to_b(v));
-        reqs_b[i] = MapRequest{lists_b[i], kRw, off, len};
+        reqs_b[i] = MapRequest{lists_b[i], kRw, sp.off, sp.len};
       }
       std::vector<Window*> wa(k), wb;
       const size_t got = ca.map_burst(reqs, wa);
