@@ -224,6 +224,9 @@ TestResult test_umr(Ctx& ctx) {
                 (unsigned long long)st.pointer_maps, (unsigned long long)map_errors,
                 (unsigned long long)st.klm_waits, batch);
   t.notes.push_back(buf);
+  t.notes.push_back(std::string("KLM list writer: ") +
+                    mlx5::prm::klm_variant_name(core.klm_variant()) +
+                    " (AVX-512 only with the EAL option --force-max-simd-bitwidth=512)");
 
   // Targets.
   const CaseResult* u16 = t.find("umr.map_unmap.p16");

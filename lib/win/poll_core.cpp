@@ -1,5 +1,13 @@
 // PollCore setup, shutdown and QP-error recovery (cold paths). The hot path is in
 // poll_core_datapath.cpp.
+#define ALLOW_EXPERIMENTAL_API  // rte_vect_get_max_simd_bitwidth (experimental in DPDK 22.11)
+#if defined(__x86_64__)
+#include <immintrin.h>  // before the extern "C" block below (its guards then skip it there)
+#endif
+extern "C" {  // DPDK 22.11's rte_vect.h declares its functions without C linkage for C++
+#include <rte_vect.h>
+}
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -60,10 +68,16 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   // the matching fence, as the kernel's REG_MR does (doc/guides/mlx5-facts.md §5.1, §5.3).
   c->umr_fence_ = mlx5::prm::umr_fence_bits(dev.caps().umr_fence);
   c->no_atomic_mask_ = dev.caps().umr_modify_atomic_disabled;
-  // The widest KLM writer this CPU runs (same bytes as the baseline; tests/unit/prm compares).
-  c->klm_mid_ = mlx5::prm::klm_mid_variant(mlx5::prm::klm_best_variant());
+  // The widest KLM writer this CPU runs within DPDK's SIMD width limit (EAL's
+  // --force-max-simd-bitwidth; 256 by default, and before EAL init, which leaves it 0). Same
+  // bytes as the baseline: tests/unit/prm compares every variant the CPU supports.
+  const uint16_t simd_bits = rte_vect_get_max_simd_bitwidth();
   const mlx5::prm::KlmVariant klm =
-      cfg.baseline_klm ? mlx5::prm::KlmVariant::kBaseline : mlx5::prm::klm_best_variant();
+      cfg.baseline_klm
+          ? mlx5::prm::KlmVariant::kBaseline
+          : mlx5::prm::klm_best_variant(simd_bits ? simd_bits : uint32_t{RTE_VECT_SIMD_256});
+  c->klm_variant_ = klm;
+  c->klm_mid_ = mlx5::prm::klm_mid_variant(klm);
   c->klm_list_ = mlx5::prm::klm_list_variant(klm);
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));

@@ -88,6 +88,20 @@ struct Klm4Avx2 {
   pc->over |= o;
 }
 
+// The whole-list writers write every page (first and last included) as a whole-page entry; then
+// the two partial byte counts are written over: the last page's first, the first page's second
+// (with its address), so that a one-page list ends with the first page's count.
+inline void partial_entries(uint8_t* out, const uint64_t* pages, uint32_t n, uint64_t first_offset,
+                            uint64_t end, const KlmListConsts& k) noexcept {
+  const uint32_t last_bc =
+      detail::bswap(static_cast<uint32_t>(end - (uint64_t{n - 1} << k.page_shift)));
+  std::memcpy(out + size_t{n - 1} * kKlmBytes, &last_bc, sizeof(last_bc));
+  const uint32_t first_bc =
+      detail::bswap(static_cast<uint32_t>((end < k.page_size ? end : k.page_size) - first_offset));
+  std::memcpy(out, &first_bc, sizeof(first_bc));
+  put_u64(out + 8, detail::bswap(pages[0] + first_offset));
+}
+
 // The whole list: every page (first and last included) as a whole-page entry, four per step as
 // klm_mid_avx2; the last 1-3 pages with a masked load (lanes past the list read nothing and
 // give zero entries: the padding). Then the two partial byte counts are written over: the last
@@ -115,13 +129,7 @@ struct Klm4Avx2 {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_and_si256(e01, m01));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes), _mm256_and_si256(e23, m23));
   }
-  const uint32_t last_bc =
-      detail::bswap(static_cast<uint32_t>(end - (uint64_t{n - 1} << k.page_shift)));
-  std::memcpy(out + size_t{n - 1} * kKlmBytes, &last_bc, sizeof(last_bc));
-  const uint32_t first_bc =
-      detail::bswap(static_cast<uint32_t>((end < k.page_size ? end : k.page_size) - first_offset));
-  std::memcpy(out, &first_bc, sizeof(first_bc));
-  put_u64(out + 8, detail::bswap(pages[0] + first_offset));
+  partial_entries(out, pages, n, first_offset, end, k);
   // A page fails when its difference is misaligned, negative or past the end: one vptest over
   // the lanes of all three.
   const __m256i misaligned =
@@ -131,6 +139,116 @@ struct Klm4Avx2 {
   return static_cast<uint64_t>(!_mm256_testz_si256(bad, bad));
 }
 
+// AVX-512 (F, BW, DQ): eight entries per step. One 64-byte load of eight addresses; d = v - base;
+// the check is one unsigned compare into a mask (past the end, or below the base: the difference
+// wraps) and vpor into acc (alignment); vpshufb swaps the addresses in their lanes and two
+// vpermt2q put each beside the constant {byte_count, mkey} word: {e0 e1 e2 e3} and {e4 .. e7},
+// two 64-byte stores. The last 1-7 entries take masked loads and stores (nothing is read or
+// written past the list; the whole-list writer zeroes the padding up to align4(n)).
+constexpr uint8_t spread4(uint32_t lanes) noexcept {  // lane j of 4 -> qwords 2j, 2j+1
+  uint8_t q = 0;
+  for (uint32_t j = 0; j < 4; ++j)
+    if (lanes & (1u << j)) q = static_cast<uint8_t>(q | (3u << (2 * j)));
+  return q;
+}
+inline constexpr uint8_t kSpread4[16] = {spread4(0),  spread4(1),  spread4(2),  spread4(3),
+                                         spread4(4),  spread4(5),  spread4(6),  spread4(7),
+                                         spread4(8),  spread4(9),  spread4(10), spread4(11),
+                                         spread4(12), spread4(13), spread4(14), spread4(15)};
+
+// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() where the mask form needs a source, and
+// -Wuninitialized reports it once inlined (GCC bug 105593, fixed in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define RDMX_AVX512 gnu::target("avx512f,avx512bw,avx512dq")
+struct Klm8Avx512 {
+  static constexpr long long kSwapLo = 0x0001020304050607;
+  static constexpr long long kSwapHi = 0x08090a0b0c0d0e0f;
+  __m512i head8, swap64, vbase, vlast, idx_lo, idx_hi;
+  __m512i acc;
+  __mmask8 over = 0;
+  [[RDMX_AVX512, gnu::always_inline]] Klm8Avx512(uint64_t head, uint64_t base,
+                                                 uint64_t last) noexcept
+      : head8(_mm512_set1_epi64(static_cast<long long>(head))),
+        // Each 16-byte lane: bytes 7..0 then 15..8 (every address byte-swapped in place).
+        swap64(_mm512_set_epi64(kSwapHi, kSwapLo, kSwapHi, kSwapLo, kSwapHi, kSwapLo, kSwapHi,
+                                kSwapLo)),
+        vbase(_mm512_set1_epi64(static_cast<long long>(base))),
+        vlast(_mm512_set1_epi64(static_cast<long long>(last))),
+        idx_lo(_mm512_set_epi64(11, 0, 10, 0, 9, 0, 8, 0)),
+        idx_hi(_mm512_set_epi64(15, 0, 14, 0, 13, 0, 12, 0)),
+        acc(_mm512_setzero_si512()) {}
+  // Checks the lanes of m (v's other lanes must be zero) and gives the entries of v's eight
+  // addresses: lo = {e0 .. e3}, hi = {e4 .. e7}.
+  [[RDMX_AVX512, gnu::always_inline]] void entries(__m512i v, __mmask8 m, __m512i& lo,
+                                                   __m512i& hi) noexcept {
+    const __m512i d = _mm512_maskz_sub_epi64(m, v, vbase);
+    acc = _mm512_or_si512(acc, d);
+    over = static_cast<__mmask8>(over | _mm512_mask_cmpgt_epu64_mask(m, d, vlast));
+    const __m512i a = _mm512_shuffle_epi8(v, swap64);
+    lo = _mm512_permutex2var_epi64(head8, idx_lo, a);
+    hi = _mm512_permutex2var_epi64(head8, idx_hi, a);
+  }
+  // Whole groups of eight over pages[0, n & ~7).
+  [[RDMX_AVX512, gnu::always_inline]] void run(const uint64_t* p, uint32_t n,
+                                               uint8_t* out) noexcept {
+    for (const uint64_t* const end = p + (n & ~7u); p != end; p += 8, out += 8 * kKlmBytes) {
+      __m512i lo, hi;
+      entries(_mm512_loadu_si512(p), 0xff, lo, hi);
+      _mm512_storeu_si512(out, lo);
+      _mm512_storeu_si512(out + 4 * kKlmBytes, hi);
+    }
+  }
+  // acc's lanes folded into one word (without _mm512_reduce_or_epi64, whose GCC 12 expansion
+  // trips -Wuninitialized).
+  [[RDMX_AVX512, gnu::always_inline]] uint64_t acc_word() const noexcept {
+    const __m256i y =
+        _mm512_castsi512_si256(_mm512_or_si512(acc, _mm512_shuffle_i64x2(acc, acc, 0x4e)));
+    __m128i h = _mm_or_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+    h = _mm_or_si128(h, _mm_unpackhi_epi64(h, h));
+    return static_cast<uint64_t>(_mm_cvtsi128_si64(h));
+  }
+};
+
+[[RDMX_AVX512]] void klm_mid_avx512(const uint64_t* pages, uint32_t count, uint8_t* out,
+                                    uint64_t head, PageCheck* pc) noexcept {
+  Klm8Avx512 w(head, pc->base, pc->span - 1);
+  w.run(pages, count, out);
+  if (const uint32_t rest = count & 7u) {
+    const uint32_t whole = count & ~7u;
+    const __mmask8 m = static_cast<__mmask8>((1u << rest) - 1);
+    __m512i lo, hi;
+    w.entries(_mm512_maskz_loadu_epi64(m, pages + whole), m, lo, hi);
+    uint8_t* const o = out + size_t{whole} * kKlmBytes;
+    _mm512_mask_storeu_epi64(o, kSpread4[m & 0xf], lo);
+    _mm512_mask_storeu_epi64(o + 4 * kKlmBytes, kSpread4[m >> 4], hi);
+  }
+  pc->acc |= w.acc_word();
+  pc->over |= w.over != 0;
+}
+
+// The whole list, eight entries per step; the last 1-7 with a masked load, their entries kept
+// when in the list and zero otherwise, up to align4(n) entries (one or two 64-byte stores).
+[[RDMX_AVX512]] uint64_t klm_list_avx512(uint8_t* out, const uint64_t* pages, uint32_t n,
+                                         uint64_t first_offset, uint64_t end,
+                                         const KlmListConsts& k) noexcept {
+  Klm8Avx512 w(k.head, k.base, k.last);
+  w.run(pages, n, out);
+  if (const uint32_t rest = n & 7u) {
+    const uint32_t whole = n & ~7u;
+    const __mmask8 m = static_cast<__mmask8>((1u << rest) - 1);
+    __m512i lo, hi;
+    w.entries(_mm512_maskz_loadu_epi64(m, pages + whole), m, lo, hi);
+    uint8_t* const o = out + size_t{whole} * kKlmBytes;
+    _mm512_storeu_si512(o, _mm512_maskz_mov_epi64(kSpread4[m & 0xf], lo));
+    if (rest > 4)
+      _mm512_storeu_si512(o + 4 * kKlmBytes, _mm512_maskz_mov_epi64(kSpread4[m >> 4], hi));
+  }
+  partial_entries(out, pages, n, first_offset, end, k);
+  return (w.acc_word() & (k.page_size - 1)) | w.over;
+}
+#undef RDMX_AVX512
+#pragma GCC diagnostic pop
 #endif
 
 uint64_t klm_list_baseline(uint8_t* out, const uint64_t* pages, uint32_t n, uint64_t first_offset,
@@ -153,6 +271,7 @@ KlmListFn klm_list_variant(KlmVariant v) noexcept {
   if (!klm_variant_supported(v)) return nullptr;
 #if defined(__x86_64__)
   if (v == KlmVariant::kAvx2) return &klm_list_avx2;
+  if (v == KlmVariant::kAvx512) return &klm_list_avx512;
 #endif
   return &klm_list_baseline;
 }
@@ -163,6 +282,8 @@ const char* klm_variant_name(KlmVariant v) noexcept {
       return "baseline";
     case KlmVariant::kAvx2:
       return "avx2";
+    case KlmVariant::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -177,18 +298,29 @@ bool klm_variant_supported(KlmVariant v) noexcept {
 #else
       return false;
 #endif
+    case KlmVariant::kAvx512:
+#if defined(__x86_64__)
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq");
+#else
+      return false;
+#endif
   }
   return false;
 }
 
-KlmVariant klm_best_variant() noexcept {
-  return klm_variant_supported(KlmVariant::kAvx2) ? KlmVariant::kAvx2 : KlmVariant::kBaseline;
+KlmVariant klm_best_variant(uint32_t max_simd_bits) noexcept {
+  if (max_simd_bits >= 512 && klm_variant_supported(KlmVariant::kAvx512))
+    return KlmVariant::kAvx512;
+  if (max_simd_bits >= 256 && klm_variant_supported(KlmVariant::kAvx2)) return KlmVariant::kAvx2;
+  return KlmVariant::kBaseline;
 }
 
 KlmMidFn klm_mid_variant(KlmVariant v) noexcept {
   if (!klm_variant_supported(v)) return nullptr;
 #if defined(__x86_64__)
   if (v == KlmVariant::kAvx2) return &klm_mid_avx2;
+  if (v == KlmVariant::kAvx512) return &klm_mid_avx512;
 #endif
   return nullptr;
 }

@@ -64,6 +64,8 @@ class PollCore {
   const WindowCache& cache() const noexcept { return cache_; }
   const CoreStats& stats() const noexcept { return stats_; }
   const KeyGen& keys() const noexcept { return keys_; }
+  // The KLM writer variant chosen at create (CPU features, DPDK's SIMD width limit).
+  mlx5::prm::KlmVariant klm_variant() const noexcept { return klm_variant_; }
   uint32_t umrs_in_flight() const noexcept { return umrs_in_flight_; }
   WindowPool& pool() noexcept { return pool_; }
   // The Errc of the last rejected call (map_burst/unmap_burst stop at it).
@@ -355,6 +357,7 @@ class PollCore {
   bool no_atomic_mask_ = false;              // DeviceCaps::umr_modify_atomic_disabled
   mlx5::prm::KlmMidFn klm_mid_ = nullptr;    // KLM writer variant for this CPU (create)
   mlx5::prm::KlmListFn klm_list_ = nullptr;  // the inline map's whole-list writer (create)
+  mlx5::prm::KlmVariant klm_variant_ = mlx5::prm::KlmVariant::kBaseline;
   // The constant parts of the UMR WQEs this core writes, prepared at create: a map or an
   // unmap then writes only what changes (index, DS, fence, key, length, access, the KLMs).
   struct UmrTemplate {

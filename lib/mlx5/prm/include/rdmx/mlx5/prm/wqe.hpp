@@ -281,13 +281,16 @@ inline constexpr uint64_t kMapMaskNoAtomic =
 struct PageCheck;
 using KlmMidFn = void (*)(const uint64_t* pages, uint32_t count, uint8_t* out, uint64_t head,
                           PageCheck* pc) noexcept;
-enum class KlmVariant : uint8_t { kBaseline, kAvx2 };
-inline constexpr KlmVariant kKlmVariants[] = {KlmVariant::kBaseline, KlmVariant::kAvx2};
+enum class KlmVariant : uint8_t { kBaseline, kAvx2, kAvx512 };
+inline constexpr KlmVariant kKlmVariants[] = {KlmVariant::kBaseline, KlmVariant::kAvx2,
+                                              KlmVariant::kAvx512};
 const char* klm_variant_name(KlmVariant v) noexcept;
-// Whether this CPU can run v (kBaseline: always).
+// Whether this CPU can run v (kBaseline: always; kAvx512 needs AVX-512 F, BW and DQ).
 bool klm_variant_supported(KlmVariant v) noexcept;
-// The best variant this CPU supports.
-KlmVariant klm_best_variant() noexcept;
+// The best variant this CPU supports within a vector width of max_simd_bits (DPDK's
+// rte_vect_get_max_simd_bitwidth(): 256 unless EAL ran with --force-max-simd-bitwidth=512, as
+// DPDK's own AVX-512 paths are chosen).
+KlmVariant klm_best_variant(uint32_t max_simd_bits = 256) noexcept;
 // The middle-run writer of v (nullptr for kBaseline, or when v is not supported).
 KlmMidFn klm_mid_variant(KlmVariant v) noexcept;
 // A variant's writer pays for its call above this many middle entries; below, the inline
