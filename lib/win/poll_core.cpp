@@ -73,9 +73,13 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   // bytes as the baseline: tests/unit/prm compares every variant the CPU supports.
   const uint16_t simd_bits = rte_vect_get_max_simd_bitwidth();
   const mlx5::prm::KlmVariant klm =
-      cfg.baseline_klm
-          ? mlx5::prm::KlmVariant::kBaseline
+      cfg.klm_variant
+          ? *cfg.klm_variant
           : mlx5::prm::klm_best_variant(simd_bits ? simd_bits : uint32_t{RTE_VECT_SIMD_256});
+  if (!mlx5::prm::klm_variant_supported(klm))
+    return make_error(Errc::kUnsupported, std::string("poll core: KLM writer ") +
+                                              mlx5::prm::klm_variant_name(klm) +
+                                              " is not supported by this CPU");
   c->klm_variant_ = klm;
   c->klm_mid_ = mlx5::prm::klm_mid_variant(klm);
   c->klm_list_ = mlx5::prm::klm_list_variant(klm);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include <rdmx/mem/arena.hpp>
@@ -29,8 +30,8 @@ namespace prm = rdmx::mlx5::prm;
 
 constexpr uint32_t kRw = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead;
 
-// Cores of the next Rigs take the baseline KLM writer (CoreConfig::baseline_klm).
-bool g_baseline_klm = false;
+// Cores of the next Rigs take this KLM writer (CoreConfig::klm_variant; unset: the default).
+std::optional<prm::KlmVariant> g_klm_variant;
 
 struct Rig {
   explicit Rig(uint32_t n_windows = 8, uint32_t max_pages = 16, uint32_t cache_size = 8,
@@ -53,7 +54,7 @@ struct Rig {
     cc.cache_size = cache_size;
     cc.qp.sq_wqebbs = sq;
     cc.qp.cq_cqes = 4096;
-    cc.baseline_klm = g_baseline_klm;
+    cc.klm_variant = g_klm_variant;
     for (uint32_t i = 0; i < n_cores; ++i) {
       auto c = PollCore::create(*pool, cc);
       EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
@@ -117,6 +118,13 @@ struct Rig {
   std::vector<std::unique_ptr<PollCore>> cores;
   std::vector<rdmx::mlx5::Completion> app;
 };
+
+// The byte-compare tests run once per fence cap (2, 1, 0); each run also takes one KLM writer
+// (AVX-512, AVX2, baseline), or the default where the CPU lacks it.
+void use_variant_of(uint8_t fence_cap) {
+  const prm::KlmVariant v = prm::kKlmVariants[fence_cap % 3];
+  if (prm::klm_variant_supported(v)) g_klm_variant = v;
+}
 
 // Core 0's SQ ring beside a scratch ring of the same size (`want`, filled by the builders),
 // compared byte by byte from a WQE's first WQEBB, wrapping as the ring does.
@@ -330,8 +338,10 @@ TEST(Map, InlineUmrBytes) {
 TEST(Map, TemplateBytesMatchTheBuilders) {
   for (const uint8_t fence_cap : {2, 1, 0}) {
     rdmx::test::PlainDevice::default_umr_fence = fence_cap;
+    use_variant_of(fence_cap);
     Rig r(8, 16, 8, 64);
     rdmx::test::PlainDevice::default_umr_fence = 2;
+    g_klm_variant.reset();
     PollCore& c = r.core();
     auto& sq = c.qp().sq();
     RingCompare rc(r);
@@ -377,8 +387,10 @@ TEST(Map, TemplateBytesMatchTheBuilders) {
 TEST(Map, PointerTemplateBytesMatchTheBuilders) {
   for (const uint8_t fence_cap : {2, 1, 0}) {
     rdmx::test::PlainDevice::default_umr_fence = fence_cap;
+    use_variant_of(fence_cap);
     Rig r(8, 256, 8, 64);
     rdmx::test::PlainDevice::default_umr_fence = 2;
+    g_klm_variant.reset();
     PollCore& c = r.core();
     auto& sq = c.qp().sq();
     RingCompare rc(r);
@@ -781,13 +793,15 @@ TEST(Map, ExhaustionIsImmediateAndCounted) {
 // and stop at the same request as map()/unmap() one at a time. Two identical rigs (random keys
 // from the same test seed), one driven by bursts, one by single calls; bursts mix inline and
 // pointer-mode maps (the fast path gives way to map_general and resumes), a ring that wraps, a bad
-// page or a stale window in the middle, for both KLM writers.
+// page or a stale window in the middle, for every KLM writer this CPU runs.
 TEST(MapBurst, SameWqesWindowsKeysAndCountsAsOneAtATime) {
-  for (const bool baseline : {false, true}) {
-    g_baseline_klm = baseline;
+  for (const prm::KlmVariant writer : prm::kKlmVariants) {
+    if (!prm::klm_variant_supported(writer)) continue;
+    g_klm_variant = writer;
     Rig a(24, 64, 24, 256, 4096, 1, KeyPolicy::kRandom, 5);
     Rig b(24, 64, 24, 256, 4096, 1, KeyPolicy::kRandom, 5);
-    g_baseline_klm = false;
+    g_klm_variant.reset();
+    ASSERT_EQ(a.core().klm_variant(), writer);
     PollCore& ca = a.core();
     PollCore& cb = b.core();
     auto pa = a.alloc(64);
@@ -809,7 +823,7 @@ TEST(MapBurst, SameWqesWindowsKeysAndCountsAsOneAtATime) {
       return testing::AssertionSuccess();
     };
     const uint64_t outside = 3 * 4096;  // a page of neither arena
-    std::mt19937 rng(baseline ? 11 : 12);
+    std::mt19937 rng(11 + static_cast<uint32_t>(writer));
     uint32_t stopped_maps = 0, stopped_unmaps = 0, pointer = 0;
     std::vector<std::vector<uint64_t>> lists, lists_b;
     for (int round = 0; round < 120; ++round) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include <rdmx/core/result.hpp>
@@ -38,9 +39,9 @@ struct CoreConfig {
   // Type-2 memory windows of this core (bind_mw), allocated at create in the pool's PD. Needs a
   // device with DeviceCaps::memory_windows and an arena registered with kAccessMwBind.
   uint32_t memory_windows = 0;
-  // Tests: the map path of a CPU without AVX2 (the baseline KLM writer through a pointer) even
-  // where AVX2 is available.
-  bool baseline_klm = false;
+  // Tests and benchmarks: this KLM writer instead of the widest one DPDK's SIMD width limit
+  // allows (create refuses, kUnsupported, a variant the CPU cannot run).
+  std::optional<mlx5::prm::KlmVariant> klm_variant;
 };
 
 // Cookies with this bit set are the window layer's own (map/unmap UMRs). Application cookies
