@@ -199,6 +199,18 @@ struct Klm8Avx512 {
       _mm512_storeu_si512(out + 4 * kKlmBytes, hi);
     }
   }
+  // The last n & 7 (1-7) of pages[0, n): their entries (lo, hi; lanes past the list read
+  // nothing and are zero), where they go in out (o), and the mask of their lanes (returned). The
+  // caller stores them: masked (nothing written past the entries) or whole (zero padding).
+  [[RDMX_AVX512, gnu::always_inline]] __mmask8 tail(const uint64_t* pages, uint32_t n, uint8_t* out,
+                                                    uint8_t*& o, __m512i& lo,
+                                                    __m512i& hi) noexcept {
+    const uint32_t whole = n & ~7u;
+    const __mmask8 m = static_cast<__mmask8>((1u << (n & 7u)) - 1);
+    entries(_mm512_maskz_loadu_epi64(m, pages + whole), m, lo, hi);
+    o = out + size_t{whole} * kKlmBytes;
+    return m;
+  }
   // acc's lanes folded into one word (without _mm512_reduce_or_epi64, whose GCC 12 expansion
   // trips -Wuninitialized).
   [[RDMX_AVX512, gnu::always_inline]] uint64_t acc_word() const noexcept {
@@ -214,12 +226,10 @@ struct Klm8Avx512 {
                                     uint64_t head, PageCheck* pc) noexcept {
   Klm8Avx512 w(head, pc->base, pc->span - 1);
   w.run(pages, count, out);
-  if (const uint32_t rest = count & 7u) {
-    const uint32_t whole = count & ~7u;
-    const __mmask8 m = static_cast<__mmask8>((1u << rest) - 1);
+  if (count & 7u) {
     __m512i lo, hi;
-    w.entries(_mm512_maskz_loadu_epi64(m, pages + whole), m, lo, hi);
-    uint8_t* const o = out + size_t{whole} * kKlmBytes;
+    uint8_t* o;
+    const __mmask8 m = w.tail(pages, count, out, o, lo, hi);
     _mm512_mask_storeu_epi64(o, kSpread4[m & 0xf], lo);
     _mm512_mask_storeu_epi64(o + 4 * kKlmBytes, kSpread4[m >> 4], hi);
   }
@@ -234,14 +244,12 @@ struct Klm8Avx512 {
                                          const KlmListConsts& k) noexcept {
   Klm8Avx512 w(k.head, k.base, k.last);
   w.run(pages, n, out);
-  if (const uint32_t rest = n & 7u) {
-    const uint32_t whole = n & ~7u;
-    const __mmask8 m = static_cast<__mmask8>((1u << rest) - 1);
+  if (n & 7u) {
     __m512i lo, hi;
-    w.entries(_mm512_maskz_loadu_epi64(m, pages + whole), m, lo, hi);
-    uint8_t* const o = out + size_t{whole} * kKlmBytes;
+    uint8_t* o;
+    const __mmask8 m = w.tail(pages, n, out, o, lo, hi);
     _mm512_storeu_si512(o, _mm512_maskz_mov_epi64(kSpread4[m & 0xf], lo));
-    if (rest > 4)
+    if (m >> 4)
       _mm512_storeu_si512(o + 4 * kKlmBytes, _mm512_maskz_mov_epi64(kSpread4[m >> 4], hi));
   }
   partial_entries(out, pages, n, first_offset, end, k);
