@@ -118,13 +118,8 @@ void PollCore::init_templates() noexcept {
   t.ptr_umr0 = prm::umr_ctrl_word0(prm::kUmrFlagFailIfNotFree, 0);
   t.map_mask_be = detail::bswap(no_atomic_mask_ ? prm::kMapMaskNoAtomic : prm::kMapMask);
   const uint64_t ps = arena_.page_size();
-  t.klm.head = uint64_t{detail::bswap(static_cast<uint32_t>(ps))} |
-               (uint64_t{detail::bswap(parent_lkey_)} << 32);
-  t.klm.lkey_hi = uint64_t{detail::bswap(parent_lkey_)} << 32;
-  t.klm.base = arena_.base();
-  t.klm.last = arena_.data_end() - arena_.base() - 1;
-  t.klm.page_size = ps;
-  t.klm.page_shift = static_cast<uint32_t>(std::countr_zero(ps));
+  t.klm =
+      prm::KlmListConsts::of(ps, parent_lkey_, arena_.base(), arena_.data_end() - arena_.base());
   t.page_size = ps;
   t.page_shift = static_cast<uint32_t>(std::countr_zero(ps));
   t.inv_ctrl0 = prm::ctrl_word0(0, MLX5_OPCODE_UMR, 0, sq.qpn(), prm::kUmrHeaderDs);

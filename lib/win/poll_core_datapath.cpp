@@ -124,12 +124,12 @@ Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
 }
 
 template <bool kPointer>
-bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
-                        const uint64_t* pages, size_t n, uint32_t access,
-                        uint32_t first_byte_offset, uint64_t length) noexcept {
+Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
+                           const uint64_t* pages, size_t n, uint32_t access,
+                           uint32_t first_byte_offset, uint64_t length) noexcept {
   // The fast path of one map: a valid request whose WQE does not wrap the ring, the window
   // cache_.at(top - 1) (in pointer mode, one whose KLM array the device no longer reads).
-  // Everything it needs is checked at once (no early exits); anything else returns 0 with
+  // Everything it needs is checked at once (no early exits); anything else returns nullptr with
   // nothing committed, and the caller takes map_general, which names the first failed check in
   // the documented order. The WQE is the template's constant words plus what changes, then the
   // KLMs (inline, or in the window's array behind one pointer entry), the pages checked in the
@@ -146,7 +146,7 @@ bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
       !((tpl_.access_ok >> access) & 1) || first_byte_offset >= ps ||
       length - 1 >= tpl_.max_length || end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
       !sq.reserve(b, prm::ds_to_wqebbs(ds), umr_fence_, s)) [[unlikely]]
-    return false;
+    return nullptr;
   Window* w = cache_.at(top - 1);
   if constexpr (kPointer) {
     // As get_window_slow: the topmost window whose KLM array the device no longer reads is
@@ -155,7 +155,7 @@ bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
     // cache (top == cache_.len()).
     if (w->klm_busy_) [[unlikely]] {
       RDMX_DEBUG_ASSERT(top == cache_.len());
-      if (!cache_.raise_first([](const Window* x) { return !x->klm_busy_; })) return false;
+      if (!cache_.raise_first([](const Window* x) { return !x->klm_busy_; })) return nullptr;
       w = cache_.at(top - 1);
     }
   }
@@ -179,7 +179,7 @@ bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
   }
   if (klm_list_(klms, pages, static_cast<uint32_t>(n), first_byte_offset, end, tpl_.klm) != 0)
       [[unlikely]]
-    return false;  // a page outside the arena: map_general counts it
+    return nullptr;  // a page outside the arena: map_general counts it
   sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   w->key_ = key;
   w->state_ = WindowState::kMapped;
@@ -188,7 +188,7 @@ bool PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
   w->length_ = length;
   ++w->outstanding_;
   if constexpr (kPointer) w->klm_busy_ = true;
-  return true;
+  return w;
 }
 
 void PollCore::fast_maps_done(uint32_t count, uint32_t pointer, uint64_t pages) noexcept {
@@ -206,16 +206,17 @@ MapResult PollCore::map_one(std::span<const uint64_t> pages, uint32_t access,
                             uint32_t first_byte_offset, uint64_t length) noexcept {
   mlx5::SqWriter& sq = qp_.sq();
   mlx5::SqWriter::Burst b = sq.begin_burst();
-  const uint32_t top = cache_.len();
-  if (qp_.in_error() || !map_fast<kPointer>(b, top, stats_.maps, pages.data(), pages.size(), access,
-                                            first_byte_offset, length)) [[unlikely]] {
+  Window* const w = qp_.in_error()
+                        ? nullptr
+                        : map_fast<kPointer>(b, cache_.len(), stats_.maps, pages.data(),
+                                             pages.size(), access, first_byte_offset, length);
+  if (!w) [[unlikely]] {
     // More pages than fit inline: pointer mode's fast path (itself falling back to map_general).
     if (!kPointer && pages.size() > tpl_.inline_pages && !qp_.in_error())
       return map_pointer(pages, access, first_byte_offset, length);
     return map_general(pages, access, first_byte_offset, length);
   }
-  sq.end_burst(b);
-  Window* const w = cache_.at(top - 1);
+  sq.end_burst(b, 1);
   fast_maps_done(1, kPointer, pages.size());
   MapResult r;
   r.window = w;
@@ -251,13 +252,15 @@ size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> 
       uint64_t pages = 0;
       for (; i < n; ++i) {
         const MapRequest& q = reqs[i];
-        if (!map_fast<false>(b, top, draw + (i - first), q.pages.data(), q.pages.size(), q.access,
-                             q.first_byte_offset, q.length)) [[unlikely]]
+        Window* const w = map_fast<false>(b, top, draw + (i - first), q.pages.data(),
+                                          q.pages.size(), q.access, q.first_byte_offset, q.length);
+        if (!w) [[unlikely]]
           break;
-        out[i] = cache_.at(--top);
+        out[i] = w;
+        --top;
         pages += q.pages.size();
       }
-      sq.end_burst(b);
+      sq.end_burst(b, static_cast<uint32_t>(i - first));
       fast_maps_done(static_cast<uint32_t>(i - first), 0, pages);
       if (i == n) break;
     }
@@ -510,7 +513,7 @@ Errc PollCore::unmap(Window* w) noexcept {
   uint32_t fenced = 0;
   if (qp_.in_error() || !unmap_fast(b, w, fenced)) [[unlikely]]
     return unmap_general(w);
-  sq.end_burst(b);
+  sq.end_burst(b, 1);
   fast_unmaps_done(&w, 1, fenced);
   return Errc::kOk;
 }
@@ -558,7 +561,7 @@ size_t PollCore::unmap_burst(std::span<Window* const> ws) noexcept {
       uint32_t fenced = 0;
       const size_t first = i;
       while (i < n && unmap_fast(b, ws[i], fenced)) ++i;
-      sq.end_burst(b);
+      sq.end_burst(b, static_cast<uint32_t>(i - first));
       fast_unmaps_done(ws.data() + first, static_cast<uint32_t>(i - first), fenced);
       if (i == n) break;
     }

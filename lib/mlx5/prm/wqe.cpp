@@ -50,15 +50,20 @@ struct Klm4Avx2 {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), e01);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * kKlmBytes), e23);
   }
-  // Whole steps over pages[0, n & ~3): eight entries per turn, then one more four.
-  [[gnu::target("avx2"), gnu::always_inline]] void run(const uint64_t* p, uint32_t n,
-                                                       uint8_t* out) noexcept {
+  // Whole steps over [p, p + (n & ~3)): eight entries per turn, then one more four. p and out
+  // end past them (where the rest of the list goes).
+  [[gnu::target("avx2"), gnu::always_inline]] void run(const uint64_t*& p, uint32_t n,
+                                                       uint8_t*& out) noexcept {
     const uint64_t* const end8 = p + (n & ~7u);
     for (; p != end8; p += 8, out += 8 * kKlmBytes) {
       step(p, out);
       step(p + 4, out + 4 * kKlmBytes);
     }
-    if (n & 4) step(p, out);
+    if (n & 4) {
+      step(p, out);
+      p += 4;
+      out += 4 * kKlmBytes;
+    }
   }
   // The lanes of acc / over folded into one word each.
   [[gnu::target("avx2"), gnu::always_inline]] static uint64_t fold(__m256i x) noexcept {
@@ -71,12 +76,11 @@ struct Klm4Avx2 {
 [[gnu::target("avx2")]] void klm_mid_avx2(const uint64_t* pages, uint32_t count, uint8_t* out,
                                           uint64_t head, PageCheck* pc) noexcept {
   Klm4Avx2 k(head, pc->base, pc->span - 1);
-  k.run(pages, count, out);
+  const uint64_t* p = pages;
+  k.run(p, count, out);
   uint64_t a = Klm4Avx2::fold(k.acc);
   uint64_t o = Klm4Avx2::fold(k.over);
-  const uint32_t whole = count & ~3u;
-  out += size_t{whole} * kKlmBytes;
-  for (const uint64_t* p = pages + whole; p < pages + count; ++p, out += kKlmBytes) {
+  for (; p < pages + count; ++p, out += kKlmBytes) {
     const uint64_t d = *p - pc->base;
     a |= d;
     o |= static_cast<int64_t>(d) > static_cast<int64_t>(pc->span - 1);
@@ -111,13 +115,14 @@ inline void partial_entries(uint8_t* out, const uint64_t* pages, uint32_t n, uin
                                                uint64_t first_offset, uint64_t end,
                                                const KlmListConsts& k) noexcept {
   Klm4Avx2 w(k.head, k.base, k.last);
-  w.run(pages, n, out);
+  const uint64_t* p = pages;
+  uint8_t* o = out;
+  w.run(p, n, o);
   if (const uint32_t rest = n & 3u) {
     alignas(32) static constexpr int64_t kLanes[4][4] = {
         {0, 0, 0, 0}, {-1, 0, 0, 0}, {-1, -1, 0, 0}, {-1, -1, -1, 0}};
-    const uint32_t whole = n & ~3u;
     const __m256i m = _mm256_load_si256(reinterpret_cast<const __m256i*>(kLanes[rest]));
-    const __m256i v = _mm256_maskload_epi64(reinterpret_cast<const long long*>(pages + whole), m);
+    const __m256i v = _mm256_maskload_epi64(reinterpret_cast<const long long*>(p), m);
     // The check over the list's lanes only (d in load order, masked); entry j (16 bytes) is
     // kept when lane j is in the list, else zeroed (padding).
     __m256i e01, e23;
@@ -125,18 +130,14 @@ inline void partial_entries(uint8_t* out, const uint64_t* pages, uint32_t n, uin
               e01, e23);
     const __m256i m01 = _mm256_permute4x64_epi64(m, 0x50);  // lanes 0 0 1 1
     const __m256i m23 = _mm256_permute4x64_epi64(m, 0xfa);  // lanes 2 2 3 3
-    uint8_t* const o = out + size_t{whole} * kKlmBytes;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_and_si256(e01, m01));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * kKlmBytes), _mm256_and_si256(e23, m23));
   }
   partial_entries(out, pages, n, first_offset, end, k);
-  // A page fails when its difference is misaligned, negative or past the end: one vptest over
-  // the lanes of all three.
-  const __m256i misaligned =
-      _mm256_and_si256(w.acc, _mm256_set1_epi64x(static_cast<long long>(k.page_size - 1)));
-  const __m256i below = _mm256_cmpgt_epi64(_mm256_setzero_si256(), w.acc);
-  const __m256i bad = _mm256_or_si256(_mm256_or_si256(misaligned, below), w.over);
-  return static_cast<uint64_t>(!_mm256_testz_si256(bad, bad));
+  // A page fails when its difference is misaligned or negative (a bit of k.check set in acc) or
+  // past the end (an all-ones lane of over, which has them too): one vptest.
+  return static_cast<uint64_t>(!_mm256_testz_si256(
+      _mm256_or_si256(w.acc, w.over), _mm256_set1_epi64x(static_cast<long long>(k.check))));
 }
 
 // AVX-512 (F, BW, DQ): eight entries per step. One 64-byte load of eight addresses; d = v - base;

@@ -385,14 +385,7 @@ TEST(PrmKlmVariants, SameBytesAndSameVerdictAsBaseline) {
       // The whole-list writer of the inline map's fast path: same bytes, same verdict.
       const prm::KlmListFn list = prm::klm_list_variant(v);
       ASSERT_NE(list, nullptr);
-      prm::KlmListConsts k;
-      k.head = uint64_t{rdmx::detail::bswap(static_cast<uint32_t>(ps))} |
-               (uint64_t{rdmx::detail::bswap(m.parent_lkey)} << 32);
-      k.lkey_hi = uint64_t{rdmx::detail::bswap(m.parent_lkey)} << 32;
-      k.base = base;
-      k.last = span - 1;
-      k.page_size = ps;
-      k.page_shift = 12;
+      const prm::KlmListConsts k = prm::KlmListConsts::of(ps, m.parent_lkey, base, span);
       std::vector<mlx5_wqe_umr_klm_seg> listed(entries + 1);
       std::memset(listed.data(), 0x77, (entries + 1) * 16);
       const uint64_t bad = list(reinterpret_cast<uint8_t*>(listed.data()), pages.data(), n,

@@ -10,7 +10,10 @@
 // and once per burst: sq.ring_doorbell().
 #pragma once
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 
 #include <rdmx/core/assert.hpp>
@@ -108,10 +111,9 @@ class SqWriter {
     uint32_t pi;
     uint32_t unsignaled;
     uint8_t fm_cache;
-    uint32_t posted;
     mlx5_wqe_ctrl_seg* last_ctrl;
   };
-  Burst begin_burst() const noexcept { return Burst{pi_, unsignaled_, fm_cache_, 0, last_ctrl_}; }
+  Burst begin_burst() const noexcept { return Burst{pi_, unsignaled_, fm_cache_, last_ctrl_}; }
   // False when the SQ lacks room or the WQE would wrap (then the caller takes the cursor path).
   bool reserve(const Burst& b, uint32_t nbb, uint8_t fence, Slot& s) const noexcept {
     const uint32_t pi = b.pi;
@@ -128,20 +130,27 @@ class SqWriter {
   }
   // Records the reserved Slot's WQE (written by the caller, with s.fm_ce_se in its ctrl).
   void commit(Burst& b, const Slot& s, uint8_t opcode, uint64_t cookie) noexcept {
-    const uint32_t slot = s.pi & (n_ - 1);
-    shadow_[slot] = SqShadow{cookie, static_cast<uint16_t>(s.nbb), opcode, 0, 0};
+    SqShadow& sh = shadow_[s.pi & (n_ - 1)];
+    // The entry in two stores: the cookie, then n_wqebb, opcode and the zero padding as one
+    // word (the field-by-field form compiles to four).
+    static_assert(offsetof(SqShadow, n_wqebb) == 8 && offsetof(SqShadow, opcode) == 10 &&
+                  offsetof(SqShadow, pad8) == 11 && offsetof(SqShadow, pad) == 12 &&
+                  std::endian::native == std::endian::little);
+    const uint64_t meta = uint64_t{static_cast<uint16_t>(s.nbb)} | (uint64_t{opcode} << 16);
+    sh.cookie = cookie;
+    std::memcpy(&sh.n_wqebb, &meta, sizeof(meta));
     b.unsignaled = (s.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 0 : s.unsignaled + 1;
     b.fm_cache = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
     b.last_ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(s.wqe);
     b.pi = s.pi + s.nbb;
-    ++b.posted;
   }
-  void end_burst(const Burst& b) noexcept {
+  // Writes the burst's producer state back; `wqes` WQEs were committed in it.
+  void end_burst(const Burst& b, uint32_t wqes) noexcept {
     pi_ = b.pi;
     unsignaled_ = b.unsignaled;
     fm_cache_ = b.fm_cache;
     last_ctrl_ = b.last_ctrl;
-    posted_ += b.posted;
+    posted_ += wqes;
   }
 
   // Ends a burst: makes the last WQE signaled if any WQE since the last signaled one is not

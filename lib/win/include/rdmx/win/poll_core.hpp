@@ -252,13 +252,14 @@ class PollCore {
   [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
   // map()'s fast path for one request into the SQ burst b, with cache_.at(top - 1) as the window
-  // and key draw `draw`, inline (kPointer false: n <= the inline limit) or in pointer mode: true
-  // when its UMR was committed (the window's state is updated; fast_maps_done() does the cache
-  // and the counters), false with nothing committed otherwise.
+  // and key draw `draw`, inline (kPointer false: n <= the inline limit) or in pointer mode: the
+  // window when its UMR was committed (the window's state is updated; fast_maps_done() does the
+  // cache and the counters), nullptr with nothing committed otherwise.
   template <bool kPointer>
-  [[gnu::always_inline]] inline bool map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw,
-                                              const uint64_t* pages, size_t n, uint32_t access,
-                                              uint32_t first_byte_offset, uint64_t length) noexcept;
+  [[gnu::always_inline]] inline Window* map_fast(mlx5::SqWriter::Burst& b, uint32_t top,
+                                                 uint64_t draw, const uint64_t* pages, size_t n,
+                                                 uint32_t access, uint32_t first_byte_offset,
+                                                 uint64_t length) noexcept;
   // map() of one request through map_fast<kPointer>, map_general when that refuses.
   template <bool kPointer>
   [[gnu::always_inline]] inline MapResult map_one(std::span<const uint64_t> pages, uint32_t access,

@@ -458,16 +458,31 @@ inline uint32_t write_page_klms(mlx5_wqe_umr_klm_seg* out, const UmrMap& m,
 // checking every page in the same pass: a writer per vector width, chosen once at setup
 // (klm_list_variant) like KlmMidFn. The request must already be valid but for its pages: n >= 1,
 // first_offset < page_size, end = first_offset + length with (n - 1) * ps < end <= n * ps. Its
-// constants in one place: head = {be page_size, be lkey}, lkey_hi = be lkey << 32, pages p with
-// p - base page aligned and <= last pass. Writes align4(n) entries, the bytes of
-// write_page_klms; returns 0 when every page passes (PageCheck::ok), else nonzero.
+// constants in one place (of()): head = {be page_size, be lkey}, lkey_hi = be lkey << 32, pages p
+// with p - base page aligned and <= last pass; check = the bits of p - base that fail it as
+// misaligned or below base. Writes align4(n) entries, the bytes of write_page_klms; returns 0
+// when every page passes (PageCheck::ok), else nonzero.
 struct KlmListConsts {
   uint64_t head = 0;
   uint64_t lkey_hi = 0;
   uint64_t base = 0;
   uint64_t last = 0;
   uint64_t page_size = 0;
+  uint64_t check = 0;
   uint32_t page_shift = 0;
+  // Pages of page_size bytes (a power of two) from base up to base + span, under lkey.
+  static KlmListConsts of(uint64_t page_size, uint32_t lkey, uint64_t base,
+                          uint64_t span) noexcept {
+    KlmListConsts k;
+    k.lkey_hi = uint64_t{detail::bswap(lkey)} << 32;
+    k.head = uint64_t{detail::bswap(static_cast<uint32_t>(page_size))} | k.lkey_hi;
+    k.base = base;
+    k.last = span - 1;
+    k.page_size = page_size;
+    k.check = (page_size - 1) | (uint64_t{1} << 63);
+    k.page_shift = static_cast<uint32_t>(__builtin_ctzll(page_size));
+    return k;
+  }
 };
 using KlmListFn = uint64_t (*)(uint8_t* out, const uint64_t* pages, uint32_t n,
                                uint64_t first_offset, uint64_t end,
