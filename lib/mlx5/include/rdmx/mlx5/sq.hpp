@@ -106,21 +106,26 @@ class SqWriter {
   };
   // One or several such WQEs in a row (PollCore's map/unmap and their bursts): the producer
   // state lives in a Burst (registers) from begin_burst() to end_burst(). Nothing else may post
-  // on this SQ in between.
+  // on this SQ in between, and nothing may move its consumer (poll). `room` is what the burst
+  // may take without a room or wrap check per WQE: the free WQEBBs from the producer up to the
+  // ring's end (a WQE that would wrap takes the cursor path).
   struct Burst {
     uint32_t pi;
+    uint32_t room;
     uint32_t unsignaled;
     uint8_t fm_cache;
     mlx5_wqe_ctrl_seg* last_ctrl;
   };
-  Burst begin_burst() const noexcept { return Burst{pi_, unsignaled_, fm_cache_, last_ctrl_}; }
+  Burst begin_burst() const noexcept {
+    const uint32_t free = n_ - (pi_ - ci_);
+    const uint32_t to_end = n_ - (pi_ & (n_ - 1));
+    return Burst{pi_, free < to_end ? free : to_end, unsignaled_, fm_cache_, last_ctrl_};
+  }
   // False when the SQ lacks room or the WQE would wrap (then the caller takes the cursor path).
   bool reserve(const Burst& b, uint32_t nbb, uint8_t fence, Slot& s) const noexcept {
-    const uint32_t pi = b.pi;
-    const uint32_t slot = pi & (n_ - 1);
-    if ((nbb > n_ - (pi - ci_)) | (slot + nbb > n_)) return false;
-    s.wqe = static_cast<uint8_t*>(buf_) + size_t{slot} * MLX5_SEND_WQE_BB;
-    s.pi = pi;
+    if (nbb > b.room) return false;
+    s.wqe = static_cast<uint8_t*>(buf_) + size_t{b.pi & (n_ - 1)} * MLX5_SEND_WQE_BB;
+    s.pi = b.pi;
     s.nbb = nbb;
     s.unsignaled = b.unsignaled;
     uint8_t f = fence ? fence : b.fm_cache;
@@ -130,12 +135,12 @@ class SqWriter {
   }
   // Records the reserved Slot's WQE (written by the caller, with s.fm_ce_se in its ctrl).
   void commit(Burst& b, const Slot& s, uint8_t opcode, uint64_t cookie) noexcept {
-    SqShadow& sh = shadow_[s.pi & (n_ - 1)];
-    // The entry in two stores: the cookie, then n_wqebb, opcode and the zero padding as one
-    // word (the field-by-field form compiles to four).
+    // The shadow entry in two stores: the cookie, then n_wqebb, opcode and the zero padding as
+    // one word (the field-by-field form compiles to four).
     static_assert(offsetof(SqShadow, n_wqebb) == 8 && offsetof(SqShadow, opcode) == 10 &&
                   offsetof(SqShadow, pad8) == 11 && offsetof(SqShadow, pad) == 12 &&
                   std::endian::native == std::endian::little);
+    SqShadow& sh = shadow_[s.pi & (n_ - 1)];
     const uint64_t meta = uint64_t{static_cast<uint16_t>(s.nbb)} | (uint64_t{opcode} << 16);
     sh.cookie = cookie;
     std::memcpy(&sh.n_wqebb, &meta, sizeof(meta));
@@ -143,6 +148,7 @@ class SqWriter {
     b.fm_cache = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
     b.last_ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(s.wqe);
     b.pi = s.pi + s.nbb;
+    b.room -= s.nbb;
   }
   // Writes the burst's producer state back; `wqes` WQEs were committed in it.
   void end_burst(const Burst& b, uint32_t wqes) noexcept {
