@@ -160,15 +160,17 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
     }
   }
   const uint8_t key = keys_.next_key(w->key_, draw);
-  const uint32_t mkey = w->mkey_base_ | key;
+  // The key's words, kept in the window for the invalidate (unmap_fast).
+  const uint64_t ctrl1_mkey = prm::ctrl_word1(0, Be32::from_host(w->mkey_base_ | key));
+  const uint64_t mkc0_key = prm::mkc_word0(false, 0, key);
   uint8_t* const q = s.wqe;
   prm::put_umr_head(q,
                     tpl_.ctrl0 | (uint64_t{ds} << 56) |
                         (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
-                    prm::ctrl_word1(s.fm_ce_se, Be32::from_host(mkey)),
+                    ctrl1_mkey | (uint64_t{s.fm_ce_se} << 24),
                     (kPointer ? tpl_.ptr_umr0 : tpl_.map_umr0) |
                         (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
-                    tpl_.map_mask_be, prm::mkc_word0(false, kMkcAccess[access], key),
+                    tpl_.map_mask_be, mkc0_key | (uint64_t{kMkcAccess[access]} << 16),
                     detail::bswap(length));
   uint8_t* klms = q + 2 * MLX5_SEND_WQE_BB;
   if constexpr (kPointer) {
@@ -182,6 +184,8 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
     return nullptr;  // a page outside the arena: map_general counts it
   sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   w->key_ = key;
+  w->inv_ctrl1_ = ctrl1_mkey;
+  w->inv_mkc0_ = mkc0_key | MLX5_WQE_MKEY_CONTEXT_FREE;
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = static_cast<uint32_t>(n);
@@ -364,6 +368,8 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
 
 MapResult PollCore::mapped(Window* w, uint8_t key, uint32_t n, uint64_t length) noexcept {
   w->key_ = key;
+  w->inv_ctrl1_ = prm::ctrl_word1(0, Be32::from_host(w->mkey_base_ | key));
+  w->inv_mkc0_ = prm::mkc_word0(true, 0, key);
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = n;
@@ -483,12 +489,12 @@ bool PollCore::unmap_fast(mlx5::SqWriter::Burst& b, Window* w, uint32_t& fenced)
   mlx5::SqWriter::Slot s;
   if (!sq.reserve(b, 2, fence, s)) [[unlikely]]
     return false;
-  // The invalidate template: only the index, the fence and the key change.
-  const uint32_t rkey = w->rkey();
+  // The invalidate template: only the index, the fence and the key (the words the map left in
+  // the window) change.
   prm::put_umr_head(s.wqe,
                     tpl_.inv_ctrl0 | (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
-                    prm::ctrl_word1(s.fm_ce_se, Be32::from_host(rkey)), tpl_.inv_umr0,
-                    tpl_.inv_mask_be, prm::mkc_word0(true, 0, w->key_), 0);
+                    w->inv_ctrl1_ | (uint64_t{s.fm_ce_se} << 24), tpl_.inv_umr0, tpl_.inv_mask_be,
+                    w->inv_mkc0_, 0);
   sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
   ++w->outstanding_;
   fenced += in_use;
