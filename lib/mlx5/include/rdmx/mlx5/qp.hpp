@@ -200,13 +200,14 @@ class QueuePair {
     // WQEBBs from the consumer to the named WQE; it must start inside the in-flight range.
     const uint32_t in_flight = sq_.in_flight();
     const uint32_t dist = static_cast<uint16_t>(wc - static_cast<uint16_t>(start));
-    const uint32_t target = start + dist;
     uint32_t ci = start;
+    uint32_t left = dist;  // WQEBBs from ci to the named WQE (the walk's loop counter)
     uint64_t done = 0;
     auto one = [&](bool named) {
       const SqShadow& s = sh[ci & mask];
       const uint64_t cookie = s.cookie;
       ci += s.n_wqebb;
+      left -= s.n_wqebb;
       ++done;
       if (fast(cookie)) [[likely]]
         return;
@@ -221,8 +222,8 @@ class QueuePair {
       on(static_cast<const Completion&>(c));
     };
     if (dist < in_flight) [[likely]] {
-      while (static_cast<int32_t>(target - ci) > 0) one(false);
-      if (ci == target) [[likely]] {
+      while (static_cast<int32_t>(left) > 0) one(false);
+      if (left == 0) [[likely]] {
         one(true);
         sq_.set_ci(ci);
         stats_.completions += done;
