@@ -120,8 +120,6 @@ void PollCore::init_templates() noexcept {
   const uint64_t ps = arena_.page_size();
   t.klm =
       prm::KlmListConsts::of(ps, parent_lkey_, arena_.base(), arena_.data_end() - arena_.base());
-  t.page_size = ps;
-  t.page_shift = static_cast<uint32_t>(std::countr_zero(ps));
   t.inv_ctrl0 = prm::ctrl_word0(0, MLX5_OPCODE_UMR, 0, sq.qpn(), prm::kUmrHeaderDs);
   t.inv_umr0 = prm::umr_ctrl_word0(MLX5_WQE_UMR_CTRL_FLAG_INLINE, 0);
   t.inv_mask_be = detail::bswap(uint64_t{MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE});

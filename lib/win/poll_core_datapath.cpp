@@ -134,7 +134,7 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
   // the documented order. The WQE is the template's constant words plus what changes, then the
   // KLMs (inline, or in the window's array behind one pointer entry), the pages checked in the
   // same pass; the same bytes as map_general's builders (tests/window compares them).
-  const uint64_t ps = tpl_.page_size;
+  const uint64_t ps = tpl_.klm.page_size;
   const uint64_t end = uint64_t{first_byte_offset} + length;  // no overflow once length passed
   const uint32_t oct = prm::align4(static_cast<uint32_t>(n));
   const uint32_t ds = kPointer ? prm::kUmrPointerDs : prm::kUmrHeaderDs + oct;
@@ -144,8 +144,8 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
   // (n - 1) * ps < end <= n * ps, i.e. end - 1 - (n - 1) * ps < ps, with 1 <= length <= max.
   if (n - 1 >= (kPointer ? tpl_.fast_pages : tpl_.inline_pages) || access >= 16 ||
       !((tpl_.access_ok >> access) & 1) || first_byte_offset >= ps ||
-      length - 1 >= tpl_.max_length || end - 1 - ((n - 1) << tpl_.page_shift) >= ps || top == 0 ||
-      !sq.reserve(b, prm::ds_to_wqebbs(ds), umr_fence_, s)) [[unlikely]]
+      length - 1 >= tpl_.max_length || end - 1 - ((n - 1) << tpl_.klm.page_shift) >= ps ||
+      top == 0 || !sq.reserve(b, prm::ds_to_wqebbs(ds), umr_fence_, s)) [[unlikely]]
     return nullptr;
   Window* w = cache_.at(top - 1);
   if constexpr (kPointer) {
@@ -183,9 +183,7 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
       [[unlikely]]
     return nullptr;  // a page outside the arena: map_general counts it
   sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
-  w->key_ = key;
-  w->inv_ctrl1_ = ctrl1_mkey;
-  w->inv_mkc0_ = mkc0_key | MLX5_WQE_MKEY_CONTEXT_FREE;
+  set_key(w, key, ctrl1_mkey, mkc0_key);
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = static_cast<uint32_t>(n);
@@ -367,9 +365,8 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
 }
 
 MapResult PollCore::mapped(Window* w, uint8_t key, uint32_t n, uint64_t length) noexcept {
-  w->key_ = key;
-  w->inv_ctrl1_ = prm::ctrl_word1(0, Be32::from_host(w->mkey_base_ | key));
-  w->inv_mkc0_ = prm::mkc_word0(true, 0, key);
+  set_key(w, key, prm::ctrl_word1(0, Be32::from_host(w->mkey_base_ | key)),
+          prm::mkc_word0(false, 0, key));
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = n;

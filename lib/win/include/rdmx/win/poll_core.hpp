@@ -272,6 +272,14 @@ class PollCore {
   // the cache, in flight, counted.
   [[gnu::always_inline]] inline void fast_maps_done(uint32_t count, uint32_t pointer,
                                                     uint64_t pages) noexcept;
+  // A map's new key in the window, with the invalidate's words for it (Window::inv_ctrl1_,
+  // inv_mkc0_): ctrl1_mkey = prm::ctrl_word1(0, mkey), mkc0_key = prm::mkc_word0(false, 0, key).
+  // Every map sets the key through here, so the words always match it.
+  static void set_key(Window* w, uint8_t key, uint64_t ctrl1_mkey, uint64_t mkc0_key) noexcept {
+    w->key_ = key;
+    w->inv_ctrl1_ = ctrl1_mkey;
+    w->inv_mkc0_ = mkc0_key | MLX5_WQE_MKEY_CONTEXT_FREE;
+  }
   // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
   MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
   // unmap()'s fast path for one window into the SQ burst b: true when its invalidate was
@@ -368,16 +376,14 @@ class PollCore {
     uint64_t ptr_umr0 = 0;         // ... of a pointer-mode map (INLINE clear)
     uint64_t map_mask_be = 0;      // the map's mkey mask, big-endian
     mlx5::prm::KlmListConsts klm;  // the KLM list writer's constants (page check included)
-    uint64_t page_size = 0;
-    uint32_t page_shift = 0;
-    uint64_t inv_ctrl0 = 0;     // an invalidate's ctrl bytes 0-7 with wqe_index 0
-    uint64_t inv_umr0 = 0;      // an invalidate's UMR ctrl bytes 0-7
-    uint64_t inv_mask_be = 0;   // its mkey mask (FREE), big-endian
-    uint64_t n_windows = 0;     // the pool's window count (unmap's ownership check)
-    uint64_t max_length = 0;    // fast_pages * page_size
-    uint32_t fast_pages = 0;    // map's fast path: at most this many pages (the pool's max)
-    uint32_t inline_pages = 0;  // up to this many inline, more in pointer mode
-    uint16_t access_ok = 0;     // bit a: access mask a passes validate() and the atomic cap
+    uint64_t inv_ctrl0 = 0;        // an invalidate's ctrl bytes 0-7 with wqe_index 0
+    uint64_t inv_umr0 = 0;         // an invalidate's UMR ctrl bytes 0-7
+    uint64_t inv_mask_be = 0;      // its mkey mask (FREE), big-endian
+    uint64_t n_windows = 0;        // the pool's window count (unmap's ownership check)
+    uint64_t max_length = 0;       // fast_pages * page_size
+    uint32_t fast_pages = 0;       // map's fast path: at most this many pages (the pool's max)
+    uint32_t inline_pages = 0;     // up to this many inline, more in pointer mode
+    uint16_t access_ok = 0;        // bit a: access mask a passes validate() and the atomic cap
   } tpl_;
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed

@@ -74,9 +74,10 @@ class alignas(kCacheLine) Window {
   // local SGE list since the map (meaningful while local_use_ != 0). Once the SQ consumer
   // reached it, every such WQE completed and the unmap needs no ordering fence.
   uint32_t use_end_ = 0;
-  // The key of the current mapping as the invalidate WQE carries it, written by the map so that
-  // unmap's fast path only loads them: ctrl bytes 8-15 without fm_ce_se (the mkey, big-endian:
-  // prm::ctrl_word1(0, mkey)) and the mkey context's first word (prm::mkc_word0(true, 0, key)).
+  // The key of the current mapping as the invalidate WQE carries it, set with key_ by every map
+  // (PollCore::set_key) so that unmap's fast path only loads them: ctrl bytes 8-15 without
+  // fm_ce_se (the mkey, big-endian: prm::ctrl_word1(0, mkey)) and the mkey context's first word
+  // (prm::mkc_word0(true, 0, key)).
   uint64_t inv_ctrl1_ = 0;
   uint64_t inv_mkc0_ = 0;
 };
