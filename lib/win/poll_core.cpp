@@ -231,10 +231,9 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
     Window* w = &pool_.window(i);
     if (w->owner_ != id_) continue;
     const bool was_mapped = w->state_ == WindowState::kMapped;
-    const bool unknown = was_mapped || w->dirty_ || w->outstanding_ != 0 ||
-                         w->state_ == WindowState::kUnmapping || w->klm_busy_;
-    w->outstanding_ = 0;
-    w->klm_busy_ = false;
+    const bool unknown =
+        was_mapped || w->dirty_ || w->pending_ != 0 || w->state_ == WindowState::kUnmapping;
+    w->pending_ = 0;
     w->dirty_ = false;
     w->local_use_ = 0;
     w->state_ = WindowState::kCache;
@@ -314,10 +313,9 @@ PollCore::~PollCore() {
     for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
       Window* w = &pool_.window(i);
       if (w->owner_ != id_) continue;
-      if (w->outstanding_ || w->dirty_)
+      if (w->pending_ || w->dirty_)
         RDMX_LOG_WARN("poll core %u: window %u returned with unknown device state", id_, i);
-      w->outstanding_ = 0;
-      w->klm_busy_ = false;
+      w->pending_ = 0;
       w->dirty_ = false;
       w->state_ = WindowState::kDepot;
       w->owner_ = kNoCore;

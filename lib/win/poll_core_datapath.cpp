@@ -67,7 +67,7 @@ uint32_t PollCore::refill_from_depot() noexcept {
   const uint32_t n = pool_.depot_get(scratch_.get(), cache_.batch());
   for (uint32_t i = 0; i < n; ++i) {
     Window* w = scratch_[i];
-    RDMX_DEBUG_ASSERT(w->state_ == WindowState::kDepot && w->outstanding_ == 0);
+    RDMX_DEBUG_ASSERT(w->state_ == WindowState::kDepot && w->pending_ == 0);
     w->owner_ = id_;
     w->state_ = WindowState::kCache;
     cache_.push(w);
@@ -85,8 +85,7 @@ void PollCore::flush_to_depot() noexcept {
   // likeliest to be done.
   while (cache_.over()) {
     const uint32_t n = cache_.take_oldest(scratch_.get(), cache_.batch(), [](const Window* w) {
-      return w->state_ == WindowState::kCache && w->outstanding_ == 0 && !w->klm_busy_ &&
-             !w->dirty_;
+      return w->state_ == WindowState::kCache && w->pending_ == 0 && !w->dirty_;
     });
     if (!n) return;
     for (uint32_t i = 0; i < n; ++i) {
@@ -110,10 +109,10 @@ Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
   } else {
     ++stats_.cache_hits;
   }
-  if (pointer && cache_.at(cache_.len() - 1)->klm_busy_) {
+  if (pointer && cache_.at(cache_.len() - 1)->klm_busy()) {
     // The KLM array of the top window may still be read by the device (its pointer-mode map
     // has not completed): take another one.
-    if (!cache_.raise_first([](const Window* w) { return !w->klm_busy_; }) &&
+    if (!cache_.raise_first([](const Window* w) { return !w->klm_busy(); }) &&
         refill_from_depot() == 0) {
       why = Errc::kBusy;
       ++stats_.klm_waits;
@@ -153,9 +152,9 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
     // raised to the top (map_general would pick the same one). A window just unmapped is on
     // top with its own pointer-mode map maybe still in flight. Only called with the whole
     // cache (top == cache_.len()).
-    if (w->klm_busy_) [[unlikely]] {
+    if (w->klm_busy()) [[unlikely]] {
       RDMX_DEBUG_ASSERT(top == cache_.len());
-      if (!cache_.raise_first([](const Window* x) { return !x->klm_busy_; })) return nullptr;
+      if (!cache_.raise_first([](const Window* x) { return !x->klm_busy(); })) return nullptr;
       w = cache_.at(top - 1);
     }
   }
@@ -182,14 +181,13 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
   if (klm_list_(klms, pages, static_cast<uint32_t>(n), first_byte_offset, end, tpl_.klm) != 0)
       [[unlikely]]
     return nullptr;  // a page outside the arena: map_general counts it
-  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w, kMapPending(kPointer)));
   set_key(w, key, ctrl1_mkey, mkc0_key);
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = static_cast<uint32_t>(n);
   w->length_ = length;
-  ++w->outstanding_;
-  if constexpr (kPointer) w->klm_busy_ = true;
+  w->pending_ += kMapPending(kPointer);
   return w;
 }
 
@@ -303,7 +301,7 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   // The top of the cache, unless it is empty or (pointer mode) its KLM array is still in use.
   Window* w;
   const uint32_t len = cache_.len();
-  const bool top = len != 0 && !(pointer && cache_.at(len - 1)->klm_busy_);
+  const bool top = len != 0 && !(pointer && cache_.at(len - 1)->klm_busy());
   if (top) [[likely]] {
     w = cache_.pop();
   } else {
@@ -339,7 +337,7 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   pc.mid = klm_mid_;
   prm::RingCursor cur = sq.cursor();
   if (pointer) {
-    // The KLM array of a window whose pointer-mode map completed (klm_busy_ clear): the device
+    // The KLM array of a window whose pointer-mode map completed (klm_busy() false): the device
     // does not read it, so a rejected map may leave anything in it.
     prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(w->klm_addr_), m, pc);
     prm::build_umr_map_pointer(cur, m, w->klm_addr_, parent_lkey_);
@@ -352,13 +350,13 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
     return r;
   }
   if (pointer) {
-    w->klm_busy_ = true;
+    w->pending_ += Window::kKlmBusy;  // and mapped() counts the UMR
     ++stats_.pointer_maps;
   } else {
     ++stats_.inline_maps;
   }
   stats_.cache_hits += top;  // get_window_slow counted its own
-  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w, kMapPending(pointer)));
   ++umrs_in_flight_;
 
   return mapped(w, key, n, length);
@@ -371,7 +369,7 @@ MapResult PollCore::mapped(Window* w, uint8_t key, uint32_t n, uint64_t length) 
   w->local_use_ = 0;
   w->n_pages_ = n;
   w->length_ = length;
-  ++w->outstanding_;
+  ++w->pending_;
   ++stats_.maps;
   stats_.pages_mapped += n;
   MapResult r;
@@ -447,7 +445,7 @@ MapResult PollCore::map_interleaved(std::span<const InterleavedPart> parts, uint
   prm::build_umr_interleaved(cur, h, blocks, std::span<const prm::RepeatEntry>(ents, n));
   ++stats_.inline_maps;
   stats_.cache_hits += top;  // get_window_slow counted its own
-  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w, kMapPending(false)));
   ++umrs_in_flight_;
   return mapped(w, key, 0, length);  // no chunk pages: pages_mapped unchanged
 }
@@ -459,9 +457,9 @@ Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {
   // No free-state check: a peer's SEND_WITH_INV may have freed it already (that race is legal).
   prm::build_umr_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
                             w->rkey(), 0);
-  sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
+  sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w, 1));
   ++umrs_in_flight_;
-  ++w->outstanding_;
+  ++w->pending_;
   return Errc::kOk;
 }
 
@@ -492,8 +490,8 @@ bool PollCore::unmap_fast(mlx5::SqWriter::Burst& b, Window* w, uint32_t& fenced)
                     tpl_.inv_ctrl0 | (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
                     w->inv_ctrl1_ | (uint64_t{s.fm_ce_se} << 24), tpl_.inv_umr0, tpl_.inv_mask_be,
                     w->inv_mkc0_, 0);
-  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
-  ++w->outstanding_;
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w, 1));
+  ++w->pending_;
   fenced += in_use;
   w->state_ = WindowState::kUnmapping;
   w->local_use_ = 0;
@@ -790,15 +788,14 @@ void PollCore::on_internal(const mlx5::Completion& c) noexcept {
     return;
   }
   const uint32_t wid = static_cast<uint32_t>(c.cookie);
-  const uint8_t op = static_cast<uint8_t>((c.cookie >> 56) & 0x7f);
   RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
   Window* w = &pool_.window(wid);
-  RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_ > 0);
+  RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_umrs() > 0);
   // A failed or flushed UMR: whether it took effect is unknown until recover().
   if (!umr_completed(c)) [[unlikely]]
     w->dirty_ = true;
-  if (op == kOpMap) w->klm_busy_ = false;
-  if (--w->outstanding_ == 0 && w->state_ == WindowState::kUnmapping && !w->dirty_)
+  if ((w->pending_ -= pending_of(c.cookie)) == 0 && w->state_ == WindowState::kUnmapping &&
+      !w->dirty_)
     w->state_ = WindowState::kCache;
 }
 
@@ -827,7 +824,7 @@ Errc PollCore::remote_invalidated(uint32_t rkey) noexcept {
     return Errc::kNotMapped;
   }
   // The peer's NIC freed the mkey: no UMR is needed and none may be counted as pending for it.
-  w->state_ = w->outstanding_ ? WindowState::kUnmapping : WindowState::kCache;
+  w->state_ = w->pending_ ? WindowState::kUnmapping : WindowState::kCache;
   w->local_use_ = 0;
   ++stats_.remote_invalidations;
   cache_.push(w);

@@ -238,6 +238,11 @@ Result<Census> WindowPool::check_windows() {
   auto fail = [&](const Window* w, const std::string& what) {
     if (err.empty()) err = describe(*w) + ": " + what;
   };
+  // The KLM-busy mark travels with the pointer-mode map's UMR count (Window::pending_).
+  auto klm_mark = [&](const Window* w) {
+    if (w->klm_busy() && w->outstanding_umrs() == 0)
+      fail(w, "KLM array busy with no UMR in flight");
+  };
   auto visit = [&](const Window* w, const char* where) -> bool {
     if (!owns(w)) {
       if (err.empty()) err = std::string("a foreign pointer in ") + where;
@@ -248,6 +253,7 @@ Result<Census> WindowPool::check_windows() {
       return false;
     }
     seen[w->id_] = 1;
+    klm_mark(w);
     return true;
   };
 
@@ -262,10 +268,10 @@ Result<Census> WindowPool::check_windows() {
       if (w->owner_ != ci) fail(w, "in core " + std::to_string(ci) + "'s cache");
       if (w->state_ == WindowState::kCache) {
         ++c.cache;
-        if (w->outstanding_ != 0) fail(w, "kCache with UMRs in flight");
+        if (w->pending_ != 0) fail(w, "kCache with UMRs in flight");
       } else if (w->state_ == WindowState::kUnmapping) {
         ++c.unmapping;
-        if (w->outstanding_ == 0 && !w->dirty_) fail(w, "kUnmapping with no UMR in flight");
+        if (w->pending_ == 0 && !w->dirty_) fail(w, "kUnmapping with no UMR in flight");
       } else {
         fail(w, "in a cache but not kCache/kUnmapping");
       }
@@ -281,7 +287,7 @@ Result<Census> WindowPool::check_windows() {
     ++c.depot;
     if (w->state_ != WindowState::kDepot) fail(w, "in the depot but not kDepot");
     if (w->owner_ != kNoCore) fail(w, "in the depot with an owner");
-    if (w->outstanding_ != 0 || w->klm_busy_) fail(w, "in the depot with UMRs in flight");
+    if (w->pending_ != 0) fail(w, "in the depot with UMRs in flight");
     if (w->dirty_) fail(w, "in the depot with unknown device state");
   }
   if (nd) depot_put(dep.data(), nd);
@@ -294,6 +300,7 @@ Result<Census> WindowPool::check_windows() {
       continue;
     }
     ++c.mapped;
+    klm_mark(w);
     if (w->dirty_) ++c.dirty;
     if (w->owner_ >= cores_.size() || !cores_[w->owner_]) fail(w, "mapped by no live core");
   }

@@ -228,8 +228,17 @@ class PollCore {
   bool quiesce_until(std::chrono::steady_clock::time_point deadline);
   void init_templates() noexcept;  // tpl_, from the QP, arena and caps (create)
 
-  static uint64_t cookie_of(uint8_t op, const Window* w) noexcept {
-    return kInternalCookie | (uint64_t{op} << 56) | w->id_;
+  // A window's UMR: kInternalCookie, the op (bits 56-62), what its completion takes off the
+  // window's pending_ (bits 32-48: 1, or 1 + Window::kKlmBusy for a pointer-mode map), the
+  // window's index (bits 0-31).
+  static uint64_t cookie_of(uint8_t op, const Window* w, uint32_t pending) noexcept {
+    return kInternalCookie | (uint64_t{op} << 56) | (uint64_t{pending} << 32) | w->id_;
+  }
+  static uint32_t pending_of(uint64_t cookie) noexcept {
+    return static_cast<uint32_t>(cookie >> 32) & (2 * Window::kKlmBusy - 1);
+  }
+  static constexpr uint32_t kMapPending(bool pointer) noexcept {
+    return pointer ? 1 + Window::kKlmBusy : 1;
   }
   static constexpr uint8_t kOpMap = 1;
   static constexpr uint8_t kOpUnmap = 2;
@@ -336,11 +345,9 @@ class PollCore {
     const uint32_t wid = static_cast<uint32_t>(cookie);
     RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
     Window* w = ws + wid;
-    RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_ > 0);
-    // The op field holds kOpMap (1) or kOpUnmap (2): one bit tells them apart.
-    static_assert(kOpMap == 1 && kOpUnmap == 2);
-    if (cookie & (uint64_t{kOpMap} << 56)) w->klm_busy_ = false;
-    if (--w->outstanding_ == 0 && w->state_ == WindowState::kUnmapping && !w->dirty_)
+    RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_umrs() > 0);
+    if ((w->pending_ -= pending_of(cookie)) == 0 && w->state_ == WindowState::kUnmapping &&
+        !w->dirty_)
       w->state_ = WindowState::kCache;
   }
   [[gnu::cold]] void on_app_error(const mlx5::Completion& c) noexcept;

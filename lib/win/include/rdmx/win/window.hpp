@@ -45,7 +45,7 @@ class alignas(kCacheLine) Window {
   WindowState state() const noexcept { return state_; }
   uint16_t owner() const noexcept { return owner_; }
   uint32_t id() const noexcept { return id_; }
-  uint16_t outstanding_umrs() const noexcept { return outstanding_; }
+  uint16_t outstanding_umrs() const noexcept { return static_cast<uint16_t>(pending_); }
   bool dirty() const noexcept { return dirty_; }
 
  private:
@@ -61,12 +61,16 @@ class alignas(kCacheLine) Window {
   uint8_t key_ = 0;         // current 8-bit key (the one written by the last map)
   WindowState state_ = WindowState::kDepot;
   uint8_t local_use_ = 0;
-  bool klm_busy_ = false;  // a pointer-mode map of this window has not completed: its KLM
-                           // array may still be read by the device
-  bool dirty_ = false;     // a UMR on it was flushed/failed: device state unknown until recover()
+  bool dirty_ = false;  // a UMR on it was flushed/failed: device state unknown until recover()
   uint16_t owner_ = kNoCore;
-  uint16_t outstanding_ = 0;  // UMR WQEs posted on it that have not completed
-  uint32_t id_ = 0;           // index in the pool
+  // What has not completed, in one word so that a completion is one subtraction of the amount
+  // its cookie carries (PollCore::cookie_of): the UMR WQEs posted on it (low 16 bits), plus
+  // kKlmBusy while a pointer-mode map of it is among them (its KLM array may still be read by
+  // the device). A pointer-mode map adds and its completion subtracts 1 + kKlmBusy.
+  static constexpr uint32_t kKlmBusy = uint32_t{1} << 16;
+  uint32_t pending_ = 0;
+  bool klm_busy() const noexcept { return pending_ & kKlmBusy; }
+  uint32_t id_ = 0;  // index in the pool
   uint32_t n_pages_ = 0;
   uint64_t length_ = 0;
   uint64_t klm_addr_ = 0;  // pointer-mode KLM array in the arena (0 when the pool needs none)
