@@ -10,7 +10,7 @@ static bool is_pow2(uint32_t v) {
 }
 
 void SqWriter::init(const SqDesc& d, uint32_t qpn, uint32_t signal_every) {
-  RDMX_ASSERT(d.buf && d.dbrec && d.reg && is_pow2(d.wqe_cnt));
+  RDMX_ASSERT(d.buf && d.dbrec && d.reg && is_pow2(d.wqe_cnt) && d.wqe_cnt <= 65536);
   RDMX_ASSERT(signal_every >= 1);
   buf_ = d.buf;
   n_ = d.wqe_cnt;
@@ -24,7 +24,7 @@ void SqWriter::init(const SqDesc& d, uint32_t qpn, uint32_t signal_every) {
 }
 
 void SqWriter::reset() noexcept {
-  pi_ = ci_ = db_pi_ = 0;
+  pi_ = ci_ = db_pi_ = loud_end_ = (pi_ + 0xffff) & ~uint64_t{0xffff};
   unsignaled_ = 0;
   fm_cache_ = 0;
   last_ctrl_ = static_cast<mlx5_wqe_ctrl_seg*>(buf_);

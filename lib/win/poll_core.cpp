@@ -219,7 +219,10 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
   //    else is dropped.
   while (poll(qp_.cq().cqe_cnt(), [](const mlx5::Completion&) {}) != 0) {
   }
-  // 2. The device QP is back in RTS with its counters at 0: start the rings over.
+  // 2. The device QP is back in RTS with its counters at 0: start the rings over (SqWriter::reset
+  //    moves the positions on, so the windows' recorded ones are all behind the consumer; what
+  //    had completed is judged against the consumer before).
+  const uint64_t done_at = qp_.sq().ci();
   qp_.reset();
   umrs_in_flight_ = 0;
   rq_posted_ = false;
@@ -231,9 +234,9 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
     Window* w = &pool_.window(i);
     if (w->owner_ != id_) continue;
     const bool was_mapped = w->state_ == WindowState::kMapped;
-    const bool unknown =
-        was_mapped || w->dirty_ || w->pending_ != 0 || w->state_ == WindowState::kUnmapping;
-    w->pending_ = 0;
+    const bool unknown = was_mapped || w->dirty_ || w->umr_end_ > done_at;
+    w->umr_end_ = 0;
+    w->klm_end_ = 0;
     w->dirty_ = false;
     w->local_use_ = 0;
     w->state_ = WindowState::kCache;
@@ -313,9 +316,10 @@ PollCore::~PollCore() {
     for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
       Window* w = &pool_.window(i);
       if (w->owner_ != id_) continue;
-      if (w->pending_ || w->dirty_)
+      if (!umrs_done(w) || w->dirty_)
         RDMX_LOG_WARN("poll core %u: window %u returned with unknown device state", id_, i);
-      w->pending_ = 0;
+      w->umr_end_ = 0;
+      w->klm_end_ = 0;
       w->dirty_ = false;
       w->state_ = WindowState::kDepot;
       w->owner_ = kNoCore;

@@ -67,7 +67,7 @@ uint32_t PollCore::refill_from_depot() noexcept {
   const uint32_t n = pool_.depot_get(scratch_.get(), cache_.batch());
   for (uint32_t i = 0; i < n; ++i) {
     Window* w = scratch_[i];
-    RDMX_DEBUG_ASSERT(w->state_ == WindowState::kDepot && w->pending_ == 0);
+    RDMX_DEBUG_ASSERT(w->state_ == WindowState::kDepot && w->umr_end_ == 0);
     w->owner_ = id_;
     w->state_ = WindowState::kCache;
     cache_.push(w);
@@ -84,13 +84,15 @@ void PollCore::flush_to_depot() noexcept {
   // may leave the core (another core's QP is not ordered after this SQ); the oldest are the
   // likeliest to be done.
   while (cache_.over()) {
-    const uint32_t n = cache_.take_oldest(scratch_.get(), cache_.batch(), [](const Window* w) {
-      return w->state_ == WindowState::kCache && w->pending_ == 0 && !w->dirty_;
+    const uint32_t n = cache_.take_oldest(scratch_.get(), cache_.batch(), [this](const Window* w) {
+      return state_of(w) == WindowState::kCache;
     });
     if (!n) return;
     for (uint32_t i = 0; i < n; ++i) {
       scratch_[i]->state_ = WindowState::kDepot;
       scratch_[i]->owner_ = kNoCore;
+      scratch_[i]->umr_end_ = 0;  // this core's SQ positions mean nothing to the next owner
+      scratch_[i]->klm_end_ = 0;
     }
     pool_.depot_put(scratch_.get(), n);  // release: the fields above are visible to the taker
     ++stats_.depot_flushes;
@@ -109,10 +111,10 @@ Window* PollCore::get_window_slow(bool pointer, Errc& why) noexcept {
   } else {
     ++stats_.cache_hits;
   }
-  if (pointer && cache_.at(cache_.len() - 1)->klm_busy()) {
+  if (pointer && klm_busy(cache_.at(cache_.len() - 1))) {
     // The KLM array of the top window may still be read by the device (its pointer-mode map
     // has not completed): take another one.
-    if (!cache_.raise_first([](const Window* w) { return !w->klm_busy(); }) &&
+    if (!cache_.raise_first([this](const Window* w) { return !klm_busy(w); }) &&
         refill_from_depot() == 0) {
       why = Errc::kBusy;
       ++stats_.klm_waits;
@@ -152,9 +154,9 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
     // raised to the top (map_general would pick the same one). A window just unmapped is on
     // top with its own pointer-mode map maybe still in flight. Only called with the whole
     // cache (top == cache_.len()).
-    if (w->klm_busy()) [[unlikely]] {
+    if (klm_busy(w)) [[unlikely]] {
       RDMX_DEBUG_ASSERT(top == cache_.len());
-      if (!cache_.raise_first([](const Window* x) { return !x->klm_busy(); })) return nullptr;
+      if (!cache_.raise_first([this](const Window* x) { return !klm_busy(x); })) return nullptr;
       w = cache_.at(top - 1);
     }
   }
@@ -175,19 +177,20 @@ Window* PollCore::map_fast(mlx5::SqWriter::Burst& b, uint32_t top, uint64_t draw
   if constexpr (kPointer) {
     // The pointer entry: the array's bytes rounded to 64 (as build_umr_map_pointer).
     prm::set_data(reinterpret_cast<mlx5_wqe_data_seg*>(klms), (oct * prm::kKlmBytes + 63u) & ~63u,
-                  parent_lkey_, w->klm_addr_);
-    klms = reinterpret_cast<uint8_t*>(w->klm_addr_);
+                  parent_lkey_, pool_.klm_array(w->id_));
+    klms = reinterpret_cast<uint8_t*>(pool_.klm_array(w->id_));
   }
   if (klm_list_(klms, pages, static_cast<uint32_t>(n), first_byte_offset, end, tpl_.klm) != 0)
       [[unlikely]]
     return nullptr;  // a page outside the arena: map_general counts it
-  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w, kMapPending(kPointer)));
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   set_key(w, key, ctrl1_mkey, mkc0_key);
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
   w->n_pages_ = static_cast<uint32_t>(n);
   w->length_ = length;
-  w->pending_ += kMapPending(kPointer);
+  w->umr_end_ = s.pi + s.nbb;
+  if constexpr (kPointer) w->klm_end_ = static_cast<uint32_t>(s.pi + s.nbb);
   return w;
 }
 
@@ -301,7 +304,7 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   // The top of the cache, unless it is empty or (pointer mode) its KLM array is still in use.
   Window* w;
   const uint32_t len = cache_.len();
-  const bool top = len != 0 && !(pointer && cache_.at(len - 1)->klm_busy());
+  const bool top = len != 0 && !(pointer && klm_busy(cache_.at(len - 1)));
   if (top) [[likely]] {
     w = cache_.pop();
   } else {
@@ -339,8 +342,9 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   if (pointer) {
     // The KLM array of a window whose pointer-mode map completed (klm_busy() false): the device
     // does not read it, so a rejected map may leave anything in it.
-    prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(w->klm_addr_), m, pc);
-    prm::build_umr_map_pointer(cur, m, w->klm_addr_, parent_lkey_);
+    const uint64_t klm = pool_.klm_array(w->id_);
+    prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(klm), m, pc);
+    prm::build_umr_map_pointer(cur, m, klm, parent_lkey_);
   } else {
     prm::build_umr_map_inline(cur, m, pc);
   }
@@ -350,14 +354,14 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
     return r;
   }
   if (pointer) {
-    w->pending_ += Window::kKlmBusy;  // and mapped() counts the UMR
     ++stats_.pointer_maps;
   } else {
     ++stats_.inline_maps;
   }
   stats_.cache_hits += top;  // get_window_slow counted its own
-  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w, kMapPending(pointer)));
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   ++umrs_in_flight_;
+  if (pointer) w->klm_end_ = static_cast<uint32_t>(sq.pi());
 
   return mapped(w, key, n, length);
 }
@@ -369,7 +373,7 @@ MapResult PollCore::mapped(Window* w, uint8_t key, uint32_t n, uint64_t length) 
   w->local_use_ = 0;
   w->n_pages_ = n;
   w->length_ = length;
-  ++w->pending_;
+  w->umr_end_ = qp_.sq().pi();  // just past the UMR the caller committed
   ++stats_.maps;
   stats_.pages_mapped += n;
   MapResult r;
@@ -445,7 +449,7 @@ MapResult PollCore::map_interleaved(std::span<const InterleavedPart> parts, uint
   prm::build_umr_interleaved(cur, h, blocks, std::span<const prm::RepeatEntry>(ents, n));
   ++stats_.inline_maps;
   stats_.cache_hits += top;  // get_window_slow counted its own
-  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w, kMapPending(false)));
+  sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   ++umrs_in_flight_;
   return mapped(w, key, 0, length);  // no chunk pages: pages_mapped unchanged
 }
@@ -457,9 +461,9 @@ Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {
   // No free-state check: a peer's SEND_WITH_INV may have freed it already (that race is legal).
   prm::build_umr_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
                             w->rkey(), 0);
-  sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w, 1));
+  sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
   ++umrs_in_flight_;
-  ++w->pending_;
+  w->umr_end_ = sq.pi();
   return Errc::kOk;
 }
 
@@ -490,8 +494,8 @@ bool PollCore::unmap_fast(mlx5::SqWriter::Burst& b, Window* w, uint32_t& fenced)
                     tpl_.inv_ctrl0 | (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
                     w->inv_ctrl1_ | (uint64_t{s.fm_ce_se} << 24), tpl_.inv_umr0, tpl_.inv_mask_be,
                     w->inv_mkc0_, 0);
-  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w, 1));
-  ++w->pending_;
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpUnmap, w));
+  w->umr_end_ = s.pi + s.nbb;
   fenced += in_use;
   w->state_ = WindowState::kUnmapping;
   w->local_use_ = 0;
@@ -790,13 +794,10 @@ void PollCore::on_internal(const mlx5::Completion& c) noexcept {
   const uint32_t wid = static_cast<uint32_t>(c.cookie);
   RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
   Window* w = &pool_.window(wid);
-  RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_umrs() > 0);
+  RDMX_DEBUG_ASSERT(w->owner_ == id_);
   // A failed or flushed UMR: whether it took effect is unknown until recover().
   if (!umr_completed(c)) [[unlikely]]
     w->dirty_ = true;
-  if ((w->pending_ -= pending_of(c.cookie)) == 0 && w->state_ == WindowState::kUnmapping &&
-      !w->dirty_)
-    w->state_ = WindowState::kCache;
 }
 
 void PollCore::on_app_error(const mlx5::Completion& c) noexcept {
@@ -824,7 +825,7 @@ Errc PollCore::remote_invalidated(uint32_t rkey) noexcept {
     return Errc::kNotMapped;
   }
   // The peer's NIC freed the mkey: no UMR is needed and none may be counted as pending for it.
-  w->state_ = w->pending_ ? WindowState::kUnmapping : WindowState::kCache;
+  w->state_ = umrs_done(w) ? WindowState::kCache : WindowState::kUnmapping;
   w->local_use_ = 0;
   ++stats_.remote_invalidations;
   cache_.push(w);

@@ -110,6 +110,8 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
     if (!r) return make_error(r.error().code, "window pool: KLM arrays: " + r.error().message);
     klm_base = r.value();
   }
+  p->klm_base_ = klm_base;
+  p->klm_stride_ = klm_stride;
 
   p->windows_ = std::make_unique<Window[]>(cfg.n_windows);
   const uint32_t hcap = pow2_at_least(cfg.n_windows * 2);
@@ -146,7 +148,6 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
     w.id_ = i;
     w.state_ = WindowState::kDepot;
     w.owner_ = kNoCore;
-    w.klm_addr_ = klm_base ? klm_base + uint64_t{klm_stride} * i : 0;
     // Hash insert (index -> id).
     const uint32_t idx = w.mkey_base_ >> 8;
     uint32_t h = hash_index(idx) & p->hash_mask_;
@@ -238,11 +239,6 @@ Result<Census> WindowPool::check_windows() {
   auto fail = [&](const Window* w, const std::string& what) {
     if (err.empty()) err = describe(*w) + ": " + what;
   };
-  // The KLM-busy mark travels with the pointer-mode map's UMR count (Window::pending_).
-  auto klm_mark = [&](const Window* w) {
-    if (w->klm_busy() && w->outstanding_umrs() == 0)
-      fail(w, "KLM array busy with no UMR in flight");
-  };
   auto visit = [&](const Window* w, const char* where) -> bool {
     if (!owns(w)) {
       if (err.empty()) err = std::string("a foreign pointer in ") + where;
@@ -253,7 +249,6 @@ Result<Census> WindowPool::check_windows() {
       return false;
     }
     seen[w->id_] = 1;
-    klm_mark(w);
     return true;
   };
 
@@ -266,12 +261,18 @@ Result<Census> WindowPool::check_windows() {
       const Window* w = cache.at(i);
       if (!visit(w, "a core cache")) continue;
       if (w->owner_ != ci) fail(w, "in core " + std::to_string(ci) + "'s cache");
+      // A window recorded kUnmapping whose invalidate completed is counted as kCache
+      // (PollCore::state_of); one recorded kCache has nothing in flight.
       if (w->state_ == WindowState::kCache) {
         ++c.cache;
-        if (w->pending_ != 0) fail(w, "kCache with UMRs in flight");
+        if (!core->umrs_done(w)) fail(w, "kCache with UMRs in flight");
+        if (w->umr_end_ > core->qp().sq().pi()) fail(w, "its last UMR is past the producer");
       } else if (w->state_ == WindowState::kUnmapping) {
-        ++c.unmapping;
-        if (w->pending_ == 0 && !w->dirty_) fail(w, "kUnmapping with no UMR in flight");
+        if (core->state_of(w) == WindowState::kCache)
+          ++c.cache;
+        else
+          ++c.unmapping;
+        if (w->umr_end_ > core->qp().sq().pi()) fail(w, "its last UMR is past the producer");
       } else {
         fail(w, "in a cache but not kCache/kUnmapping");
       }
@@ -287,7 +288,7 @@ Result<Census> WindowPool::check_windows() {
     ++c.depot;
     if (w->state_ != WindowState::kDepot) fail(w, "in the depot but not kDepot");
     if (w->owner_ != kNoCore) fail(w, "in the depot with an owner");
-    if (w->pending_ != 0) fail(w, "in the depot with UMRs in flight");
+    if (w->umr_end_ != 0 || w->klm_end_ != 0) fail(w, "in the depot with a core's SQ position");
     if (w->dirty_) fail(w, "in the depot with unknown device state");
   }
   if (nd) depot_put(dep.data(), nd);
@@ -300,7 +301,6 @@ Result<Census> WindowPool::check_windows() {
       continue;
     }
     ++c.mapped;
-    klm_mark(w);
     if (w->dirty_) ++c.dirty;
     if (w->owner_ >= cores_.size() || !cores_[w->owner_]) fail(w, "mapped by no live core");
   }

@@ -91,12 +91,17 @@ struct Rig {
     core(i).flush();
     if (sq.in_flight() == 0) return;
     // The last WQE starts at pi - its size; find it by walking from ci.
-    uint32_t at = sq.ci(), last = at;
+    uint64_t at = sq.ci(), last = at;
     while (at != sq.pi()) {
       last = at;
       at += sq.shadow_at(at).n_wqebb;
     }
-    rdmx::test::PlainDevice::write_send_cqe(qp(i), static_cast<uint16_t>(last));
+    complete_through(last, i);
+  }
+  // Plays the device: one CQE for the WQE that starts at SQ counter `at` (and all before it).
+  void complete_through(uint64_t at, size_t i = 0) {
+    core(i).flush();
+    rdmx::test::PlainDevice::write_send_cqe(qp(i), static_cast<uint16_t>(at));
     core(i).poll(64, [&](const rdmx::mlx5::Completion& c) { app.push_back(c); });
   }
   prm::DecodedWqe decode(uint32_t slot, size_t i = 0) {
@@ -406,7 +411,7 @@ TEST(Map, PointerTemplateBytesMatchTheBuilders) {
       const uint32_t access = rng() % 2 ? kRw : kAccessLocalWrite;
       if (sq.free_wqebbs() < 8 || it % 5 == 4) r.complete_all();
       raised += c.cache().len() > 0 && c.cache().at(c.cache().len() - 1)->n_pages() > 52 &&
-                c.cache().at(c.cache().len() - 1)->state() == WindowState::kUnmapping;
+                c.klm_busy(c.cache().at(c.cache().len() - 1));
       const uint32_t pi = sq.pi();
       const uint8_t fm = sq.next_fm_ce_se(false, umr_fence);
       const uint64_t pointer_maps = c.stats().pointer_maps;
@@ -971,8 +976,48 @@ TEST(RemoteInvalidate, FreesOnceAndRefusesSecondUnmap) {
   EXPECT_EQ(c.remote_invalidated(m.rkey), Errc::kNotMapped);
   EXPECT_EQ(c.stats().remote_invalidations, 1u);
   r.complete_all();
-  EXPECT_EQ(m.window->state(), WindowState::kCache);
+  // Recorded kUnmapping; its UMRs done, the core reads it as free.
+  EXPECT_EQ(m.window->state(), WindowState::kUnmapping);
+  EXPECT_EQ(c.state_of(m.window), WindowState::kCache);
   r.census();
+}
+
+// Nothing updates a window when its UMRs complete: the core compares the window's last UMR
+// position with the SQ consumer. A window is done exactly when the consumer passed its last
+// UMR, not when it reached it; a pointer-mode map's KLM array is busy until that map completed.
+TEST(Completion, WindowsReadTheirStateFromTheSqConsumer) {
+  Rig r(8, 256, 8, 1024);
+  PollCore& c = r.core();
+  auto& sq = c.qp().sq();
+  const auto pg = r.alloc(60);
+  const uint64_t pa = sq.pi();
+  MapResult a = c.map(std::span(pg.data(), 4), kRw, 0, 4 * 4096);  // inline, fast path
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(c.umrs_done(a.window));
+  const uint64_t pb = sq.pi();
+  MapResult b = c.map(pg, kRw, 0, 60 * 4096);  // pointer mode, fast path
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(c.klm_busy(b.window));
+  r.complete_through(pa);  // a's map: the consumer at b's map
+  EXPECT_TRUE(c.umrs_done(a.window));
+  EXPECT_FALSE(c.umrs_done(b.window));
+  EXPECT_TRUE(c.klm_busy(b.window)) << "the consumer reached b's map, it did not pass it";
+  const uint64_t pu = sq.pi();
+  ASSERT_EQ(c.unmap(a.window), Errc::kOk);
+  r.complete_through(pb);  // b's map: the consumer at a's invalidate
+  EXPECT_FALSE(c.klm_busy(b.window));
+  EXPECT_TRUE(c.umrs_done(b.window));
+  EXPECT_FALSE(c.umrs_done(a.window)) << "its invalidate has not completed";
+  EXPECT_EQ(c.state_of(a.window), WindowState::kUnmapping);
+  EXPECT_EQ(r.census().unmapping, 1u);
+  r.complete_through(pu);
+  EXPECT_TRUE(c.umrs_done(a.window));
+  EXPECT_EQ(a.window->state(), WindowState::kUnmapping) << "nothing touched it";
+  EXPECT_EQ(c.state_of(a.window), WindowState::kCache);
+  EXPECT_EQ(r.census().unmapping, 0u);
+  // A peer's invalidation of b (no UMR of this core): free at once, its UMRs being done.
+  EXPECT_EQ(c.remote_invalidated(b.rkey), Errc::kOk);
+  EXPECT_EQ(b.window->state(), WindowState::kCache);
 }
 
 // Random map/unmap/invalidate/complete steps with the checker after each (device-less).

@@ -61,8 +61,8 @@ class PlainDevice {
       ASSERT_EQ(d.ctrl.qpn, 0x42u);
       const bool fail = wqes_ == fail_at_;
       if (fail || error_) {
-        write_cqe(MLX5_CQE_REQ_ERR, d, fail ? MLX5_CQE_SYNDROME_LOCAL_PROT_ERR
-                                            : MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+        write_cqe(MLX5_CQE_REQ_ERR, d,
+                  fail ? MLX5_CQE_SYNDROME_LOCAL_PROT_ERR : MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
         error_ = true;
       } else if (d.ctrl.signaled()) {
         write_cqe(MLX5_CQE_REQ, d, 0);
@@ -105,6 +105,20 @@ void post_nop(QueuePair& qp, uint32_t ds, uint64_t cookie, bool signal = false) 
   auto cur = sq.cursor();
   prm::build_nop(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(signal), ds);
   sq.commit(ds, MLX5_OPCODE_NOP, cookie);
+}
+
+// Posts a NOP of `ds` DS with `cookie` through a Burst (a quiet WQE); false (nothing posted) when
+// it would wrap the ring or there is no room.
+bool post_quiet_nop(QueuePair& qp, uint8_t* ring, uint32_t ds, uint64_t cookie) {
+  auto& sq = qp.sq();
+  rdmx::mlx5::SqWriter::Burst b = sq.begin_burst();
+  rdmx::mlx5::SqWriter::Slot s;
+  if (!sq.reserve(b, prm::ds_to_wqebbs(ds), 0, s)) return false;
+  prm::RingCursor cur(ring, sq.wqe_cnt(), static_cast<uint32_t>(s.pi));
+  prm::build_nop(cur, sq.qpn(), static_cast<uint16_t>(s.pi), s.fm_ce_se, ds);
+  sq.commit(b, s, MLX5_OPCODE_NOP, cookie);
+  sq.end_burst(b, 1);
+  return true;
 }
 
 class RingWraps : public ::testing::TestWithParam<uint32_t> {};
@@ -240,9 +254,15 @@ TEST(QueuePair, ErrorCqeCoversEarlierWqesAndFlushesLater) {
   EXPECT_EQ(got[5].status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
   EXPECT_TRUE(qp.in_error());
   EXPECT_EQ(qp.sq().in_flight(), 0u);
+  const uint64_t before = qp.sq().pi();
   qp.reset();
   EXPECT_FALSE(qp.in_error());
-  EXPECT_EQ(qp.sq().pi(), 0u);
+  // The device starts its counters over: the ring slot and the 16-bit WQE counter are 0 again,
+  // while the 64-bit counters move on (positions recorded before stay behind the consumer).
+  EXPECT_EQ(qp.sq().wqe_index(), 0u);
+  EXPECT_EQ(qp.sq().pi() % 65536, 0u);
+  EXPECT_GT(qp.sq().pi(), before);
+  EXPECT_EQ(qp.sq().ci(), qp.sq().pi());
 }
 
 TEST(QueuePair, ReceiveCompletionsCarryCookieLengthAndImmediate) {
@@ -255,7 +275,7 @@ TEST(QueuePair, ReceiveCompletionsCarryCookieLengthAndImmediate) {
   qp.rq().ring_doorbell();
   EXPECT_EQ(__builtin_bswap32(q.dbrec[MLX5_RCV_DBR]), 2u);
   // The receive WQE bytes: one data segment.
-  EXPECT_EQ(q.rq[2], 0x01);       // byte_count 256 -> 00 00 01 00
+  EXPECT_EQ(q.rq[2], 0x01);  // byte_count 256 -> 00 00 01 00
   EXPECT_EQ(q.rq[7], 0x77);
   prm::CqeFields f;
   f.opcode = MLX5_CQE_RESP_SEND_IMM;
@@ -344,10 +364,102 @@ TEST(QueuePair, FastPathNeverSeesErrors) {
         status.push_back(c.status);
       });
   EXPECT_EQ(order, (std::vector<uint64_t>{1, 2, 3, 4, 5})) << "each WQE once, in order";
-  EXPECT_EQ(status, (std::vector<uint8_t>{0, 0, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
-                                          MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
-                                          MLX5_CQE_SYNDROME_WR_FLUSH_ERR}));
+  EXPECT_EQ(status,
+            (std::vector<uint8_t>{0, 0, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+                                  MLX5_CQE_SYNDROME_WR_FLUSH_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR}));
   for (uint64_t c : fast) EXPECT_LT(c, 3u) << "the fast path saw a failed WQE";
+}
+
+// poll<true>: a CQE whose WQEs since the consumer were all posted through a Burst retires them
+// without offering them to fast(); with a WQE committed otherwise among them, every WQE is
+// walked and offered in order. Either way the completion count and the consumer end right.
+TEST(QueuePair, QuietWqesRetireInOneStepUnlessALoudOneIsInFlight) {
+  PlainQueues q(64, 64);
+  QueuePair qp;
+  qp.init(q.desc, 4);
+  PlainDevice dev(q);
+  std::mt19937 rng(7);
+  uint64_t next = 1, posted = 0, loud_posted = 0, offered = 0, loud_offered = 0, last = 0;
+  uint64_t quiet_only_rounds = 0;
+  for (int round = 0; round < 400; ++round) {
+    const bool all_quiet = round % 3 != 0;
+    bool any_loud = false;
+    for (int i = 0; i < 6; ++i) {
+      const uint32_t ds = 1 + rng() % 8;
+      if (!qp.sq().has_room(ds)) break;
+      const uint64_t cookie = next;
+      if ((all_quiet || rng() % 2) && post_quiet_nop(qp, q.sq, ds, cookie)) {
+        ++next;
+      } else {
+        post_nop(qp, ds, cookie | (uint64_t{1} << 62));  // loud: marked in the cookie
+        ++next;
+        ++loud_posted;
+        any_loud = true;
+      }
+      ++posted;
+    }
+    qp.sq().ring_doorbell();
+    dev.process();
+    const uint64_t offered_before = offered;
+    qp.poll<true>(
+        64,
+        [&](uint64_t cookie) noexcept {
+          const uint64_t n = cookie & ~(uint64_t{1} << 62);
+          EXPECT_GT(n, last) << "offered out of order or twice";
+          last = n;
+          ++offered;
+          loud_offered += cookie >> 62;
+          return true;
+        },
+        [&](const Completion&) { ADD_FAILURE() << "a successful WQE reached on()"; });
+    if (!any_loud && qp.sq().loud_end() <= qp.sq().ci()) {
+      ++quiet_only_rounds;
+      EXPECT_EQ(offered, offered_before) << "quiet WQEs offered one by one (round " << round << ")";
+    }
+    ASSERT_EQ(qp.sq().in_flight(), 0u) << "round " << round;
+    ASSERT_EQ(qp.stats().completions, posted) << "round " << round;
+  }
+  EXPECT_EQ(loud_offered, loud_posted) << "every loud WQE offered exactly once";
+  EXPECT_GT(quiet_only_rounds, 100u);
+  EXPECT_GT(offered, loud_offered) << "quiet WQEs behind a loud one are walked too";
+  EXPECT_EQ(qp.stats().bad_cqes, 0u);
+}
+
+// A CQE naming a slot inside a quiet WQE (device bug) is not taken for a WQE: the stale entry's
+// number is behind the first WQE in flight, so the walk judges it (everything in flight
+// completes, one bad CQE counted).
+TEST(QueuePair, QuietRetireRefusesACqeNamingNoWqe) {
+  PlainQueues q(8, 8);
+  QueuePair qp;
+  qp.init(q.desc, 8);
+  PlainDevice dev(q);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(post_quiet_nop(qp, q.sq, 1, i + 1));  // a lap of 1s
+  qp.sq().ring_doorbell();
+  dev.process();
+  uint64_t walked = 0;
+  auto fast = [&](uint64_t) noexcept {
+    ++walked;
+    return true;
+  };
+  auto on = [](const Completion&) {};
+  qp.poll<true>(8, fast, on);
+  ASSERT_EQ(qp.sq().in_flight(), 0u);
+  ASSERT_EQ(qp.stats().completions, 8u);
+  ASSERT_EQ(walked, 0u) << "a lap of quiet WQEs retires without a walk";
+  // Two WQEs of 2 WQEBBs (slots 0-1 and 2-3), and a CQE naming slot 1.
+  ASSERT_TRUE(post_quiet_nop(qp, q.sq, 5, 9));
+  ASSERT_TRUE(post_quiet_nop(qp, q.sq, 5, 10));
+  prm::CqeFields f;
+  f.opcode = MLX5_CQE_REQ;
+  f.send_opcode = MLX5_OPCODE_NOP;
+  f.qpn = 0x42;
+  f.wqe_counter = static_cast<uint16_t>(qp.sq().ci() + 1);
+  prm::write_cqe(&q.cq[dev.cqes() % 8], f, (dev.cqes() / 8) & 1);
+  EXPECT_EQ(qp.poll<true>(8, fast, on), 1u);
+  EXPECT_EQ(qp.stats().bad_cqes, 1u);
+  EXPECT_EQ(walked, 2u) << "the walk offered both";
+  EXPECT_EQ(qp.sq().in_flight(), 0u);
+  EXPECT_EQ(qp.stats().completions, 10u);
 }
 
 }  // namespace

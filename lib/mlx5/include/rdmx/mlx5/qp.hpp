@@ -116,6 +116,7 @@ class QueuePair {
   void reset() noexcept;
 
   SqWriter& sq() noexcept { return sq_; }
+  const SqWriter& sq() const noexcept { return sq_; }
   RqWriter& rq() noexcept { return rq_; }
   CqPoller& cq() noexcept { return cq_; }
   uint32_t qpn() const noexcept { return qpn_; }
@@ -142,7 +143,13 @@ class QueuePair {
   // its full Completion exactly as above. Error CQEs and receives always go to on(). Either
   // way every WQE is reported exactly once and in order. For consumers (the window layer) whose
   // own WQEs need only the cookie: no Completion record is built for them.
-  template <class Fast, class F>
+  //
+  // kRetireQuiet: the caller keeps no state per quiet WQE (those committed through an
+  // SqWriter::Burst; fast() would take them and do nothing else). A successful CQE whose WQEs
+  // since the consumer are all quiet then retires them in one step: the consumer moves past
+  // the named WQE and the completion count grows by the WQE numbers between (SqShadow::seq),
+  // with no walk and no fast() call. Anything else is walked as above.
+  template <bool kRetireQuiet = false, class Fast, class F>
   uint32_t poll(uint32_t max_cqes, Fast&& fast, F&& on) noexcept {
     uint32_t n = 0;
     for (; n < max_cqes; ++n) {
@@ -164,7 +171,7 @@ class QueuePair {
         comp.byte_len = prm::cqe_byte_cnt(c);
         cq_.pop();
         if (op == MLX5_CQE_REQ) [[likely]]
-          send_side_ok(wc, comp, fast, on);
+          send_side_ok<kRetireQuiet>(wc, comp, fast, on);
         else
           send_side(wc, comp, on);
       } else {
@@ -192,15 +199,29 @@ class QueuePair {
   // stay in registers (and the shadow table's base in a local, which the callbacks' stores
   // cannot alias) while fast() takes the WQEs; they are written back before on() runs (it may
   // post, and has_room() reads the consumer index).
-  template <class Fast, class F>
+  template <bool kRetireQuiet, class Fast, class F>
   void send_side_ok(uint16_t wc, const Completion& comp, Fast& fast, F& on) noexcept {
     const SqShadow* const sh = sq_.shadow();
     const uint32_t mask = sq_.wqe_cnt() - 1;
-    const uint32_t start = sq_.ci();
+    const uint64_t start = sq_.ci();
     // WQEBBs from the consumer to the named WQE; it must start inside the in-flight range.
     const uint32_t in_flight = sq_.in_flight();
     const uint32_t dist = static_cast<uint16_t>(wc - static_cast<uint16_t>(start));
-    uint32_t ci = start;
+    if constexpr (kRetireQuiet) {
+      // Nothing but quiet WQEs since the consumer: retire up to the named one in one step. The
+      // named slot must hold a WQE of this lap (a slot inside a WQE keeps an older entry, whose
+      // number is behind the first in-flight WQE's) that ends inside the in-flight range;
+      // otherwise the walk below judges the CQE.
+      const SqShadow& named = sh[(start + dist) & mask];
+      const uint32_t wqes = named.seq - sh[start & mask].seq + 1;
+      if (sq_.loud_end() <= start && dist < in_flight && named.n_wqebb != 0 &&
+          dist + named.n_wqebb <= in_flight && wqes - 1 <= dist) [[likely]] {
+        sq_.set_ci(start + dist + named.n_wqebb);
+        stats_.completions += wqes;
+        return;
+      }
+    }
+    uint64_t ci = start;
     uint32_t left = dist;  // WQEBBs from ci to the named WQE (the walk's loop counter)
     uint64_t done = 0;
     auto one = [&](bool named) {
@@ -232,8 +253,8 @@ class QueuePair {
     }
     // The CQE named no WQE in flight (or a slot where no WQE starts): as send_side, report
     // everything in flight as completed and count a bad CQE.
-    const uint32_t end = start + in_flight;
-    while (static_cast<int32_t>(end - ci) > 0) one(false);
+    const uint64_t end = start + in_flight;
+    while (ci < end) one(false);
     ++stats_.bad_cqes;
     sq_.set_ci(ci);
     stats_.completions += done;
@@ -246,7 +267,7 @@ class QueuePair {
     const uint32_t limit = sq_.in_flight();
     uint32_t walked = 0;
     while (walked < limit) {
-      const uint32_t at = sq_.ci();
+      const uint64_t at = sq_.ci();
       const SqShadow& s = sq_.shadow_at(at);
       const bool named = static_cast<uint16_t>(at) == wc;
       Completion c = named ? comp : Completion{};

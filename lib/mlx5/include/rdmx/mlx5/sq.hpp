@@ -32,7 +32,7 @@ struct SqShadow {
   uint16_t n_wqebb;
   uint8_t opcode;
   uint8_t pad8;  // padding to 16 bytes
-  uint32_t pad;
+  uint32_t seq;  // the WQE's number: SqWriter::posted() before it (low 32 bits)
 };
 static_assert(sizeof(SqShadow) == 16);
 
@@ -45,26 +45,35 @@ class SqWriter {
   // Setup path: attach to a ring. signal_every >= 1: at most signal_every-1 unsignaled WQEs in
   // a row. Allocates the shadow table (the only allocation).
   void init(const SqDesc& d, uint32_t qpn, uint32_t signal_every);
-  // After a QP reset (device counters return to 0): forget everything posted.
+  // After a QP reset (device counters return to 0): forget everything posted. The producer and
+  // consumer counters move on to the next multiple of 65536 rather than back to 0: the ring
+  // slot and the 16-bit WQE counter start over as the device's do, and a position recorded
+  // before the reset (PollCore's windows keep some) stays behind the consumer.
   void reset() noexcept;
   // Setup path, for tools and tests: continue as if `pi` WQEBBs had been posted and completed
   // and the last WQE left `fm_cache` as the fence the next WQE inherits (0 or
   // prm::kFenceInitiatorSmall after a UMR). Nothing is in flight afterwards.
-  void restart_at(uint32_t pi, uint8_t fm_cache) noexcept {
-    pi_ = ci_ = db_pi_ = pi;
+  void restart_at(uint64_t pi, uint8_t fm_cache) noexcept {
+    pi_ = ci_ = db_pi_ = loud_end_ = pi;
     unsignaled_ = 0;
     fm_cache_ = fm_cache;
   }
 
   uint32_t qpn() const noexcept { return qpn_; }
   uint32_t wqe_cnt() const noexcept { return n_; }
-  uint32_t pi() const noexcept { return pi_; }  // free-running, WQEBBs
-  uint32_t ci() const noexcept { return ci_; }  // first WQEBB not yet completed
-  uint32_t in_flight() const noexcept { return pi_ - ci_; }
-  uint32_t free_wqebbs() const noexcept { return n_ - (pi_ - ci_); }
+  // Free-running 64-bit counters in WQEBBs (they do not wrap in the life of a process): the
+  // producer, the consumer (first WQEBB not yet completed), and the end of the last WQE
+  // committed other than through a Burst (see Burst).
+  uint64_t pi() const noexcept { return pi_; }
+  uint64_t ci() const noexcept { return ci_; }
+  uint64_t loud_end() const noexcept { return loud_end_; }
+  uint32_t in_flight() const noexcept { return static_cast<uint32_t>(pi_ - ci_); }
+  uint32_t free_wqebbs() const noexcept { return n_ - in_flight(); }
   bool has_room(uint32_t ds) const noexcept { return prm::ds_to_wqebbs(ds) <= free_wqebbs(); }
   uint16_t wqe_index() const noexcept { return static_cast<uint16_t>(pi_); }
-  prm::RingCursor cursor() const noexcept { return prm::RingCursor(buf_, n_, pi_); }
+  prm::RingCursor cursor() const noexcept {
+    return prm::RingCursor(buf_, n_, static_cast<uint32_t>(pi_ & (n_ - 1)));
+  }
 
   // fm_ce_se for the next WQE: the fence inherited from a preceding UMR (INITIATOR_SMALL, as
   // rdma-core's fm_cache and the kernel do), or a stronger one when asked; CQ_UPDATE when
@@ -84,11 +93,12 @@ class SqWriter {
     const bool sig = (ctrl->fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) != 0;
     const uint16_t nbb = static_cast<uint16_t>(prm::ds_to_wqebbs(ds));
     RDMX_DEBUG_ASSERT(nbb <= free_wqebbs());
-    shadow_[slot] = SqShadow{cookie, nbb, opcode, 0, 0};
+    shadow_[slot] = SqShadow{cookie, nbb, opcode, 0, static_cast<uint32_t>(posted_)};
     unsignaled_ = sig ? 0 : unsignaled_ + 1;
     fm_cache_ = (opcode == MLX5_OPCODE_UMR) ? prm::kFenceInitiatorSmall : 0;
     last_ctrl_ = ctrl;
     pi_ += nbb;
+    loud_end_ = pi_;
     ++posted_;
   }
 
@@ -99,7 +109,7 @@ class SqWriter {
   // not re-read the WQE.
   struct Slot {
     uint8_t* wqe;  // the WQE's first byte (its nbb WQEBBs are contiguous)
-    uint32_t pi;   // producer counter at the WQE
+    uint64_t pi;   // producer counter at the WQE
     uint32_t nbb;  // its size in WQEBBs
     uint32_t unsignaled;
     uint8_t fm_ce_se;  // for its ctrl segment: next_fm_ce_se(false, fence)
@@ -108,18 +118,26 @@ class SqWriter {
   // state lives in a Burst (registers) from begin_burst() to end_burst(). Nothing else may post
   // on this SQ in between, and nothing may move its consumer (poll). `room` is what the burst
   // may take without a room or wrap check per WQE: the free WQEBBs from the producer up to the
-  // ring's end (a WQE that would wrap takes the cursor path).
+  // ring's end (a WQE that would wrap takes the cursor path). WQEs committed through a Burst
+  // are "quiet": QueuePair::poll<true> may retire a run of them that a CQE covers in one step,
+  // without offering each to its fast callback (only PollCore's window UMRs are posted so).
   struct Burst {
-    uint32_t pi;
+    uint64_t pi;
     uint32_t room;
+    uint32_t seq;  // the next WQE's number (low 32 bits of posted())
     uint32_t unsignaled;
     uint8_t fm_cache;
     mlx5_wqe_ctrl_seg* last_ctrl;
   };
   Burst begin_burst() const noexcept {
-    const uint32_t free = n_ - (pi_ - ci_);
-    const uint32_t to_end = n_ - (pi_ & (n_ - 1));
-    return Burst{pi_, free < to_end ? free : to_end, unsignaled_, fm_cache_, last_ctrl_};
+    const uint32_t free = free_wqebbs();
+    const uint32_t to_end = n_ - static_cast<uint32_t>(pi_ & (n_ - 1));
+    return Burst{pi_,
+                 free < to_end ? free : to_end,
+                 static_cast<uint32_t>(posted_),
+                 unsignaled_,
+                 fm_cache_,
+                 last_ctrl_};
   }
   // False when the SQ lacks room or the WQE would wrap (then the caller takes the cursor path).
   bool reserve(const Burst& b, uint32_t nbb, uint8_t fence, Slot& s) const noexcept {
@@ -138,10 +156,11 @@ class SqWriter {
     // The shadow entry in two stores: the cookie, then n_wqebb, opcode and the zero padding as
     // one word (the field-by-field form compiles to four).
     static_assert(offsetof(SqShadow, n_wqebb) == 8 && offsetof(SqShadow, opcode) == 10 &&
-                  offsetof(SqShadow, pad8) == 11 && offsetof(SqShadow, pad) == 12 &&
+                  offsetof(SqShadow, pad8) == 11 && offsetof(SqShadow, seq) == 12 &&
                   std::endian::native == std::endian::little);
     SqShadow& sh = shadow_[s.pi & (n_ - 1)];
-    const uint64_t meta = uint64_t{static_cast<uint16_t>(s.nbb)} | (uint64_t{opcode} << 16);
+    const uint64_t meta =
+        uint64_t{static_cast<uint16_t>(s.nbb)} | (uint64_t{opcode} << 16) | (uint64_t{b.seq} << 32);
     sh.cookie = cookie;
     std::memcpy(&sh.n_wqebb, &meta, sizeof(meta));
     b.unsignaled = (s.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 0 : s.unsignaled + 1;
@@ -149,6 +168,7 @@ class SqWriter {
     b.last_ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(s.wqe);
     b.pi = s.pi + s.nbb;
     b.room -= s.nbb;
+    ++b.seq;
   }
   // Writes the burst's producer state back; `wqes` WQEs were committed in it.
   void end_burst(const Burst& b, uint32_t wqes) noexcept {
@@ -172,7 +192,7 @@ class SqWriter {
     // record before the register write; the register gets the first 8 bytes of the last WQE's
     // control segment (rdma-core post_send_db, DPDK mlx5_doorbell_ring).
     wmb_to_device();
-    __atomic_store_n(dbrec_, detail::bswap(pi_ & 0xffffu), __ATOMIC_RELEASE);
+    __atomic_store_n(dbrec_, detail::bswap(static_cast<uint32_t>(pi_ & 0xffffu)), __ATOMIC_RELEASE);
     wc_flush();
     uint64_t first8;
     __builtin_memcpy(&first8, last_ctrl_, sizeof(first8));
@@ -184,12 +204,12 @@ class SqWriter {
   }
 
   // Completion side: the WQE starting at `ci` slot. Used by the CQ poller.
-  const SqShadow& shadow_at(uint32_t counter) const noexcept { return shadow_[counter & (n_ - 1)]; }
+  const SqShadow& shadow_at(uint64_t counter) const noexcept { return shadow_[counter & (n_ - 1)]; }
   void retire(uint32_t n_wqebb) noexcept { ci_ += n_wqebb; }
   // Completion side: the shadow table (wqe_cnt() entries; index with counter & (wqe_cnt()-1)).
   const SqShadow* shadow() const noexcept { return shadow_.get(); }
   // Completion side: everything before `ci` has completed (a batch of retire()).
-  void set_ci(uint32_t ci) noexcept { ci_ = ci; }
+  void set_ci(uint64_t ci) noexcept { ci_ = ci; }
 
   uint64_t posted() const noexcept { return posted_; }
   uint64_t doorbells() const noexcept { return doorbells_; }
@@ -198,9 +218,10 @@ class SqWriter {
   void* buf_ = nullptr;
   uint32_t n_ = 0;
   uint32_t qpn_ = 0;
-  uint32_t pi_ = 0;
-  uint32_t ci_ = 0;
-  uint32_t db_pi_ = 0;
+  uint64_t pi_ = 0;
+  uint64_t ci_ = 0;
+  uint64_t db_pi_ = 0;
+  uint64_t loud_end_ = 0;
   uint32_t unsignaled_ = 0;
   uint32_t signal_every_ = kDefaultSignalEvery;
   uint8_t fm_cache_ = 0;

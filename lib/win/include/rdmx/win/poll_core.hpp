@@ -62,7 +62,27 @@ class PollCore {
   uint16_t id() const noexcept { return id_; }
   mlx5::QpHandle qp_handle() const noexcept { return qp_.qpn(); }
   mlx5::QueuePair& qp() noexcept { return qp_; }
+  const mlx5::QueuePair& qp() const noexcept { return qp_; }
   const WindowCache& cache() const noexcept { return cache_; }
+
+  // A window of this core: every UMR posted on it has completed (the SQ consumer passed the
+  // last one; Window::umr_end_).
+  bool umrs_done(const Window* w) const noexcept { return qp_.sq().ci() >= w->umr_end_; }
+  // A window of this core whose pointer-mode map has not completed: the device may still read
+  // its KLM array. (While any UMR of it is in flight its last pointer map is within a ring of
+  // the consumer, so the 32-bit compare is exact; a false "busy" on an old map only delays.)
+  bool klm_busy(const Window* w) const noexcept {
+    return !umrs_done(w) &&
+           static_cast<int32_t>(static_cast<uint32_t>(qp_.sq().ci()) - w->klm_end_) < 0;
+  }
+  // The state of a window of this core as of now: Window::state() is what was recorded, and a
+  // window recorded kUnmapping whose invalidate has since completed (and did not fail) is
+  // kCache. Nothing on the hot path records that change: it is read where it matters (leaving
+  // the core, recover, check_windows).
+  WindowState state_of(const Window* w) const noexcept {
+    return w->state_ == WindowState::kUnmapping && umrs_done(w) && !w->dirty_ ? WindowState::kCache
+                                                                              : w->state_;
+  }
   const CoreStats& stats() const noexcept { return stats_; }
   const KeyGen& keys() const noexcept { return keys_; }
   // The KLM writer variant chosen at create (CPU features, DPDK's SIMD width limit).
@@ -154,27 +174,27 @@ class PollCore {
   void flush() noexcept;
 
   // Reads up to max_cqes CQEs. Window-internal completions (map/unmap UMRs) are consumed here:
-  // an unmap that completed lets the window leave the core; a receive that carried a
+  // an unmap that completed lets the window leave the core (umrs_done: the windows are not
+  // touched, each compares its last UMR's position with the SQ consumer); a receive that carried a
   // SEND_WITH_INV of one of this core's mapped windows frees it (a later unmap() of it is
   // refused). Every application completion is handed to on(const mlx5::Completion&), receives
   // with an invalidation included. Returns the number of CQEs read.
   template <class F>
   uint32_t poll(uint32_t max_cqes, F&& on) noexcept {
-    // The window layer's own UMRs that completed successfully take the queue pair's cheap
-    // path (cookie only, no Completion record); their counters are added once per call: every
-    // completion the queue pair counted that did not reach the Completion path was one of them.
+    // The window layer's own UMRs that completed successfully need nothing but counting (the
+    // windows read their state from the SQ consumer): a CQE covering only the fast paths'
+    // (quiet) UMRs is retired in one step, other window UMRs take the queue pair's cheap path
+    // (cookie only). Their counters are added once per call: every completion the queue pair
+    // counted that did not reach the Completion path was one of them.
     const uint64_t before = qp_.stats().completions;
     uint64_t others = 0;
-    Window* const ws = windows_;
-    const uint32_t n = qp_.poll(
+    const uint32_t n = qp_.poll<true>(
         max_cqes,
-        [this, ws](uint64_t cookie) noexcept {
+        [](uint64_t cookie) noexcept {
           // Application cookies (bit 63 clear) and memory-window cookies (bits 63 and 62 set)
           // take the Completion path; only windows' map/unmap cookies (10 in the top bits) stay.
           static_assert(kInternalCookie >> 62 == 2 && kMwCookie >> 62 == 1);
-          if ((cookie >> 62) != 2) return false;
-          umr_ok(ws, cookie);
-          return true;
+          return (cookie >> 62) == 2;
         },
         [&](const mlx5::Completion& c) {
           ++others;
@@ -228,17 +248,9 @@ class PollCore {
   bool quiesce_until(std::chrono::steady_clock::time_point deadline);
   void init_templates() noexcept;  // tpl_, from the QP, arena and caps (create)
 
-  // A window's UMR: kInternalCookie, the op (bits 56-62), what its completion takes off the
-  // window's pending_ (bits 32-48: 1, or 1 + Window::kKlmBusy for a pointer-mode map), the
-  // window's index (bits 0-31).
-  static uint64_t cookie_of(uint8_t op, const Window* w, uint32_t pending) noexcept {
-    return kInternalCookie | (uint64_t{op} << 56) | (uint64_t{pending} << 32) | w->id_;
-  }
-  static uint32_t pending_of(uint64_t cookie) noexcept {
-    return static_cast<uint32_t>(cookie >> 32) & (2 * Window::kKlmBusy - 1);
-  }
-  static constexpr uint32_t kMapPending(bool pointer) noexcept {
-    return pointer ? 1 + Window::kKlmBusy : 1;
+  // A window's UMR: kInternalCookie, the op (bits 56-62), the window's index (bits 0-31).
+  static uint64_t cookie_of(uint8_t op, const Window* w) noexcept {
+    return kInternalCookie | (uint64_t{op} << 56) | w->id_;
   }
   static constexpr uint8_t kOpMap = 1;
   static constexpr uint8_t kOpUnmap = 2;
@@ -338,21 +350,8 @@ class PollCore {
   // Counts a completion of one of this core's own UMR-class WQEs (map, unmap, bind,
   // invalidate): in flight no more; false (counted as an error) when it failed or was flushed.
   bool umr_completed(const mlx5::Completion& c) noexcept;
-  // A map/unmap UMR of this core completed successfully (the caller counts it in
-  // umr_completions and umrs_in_flight_).
-  // `ws` is windows_, passed in a register (the stores below would make the compiler reload it).
-  void umr_ok(Window* ws, uint64_t cookie) noexcept {
-    const uint32_t wid = static_cast<uint32_t>(cookie);
-    RDMX_DEBUG_ASSERT(wid < pool_.n_windows());
-    Window* w = ws + wid;
-    RDMX_DEBUG_ASSERT(w->owner_ == id_ && w->outstanding_umrs() > 0);
-    if ((w->pending_ -= pending_of(cookie)) == 0 && w->state_ == WindowState::kUnmapping &&
-        !w->dirty_)
-      w->state_ = WindowState::kCache;
-  }
   [[gnu::cold]] void on_app_error(const mlx5::Completion& c) noexcept;
   void on_remote_invalidate(uint32_t rkey) noexcept;
-  void umr_done(Window* w) noexcept;
   void flush_to_depot() noexcept;
   uint32_t refill_from_depot() noexcept;
   [[gnu::cold]] Errc reject(Errc e) noexcept {

@@ -45,7 +45,6 @@ class alignas(kCacheLine) Window {
   WindowState state() const noexcept { return state_; }
   uint16_t owner() const noexcept { return owner_; }
   uint32_t id() const noexcept { return id_; }
-  uint16_t outstanding_umrs() const noexcept { return static_cast<uint16_t>(pending_); }
   bool dirty() const noexcept { return dirty_; }
 
  private:
@@ -63,21 +62,21 @@ class alignas(kCacheLine) Window {
   uint8_t local_use_ = 0;
   bool dirty_ = false;  // a UMR on it was flushed/failed: device state unknown until recover()
   uint16_t owner_ = kNoCore;
-  // What has not completed, in one word so that a completion is one subtraction of the amount
-  // its cookie carries (PollCore::cookie_of): the UMR WQEs posted on it (low 16 bits), plus
-  // kKlmBusy while a pointer-mode map of it is among them (its KLM array may still be read by
-  // the device). A pointer-mode map adds and its completion subtracts 1 + kKlmBusy.
-  static constexpr uint32_t kKlmBusy = uint32_t{1} << 16;
-  uint32_t pending_ = 0;
-  bool klm_busy() const noexcept { return pending_ & kKlmBusy; }
+  // SQ producer counter (WQEBBs, low 32 bits) just past the last data WQE posted with this
+  // window in its local SGE list since the map (meaningful while local_use_ != 0). Once the SQ
+  // consumer reached it, every such WQE completed and the unmap needs no ordering fence.
+  uint32_t use_end_ = 0;
   uint32_t id_ = 0;  // index in the pool
   uint32_t n_pages_ = 0;
+  // Its owner's SQ producer counter (SqWriter::pi(), 64-bit WQEBBs) just past its last UMR:
+  // every UMR posted on it has completed once that SQ's consumer reached it, which is how the
+  // core tells (PollCore::umrs_done) without touching the window when the completions are
+  // polled. 0 while in the depot (another core's counters mean nothing to it).
+  uint64_t umr_end_ = 0;
+  // The same for its last pointer-mode map (low 32 bits): its KLM array may still be read by
+  // the device while that map has not completed (PollCore::klm_busy).
+  uint32_t klm_end_ = 0;
   uint64_t length_ = 0;
-  uint64_t klm_addr_ = 0;  // pointer-mode KLM array in the arena (0 when the pool needs none)
-  // SQ producer counter (WQEBBs) just past the last data WQE posted with this window in its
-  // local SGE list since the map (meaningful while local_use_ != 0). Once the SQ consumer
-  // reached it, every such WQE completed and the unmap needs no ordering fence.
-  uint32_t use_end_ = 0;
   // The key of the current mapping as the invalidate WQE carries it, set with key_ by every map
   // (PollCore::set_key) so that unmap's fast path only loads them: ctrl bytes 8-15 without
   // fm_ce_se (the mkey, big-endian: prm::ctrl_word1(0, mkey)) and the mkey context's first word
@@ -85,6 +84,8 @@ class alignas(kCacheLine) Window {
   uint64_t inv_ctrl1_ = 0;
   uint64_t inv_mkc0_ = 0;
 };
+
+static_assert(sizeof(Window) == kCacheLine, "a window is one cache line");
 
 // One map request (map_burst).
 struct MapRequest {

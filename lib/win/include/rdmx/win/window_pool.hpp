@@ -78,6 +78,10 @@ class WindowPool {
   // The lkey of the arena in pd(): the KLM entries' key, and the one local SGEs use.
   uint32_t parent_lkey() const noexcept { return parent_lkey_; }
   Window& window(uint32_t id) noexcept { return windows_[id]; }
+  // The pointer-mode KLM array of window `id` in the arena (0 when the pool needs none).
+  uint64_t klm_array(uint32_t id) const noexcept {
+    return klm_base_ ? klm_base_ + uint64_t{klm_stride_} * id : 0;
+  }
   const Window& window(uint32_t id) const noexcept { return windows_[id]; }
   // The pool's window with this mkey index, or nullptr. Hot-path safe (open addressing).
   Window* find(uint32_t mkey) noexcept;
@@ -114,6 +118,8 @@ class WindowPool {
   uint32_t inline_limit_ = 0;
   uint32_t pd_ = mlx5::kDefaultPd;
   uint32_t parent_lkey_ = 0;
+  uint64_t klm_base_ = 0;  // the windows' KLM arrays, klm_stride_ bytes apart (pointer mode)
+  uint32_t klm_stride_ = 0;
   mlx5::MrInfo own_mr_{};  // own_pd: the arena registered in pd_
   bool own_pd_ = false;
   std::unique_ptr<Window[]> windows_;
