@@ -124,7 +124,7 @@ class SqWriter {
   struct Burst {
     uint64_t pi;
     uint32_t room;
-    uint32_t seq;  // the next WQE's number (low 32 bits of posted())
+    uint64_t seq_hi;  // the next WQE's number (low 32 bits of posted()) << 32: its shadow word
     uint32_t unsignaled;
     uint8_t fm_cache;
     mlx5_wqe_ctrl_seg* last_ctrl;
@@ -132,11 +132,7 @@ class SqWriter {
   Burst begin_burst() const noexcept {
     const uint32_t free = free_wqebbs();
     const uint32_t to_end = n_ - static_cast<uint32_t>(pi_ & (n_ - 1));
-    return Burst{pi_,
-                 free < to_end ? free : to_end,
-                 static_cast<uint32_t>(posted_),
-                 unsignaled_,
-                 fm_cache_,
+    return Burst{pi_,       free < to_end ? free : to_end, posted_ << 32, unsignaled_, fm_cache_,
                  last_ctrl_};
   }
   // False when the SQ lacks room or the WQE would wrap (then the caller takes the cursor path).
@@ -160,7 +156,7 @@ class SqWriter {
                   std::endian::native == std::endian::little);
     SqShadow& sh = shadow_[s.pi & (n_ - 1)];
     const uint64_t meta =
-        uint64_t{static_cast<uint16_t>(s.nbb)} | (uint64_t{opcode} << 16) | (uint64_t{b.seq} << 32);
+        uint64_t{static_cast<uint16_t>(s.nbb)} | (uint64_t{opcode} << 16) | b.seq_hi;
     sh.cookie = cookie;
     std::memcpy(&sh.n_wqebb, &meta, sizeof(meta));
     b.unsignaled = (s.fm_ce_se & MLX5_WQE_CTRL_CQ_UPDATE) ? 0 : s.unsignaled + 1;
@@ -168,7 +164,7 @@ class SqWriter {
     b.last_ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(s.wqe);
     b.pi = s.pi + s.nbb;
     b.room -= s.nbb;
-    ++b.seq;
+    b.seq_hi += uint64_t{1} << 32;
   }
   // Writes the burst's producer state back; `wqes` WQEs were committed in it.
   void end_burst(const Burst& b, uint32_t wqes) noexcept {
