@@ -23,7 +23,10 @@ class WindowCache;
 // Where a window is. Exactly one at any time (WindowPool::check_windows proves it):
 //   kCache     free, in its owner core's cache; every UMR on it has completed
 //   kUnmapping in its owner core's cache, reusable by that core (same-SQ ordering), but its
-//              invalidate UMR has not completed yet: it may not leave the core
+//              invalidate UMR had not completed when this was recorded: it may not leave the
+//              core until it has. Completions do not rewrite the state (the core compares the
+//              window's last UMR position with its SQ consumer): Window::state() is the state
+//              recorded, PollCore::state_of() the state as of now (kCache once that UMR is done)
 //   kDepot     in the shared depot, owned by no core; device state free
 //   kMapped    handed to the application by map(); owned by the core that mapped it
 enum class WindowState : uint8_t { kCache, kUnmapping, kDepot, kMapped };
