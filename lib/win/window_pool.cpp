@@ -239,6 +239,10 @@ Result<Census> WindowPool::check_windows() {
   auto fail = [&](const Window* w, const std::string& what) {
     if (err.empty()) err = describe(*w) + ": " + what;
   };
+  // A window's recorded UMR position is one of its owner's SQ: never past its producer.
+  auto position_ok = [&](const Window* w, const PollCore* core) {
+    if (w->umr_end_ > core->qp().sq().pi()) fail(w, "its last UMR is past its SQ's producer");
+  };
   auto visit = [&](const Window* w, const char* where) -> bool {
     if (!owns(w)) {
       if (err.empty()) err = std::string("a foreign pointer in ") + where;
@@ -263,16 +267,15 @@ Result<Census> WindowPool::check_windows() {
       if (w->owner_ != ci) fail(w, "in core " + std::to_string(ci) + "'s cache");
       // A window recorded kUnmapping whose invalidate completed is counted as kCache
       // (PollCore::state_of); one recorded kCache has nothing in flight.
+      position_ok(w, core);
       if (w->state_ == WindowState::kCache) {
         ++c.cache;
         if (!core->umrs_done(w)) fail(w, "kCache with UMRs in flight");
-        if (w->umr_end_ > core->qp().sq().pi()) fail(w, "its last UMR is past the producer");
       } else if (w->state_ == WindowState::kUnmapping) {
         if (core->state_of(w) == WindowState::kCache)
           ++c.cache;
         else
           ++c.unmapping;
-        if (w->umr_end_ > core->qp().sq().pi()) fail(w, "its last UMR is past the producer");
       } else {
         fail(w, "in a cache but not kCache/kUnmapping");
       }
@@ -302,7 +305,10 @@ Result<Census> WindowPool::check_windows() {
     }
     ++c.mapped;
     if (w->dirty_) ++c.dirty;
-    if (w->owner_ >= cores_.size() || !cores_[w->owner_]) fail(w, "mapped by no live core");
+    if (w->owner_ >= cores_.size() || !cores_[w->owner_])
+      fail(w, "mapped by no live core");
+    else
+      position_ok(w, cores_[w->owner_]);
   }
   if (c.cache + c.unmapping + c.depot + c.mapped != n && err.empty())
     err = "counts do not add up to the pool size";
