@@ -159,6 +159,30 @@ double measure_timer_overhead() {
   return static_cast<double>(d[n / 2]);
 }
 
+double measure_core_hz(double tsc_hz) {
+  constexpr uint64_t kLoops = 200000, kAddsPerLoop = 16;
+  double best = 0;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    uint64_t x = 0;
+    const uint64_t y = static_cast<uint64_t>(attempt) + 1;
+    const uint64_t t0 = tsc();
+    for (uint64_t i = 0; i < kLoops; ++i) {
+      // Each add waits for the previous one: kAddsPerLoop core cycles per loop (the loop's own
+      // counter and branch run beside the chain). Register operands: a renamer that folds
+      // chains of adds of immediates cannot shorten this one.
+#define RDMX_PERF_ADD4 "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+      __asm__ volatile(RDMX_PERF_ADD4 RDMX_PERF_ADD4 RDMX_PERF_ADD4 RDMX_PERF_ADD4
+                       : "+r"(x)
+                       : "r"(y));
+#undef RDMX_PERF_ADD4
+    }
+    const uint64_t ticks = tsc() - t0;
+    const double cycles = static_cast<double>(kLoops * kAddsPerLoop);
+    if (ticks != 0) best = std::max(best, cycles * tsc_hz / static_cast<double>(ticks));
+  }
+  return best;  // interruptions only lower a try
+}
+
 namespace {
 
 // Progress on long runs: "rdmx-perf: 42 s: CASE, round R of N", at most once per period, from

@@ -136,6 +136,7 @@ struct RunConfig {
   uint32_t rounds = 7;
   double tsc_hz = 0;
   double timer_overhead = 0;  // cycles of one stamp (TSC read + store), subtracted
+  double core_hz = 0;         // measure_core_hz: the measuring core's clock (0: unknown)
   SyscallCounter* syscalls = nullptr;
   bool callgrind = false;  // CALLGRIND_START/STOP_INSTRUMENTATION around the bulk loop
   // A one-line progress report on stderr at most every this many seconds (0: --quiet), printed
@@ -197,6 +198,13 @@ Latency summarize(std::vector<uint64_t>& cycles, double tsc_hz);
 
 // Measures the cost of one stamp (median of stamped empty ops, in cycles).
 double measure_timer_overhead();
+
+// The measuring core's clock while it runs, in Hz: a chain of dependent register adds (one per
+// core cycle) timed with the TSC, the best of several tries. The TSC ticks at a fixed rate
+// (tsc_hz) while the core may run faster or slower; this converts a time into core cycles, and
+// an instruction count per op (callgrind) into instructions per cycle. Meaningless under
+// valgrind.
+double measure_core_hz(double tsc_hz);
 
 // ratio helper: a.ratios += a.ns / b.ns (by_p50: a.lat.p50 / b.lat.p50, for round-trip tests
 // whose means are dominated by the device thread's preemptions; the peer name gets "@p50").

@@ -328,6 +328,7 @@ void describe_config(Report& rep, const Ctx& ctx, const std::string& test, bool 
   cfg("online_cpus", static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
   cfg("usable_cpus", static_cast<double>(cpus.size()));
   cfg("tsc_hz", rep.tsc_hz);
+  cfg("core_hz", ctx.rc.core_hz);
   cfg("hugepages", !eal.no_huge());
   cfg("eal_args", eal_line);
   cfg("measure_lcore", static_cast<double>(rte_get_main_lcore()));
@@ -419,6 +420,7 @@ int main(int argc, char** argv) {
   rep.tsc_hz = static_cast<double>(rte_get_tsc_hz());
   ctx.rc.tsc_hz = rep.tsc_hz;
   ctx.rc.timer_overhead = measure_timer_overhead();
+  ctx.rc.core_hz = measure_core_hz(rep.tsc_hz);
   ctx.rc.callgrind = o.callgrind || on_valgrind();
   SyscallCounter sc;
   ctx.rc.syscalls = &sc;

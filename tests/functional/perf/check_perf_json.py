@@ -10,7 +10,7 @@ CASE_KEYS = {"name", "unit", "role", "pages", "bytes", "burst", "ops", "ns_per_o
              "best_round_ns_per_op", "cycles_per_op", "ops_per_s", "allocs_per_op",
              "syscalls_per_op", "round_ns_per_op", "latency_ns", "ratios", "extra", "histogram"}
 LAT_KEYS = {"samples", "min", "p50", "avg", "stdev", "p99", "p99_9", "max", "resolution"}
-CONFIG_KEYS = {"cpu_model", "online_cpus", "tsc_hz", "hugepages", "measure_cpu",
+CONFIG_KEYS = {"cpu_model", "online_cpus", "tsc_hz", "core_hz", "hugepages", "measure_cpu",
                "device_thread_cpu", "cores_used", "allocs_check", "syscalls_check"}
 EXPECT = {  # test -> (case name prefixes that must be there, needs an rdmx case with ratios)
     "cache": ["window_cache.single", "rte_mempool.single", "rte_ring.spsc.single",
@@ -48,6 +48,10 @@ def main():
     missing = CONFIG_KEYS - set(doc["config"])
     if missing:
         fail("config keys missing: %s" % missing)
+    # The measured core clock (a dependent add chain timed with the TSC): a real clock, not 0 or
+    # a unit slip (kHz, or ticks instead of Hz).
+    if not 0.2e9 <= doc["config"]["core_hz"] <= 10e9:
+        fail("core_hz %r is not a core clock" % doc["config"]["core_hz"])
     tests = doc["tests"]
     if len(tests) != 1 or tests[0]["test"] != test:
         fail("tests array")
