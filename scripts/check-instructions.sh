@@ -36,9 +36,11 @@ ninja -C "$BUILD_DIR" apps/rdmx-perf/rdmx-perf >/dev/null ||
   { echo "FAIL building rdmx-perf"; fail=1; finish; }
 perf="$root/$BUILD_DIR/apps/rdmx-perf/rdmx-perf"
 
-# A line's key is N (map() + unmap() one at a time, case umr.map_unmap.pN) or burstN (the same
-# pairs through map_burst + unmap_burst, case umr.map_unmap_burst.pN).
-pages=$(awk '!/^#/ && NF >= 2 {sub(/^burst/, "", $1); print $1}' "$expected" | sort -nu |
+# A line's key is N (map() + unmap() one at a time, case umr.map_unmap.pN), burstN (the same
+# pairs through map_burst + unmap_burst, case umr.map_unmap_burst.pN) or interleavedN
+# (map_interleaved of N blocks + unmap, case umr.interleaved.pN).
+pages=$(awk '!/^#/ && NF >= 2 {sub(/^(burst|interleaved)/, "", $1); print $1}' "$expected" |
+  sort -nu |
   paste -sd, -)
 [ -n "$pages" ] || { echo "FAIL no figures in $expected"; fail=1; finish; }
 iters=8000
@@ -54,6 +56,7 @@ for f in "$work"/callgrind.out.*.*; do
   case "$case_name" in
     umr.map_unmap.p*) p=${case_name#umr.map_unmap.p} ;;
     umr.map_unmap_burst.p*) p=burst${case_name#umr.map_unmap_burst.p} ;;
+    umr.interleaved.p*) p=interleaved${case_name#umr.interleaved.p} ;;
     *) continue ;;
   esac
   units=$(grep '^desc: Trigger' "$f" | sed 's/.*units=//' | awk '{print $1}')
@@ -79,14 +82,16 @@ avx2=1
 grep -qw avx2 /proc/cpuinfo 2>/dev/null || avx2=0
 while read -r p want _; do
   case "$p" in '#'* | '') continue ;; esac
-  if [ $avx2 -eq 0 ] && [ "${p#burst}" -gt 32 ]; then
+  n=${p#burst}
+  n=${n#interleaved}
+  if [ $avx2 -eq 0 ] && [ "$n" -gt 32 ]; then
     echo "SKIP $p pages: this CPU has no AVX2 (the figure is the AVX2 writer's)"
     skip=$((skip + 1))
     continue
   fi
   have=${got[$p]:-}
   if [ -z "$have" ]; then
-    echo "FAIL $p: no count (its case umr.map_unmap[_burst].p${p#burst} is missing)"
+    echo "FAIL $p: no count (its case umr.map_unmap[_burst].p$n or umr.interleaved.p$n is missing)"
     fail=$((fail + 1))
     continue
   fi
@@ -96,7 +101,10 @@ while read -r p want _; do
     else if (d < -t) printf "PASS %+.1f%% (lower: commit it with --update)", d
     else printf "PASS %+.1f%%", d }')
   what="$p pages"
-  case "$p" in burst*) what="${p#burst} pages, bursts" ;; esac
+  case "$p" in
+    burst*) what="$n pages, bursts" ;;
+    interleaved*) what="$n blocks, interleaved" ;;
+  esac
   echo "${verdict%% *} $what: $have instructions per map+unmap pair (committed $want;" \
     "${verdict#* }, limit +$tolerance%)"
   case $verdict in FAIL*) fail=$((fail + 1)) ;; *) pass=$((pass + 1)) ;; esac

@@ -221,12 +221,7 @@ MapResult PollCore::map_one(std::span<const uint64_t> pages, uint32_t access,
   }
   sq.end_burst(b, 1);
   fast_maps_done(1, kPointer, pages.size());
-  MapResult r;
-  r.window = w;
-  r.rkey = r.lkey = w->rkey();
-  r.iova = 0;
-  r.length = length;
-  return r;
+  return result_of(w, length);
 }
 
 MapResult PollCore::map(std::span<const uint64_t> pages, uint32_t access,
@@ -376,12 +371,7 @@ MapResult PollCore::mapped(Window* w, uint8_t key, uint32_t n, uint64_t length) 
   w->umr_end_ = qp_.sq().pi();  // just past the UMR the caller committed
   ++stats_.maps;
   stats_.pages_mapped += n;
-  MapResult r;
-  r.window = w;
-  r.rkey = r.lkey = w->rkey();
-  r.iova = 0;
-  r.length = length;
-  return r;
+  return result_of(w, length);
 }
 
 Errc PollCore::validate_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
@@ -411,8 +401,82 @@ Errc PollCore::validate_interleaved(std::span<const InterleavedPart> parts, uint
   return Errc::kOk;
 }
 
+Window* PollCore::map_interleaved_fast(std::span<const InterleavedPart> parts, uint32_t blocks,
+                                       uint32_t access) noexcept {
+  // validate_interleaved's checks, all at once, fused into the entries' writing; the WQE is the
+  // map template's head (as map_fast) with the repeat block and its entries: the bytes of
+  // build_umr_interleaved (tests/window compares them).
+  const size_t n = parts.size();
+  const uint32_t top = cache_.len();
+  const uint32_t oct = prm::repeat_block_octowords(static_cast<uint32_t>(n));
+  const uint32_t ds = prm::kUmrHeaderDs + oct;
+  mlx5::SqWriter& sq = qp_.sq();
+  mlx5::SqWriter::Burst b = sq.begin_burst();
+  mlx5::SqWriter::Slot s;
+  // n + 1 translation slots (the repeat header) within the inline limit; access as map_fast.
+  if (qp_.in_error() || n - 1 >= tpl_.inline_pages - 1 || blocks == 0 || access >= 16 ||
+      !((tpl_.access_ok >> access) & 1) || top == 0 ||
+      !sq.reserve(b, prm::ds_to_wqebbs(ds), umr_fence_, s)) [[unlikely]]
+    return nullptr;
+  uint8_t* const q = s.wqe;
+  auto* const rb = reinterpret_cast<mlx5_wqe_umr_repeat_block_seg*>(q + 2 * MLX5_SEND_WQE_BB);
+  auto* const ent = reinterpret_cast<mlx5_wqe_umr_repeat_ent_seg*>(rb + 1);
+  const uint64_t base = arena_.base(), data_end = arena_.data_end();
+  uint64_t block = 0;
+  bool bad = false;
+  for (size_t i = 0; i < n; ++i) {
+    const InterleavedPart& p = parts[i];
+    const uint64_t stride = uint64_t{p.bytes} + p.skip;
+    // Block b's bytes of the part: addr + b * stride .. + bytes, all in the arena's data part.
+    const uint64_t last = p.addr + uint64_t{blocks - 1} * stride + p.bytes;
+    bad |= p.bytes == 0 || stride > 0xffff || p.addr < base || last < p.addr || last > data_end;
+    block += p.bytes;
+    ent[i].stride = detail::bswap(static_cast<uint16_t>(stride));
+    ent[i].byte_count = detail::bswap(static_cast<uint16_t>(p.bytes));
+    ent[i].memkey = detail::bswap(parent_lkey_);
+    ent[i].va = detail::bswap(p.addr);
+  }
+  const uint64_t length = block * blocks;  // < 2^16 * 2^6 * 2^32: no overflow
+  if (bad || length > tpl_.max_length) [[unlikely]]
+    return nullptr;
+  Window* const w = cache_.at(top - 1);
+  const uint8_t key = keys_.next_key(w->key_, stats_.maps);
+  const uint64_t ctrl1_mkey = prm::ctrl_word1(0, Be32::from_host(w->mkey_base_ | key));
+  const uint64_t mkc0_key = prm::mkc_word0(false, 0, key);
+  prm::put_umr_head(q,
+                    tpl_.ctrl0 | (uint64_t{ds} << 56) |
+                        (uint64_t{detail::bswap(static_cast<uint16_t>(s.pi))} << 8),
+                    ctrl1_mkey | (uint64_t{s.fm_ce_se} << 24),
+                    tpl_.map_umr0 | (uint64_t{detail::bswap(static_cast<uint16_t>(oct))} << 32),
+                    tpl_.map_mask_be, mkc0_key | (uint64_t{kMkcAccess[access]} << 16),
+                    detail::bswap(length));
+  rb->byte_count = detail::bswap(static_cast<uint32_t>(block));
+  rb->op = detail::bswap(prm::kRepeatBlockOp);
+  rb->repeat_count = detail::bswap(blocks);
+  rb->reserved = 0;
+  rb->num_ent = detail::bswap(static_cast<uint16_t>(n));
+  std::memset(ent + n, 0, (oct - 1 - n) * sizeof(*ent));  // up to the WQE's 64-byte end
+  sq.commit(b, s, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
+  sq.end_burst(b, 1);
+  set_key(w, key, ctrl1_mkey, mkc0_key);
+  w->state_ = WindowState::kMapped;
+  w->local_use_ = 0;
+  w->n_pages_ = 0;  // no chunk pages: pages_mapped unchanged
+  w->length_ = length;
+  w->umr_end_ = s.pi + s.nbb;
+  fast_maps_done(1, 0, 0);
+  return w;
+}
+
 MapResult PollCore::map_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
                                     uint32_t access) noexcept {
+  if (const Window* w = map_interleaved_fast(parts, blocks, access)) [[likely]]
+    return result_of(w, w->length_);
+  return map_interleaved_general(parts, blocks, access);
+}
+
+MapResult PollCore::map_interleaved_general(std::span<const InterleavedPart> parts, uint32_t blocks,
+                                            uint32_t access) noexcept {
   MapResult r;
   uint64_t length = 0;
   Errc e = qp_.in_error() ? Errc::kQpError : validate_interleaved(parts, blocks, access, &length);

@@ -113,11 +113,11 @@ class PollCore {
   // mlx5dv_wr_mr_interleaved builds it): window bytes are part 0 of block 0, part 1 of block 0,
   // ..., part 0 of block 1, ... for `blocks` blocks; length = blocks * sum of the parts' bytes.
   // The same key rotation, fences, unmap and stats as map(); inline only (the repeat header takes
-  // one translation slot, so at most min(max_pages, inline limit) - 1 parts). Not a hot-path
-  // fast path: one pass over the parts. Errors (nothing posted): kInvalidArgument (no parts,
-  // blocks 0, a part of 0 bytes, access as map()), kTooManyPages (too many parts), kOutOfRange
-  // (bytes + skip over 65535, or a length over the window's), kNotInArena (a part's bytes of any
-  // block outside the arena's data part), kQpError, kNoRoom, kNoWindow, kUnsupported.
+  // one translation slot, so at most min(max_pages, inline limit) - 1 parts). A fast path from
+  // the map template, one pass over the parts, as map(). Errors (nothing posted): kInvalidArgument
+  // (no parts, blocks 0, a part of 0 bytes, access as map()), kTooManyPages (too many parts),
+  // kOutOfRange (bytes + skip over 65535, or a length over the window's), kNotInArena (a part's
+  // bytes of any block outside the arena's data part), kQpError, kNoRoom, kNoWindow, kUnsupported.
   MapResult map_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
                             uint32_t access) noexcept;
   // Best effort: maps requests in order until one fails (its Errc in last_error()); returns how
@@ -303,6 +303,22 @@ class PollCore {
   }
   // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
   MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
+  // What a map of `w` hands back (its state already updated).
+  static MapResult result_of(const Window* w, uint64_t length) noexcept {
+    MapResult r;
+    r.window = const_cast<Window*>(w);
+    r.rkey = r.lkey = w->rkey();
+    r.iova = 0;
+    r.length = length;
+    return r;
+  }
+  // map_interleaved()'s fast path: a valid layout, a window on top of the cache, a WQE that does
+  // not wrap the ring. The window when its UMR was committed (state and counters updated),
+  // nullptr with nothing committed otherwise (map_interleaved_general names the failure).
+  Window* map_interleaved_fast(std::span<const InterleavedPart> parts, uint32_t blocks,
+                               uint32_t access) noexcept;
+  [[gnu::noinline]] MapResult map_interleaved_general(std::span<const InterleavedPart> parts,
+                                                      uint32_t blocks, uint32_t access) noexcept;
   // unmap()'s fast path for one window into the SQ burst b: true when its invalidate was
   // committed (fenced counts a fenced one; fast_unmaps_done() does the cache and the counters),
   // false with nothing committed otherwise.
