@@ -493,11 +493,12 @@ TEST(Map, InterleavedTemplateBytesMatchTheBuilder) {
       const uint32_t nbb = prm::ds_to_wqebbs(prm::build_umr_interleaved(cur, h, blocks, ents));
       ASSERT_EQ(sq.pi() - pi, nbb);
       ASSERT_TRUE(rc.same(pi, nbb * MLX5_SEND_WQE_BB)) << n << " parts at " << pi;
-      EXPECT_EQ(m.length, uint64_t{blocks} * [&] {
-        uint64_t b = 0;
-        for (const auto& p : parts) b += p.bytes;
-        return b;
-      }());
+      EXPECT_EQ(
+          m.length, uint64_t{blocks} * [&] {
+            uint64_t b = 0;
+            for (const auto& p : parts) b += p.bytes;
+            return b;
+          }());
       wrapped += (pi % sq.wqe_cnt()) + nbb > sq.wqe_cnt();
       ASSERT_EQ(c.unmap(m.window), Errc::kOk);
     }
