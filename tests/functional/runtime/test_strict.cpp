@@ -28,10 +28,10 @@
 #include <thread>
 #include <vector>
 
-#include "child.hpp"
 #include <rdmx/rt/eal.hpp>
 #include <rdmx/rt/launcher.hpp>
 #include <rdmx/rt/syscall_guard.hpp>
+#include "child.hpp"
 
 namespace rt = rdmx::rt;
 
