@@ -414,7 +414,7 @@ Window* PollCore::map_interleaved_fast(std::span<const InterleavedPart> parts, u
   mlx5::SqWriter::Burst b = sq.begin_burst();
   mlx5::SqWriter::Slot s;
   // n + 1 translation slots (the repeat header) within the inline limit; access as map_fast.
-  if (qp_.in_error() || n - 1 >= tpl_.inline_pages - 1 || blocks == 0 || access >= 16 ||
+  if (qp_.in_error() || n == 0 || n + 1 > tpl_.inline_pages || blocks == 0 || access >= 16 ||
       !((tpl_.access_ok >> access) & 1) || top == 0 ||
       !sq.reserve(b, prm::ds_to_wqebbs(ds), umr_fence_, s)) [[unlikely]]
     return nullptr;
@@ -436,7 +436,8 @@ Window* PollCore::map_interleaved_fast(std::span<const InterleavedPart> parts, u
     ent[i].memkey = detail::bswap(parent_lkey_);
     ent[i].va = detail::bswap(p.addr);
   }
-  const uint64_t length = block * blocks;  // < 2^16 * 2^6 * 2^32: no overflow
+  // Without a bad part, block < 2^16 * 2^6 and length < 2^54: no overflow.
+  const uint64_t length = block * blocks;
   if (bad || length > tpl_.max_length) [[unlikely]]
     return nullptr;
   Window* const w = cache_.at(top - 1);
