@@ -471,7 +471,7 @@ Window* PollCore::map_interleaved_fast(std::span<const InterleavedPart> parts, u
 
 MapResult PollCore::map_interleaved(std::span<const InterleavedPart> parts, uint32_t blocks,
                                     uint32_t access) noexcept {
-  if (const Window* w = map_interleaved_fast(parts, blocks, access)) [[likely]]
+  if (Window* w = map_interleaved_fast(parts, blocks, access)) [[likely]]
     return result_of(w, w->length_);
   return map_interleaved_general(parts, blocks, access);
 }

@@ -304,9 +304,9 @@ class PollCore {
   // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
   MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
   // What a map of `w` hands back (its state already updated).
-  static MapResult result_of(const Window* w, uint64_t length) noexcept {
+  static MapResult result_of(Window* w, uint64_t length) noexcept {
     MapResult r;
-    r.window = const_cast<Window*>(w);
+    r.window = w;
     r.rkey = r.lkey = w->rkey();
     r.iova = 0;
     r.length = length;
