@@ -322,7 +322,7 @@ Status Channel::read_all(uint8_t* p, size_t n, Wait w, const char* what) {
     const int r = wait_fd(fd_, POLLIN, deadline, w);
     if (r == -1) return interrupted(std::string("waiting for ") + what + " from " + peer_);
     if (r == 0)
-      return make_error(Errc::kTimeout, "peer " + peer_ + " sent no " + what + " within " +
+      return make_error(Errc::kTimeout, "peer " + peer_ + " did not send " + what + " within " +
                                             seconds_text(w.timeout));
     if (r == -2) return make_error(Errc::kDeviceError, "poll: " + errno_text(errno));
   }
@@ -425,9 +425,12 @@ Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(Wait w) {
 
 bool Channel::peer_gone() const noexcept {
   if (fd_ < 0) return true;
-  pollfd p{fd_, POLLIN, 0};
+  // POLLRDHUP: the peer's FIN, even while bytes it sent before are still unread here (a
+  // connect info or a message nobody asked for); the peek below alone sees it only once they
+  // are read.
+  pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLERR | POLLHUP)) return true;
+  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return true;
   uint8_t b;
   const ssize_t k = ::recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
   return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
