@@ -20,11 +20,21 @@
  * interleaved window, rdmx_map_interleaved, the server moves both through that one rkey into
  * its own interleaved window over its volume and metadata arrays; the server checks each
  * written block's reference tag (its first 4 metadata bytes = its block number), the client
- * checks data and metadata it reads back)
+ * checks data and metadata it reads back),
+ * --max-refusals N (server: a client whose out-of-range requests exceed N is dropped; default 16).
  * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...").
- * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away), 2 usage
- * (also: the client's --qd/--max-io differ from the server's), 3 no device, 130 Ctrl-C while
- * waiting for the peer. */
+ *
+ * A server never trusts what a client sends (blockd_proto.h checks every request in one place):
+ * a request outside the client's part of the volume is refused (-RDMX_ERANGE in the reply,
+ * nothing moved); a protocol violation (a bad tag or operation), a failed RDMA through the
+ * client's rkey, a client that goes away before its STOP, or more than --max-refusals refusals
+ * drop that client alone, with one line; the TCP server then waits for the next client in that
+ * slot and ends once --clients clients were served to their STOP. A client refused during its
+ * rendezvous (other sizes, a hello that is not exactly the server's, silence, bad connect info)
+ * takes no slot.
+ * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away, a server
+ * without TCP whose one client was dropped), 2 usage (also: the client's --qd/--max-io/
+ * --metadata/--blocks differ from the server's), 3 no device, 130 Ctrl-C. */
 #define _POSIX_C_SOURCE 200809L
 #include <rdmx/rdmx.h>
 
@@ -39,37 +49,19 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BLK 4096u
-#define MSG 64u  /* message slot */
-#define MAXQ 64u /* message slots per side */
-enum { OP_READ = 1, OP_WRITE, OP_STOP };
-enum { K_RECV, K_READ, K_SEND, K_WRITE }; /* what a cookie's upper half says */
-#define COOKIE(k, i) (((uint64_t)(k) << 32) | (i))
-
-struct req {
-  uint32_t op, tag, nblk, rkey;
-  uint64_t lba, iova, len;
-};
-struct rsp {
-  uint32_t tag;
-  int32_t status;
-};
-struct side {
-  rdmx_port* port;
-  rdmx_core* core;
-  uint8_t *mem, *rx, *tx; /* data, then MAXQ receive slots, then MAXQ send slots */
-};
+#include "blockd_server.h"
 
 static uint64_t g_blocks = 1024, g_requests = 20000, g_max_io = 16;
 static uint32_t g_qd = 8;
-static uint32_t g_md; /* --metadata: bytes of metadata per block (0: none) */
+static uint32_t g_md;                /* --metadata: bytes of metadata per block (0: none) */
+static uint64_t g_max_refusals = 16; /* --max-refusals */
 
 static double now_us(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
-static volatile sig_atomic_t g_stop; /* SIGINT/SIGTERM: ends a rendezvous wait */
+static volatile sig_atomic_t g_stop; /* SIGINT/SIGTERM: ends a rendezvous wait, or the run */
 static void on_signal(int sig) {
   (void)sig;
   g_stop = 1;
@@ -84,7 +76,11 @@ static void check(int rc, const char* what, const char* why) {
     fprintf(stderr, "blockd: interrupted while waiting for the peer\n");
     exit(130);
   }
-  fprintf(stderr, "blockd: %s: %s (%s)\n", what, why ? why : rdmx_strerror(rc), rdmx_last_error());
+  if (*rdmx_last_error())
+    fprintf(stderr, "blockd: %s: %s (%s)\n", what, why ? why : rdmx_strerror(rc),
+            rdmx_last_error());
+  else
+    fprintf(stderr, "blockd: %s: %s\n", what, why ? why : rdmx_strerror(rc));
   exit(rc == -RDMX_ENODEV ? 3 : 1);
 }
 /* The rendezvous: an address that does not parse or resolve is a usage error (exit 2). */
@@ -100,22 +96,6 @@ static void check_rdv(int rc, const char* what) {
 #define TRY(call) check((call), #call, NULL)
 #define fatal(who, why) check(-1, (who), (why))
 
-static rdmx_sge sge(const struct side* s, void* addr, uint32_t len) {
-  rdmx_sge x = {(uint64_t)(uintptr_t)addr, len, rdmx_core_lkey(s->core)}; /* its PD's key */
-  return x;
-}
-static void post_recv(struct side* s, uint32_t i) {
-  rdmx_sge r = sge(s, s->rx + i * MSG, MSG);
-  TRY(rdmx_post_recv(s->core, &r, 1, COOKIE(K_RECV, i)));
-}
-/* Sends `len` bytes from send slot i; with `inv`, as SEND_WITH_INV of the peer's window `rkey`. */
-static void send_msg(struct side* s, uint32_t i, const void* msg, uint32_t len, int inv,
-                     uint32_t rkey) {
-  rdmx_sge t = sge(s, s->tx + i * MSG, len);
-  memcpy(s->tx + i * MSG, msg, len);
-  TRY(inv ? rdmx_post_send_inv(s->core, &t, 1, rkey, COOKIE(K_SEND, i), 0)
-          : rdmx_post_send(s->core, &t, 1, COOKIE(K_SEND, i), 0));
-}
 static int poll_ok(struct side* s, rdmx_completion* wc) {
   int n = rdmx_poll(s->core, wc, 16), i;
   for (i = 0; i < n; ++i)
@@ -123,101 +103,13 @@ static int poll_ok(struct side* s, rdmx_completion* wc) {
   return n;
 }
 
-/* ---- Server -------------------------------------------------------------------------------- */
+/* ---- Server: blockd_server.c serves each client; here its slots are filled and watched ------ */
 #define MAXC 8u /* clients one server serves at once */
-struct peer {   /* one client of the server: its core, message slots and part of the volume */
-  struct side s;
-  rdmx_conn* conn;          /* TCP: the rendezvous connection, watched during the run */
-  struct req pending[MAXQ]; /* its writes whose RDMA READ is in flight */
-  rdmx_window* win[MAXQ];   /* --metadata: the volume window of each request in flight */
-  uint64_t base, served;    /* its first block; requests served */
-  int state;                /* 1: its STOP came; 2: the reply to it has left */
-};
 static struct peer g_peer[MAXC];
-static uint32_t g_clients = 1;
+static struct blockd_server_cfg g_cfg;
+static uint32_t g_clients = 1, g_dropped;
 static int g_isolate; /* --isolate peer */
 static rdmx_port* g_sport;
-
-static void reply(struct peer* P, const struct req* q, int32_t status) {
-  struct rsp r = {q->tag, status};
-  send_msg(&P->s, q->tag, &r, sizeof r, q->op != OP_STOP, q->rkey);
-}
-
-/* The reference tag of a block's metadata: its first 4 bytes, the block number (as T10 PI). */
-static uint32_t ref_tag(const uint8_t* md) {
-  return (uint32_t)md[0] | (uint32_t)md[1] << 8 | (uint32_t)md[2] << 16 | (uint32_t)md[3] << 24;
-}
-/* The server's metadata array follows its volumes. */
-#define server_md(P, lba) \
-  (P->s.mem + (uint64_t)g_clients * g_blocks * BLK + ((P)->base + (lba)) * g_md)
-
-/* The local side of a request: the volume's blocks, or (--metadata) an interleaved window over
- * the volume's blocks and their metadata, the same layout the client's rkey shows. */
-static rdmx_sge volume_sge(struct peer* P, const struct req* q) {
-  struct side* S = &P->s;
-  rdmx_interleaved_part parts[2];
-  rdmx_mapping m;
-  if (!g_md) return sge(S, S->mem + (P->base + q->lba) * BLK, (uint32_t)q->len);
-  parts[0].addr = (uint64_t)(uintptr_t)(S->mem + (P->base + q->lba) * BLK);
-  parts[0].bytes = BLK;
-  parts[0].skip = 0;
-  parts[1].addr = (uint64_t)(uintptr_t)server_md(P, q->lba);
-  parts[1].bytes = g_md;
-  parts[1].skip = 0;
-  TRY(rdmx_map_interleaved(S->core, parts, 2, q->nblk, RDMX_ACCESS_LOCAL_WRITE, &m));
-  P->win[q->tag] = m.window;
-  {
-    rdmx_sge x = {m.iova, (uint32_t)m.length, m.lkey};
-    return x;
-  }
-}
-/* A client write's data and metadata are in: its reference tags must be its block numbers. */
-static int32_t check_written(struct peer* P, const struct req* q) {
-  uint32_t b;
-  for (b = 0; g_md && b < q->nblk; ++b)
-    if (ref_tag(server_md(P, q->lba + b)) != (uint32_t)(q->lba + b)) return -RDMX_EPROTO;
-  return 0;
-}
-
-static void server_step(struct peer* P) {
-  rdmx_completion wc[16];
-  struct side* S = &P->s;
-  int n = poll_ok(S, wc), i;
-  for (i = 0; i < n; ++i) {
-    const uint32_t k = (uint32_t)(wc[i].cookie >> 32), slot = (uint32_t)wc[i].cookie;
-    struct req q;
-    if (k == K_SEND && slot == g_qd) P->state = 2;
-    if (k == K_READ) { /* a client write's data is in the volume */
-      reply(P, &P->pending[slot], check_written(P, &P->pending[slot]));
-      if (g_md) TRY(rdmx_unmap(S->core, P->win[slot])); /* its READ completed: no fence */
-    }
-    if (k != K_RECV) continue;
-    memcpy(&q, S->rx + slot * MSG, sizeof q);
-    post_recv(S, slot);
-    if (q.tag > g_qd) fatal("server", "bad tag");
-    const uint64_t per = BLK + g_md; /* bytes per block on the wire */
-    rdmx_sge d;
-    if (q.op == OP_STOP) {
-      P->state = 1; /* the client is done: it may close its connection from now on */
-      reply(P, &q, 0);
-    } else if (q.nblk == 0 || q.lba + q.nblk > g_blocks || q.len != (uint64_t)q.nblk * per) {
-      reply(P, &q, -RDMX_ERANGE);
-    } else if (q.op == OP_READ) { /* volume -> client window; the reply is ordered after it */
-      d = volume_sge(P, &q);
-      TRY(rdmx_post_write(S->core, &d, 1, q.iova, q.rkey, COOKIE(K_WRITE, q.tag), 0));
-      reply(P, &q, 0);
-      /* The invalidate waits (fenced) for the WRITE that gathers from the window. */
-      if (g_md) TRY(rdmx_unmap(S->core, P->win[q.tag]));
-    } else { /* client window -> volume; the reply waits for the READ's completion */
-      P->pending[q.tag] = q;
-      d = volume_sge(P, &q);
-      TRY(rdmx_post_read(S->core, &d, 1, q.iova, q.rkey, COOKIE(K_READ, q.tag),
-                         RDMX_POST_SIGNALED));
-    }
-    if (q.op != OP_STOP) ++P->served;
-  }
-  if (n) rdmx_flush(S->core);
-}
 
 /* ---- Client -------------------------------------------------------------------------------- */
 static struct side C;
@@ -278,7 +170,7 @@ static int issue(uint32_t t) {
     TRY(rdmx_map_buf(C.core, buf_of(t), (uint64_t)s->nblk * BLK, acc, &m));
   }
   struct req q = {s->op, t, s->nblk, m.rkey, s->lba, m.iova, m.length};
-  send_msg(&C, t, &q, sizeof q, 0, 0); /* after the map on the same queue: valid on arrival */
+  TRY(blockd_send(&C, t, &q, sizeof q, 0, 0)); /* after the map on this queue: valid on arrival */
   s->rkey = m.rkey;
   s->w = m.window;
   return 1;
@@ -316,7 +208,7 @@ static void client_step(void) {
     if (!(wc[i].flags & RDMX_WC_RECV)) continue;
     /* Replies fill the receives in arrival order: the tag names the request. */
     memcpy(&r, C.rx + slot * MSG, sizeof r);
-    post_recv(&C, slot);
+    TRY(blockd_post_recv(&C, slot));
     if (r.tag > g_qd) fatal("client", "bad tag");
     if (r.tag < g_qd) complete(&wc[i], &r);
     if (r.tag == g_qd) g_cli_state = 2;
@@ -327,7 +219,7 @@ static void client_step(void) {
   }
   if (!busy && !g_cli_state) { /* all done: stop the server */
     struct req q = {OP_STOP, g_qd, 0, 0, 0, 0, 0};
-    send_msg(&C, g_qd, &q, sizeof q, 0, 0);
+    TRY(blockd_send(&C, g_qd, &q, sizeof q, 0, 0));
     g_cli_state = 1;
   }
   rdmx_flush(C.core);
@@ -365,6 +257,14 @@ static void setup(struct side* s, rdmx_port* port, uint64_t data_bytes, uint32_t
   TRY(rdmx_core_create(port, &o, &s->core));
 }
 
+/* The server's core for client slot k, and that slot's part of the volume and metadata. */
+static void setup_peer(uint32_t k) {
+  struct peer* P = &g_peer[k];
+  setup(&P->s, g_sport, g_clients * g_blocks * (BLK + g_md), k, g_isolate);
+  P->vol = P->s.mem + (uint64_t)k * g_blocks * BLK;
+  P->md = P->s.mem + (uint64_t)g_clients * g_blocks * BLK + (uint64_t)k * g_blocks * g_md;
+}
+
 /* Two processes over TCP (rdmx_listen/rdmx_connect_to): the client says its sizes, the server
  * answers "ok WIRE" (its shm wire, "-" on a NIC) or "no REASON". */
 static rdmx_listener* g_lis;
@@ -381,14 +281,10 @@ static void close_all(void) {
   g_sport = C.port = NULL;
 }
 static void sizes_text(char* out, size_t n) {
-  snprintf(out, n, "blockd qd %u max-io %llu metadata %u", g_qd, (unsigned long long)g_max_io,
-           g_md);
+  snprintf(out, n, "blockd qd %u max-io %llu metadata %u blocks %llu", g_qd,
+           (unsigned long long)g_max_io, g_md, (unsigned long long)g_blocks);
 }
-/* Server: waits for a client whose sizes are ours; refuses others (one line) and waits on. */
-static rdmx_conn* tcp_accept(uint32_t k) {
-  char want[128], got[128], ok[310];
-  int n;
-  sizes_text(want, sizeof want);
+static void waiting_line(uint32_t k) {
   if (g_clients > 1)
     printf("blockd: server: waiting for client %u of %u on %s (up to 120 s), Ctrl-C to stop\n",
            k + 1, g_clients, rdmx_listener_address(g_lis));
@@ -396,31 +292,57 @@ static rdmx_conn* tcp_accept(uint32_t k) {
     printf("blockd: server: waiting for a client on %s (up to 120 s), Ctrl-C to stop\n",
            rdmx_listener_address(g_lis));
   fflush(stdout);
-  for (;;) {
-    TRY_RDV(rdmx_accept(g_lis, 0, &g_stop, &g_conn));
-    n = rdmx_conn_recv(g_conn, got, sizeof got - 1, 0, &g_stop);
-    if (n >= 0) got[n < (int)sizeof got ? n : (int)sizeof got - 1] = 0;
-    if (n >= 0 && !strcmp(got, want)) break;
-    if (n >= 0) {
-      char no[300];
-      snprintf(no, sizeof no,
-               "no this server runs \"%s\": give the client the same --qd/--max-io/--metadata",
-               want);
-      rdmx_conn_send(g_conn, no, strlen(no) + 1, 0, &g_stop);
-    }
-    if (g_stop) check(-RDMX_ESTATE, "rdmx_accept", NULL);
-    fprintf(stderr, "blockd: server: client %s not served: %s\n", rdmx_conn_peer(g_conn),
-            n < 0 ? rdmx_last_error() : "its --qd/--max-io/--metadata differ");
-    rdmx_conn_close(g_conn);
-    g_conn = NULL;
+}
+/* A client refused during its rendezvous: one line, its connection closed, the server goes on. */
+static int refuse(rdmx_conn* conn, const char* why) {
+  if (g_stop) check(-RDMX_ESTATE, "rdmx_accept", NULL); /* Ctrl-C during the rendezvous */
+  fprintf(stderr, "blockd: server: client %s not served: %s\n", rdmx_conn_peer(conn), why);
+  rdmx_conn_close(conn);
+  return 0;
+}
+/* Server: takes the next client into slot k (waiting up to accept_ms, 0 = the default 120 s):
+ * its hello must be exactly our sizes, then its core is created, connected and started. 1 when
+ * the client runs; 0 when nobody came within a non-default accept_ms, or the client was refused
+ * (one line: other sizes, silence, bad connect info, a broken connection). Exits on a listener
+ * error, on 120 s without a client, and on Ctrl-C. */
+static int admit(uint32_t k, uint32_t accept_ms) {
+  struct peer* P = &g_peer[k];
+  char want[128], got[128], ok[310];
+  rdmx_conn* conn = NULL;
+  int n, rc = rdmx_accept(g_lis, accept_ms, &g_stop, &conn);
+  if (rc == -RDMX_ETIMEDOUT && accept_ms) return 0;
+  TRY_RDV(rc);
+  sizes_text(want, sizeof want);
+  n = rdmx_conn_recv(conn, got, sizeof got, 0, &g_stop);
+  if (n < 0) return refuse(conn, rdmx_last_error());
+  /* The whole message must be our text and its NUL: no prefix match, nothing after it. */
+  if (n != (int)strlen(want) + 1 || memcmp(got, want, (size_t)n)) {
+    char no[300];
+    snprintf(no, sizeof no,
+             "no this server runs \"%s\": give the client the same "
+             "--qd/--max-io/--metadata/--blocks",
+             want);
+    rdmx_conn_send(conn, no, strlen(no) + 1, 0, &g_stop);
+    return refuse(conn, "its hello is not this server's sizes (--qd/--max-io/--metadata/--blocks)");
   }
   snprintf(ok, sizeof ok, "ok %s", g_wire[0] ? g_wire : "-");
-  TRY(rdmx_conn_send(g_conn, ok, strlen(ok) + 1, 0, &g_stop));
-  {
-    rdmx_conn* c = g_conn;
-    g_conn = NULL;
-    return c;
+  if (rdmx_conn_send(conn, ok, strlen(ok) + 1, 0, &g_stop) < 0)
+    return refuse(conn, rdmx_last_error());
+  setup_peer(k);
+  if (rdmx_conn_exchange(conn, &P->s.core, 1, 0, &g_stop) < 0) {
+    rdmx_core_destroy(P->s.core);
+    P->s.core = NULL;
+    return refuse(conn, rdmx_last_error());
   }
+  P->conn = conn;
+  snprintf(P->name, sizeof P->name, "%s", rdmx_conn_peer(conn));
+  if (blockd_peer_start(&g_cfg, P) < 0) return 0; /* dropped, one line */
+  if (rdmx_conn_ready(conn, 0, &g_stop) < 0) {
+    if (g_stop) check(-RDMX_ESTATE, "rdmx_conn_ready", NULL);
+    blockd_drop(&g_cfg, P, rdmx_last_error());
+    return 0;
+  }
+  return 1;
 }
 /* Client: reaches the server and learns its wire (before any port exists here). */
 static const char* tcp_connect(const char* peer) {
@@ -443,26 +365,36 @@ static const char* tcp_connect(const char* peer) {
   return strcmp(g_wire, "-") ? g_wire : NULL;
 }
 
-/* One receive per request slot, one for the STOP; flushed. */
+/* Client: one receive per request slot, one for the STOP; flushed. */
 static void post_recvs(struct side* s) {
-  for (uint32_t t = 0; t <= g_qd; ++t) post_recv(s, t);
+  for (uint32_t t = 0; t <= g_qd; ++t) TRY(blockd_post_recv(s, t));
   rdmx_flush(s->core);
 }
 static int server_done(void) {
   for (uint32_t k = 0; k < g_clients; ++k)
-    if (g_peer[k].state != 2) return 0;
+    if (g_peer[k].state != PEER_DONE) return 0;
   return 1;
 }
-/* TCP server, now and then while serving: a client that went away before its STOP is an error
- * (its requests would never come). */
-static void watch_clients(void) {
-  for (uint32_t k = 0; k < g_clients; ++k)
-    if (!g_peer[k].state && g_peer[k].conn && rdmx_conn_peer_gone(g_peer[k].conn) == 1) {
-      fprintf(stderr, "blockd: server: client %s went away during the run\n",
-              rdmx_conn_peer(g_peer[k].conn));
+/* TCP server, now and then while serving: a client that went away before its STOP is dropped;
+ * a slot whose client was dropped takes the next client (waiting 1 ms at most). Without TCP
+ * there is no next client: a dropped one ends the server (exit 1). */
+static void watch_clients(int tcp) {
+  for (uint32_t k = 0; k < g_clients; ++k) {
+    struct peer* P = &g_peer[k];
+    if (P->state == PEER_RUNNING && P->conn && rdmx_conn_peer_gone(P->conn) == 1)
+      blockd_drop(&g_cfg, P, "it went away before its STOP");
+    if (P->state != PEER_DROPPED) continue;
+    if (!tcp) {
       close_all();
       exit(1);
     }
+    ++g_dropped;
+    P->state = PEER_FREE;
+    printf("blockd: server: slot %u waits for the next client\n", k + 1);
+    fflush(stdout);
+  }
+  for (uint32_t k = 0; tcp && k < g_clients; ++k)
+    if (g_peer[k].state == PEER_FREE) admit(k, 1);
 }
 
 static int cmp(const void* a, const void* b) {
@@ -479,7 +411,7 @@ static const char kUsage[] =
     "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
     " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
     " [--qd 1..63] [--max-io 1..16] [--clients 1..8] [--isolate peer|none]"
-    " [--metadata 0|4..128]\n";
+    " [--metadata 0|4..128] [--max-refusals N]\n";
 static int usage_error(const char* fmt, ...) {
   va_list ap;
   fputs("blockd: error: ", stderr);
@@ -532,14 +464,21 @@ static int check_args(const struct args* a) {
 }
 /* Returns -1 to go on, or the exit status (--help, a usage error). */
 static int parse_args(int argc, char** argv, struct args* a) {
-  static const struct option opts[] = {
-      {"device", required_argument, NULL, 'd'},   {"wire", required_argument, NULL, 'w'},
-      {"role", required_argument, NULL, 'r'},     {"blocks", required_argument, NULL, 'b'},
-      {"requests", required_argument, NULL, 'n'}, {"qd", required_argument, NULL, 'q'},
-      {"max-io", required_argument, NULL, 'm'},   {"listen", required_argument, NULL, 'l'},
-      {"peer", required_argument, NULL, 'p'},     {"clients", required_argument, NULL, 'c'},
-      {"isolate", required_argument, NULL, 'i'},  {"metadata", required_argument, NULL, 'M'},
-      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {{"device", required_argument, NULL, 'd'},
+                                       {"wire", required_argument, NULL, 'w'},
+                                       {"role", required_argument, NULL, 'r'},
+                                       {"blocks", required_argument, NULL, 'b'},
+                                       {"requests", required_argument, NULL, 'n'},
+                                       {"qd", required_argument, NULL, 'q'},
+                                       {"max-io", required_argument, NULL, 'm'},
+                                       {"listen", required_argument, NULL, 'l'},
+                                       {"peer", required_argument, NULL, 'p'},
+                                       {"clients", required_argument, NULL, 'c'},
+                                       {"isolate", required_argument, NULL, 'i'},
+                                       {"metadata", required_argument, NULL, 'M'},
+                                       {"max-refusals", required_argument, NULL, 'R'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
   uint64_t qd = g_qd, clients = 1, md = 0;
   int c, rc = 0;
   a->device = "emu", a->role = "both", a->wire = a->listen_at = a->peer = NULL;
@@ -583,6 +522,9 @@ static int parse_args(int argc, char** argv, struct args* a) {
       case 'M': /* a reference tag needs 4 bytes */
         rc = number("metadata", optarg, 0, 128, &md);
         if (!rc && md && md < 4) rc = usage_error("--metadata %llu: 0 or 4 to 128", md);
+        break;
+      case 'R':
+        rc = number("max-refusals", optarg, 0, UINT32_MAX, &g_max_refusals);
         break;
       case 'h':
         fputs(kUsage, stdout);
@@ -646,9 +588,12 @@ int main(int argc, char** argv) {
     if (srv) TRY(rdmx_port_open(device, &os, &g_sport));
     if (cli) TRY(rdmx_port_open(device, &oc, &C.port));
   }
-  for (k = 0; srv && k < g_clients; ++k) g_peer[k].base = k * g_blocks;
-  if (srv && !listen_at)
-    setup(&g_peer[0].s, g_sport, g_clients * g_blocks * (BLK + g_md), 0, g_isolate);
+  g_cfg.blocks = g_blocks, g_cfg.qd = g_qd, g_cfg.max_io = (uint32_t)g_max_io, g_cfg.md = g_md;
+  g_cfg.max_refusals = (uint32_t)g_max_refusals;
+  if (srv && !listen_at) {
+    setup_peer(0);
+    snprintf(g_peer[0].name, sizeof g_peer[0].name, "%s", wire ? "over the wire" : "in-process");
+  }
   if (cli) setup(&C, C.port, (uint64_t)g_qd * g_max_io * (BLK + g_md), 0, 0);
   if (!wire && !tcp) TRY(rdmx_core_connect_pair(g_peer[0].s.core, C.core));
   if (peer) TRY(rdmx_conn_exchange(g_conn, &C.core, 1, 0, &g_stop));
@@ -662,19 +607,17 @@ int main(int argc, char** argv) {
   g_gen = calloc(g_blocks, sizeof *g_gen); /* the client's model of the volume */
   g_lat = malloc(sizeof(double) * (2 * g_blocks + g_requests + MAXQ));
   if (!g_gen || !g_lat) fatal("client", "out of memory");
-  if (srv && !listen_at) post_recvs(&g_peer[0].s);
+  if (srv && !listen_at && blockd_peer_start(&g_cfg, &g_peer[0]) < 0) fatal("server", "start");
   if (cli) post_recvs(&C);
   if (peer) TRY(rdmx_conn_ready(g_conn, 0, &g_stop)); /* both sides' receives are posted */
   /* TCP server: each client in turn gets its core (isolated: its own PD and windows), is
    * connected, and runs as soon as it is ready; the next is accepted meanwhile (its requests
-   * wait in its receive queue until the loop below polls it). */
+   * wait in its receive queue until the loop below polls it). A client refused on the way
+   * (one line) does not take a slot. */
   for (k = 0; listen_at && k < g_clients; ++k) {
-    struct peer* P = &g_peer[k];
-    P->conn = tcp_accept(k);
-    setup(&P->s, g_sport, g_clients * g_blocks * (BLK + g_md), k, g_isolate);
-    TRY(rdmx_conn_exchange(P->conn, &P->s.core, 1, 0, &g_stop));
-    post_recvs(&P->s);
-    TRY(rdmx_conn_ready(P->conn, 0, &g_stop));
+    waiting_line(k);
+    while (!admit(k, 0)) {
+    }
   }
   if (wire && !tcp) { /* both sides' receives are posted before the first request */
     char me = 1, them;
@@ -683,9 +626,14 @@ int main(int argc, char** argv) {
   }
   const double t0 = now_us();
   for (uint64_t it = 1; (cli && g_cli_state != 2) || (srv && !server_done()); ++it) {
-    for (k = 0; srv && k < g_clients; ++k) server_step(&g_peer[k]);
+    for (k = 0; srv && k < g_clients; ++k) blockd_serve(&g_cfg, &g_peer[k]);
     if (cli) client_step();
-    if (listen_at && !(it & 0xffff)) watch_clients();
+    if (srv && !(it & 0xffff)) watch_clients(listen_at != NULL);
+    if (g_stop) {
+      fprintf(stderr, "blockd: interrupted\n");
+      close_all();
+      exit(130);
+    }
   }
   const double el = now_us() - t0;
   TRY(rdmx_port_query(srv ? g_sport : C.port, &info));
@@ -708,11 +656,14 @@ int main(int argc, char** argv) {
            (unsigned long long)st.unmaps);
     if (st.maps != g_done || st.remote_invalidations != g_done) fatal("client", "window count");
   } else {
-    for (k = 0; listen_at && g_clients > 1 && k < g_clients; ++k)
-      printf("blockd: server: client %u (%s): %llu requests served\n", k + 1,
-             rdmx_conn_peer(g_peer[k].conn), (unsigned long long)g_peer[k].served);
-    printf("blockd: server done over %s: %u client(s)%s\n", info.backend, g_clients,
+    for (k = 0; listen_at && (g_clients > 1 || g_dropped) && k < g_clients; ++k)
+      printf("blockd: server: client %u (%s): %llu requests served, %llu refused\n", k + 1,
+             g_peer[k].name, (unsigned long long)g_peer[k].served,
+             (unsigned long long)g_peer[k].refused);
+    printf("blockd: server done over %s: %u client(s)%s", info.backend, g_clients,
            g_isolate ? ", each core in a protection domain of its own" : "");
+    if (g_dropped) printf("; %u dropped", g_dropped);
+    printf("\n");
   }
   close_all(); /* ports (their cores too), the rendezvous connection */
   free(g_gen);

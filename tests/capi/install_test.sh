@@ -69,7 +69,7 @@ done
 cflags=$(pkg-config --cflags rdmx)
 libs=$(pkg-config --libs rdmx)
 # shellcheck disable=SC2086
-$cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/examples/blockd/blockd.c" -o "$tmp/blockd" \
+$cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/examples/blockd/blockd.c" "$src/examples/blockd/blockd_server.c" -o "$tmp/blockd" \
   $libs || fail "blockd does not build against the installed tree"
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/blockd" --requests 300 \
   >"$tmp/blockd.out" || { cat "$tmp/blockd.out"; fail "installed blockd failed"; }
@@ -81,7 +81,7 @@ LD_LIBRARY_PATH="$libdir" ldd "$tmp/blockd" | grep -q "librdmx.so.0 => $libdir" 
 # what `pkg-config --static` lists; it must not need librdmx.so at run time.
 static_libs=$(pkg-config --static --libs rdmx | sed 's/ -lrdmx / /; s/^-lrdmx //')
 # shellcheck disable=SC2086
-$cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/examples/blockd/blockd.c" \
+$cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/examples/blockd/blockd.c" "$src/examples/blockd/blockd_server.c" \
   -o "$tmp/blockd-static" "$libdir/librdmx.a" $static_libs ||
   fail "blockd does not link statically with pkg-config --static --libs rdmx"
 ldd "$tmp/blockd-static" | grep -q librdmx && fail "static blockd still loads librdmx.so"

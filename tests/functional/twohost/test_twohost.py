@@ -856,7 +856,7 @@ def case_blockd_refusals(binary, blockd):
                               "--qd", "4"], capture_output=True, text=True, timeout=BUDGET)
         lines = cli.stderr.strip().splitlines()
         check(cli.returncode == 2 and len(lines) == 1 and
-              f"refused by 127.0.0.1:{port}: this server runs \"blockd qd 8 max-io 16 metadata 0\""
+              f"refused by 127.0.0.1:{port}: this server runs \"blockd qd 8 max-io 16 metadata 0 blocks 1024\""
               in lines[0],
               f"client exit {cli.returncode}", ("client", cli.stdout, cli.stderr))
         srv.send_signal(signal.SIGINT)
@@ -870,6 +870,112 @@ def case_blockd_refusals(binary, blockd):
     print(lines[0])
 
 
+
+# ---- blockd against hostile clients (tests/capi/blockd_hostile.c) --------------------------------
+
+def hostile(binary, mode, server, device, blocks, ns=None):
+    """Runs one hostile client to its end; returns its result line (it must say ok)."""
+    p = subprocess.run(command(binary, None, [mode, server, device, str(blocks)], ns),
+                       capture_output=True, text=True, timeout=BUDGET)
+    line = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    check(p.returncode == 0 and line.startswith(f"blockd_hostile {mode}: ok"),
+          f"hostile {mode}: exit {p.returncode}", (f"hostile {mode}", p.stdout, p.stderr))
+    return line
+
+
+def case_blockd_hostile(binary, blockd, hostile_bin):
+    """One blockd server (one client at a time, RoCE v2 on loopback addresses) and, one after the
+    other, clients that break its protocol: a hello with junk after its NUL, silence after the
+    hello, an application message where the connect info belongs (each refused at the door, one
+    line), a request with tag 99 (dropped, one line), every out-of-range request (each refused
+    with -RDMX_ERANGE and one line, nothing moved, its own blocks still served; then it leaves
+    without a STOP: dropped, one line). A real client then runs verified and the server ends 0."""
+    port = free_port()
+    server = f"127.0.0.1:{port}"
+    dev_s, dev_c = "emu@roce:127.0.0.1", "emu@roce:127.0.0.2"
+    srv = subprocess.Popen([blockd, "--role", "server", "--listen", server, "--blocks", "256",
+                            "--device", dev_s], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        said = [hostile(hostile_bin, m, server, dev_c, 256)
+                for m in ("junk-hello", "silent", "bad-info", "bad-tag", "ranges")]
+        cli = subprocess.run([blockd, "--role", "client", "--peer", server, "--blocks", "256",
+                              "--requests", "300", "--device", dev_c], capture_output=True,
+                             text=True, timeout=BUDGET)
+        sout, serr = finish(srv)
+    finally:
+        reap(srv)
+    procs = [("server", sout, serr), ("client", cli.stdout, cli.stderr)]
+    check(cli.returncode == 0 and "verified end to end" in cli.stdout,
+          f"the real client: exit {cli.returncode}", *procs)
+    check(srv.returncode == 0 and "1 client(s); 2 dropped" in sout,
+          f"server exit {srv.returncode}", *procs)
+    lines = serr.strip().splitlines()
+    door = [l for l in lines if "not served:" in l]
+    dropped = [l for l in lines if " dropped: " in l]
+    refused = [l for l in lines if "request refused:" in l]
+    check(len(door) == 3 and len(dropped) == 2 and len(refused) == 11 and
+          len(lines) == len(door) + len(dropped) + len(refused),
+          f"server lines: {len(door)} at the door, {len(dropped)} dropped, {len(refused)} "
+          f"refused, {len(lines)} in all", *procs)
+    check("a tag outside the queue depth" in dropped[0] and
+          "went away before its STOP" in dropped[1] and "11 refused" in dropped[1],
+          "the drops do not say why", *procs)
+    check(all(re.match(r"blockd: server: client 127\.0\.0\.1:\d+[: ]", l) for l in lines),
+          "a server line does not name the client", *procs)
+    for l in said:
+        print(l)
+    print(f"blockd-hostile: {len(door)} refused at the door, {len(dropped)} dropped, "
+          f"{len(refused)} requests refused; the next client verified")
+
+
+def case_blockd_hostile_roce(binary, blockd, hostile_bin):
+    """Two clients at once, isolated, over emu RoCE v2 across the namespace pair: a victim (a
+    real blockd client, first, so it owns blocks 0-255 of the server's volume) and then a hostile
+    one whose wrapped block number 2^64 - 16 would land on the victim's blocks 240-255 (read and
+    overwritten when the check wrapped). The hostile client's requests are all refused; it leaves
+    without a STOP and is dropped; a third client takes its slot. Victim and third client verify
+    their data; the server ends 0."""
+    with Netns() as n:
+        addr_c = "10.47.0.3"
+        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
+                        n.b.replace("-b", "-vb")], check=True, timeout=10)
+        server = f"{n.addr_a}:7471"
+        args = ["--blocks", "256"]
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        srv = popen(command(blockd, None, ["--role", "server", "--listen", server, "--clients",
+                                           "2", "--isolate", "peer", "--device",
+                                           f"emu@roce:{n.addr_a}"] + args, n.a))
+        clis = []
+        try:
+            wait_line(srv, srv.stdout, "waiting for client 1 of 2")
+            clis.append(popen(command(blockd, None, ["--role", "client", "--peer", server,
+                                                     "--requests", "3000", "--device",
+                                                     f"emu@roce:{n.addr_b}"] + args, n.b)))
+            wait_line(srv, srv.stdout, "waiting for client 2 of 2")
+            said = hostile(hostile_bin, "ranges", server, f"emu@roce:{addr_c}", 256, n.b)
+            clis.append(popen(command(blockd, None, ["--role", "client", "--peer", server,
+                                                     "--requests", "300", "--device",
+                                                     f"emu@roce:{addr_c}"] + args, n.b)))
+            outs = [finish(c) for c in clis]
+            sout, serr = finish(srv)
+        finally:
+            for p in [srv] + clis:
+                reap(p)
+        procs = [("server", sout, serr)] + [(f"client {i + 1}", o, e)
+                                            for i, (o, e) in enumerate(outs)]
+        check(srv.returncode == 0 and all(c.returncode == 0 for c in clis),
+              f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
+        for o, _ in outs:
+            check("verified end to end" in o, "a client did not verify its run", *procs)
+        check("2 client(s), each core in a protection domain of its own; 1 dropped" in sout,
+              "the server did not drop exactly the hostile client", *procs)
+        print(said)
+        print("blockd-hostile-roce: the victim and the next client verified, the hostile client "
+              "refused and dropped")
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -877,6 +983,10 @@ BLOCKD_CASES = {
     "blockd-roce-clients": case_blockd_roce_clients,
     "blockd-roce-metadata": case_blockd_roce_metadata,
     "blockd-refusals": case_blockd_refusals,
+}
+HOSTILE_CASES = {
+    "blockd-hostile": case_blockd_hostile,
+    "blockd-hostile-roce": case_blockd_hostile_roce,
 }
 
 CASES = {
@@ -917,6 +1027,8 @@ CASES = {
 if __name__ == "__main__":
     if sys.argv[2] == "capi-peers":
         case_capi_peers(sys.argv[1], sys.argv[3], sys.argv[4])
+    elif sys.argv[2] in HOSTILE_CASES:
+        HOSTILE_CASES[sys.argv[2]](sys.argv[1], sys.argv[3], sys.argv[4])
     elif sys.argv[2] in BLOCKD_CASES:
         BLOCKD_CASES[sys.argv[2]](sys.argv[1], sys.argv[3])
     else:
