@@ -210,7 +210,8 @@ Result<HostPort> parse_peer_address(std::string_view s) {
 
 // ---- Channel -----------------------------------------------------------------------------------
 
-Channel::Channel(Channel&& o) noexcept : fd_(o.fd_), peer_(std::move(o.peer_)) {
+Channel::Channel(Channel&& o) noexcept
+    : fd_(o.fd_), peer_(std::move(o.peer_)), rx_(std::move(o.rx_)) {
   o.fd_ = -1;
 }
 
@@ -219,6 +220,7 @@ Channel& Channel::operator=(Channel&& o) noexcept {
     close();
     fd_ = o.fd_;
     peer_ = std::move(o.peer_);
+    rx_ = std::move(o.rx_);
     o.fd_ = -1;
   }
   return *this;
@@ -300,35 +302,6 @@ Status Channel::write_all(const uint8_t* p, size_t n, Wait w) {
   return {};
 }
 
-Status Channel::read_all(uint8_t* p, size_t n, Wait w, const char* what) {
-  const auto deadline = Clock::now() + w.timeout;
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t k = ::recv(fd_, p + got, n - got, 0);
-    if (k > 0) {
-      got += static_cast<size_t>(k);
-      continue;
-    }
-    if (k == 0)
-      return make_error(
-          Errc::kProtocol,
-          "peer " + peer_ + " closed the connection " +
-              (got ? "in the middle of " : "before sending ") + what +
-              (got ? " (" + std::to_string(got) + " of " + std::to_string(n) + " bytes)"
-                   : std::string()));
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      return make_error(Errc::kProtocol, "peer " + peer_ + ": receive failed: " +
-                                             errno_text(errno) + " (did it exit?)");
-    const int r = wait_fd(fd_, POLLIN, deadline, w);
-    if (r == -1) return interrupted(std::string("waiting for ") + what + " from " + peer_);
-    if (r == 0)
-      return make_error(Errc::kTimeout, "peer " + peer_ + " did not send " + what + " within " +
-                                            seconds_text(w.timeout));
-    if (r == -2) return make_error(Errc::kDeviceError, "poll: " + errno_text(errno));
-  }
-  return {};
-}
-
 Status Channel::send(FrameType t, std::span<const uint8_t> payload, Wait w) {
   if (payload.size() > kMaxFramePayload)
     return make_error(Errc::kInvalidArgument,
@@ -353,9 +326,11 @@ Status Channel::refuse(Errc code, std::string_view why, Wait w) {
   return send_text(FrameType::kRefuse, p, w);
 }
 
-Result<Frame> Channel::recv(Wait w) {
-  uint8_t h[kFrameHeaderBytes];
-  RDMX_TRY(read_all(h, sizeof h, w, "a rendezvous message"));
+// The first frame in rx_, once it is all there (consumed then); nothing while it is not. A header
+// that is not ours is refused at once, before its payload arrives.
+Result<std::optional<Frame>> Channel::take_frame() {
+  if (rx_.size() < kFrameHeaderBytes) return std::optional<Frame>();
+  const uint8_t* h = rx_.data();
   if (std::memcmp(h, kMagic, 4) != 0)
     return make_error(Errc::kProtocol, "peer " + peer_ +
                                            " does not speak the rdmx rendezvous (foreign bytes; "
@@ -365,14 +340,15 @@ Result<Frame> Channel::recv(Wait w) {
                                            std::to_string(h[4]) + ", this program speaks " +
                                            std::to_string(kRendezvousVersion) +
                                            " (use the same rdmx release on both hosts)");
-  Frame f;
-  f.type = static_cast<FrameType>(h[5]);
   const size_t len = size_t{h[6]} << 8 | h[7];
   if (len > kMaxFramePayload)
     return make_error(Errc::kProtocol,
                       "peer " + peer_ + " sent a frame of " + std::to_string(len) + " bytes");
-  f.payload.resize(len);
-  RDMX_TRY(read_all(f.payload.data(), len, w, frame_type_name(f.type)));
+  if (rx_.size() < kFrameHeaderBytes + len) return std::optional<Frame>();
+  Frame f;
+  f.type = static_cast<FrameType>(h[5]);
+  f.payload.assign(rx_.begin() + kFrameHeaderBytes, rx_.begin() + kFrameHeaderBytes + len);
+  rx_.erase(rx_.begin(), rx_.begin() + kFrameHeaderBytes + len);
   if (f.type == FrameType::kRefuse) {
     Errc code = Errc::kProtocol;
     std::string why = "(no reason given)";
@@ -383,7 +359,64 @@ Result<Frame> Channel::recv(Wait w) {
     }
     return make_error(code, "refused by " + peer_ + ": " + why);
   }
-  return f;
+  return std::optional<Frame>(std::move(f));
+}
+
+// Where the peer's connection ended: before a frame, inside a header, inside a payload.
+Error Channel::closed_error() const {
+  if (rx_.empty())
+    return make_error(
+        Errc::kProtocol,
+        "peer " + peer_ + " closed the connection before sending a rendezvous message");
+  if (rx_.size() < kFrameHeaderBytes)
+    return make_error(Errc::kProtocol, "peer " + peer_ +
+                                           " closed the connection in the middle of a rendezvous "
+                                           "message (" +
+                                           std::to_string(rx_.size()) + " of " +
+                                           std::to_string(kFrameHeaderBytes) + " bytes)");
+  const size_t len = size_t{rx_[6]} << 8 | rx_[7];
+  return make_error(Errc::kProtocol, "peer " + peer_ + " closed the connection in the middle of " +
+                                         frame_type_name(static_cast<FrameType>(rx_[5])) + " (" +
+                                         std::to_string(rx_.size() - kFrameHeaderBytes) + " of " +
+                                         std::to_string(len) + " bytes)");
+}
+
+Result<std::optional<Frame>> Channel::try_recv() {
+  if (fd_ < 0) return make_error(Errc::kState, "rendezvous connection is closed");
+  for (;;) {
+    RDMX_TRY_ASSIGN(std::optional<Frame> f, take_frame());
+    if (f) return f;
+    // Only what the frame still needs: bytes of the next one stay in the socket.
+    const size_t want = rx_.size() < kFrameHeaderBytes
+                            ? kFrameHeaderBytes - rx_.size()
+                            : kFrameHeaderBytes + (size_t{rx_[6]} << 8 | rx_[7]) - rx_.size();
+    const size_t have = rx_.size();
+    rx_.resize(have + want);
+    const ssize_t k = ::recv(fd_, rx_.data() + have, want, MSG_DONTWAIT);
+    rx_.resize(have + (k > 0 ? static_cast<size_t>(k) : 0));
+    if (k > 0) continue;
+    if (k == 0) return closed_error();
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return std::optional<Frame>();
+    return make_error(Errc::kProtocol, "peer " + peer_ + ": receive failed: " + errno_text(errno) +
+                                           " (did it exit?)");
+  }
+}
+
+Result<Frame> Channel::recv(Wait w) {
+  const auto deadline = Clock::now() + w.timeout;
+  for (;;) {
+    RDMX_TRY_ASSIGN(std::optional<Frame> f, try_recv());
+    if (f) return std::move(*f);
+    const char* what = rx_.size() < kFrameHeaderBytes
+                           ? "a rendezvous message"
+                           : frame_type_name(static_cast<FrameType>(rx_[5]));
+    const int r = wait_fd(fd_, POLLIN, deadline, w);
+    if (r == -1) return interrupted(std::string("waiting for ") + what + " from " + peer_);
+    if (r == 0)
+      return make_error(Errc::kTimeout, "peer " + peer_ + " did not send " + what + " within " +
+                                            seconds_text(w.timeout));
+    if (r == -2) return make_error(Errc::kDeviceError, "poll: " + errno_text(errno));
+  }
 }
 
 Result<Frame> Channel::expect(FrameType t, Wait w) {
@@ -496,7 +529,7 @@ Result<Listener> Listener::listen(const HostPort& at) {
       return make_error(Errc::kInvalidArgument, why + " (not an address of this host)");
     return make_error(e == EACCES ? Errc::kInvalidArgument : Errc::kDeviceError, why);
   }
-  if (::listen(l.fd_, 16) != 0)
+  if (::listen(l.fd_, SOMAXCONN) != 0)
     return make_error(Errc::kDeviceError, "listen on " + at.str() + ": " + errno_text(errno));
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
@@ -505,6 +538,23 @@ Result<Listener> Listener::listen(const HostPort& at) {
   l.port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
                                      : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
   return l;
+}
+
+Result<std::optional<Channel>> Listener::try_accept() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    const int fd =
+        ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      return std::optional<Channel>(Channel(fd, sockaddr_text(ss)));
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return std::optional<Channel>();
+    return make_error(Errc::kDeviceError, "accept on " + address_ + ": " + errno_text(errno));
+  }
 }
 
 Result<Channel> Listener::accept(Wait w) {

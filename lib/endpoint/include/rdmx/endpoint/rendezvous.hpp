@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -111,6 +112,10 @@ class Channel {
   Result<Frame> recv(Wait w = {});
   // The next frame, which must be of type `t` (a kRefuse frame becomes its error).
   Result<Frame> expect(FrameType t, Wait w = {});
+  // Without waiting: reads what has arrived and returns the next frame once it is complete, or
+  // nothing yet. The same errors as recv() but kTimeout; bytes of a frame not yet complete are
+  // kept for the next call (recv() and try_recv() share them).
+  Result<std::optional<Frame>> try_recv();
 
   // Connection info frames: a list of ConnectInfo in the codec.
   Status send_info(std::span<const mlx5::ConnectInfo> infos, Wait w = {});
@@ -131,9 +136,11 @@ class Channel {
 
  private:
   Status write_all(const uint8_t* p, size_t n, Wait w);
-  Status read_all(uint8_t* p, size_t n, Wait w, const char* what);
+  Result<std::optional<Frame>> take_frame();
+  Error closed_error() const;
   int fd_ = -1;
   std::string peer_;
+  std::vector<uint8_t> rx_;  // received bytes of the frame not yet complete
 };
 
 // A listening TCP socket (move-only; closed by the destructor).
@@ -152,6 +159,8 @@ class Listener {
   static Result<Listener> listen(const HostPort& at);
   // The next client, within w.timeout (kTimeout: "no client within N s").
   Result<Channel> accept(Wait w = {kDefaultAcceptTimeout});
+  // Without waiting: the next client if one is connecting, else nothing (door.hpp).
+  Result<std::optional<Channel>> try_accept();
 
   uint16_t port() const noexcept { return port_; }
   const std::string& address() const noexcept { return address_; }  // "0.0.0.0:7471"
