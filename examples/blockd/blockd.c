@@ -293,57 +293,87 @@ static void waiting_line(uint32_t k) {
            rdmx_listener_address(g_lis));
   fflush(stdout);
 }
-/* A client refused during its rendezvous: one line, its connection closed, the server goes on. */
-static int refuse(rdmx_conn* conn, const char* why) {
-  if (g_stop) check(-RDMX_ESTATE, "rdmx_accept", NULL); /* Ctrl-C during the rendezvous */
-  fprintf(stderr, "blockd: server: client %s not served: %s\n", rdmx_conn_peer(conn), why);
-  rdmx_conn_close(conn);
-  return 0;
+/* ---- TCP server: the door. Clients are admitted in the run loop, never waiting on one: -------
+ * rdmx_accept_hello holds every connection whose hello has not come (10 s each, 64 at most),
+ * and a joining client's exchange and ready are taken a step at a time (10 s each). A client
+ * that is slow, silent, foreign or has other sizes is one line and takes no slot. */
+static int g_readying[MAXC]; /* slot k: its core runs, its ready is awaited */
+
+/* A joining client refused: one line, its core and connection gone, its slot free again. */
+static void refuse_join(struct peer* P, const char* why) {
+  fprintf(stderr, "blockd: server: client %s not served: %s\n", P->name, why);
+  rdmx_core_destroy(P->s.core);
+  rdmx_conn_close(P->conn);
+  P->s.core = NULL;
+  P->conn = NULL;
+  P->state = PEER_FREE;
 }
-/* Server: takes the next client into slot k (waiting up to accept_ms, 0 = the default 120 s):
- * its hello must be exactly our sizes, then its core is created, connected and started. 1 when
- * the client runs; 0 when nobody came within a non-default accept_ms, or the client was refused
- * (one line: other sizes, silence, bad connect info, a broken connection). Exits on a listener
- * error, on 120 s without a client, and on Ctrl-C. */
-static int admit(uint32_t k, uint32_t accept_ms) {
+/* A new client's hello (n bytes): exactly our sizes and their NUL, nothing after? Then it takes
+ * slot k, its core is created and the exchange starts; otherwise it is answered "no ...". */
+static void take_hello(uint32_t k, rdmx_conn* conn, const char* got, size_t n) {
   struct peer* P = &g_peer[k];
-  char want[128], got[128], ok[310];
-  rdmx_conn* conn = NULL;
-  int n, rc = rdmx_accept(g_lis, accept_ms, &g_stop, &conn);
-  if (rc == -RDMX_ETIMEDOUT && accept_ms) return 0;
-  TRY_RDV(rc);
+  char want[128], ok[310];
   sizes_text(want, sizeof want);
-  n = rdmx_conn_recv(conn, got, sizeof got, 0, &g_stop);
-  if (n < 0) return refuse(conn, rdmx_last_error());
-  /* The whole message must be our text and its NUL: no prefix match, nothing after it. */
-  if (n != (int)strlen(want) + 1 || memcmp(got, want, (size_t)n)) {
+  snprintf(P->name, sizeof P->name, "%s", rdmx_conn_peer(conn));
+  if (n != strlen(want) + 1 || memcmp(got, want, n)) {
     char no[300];
     snprintf(no, sizeof no,
              "no this server runs \"%s\": give the client the same "
              "--qd/--max-io/--metadata/--blocks",
              want);
-    rdmx_conn_send(conn, no, strlen(no) + 1, 0, &g_stop);
-    return refuse(conn, "its hello is not this server's sizes (--qd/--max-io/--metadata/--blocks)");
+    rdmx_conn_send(conn, no, strlen(no) + 1, 1000, &g_stop);
+    fprintf(stderr,
+            "blockd: server: client %s not served: its hello is not this server's sizes "
+            "(--qd/--max-io/--metadata/--blocks)\n",
+            P->name);
+    rdmx_conn_close(conn);
+    return;
   }
   snprintf(ok, sizeof ok, "ok %s", g_wire[0] ? g_wire : "-");
-  if (rdmx_conn_send(conn, ok, strlen(ok) + 1, 0, &g_stop) < 0)
-    return refuse(conn, rdmx_last_error());
+  if (rdmx_conn_send(conn, ok, strlen(ok) + 1, 1000, &g_stop) < 0) {
+    fprintf(stderr, "blockd: server: client %s not served: %s\n", P->name, rdmx_last_error());
+    rdmx_conn_close(conn);
+    return;
+  }
   setup_peer(k);
-  if (rdmx_conn_exchange(conn, &P->s.core, 1, 0, &g_stop) < 0) {
-    rdmx_core_destroy(P->s.core);
-    P->s.core = NULL;
-    return refuse(conn, rdmx_last_error());
-  }
   P->conn = conn;
-  snprintf(P->name, sizeof P->name, "%s", rdmx_conn_peer(conn));
-  if (blockd_peer_start(&g_cfg, P) < 0) return 0; /* dropped, one line */
-  if (rdmx_conn_ready(conn, 0, &g_stop) < 0) {
-    if (g_stop) check(-RDMX_ESTATE, "rdmx_conn_ready", NULL);
-    blockd_drop(&g_cfg, P, rdmx_last_error());
-    return 0;
-  }
-  return 1;
+  P->state = PEER_JOINING;
 }
+static uint32_t slots_in(int state) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < g_clients; ++k) n += g_peer[k].state == state;
+  return n;
+}
+/* Moves the joining clients a step and takes new hellos while a slot is free. */
+static void door_step(void) {
+  char got[128];
+  size_t len;
+  rdmx_conn* conn;
+  int rc;
+  for (uint32_t k = 0; k < g_clients; ++k) {
+    struct peer* P = &g_peer[k];
+    if (P->state == PEER_JOINING) {
+      rc = rdmx_conn_try_exchange(P->conn, &P->s.core, 1, 0);
+      if (rc < 0) refuse_join(P, rdmx_last_error());
+      if (rc == 1 && blockd_peer_start(&g_cfg, P) >= 0) g_readying[k] = 1;
+    } else if (g_readying[k] && (rc = rdmx_conn_try_ready(P->conn, 0)) != 0) {
+      g_readying[k] = 0;
+      if (rc < 0) blockd_drop(&g_cfg, P, rdmx_last_error());
+      if (rc == 1 && slots_in(PEER_FREE)) waiting_line(g_clients - slots_in(PEER_FREE));
+    }
+  }
+  for (uint32_t k = 0; k < g_clients; ++k) {
+    while (g_peer[k].state == PEER_FREE &&
+           (rc = rdmx_accept_hello(g_lis, 0, got, sizeof got, &len, &conn)) != 0) {
+      if (rc == -RDMX_EDEVICE) check(rc, "rdmx_accept_hello", NULL);
+      if (rc < 0)
+        fprintf(stderr, "blockd: server: client not served: %s\n", rdmx_last_error());
+      else
+        take_hello(k, conn, got, len);
+    }
+  }
+}
+
 /* Client: reaches the server and learns its wire (before any port exists here). */
 static const char* tcp_connect(const char* peer) {
   char hello[128], ans[300];
@@ -375,9 +405,9 @@ static int server_done(void) {
     if (g_peer[k].state != PEER_DONE) return 0;
   return 1;
 }
-/* TCP server, now and then while serving: a client that went away before its STOP is dropped;
- * a slot whose client was dropped takes the next client (waiting 1 ms at most). Without TCP
- * there is no next client: a dropped one ends the server (exit 1). */
+/* Server, now and then while serving: a client that went away before its STOP is dropped; a
+ * dropped client's slot is free for the next (door_step). Without TCP there is no next client: a
+ * dropped one ends the server (exit 1). */
 static void watch_clients(int tcp) {
   for (uint32_t k = 0; k < g_clients; ++k) {
     struct peer* P = &g_peer[k];
@@ -390,11 +420,10 @@ static void watch_clients(int tcp) {
     }
     ++g_dropped;
     P->state = PEER_FREE;
+    g_readying[k] = 0;
     printf("blockd: server: slot %u waits for the next client\n", k + 1);
     fflush(stdout);
   }
-  for (uint32_t k = 0; tcp && k < g_clients; ++k)
-    if (g_peer[k].state == PEER_FREE) admit(k, 1);
 }
 
 static int cmp(const void* a, const void* b) {
@@ -614,23 +643,31 @@ int main(int argc, char** argv) {
    * connected, and runs as soon as it is ready; the next is accepted meanwhile (its requests
    * wait in its receive queue until the loop below polls it). A client refused on the way
    * (one line) does not take a slot. */
-  for (k = 0; listen_at && k < g_clients; ++k) {
-    waiting_line(k);
-    while (!admit(k, 0)) {
-    }
-  }
-  if (wire && !tcp) { /* both sides' receives are posted before the first request */
+  if (listen_at) waiting_line(0); /* the clients are admitted in the loop below */
+  if (wire && !tcp) {             /* both sides' receives are posted before the first request */
     char me = 1, them;
     rendezvous(wire + 4, srv ? "server-ready" : "client-ready",
                srv ? "client-ready" : "server-ready", &me, &them, 1);
   }
   const double t0 = now_us();
+  double idle_since = t0; /* TCP server: since when no client runs or joins */
   for (uint64_t it = 1; (cli && g_cli_state != 2) || (srv && !server_done()); ++it) {
     for (k = 0; srv && k < g_clients; ++k) blockd_serve(&g_cfg, &g_peer[k]);
     if (cli) client_step();
+    if (listen_at && !(it & 0xff)) door_step();
     if (srv && !(it & 0xffff)) watch_clients(listen_at != NULL);
-    if (g_stop) {
-      fprintf(stderr, "blockd: interrupted\n");
+    if (listen_at && !(it & 0xffff)) {
+      const int busy = slots_in(PEER_JOINING) + slots_in(PEER_RUNNING) + slots_in(PEER_STOPPED);
+      if (busy) idle_since = now_us();
+      if (!busy && now_us() - idle_since > 120e6) {
+        fprintf(stderr, "blockd: server: no client within 120 s\n");
+        close_all();
+        exit(1);
+      }
+    }
+    if (g_stop) { /* the last line says whether a client was running */
+      const int busy = !listen_at || slots_in(PEER_RUNNING) || slots_in(PEER_STOPPED);
+      fprintf(stderr, "blockd: interrupted%s\n", busy ? "" : " while waiting for the peer");
       close_all();
       exit(130);
     }

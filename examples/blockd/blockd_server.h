@@ -13,10 +13,6 @@
 
 #ifdef __cplusplus
 extern "C" {
-#ifdef __cplusplus
-}
-#endif
-
 #endif
 
 /* What a cookie's upper half says. */
@@ -39,6 +35,7 @@ struct blockd_server_cfg {
 
 enum peer_state {
   PEER_FREE,    /* no client in this slot */
+  PEER_JOINING, /* its hello was taken; connect info being exchanged (blockd.c door_step) */
   PEER_RUNNING, /* serving */
   PEER_STOPPED, /* its STOP came; the reply to it has not left yet */
   PEER_DONE,    /* the reply to its STOP has left: served to the end */

@@ -18,6 +18,7 @@
 #include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/endpoint/door.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
 #include <rdmx/mem/arena.hpp>
@@ -932,9 +933,14 @@ int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
 
 struct rdmx_listener {
   endpoint::Listener l;
+  endpoint::Door door;  // rdmx_accept_hello: admits over l without waiting on one client
 };
 struct rdmx_conn {
   endpoint::Channel ch;
+  // rdmx_conn_try_exchange / rdmx_conn_try_ready: this side's frame is sent; by when the peer's
+  // must have come.
+  bool sent = false;
+  std::chrono::steady_clock::time_point deadline{};
 };
 
 namespace {
@@ -945,6 +951,66 @@ endpoint::Wait c_wait(uint32_t timeout_ms, std::chrono::milliseconds dflt,
   w.timeout = timeout_ms ? std::chrono::milliseconds(timeout_ms) : dflt;
   w.cancel_flag = cancel;
   return w;
+}
+
+std::vector<rdmx::mlx5::ConnectInfo> local_infos(rdmx_core* const* cores, uint32_t n) {
+  std::vector<rdmx::mlx5::ConnectInfo> mine(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    std::lock_guard lk(cores[i]->port->mu);
+    mine[i] = cores[i]->port->ep.device().local_info(cores[i]->pc->qp_handle());
+  }
+  return mine;
+}
+
+// Connects cores[i] to the peer's i-th; `what` names the caller in errors.
+int connect_all(rdmx_core* const* cores, uint32_t n,
+                const std::vector<rdmx::mlx5::ConnectInfo>& theirs, const char* what) {
+  if (theirs.size() != n)
+    return fail(RDMX_EPROTO, std::string(what) + ": the peer exchanged " +
+                                 std::to_string(theirs.size()) + " core(s), this side " +
+                                 std::to_string(n));
+  for (uint32_t i = 0; i < n; ++i) {
+    std::lock_guard lk(cores[i]->port->mu);
+    auto s = cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs[i]);
+    if (!s) return fail(s.error(), std::string(what) + ": core " + std::to_string(i));
+  }
+  return 0;
+}
+
+bool bad_cores(rdmx_core* const* cores, uint32_t n) {
+  if (!cores || n == 0) return true;
+  for (uint32_t i = 0; i < n; ++i)
+    if (!cores[i]) return true;
+  return false;
+}
+
+// One step of a non-blocking exchange: sends this side's frame once (the deadline starts then),
+// then looks for the peer's frame of type t. 1 with *f filled, 0 not yet, < 0 an error.
+int try_step(rdmx_conn* c, endpoint::FrameType t, std::span<const uint8_t> mine,
+             uint32_t timeout_ms, endpoint::Frame* f, const char* what) {
+  if (!c->sent) {
+    endpoint::Wait w;
+    w.timeout = std::chrono::milliseconds(1000);  // a few bytes: only a peer that reads nothing
+    if (auto s = c->ch.send(t, mine, w); !s) return fail(s.error(), what);
+    c->sent = true;
+    c->deadline =
+        std::chrono::steady_clock::now() +
+        (timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultExchangeTimeout);
+  }
+  auto r = c->ch.try_recv();
+  if (!r) return fail(r.error(), what);
+  if (!r.value()) {
+    if (std::chrono::steady_clock::now() < c->deadline) return 0;
+    return fail(RDMX_ETIMEDOUT, std::string(what) + ": peer " + c->ch.peer() + " sent no " +
+                                    endpoint::frame_type_name(t) + " in time");
+  }
+  c->sent = false;
+  if (r.value()->type != t)
+    return fail(RDMX_EPROTO, std::string(what) + ": peer " + c->ch.peer() + " sent " +
+                                 endpoint::frame_type_name(r.value()->type) + " where " +
+                                 endpoint::frame_type_name(t) + " was due");
+  *f = std::move(*r.value());
+  return 1;
 }
 
 }  // namespace
@@ -959,7 +1025,8 @@ int rdmx_listen(const char* address, rdmx_listener** out) {
     if (!at) return fail(at.error(), "rdmx_listen");
     auto l = endpoint::Listener::listen(at.value());
     if (!l) return fail(l.error(), "rdmx_listen");
-    *out = new rdmx_listener{std::move(l).value()};
+    *out = new rdmx_listener{std::move(l).value(), {}};
+    (*out)->door = endpoint::Door(&(*out)->l);
     return 0;
   });
 }
@@ -1010,28 +1077,64 @@ const char* rdmx_conn_peer(const rdmx_conn* c) {
 int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms,
                        const volatile int* cancel) {
   return guarded("rdmx_conn_exchange", [&]() -> int {
-    if (!c || !cores || n == 0) return fail(RDMX_EINVAL, "rdmx_conn_exchange: bad arguments");
-    for (uint32_t i = 0; i < n; ++i)
-      if (!cores[i]) return fail(RDMX_EINVAL, "rdmx_conn_exchange: NULL core");
+    if (!c || bad_cores(cores, n)) return fail(RDMX_EINVAL, "rdmx_conn_exchange: bad arguments");
     const endpoint::Wait w = c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel);
-    std::vector<rdmx::mlx5::ConnectInfo> mine(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      std::lock_guard lk(cores[i]->port->mu);
-      mine[i] = cores[i]->port->ep.device().local_info(cores[i]->pc->qp_handle());
-    }
-    if (auto s = c->ch.send_info(mine, w); !s) return fail(s.error(), "rdmx_conn_exchange");
+    if (auto s = c->ch.send_info(local_infos(cores, n), w); !s)
+      return fail(s.error(), "rdmx_conn_exchange");
     auto theirs = c->ch.recv_info(w);
     if (!theirs) return fail(theirs.error(), "rdmx_conn_exchange");
-    if (theirs.value().size() != n)
-      return fail(RDMX_EPROTO, "rdmx_conn_exchange: the peer exchanged " +
-                                   std::to_string(theirs.value().size()) + " core(s), this side " +
-                                   std::to_string(n));
-    for (uint32_t i = 0; i < n; ++i) {
-      std::lock_guard lk(cores[i]->port->mu);
-      auto s = cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs.value()[i]);
-      if (!s) return fail(s.error(), "rdmx_conn_exchange: core " + std::to_string(i));
-    }
-    return 0;
+    return connect_all(cores, n, theirs.value(), "rdmx_conn_exchange");
+  });
+}
+
+int rdmx_conn_try_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms) {
+  return guarded("rdmx_conn_try_exchange", [&]() -> int {
+    if (!c || bad_cores(cores, n))
+      return fail(RDMX_EINVAL, "rdmx_conn_try_exchange: bad arguments");
+    std::vector<uint8_t> mine;
+    if (!c->sent)
+      for (const auto& ci : local_infos(cores, n)) {
+        const auto b = rdmx::mlx5::encode_connect_info(ci);
+        mine.insert(mine.end(), b.begin(), b.end());
+      }
+    endpoint::Frame f;
+    const int r =
+        try_step(c, endpoint::FrameType::kInfo, mine, timeout_ms, &f, "rdmx_conn_try_exchange");
+    if (r <= 0) return r;
+    auto theirs = endpoint::infos_of(f, c->ch.peer());
+    if (!theirs) return fail(theirs.error(), "rdmx_conn_try_exchange");
+    const int rc = connect_all(cores, n, theirs.value(), "rdmx_conn_try_exchange");
+    return rc < 0 ? rc : 1;
+  });
+}
+
+int rdmx_conn_try_ready(rdmx_conn* c, uint32_t timeout_ms) {
+  return guarded("rdmx_conn_try_ready", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_conn_try_ready: NULL argument");
+    endpoint::Frame f;
+    return try_step(c, endpoint::FrameType::kReady, {}, timeout_ms, &f, "rdmx_conn_try_ready");
+  });
+}
+
+int rdmx_accept_hello(rdmx_listener* l, uint32_t hello_ms, void* buf, size_t cap, size_t* len,
+                      rdmx_conn** out) {
+  return guarded("rdmx_accept_hello", [&]() -> int {
+    if (!l || !out || !len || (!buf && cap))
+      return fail(RDMX_EINVAL, "rdmx_accept_hello: NULL argument");
+    *out = nullptr;
+    *len = 0;
+    endpoint::Door::Config cfg = l->door.config();
+    cfg.hello_timeout =
+        hello_ms ? std::chrono::milliseconds(hello_ms) : endpoint::kDefaultExchangeTimeout;
+    l->door.set_config(cfg);
+    auto a = l->door.poll();
+    if (!a) return fail(a.error(), "");  // "peer ADDR ...": the line the server prints
+    if (!a.value()) return 0;
+    const auto& p = a.value()->hello.payload;
+    if (!p.empty() && cap) std::memcpy(buf, p.data(), std::min(cap, p.size()));
+    *len = p.size();
+    *out = new rdmx_conn{std::move(a.value()->ch)};
+    return 1;
   });
 }
 

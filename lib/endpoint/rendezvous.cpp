@@ -438,10 +438,9 @@ Status Channel::send_info(std::span<const mlx5::ConnectInfo> infos, Wait w) {
   return send(FrameType::kInfo, p, w);
 }
 
-Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(Wait w) {
-  RDMX_TRY_ASSIGN(const Frame f, expect(FrameType::kInfo, w));
+Result<std::vector<mlx5::ConnectInfo>> infos_of(const Frame& f, const std::string& peer) {
   if (f.payload.empty() || f.payload.size() % mlx5::kConnectInfoBytes != 0)
-    return make_error(Errc::kProtocol, "peer " + peer_ + " sent connection info of " +
+    return make_error(Errc::kProtocol, "peer " + peer + " sent connection info of " +
                                            std::to_string(f.payload.size()) +
                                            " bytes (not a multiple of " +
                                            std::to_string(mlx5::kConnectInfoBytes) + ")");
@@ -450,10 +449,15 @@ Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(Wait w) {
     RDMX_TRY_ASSIGN(
         mlx5::ConnectInfo ci,
         mlx5::decode_connect_info({f.payload.data() + off, mlx5::kConnectInfoBytes}),
-        "peer " + peer_ + ": connection info " + std::to_string(off / mlx5::kConnectInfoBytes));
+        "peer " + peer + ": connection info " + std::to_string(off / mlx5::kConnectInfoBytes));
     out.push_back(ci);
   }
   return out;
+}
+
+Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(Wait w) {
+  RDMX_TRY_ASSIGN(const Frame f, expect(FrameType::kInfo, w));
+  return infos_of(f, peer_);
 }
 
 bool Channel::peer_gone() const noexcept {

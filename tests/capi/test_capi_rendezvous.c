@@ -2,7 +2,9 @@
  * accepts, exchanges connect info and says ready; the main thread connects to it, does the same,
  * then SENDs a message the server receives and checks byte for byte; the application's own
  * messages; and the bad cases: nobody listening (bounded, -RDMX_ETIMEDOUT), a cancel flag
- * (-RDMX_ESTATE), a bad address (-RDMX_EINVAL), a core count that differs (-RDMX_EPROTO).
+ * (-RDMX_ESTATE), a bad address (-RDMX_EINVAL), a core count that differs (-RDMX_EPROTO); and
+ * the same exchange through the calls that never wait (rdmx_accept_hello, rdmx_conn_try_*) with
+ * an idle connection in front of the client (taken past it, the idle one refused after 300 ms).
  * Over the emulated device (two ports of one in-process wire), TCP over loopback. Exit status
  * 0 = pass. */
 #define _POSIX_C_SOURCE 200809L
@@ -22,7 +24,38 @@ struct server {
   rdmx_port* port;
   rdmx_core* core;
   int mismatch; /* second round: exchange 2 cores where the client gives 1 */
+  int door;     /* third round: rdmx_accept_hello, rdmx_conn_try_exchange/_try_ready, with an
+                   idle connection in front of the client */
 };
+
+/* The non-blocking server side: the client's hello taken past an idle connection, the exchange
+ * and ready a step at a time, each step bounded by `end`. */
+static rdmx_conn* door_join(struct server* s, double end) {
+  rdmx_conn* c = NULL;
+  char msg[64];
+  size_t len = 0;
+  int rc;
+  while ((rc = rdmx_accept_hello(s->l, 300, msg, sizeof msg, &len, &c)) != 1 && now_s() < end)
+    CHECK(rc == 0); /* the idle connection has 300 ms: the client's hello comes first */
+  CHECK(rc == 1 && len == 6 && memcmp(msg, "hello", 6) == 0);
+  if (rc != 1) return NULL;
+  CHECK_RC(rdmx_conn_send(c, "welcome", 8, 5000, NULL), 0);
+  while ((rc = rdmx_conn_try_exchange(c, &s->core, 1, 5000)) == 0 && now_s() < end) {
+  }
+  CHECK_RC(rc, 1);
+  return c;
+}
+static void door_ready(struct server* s, rdmx_conn* c, double end) {
+  int rc;
+  while ((rc = rdmx_conn_try_ready(c, 5000)) == 0 && now_s() < end) {
+  }
+  CHECK_RC(rc, 1);
+  /* The idle connection is refused once its 300 ms are up: one error naming it. */
+  while ((rc = rdmx_accept_hello(s->l, 300, NULL, 0, &(size_t){0}, &c)) == 0 && now_s() < end) {
+  }
+  CHECK_RC(rc, -RDMX_ETIMEDOUT);
+  CHECK(strstr(rdmx_last_error(), "sent no hello within 300 ms") != NULL);
+}
 
 static void* server_main(void* arg) {
   struct server* s = (struct server*)arg;
@@ -32,7 +65,12 @@ static void* server_main(void* arg) {
   rdmx_completion wc = {0};
   char msg[64];
   int n;
-  CHECK_RC(rdmx_accept(s->l, 10000, NULL, &c), 0);
+  const double end = now_s() + 10.0;
+  if (s->door) {
+    c = door_join(s, end);
+  } else {
+    CHECK_RC(rdmx_accept(s->l, 10000, NULL, &c), 0);
+  }
   if (!c) return NULL;
   if (s->mismatch) {
     rdmx_core* two[2] = {s->core, s->core};
@@ -40,10 +78,12 @@ static void* server_main(void* arg) {
     rdmx_conn_close(c);
     return NULL;
   }
-  n = rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL);
-  CHECK(n == 6 && memcmp(msg, "hello", 6) == 0);
-  CHECK_RC(rdmx_conn_send(c, "welcome", 8, 5000, NULL), 0);
-  CHECK_RC(rdmx_conn_exchange(c, &s->core, 1, 5000, NULL), 0);
+  if (!s->door) {
+    n = rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL);
+    CHECK(n == 6 && memcmp(msg, "hello", 6) == 0);
+    CHECK_RC(rdmx_conn_send(c, "welcome", 8, 5000, NULL), 0);
+    CHECK_RC(rdmx_conn_exchange(c, &s->core, 1, 5000, NULL), 0);
+  }
   CHECK_RC(rdmx_pages_alloc(s->port, &page, 1), 0);
   memset((void*)(uintptr_t)page, 0, 4096);
   sg.addr = page;
@@ -51,7 +91,10 @@ static void* server_main(void* arg) {
   sg.lkey = rdmx_port_lkey(s->port);
   CHECK_RC(rdmx_post_recv(s->core, &sg, 1, 42), 0);
   rdmx_flush(s->core);
-  CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
+  if (s->door)
+    door_ready(s, c, end);
+  else
+    CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
   CHECK(wait_cookie(s->core, 42, &wc));
   CHECK(wc.status == 0 && wc.bytes == 1000);
   for (n = 0; n < 1000; ++n) {
@@ -83,7 +126,7 @@ int main(void) {
   uint64_t page;
   rdmx_sge sg;
   rdmx_completion wc = {0};
-  int i;
+  int i, round;
   volatile int cancel = 1;
   double t0;
 
@@ -117,28 +160,36 @@ int main(void) {
   srv.port = b;
   srv.core = cb;
   srv.mismatch = 0;
-  pthread_create(&t, NULL, server_main, &srv);
-  CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &c), 0);
-  if (c) {
-    CHECK(strcmp(rdmx_conn_peer(c), addr) == 0);
-    CHECK_RC(rdmx_conn_send(c, "hello", 6, 5000, NULL), 0);
-    CHECK_RC(rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL), 8);
-    CHECK_RC(rdmx_conn_exchange(c, &ca, 1, 5000, NULL), 0);
-    CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
-    CHECK_RC(rdmx_pages_alloc(a, &page, 1), 0);
-    for (i = 0; i < 1000; ++i) ((unsigned char*)(uintptr_t)page)[i] = (unsigned char)(i * 7 + 1);
-    sg.addr = page;
-    sg.length = 1000;
-    sg.lkey = rdmx_port_lkey(a);
-    CHECK_RC(rdmx_post_send(ca, &sg, 1, 7, RDMX_POST_SIGNALED), 0);
-    rdmx_flush(ca);
-    CHECK(wait_cookie(ca, 7, &wc) && wc.status == 0);
-    rdmx_conn_close(c);
-    c = NULL;
+  srv.door = 0;
+  for (round = 0; round < 2; ++round) {
+    rdmx_conn* idle = NULL;
+    srv.door = round;
+    if (round) CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &idle), 0); /* sends nothing */
+    pthread_create(&t, NULL, server_main, &srv);
+    CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &c), 0);
+    if (c) {
+      CHECK(strcmp(rdmx_conn_peer(c), addr) == 0);
+      CHECK_RC(rdmx_conn_send(c, "hello", 6, 5000, NULL), 0);
+      CHECK_RC(rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL), 8);
+      CHECK_RC(rdmx_conn_exchange(c, &ca, 1, 5000, NULL), 0);
+      CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
+      CHECK_RC(rdmx_pages_alloc(a, &page, 1), 0);
+      for (i = 0; i < 1000; ++i) ((unsigned char*)(uintptr_t)page)[i] = (unsigned char)(i * 7 + 1);
+      sg.addr = page;
+      sg.length = 1000;
+      sg.lkey = rdmx_port_lkey(a);
+      CHECK_RC(rdmx_post_send(ca, &sg, 1, 7, RDMX_POST_SIGNALED), 0);
+      rdmx_flush(ca);
+      CHECK(wait_cookie(ca, 7, &wc) && wc.status == 0);
+      rdmx_conn_close(c);
+      c = NULL;
+    }
+    pthread_join(t, NULL);
+    rdmx_conn_close(idle);
   }
-  pthread_join(t, NULL);
 
   /* Core counts that differ: both sides refuse. */
+  srv.door = 0;
   srv.mismatch = 1;
   pthread_create(&t, NULL, server_main, &srv);
   CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &c), 0);

@@ -976,6 +976,37 @@ def case_blockd_hostile_roce(binary, blockd, hostile_bin):
         print("blockd-hostile-roce: the victim and the next client verified, the hostile client "
               "refused and dropped")
 
+def case_blockd_idle_door(binary, blockd):
+    """50 TCP connections to a blockd server that send nothing, then a real client: the server
+    admits clients without waiting on any one (rdmx_accept_hello), so the client runs in its
+    normal time; each idle connection is closed after its 10 s with one line. Before the door,
+    each idle connection held the server for 10 s."""
+    port = free_port()
+    server = f"127.0.0.1:{port}"
+    srv = subprocess.Popen([blockd, "--role", "server", "--listen", server, "--blocks", "256"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    idle = []
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        for _ in range(50):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        t0 = time.monotonic()
+        cli = subprocess.run([blockd, "--role", "client", "--peer", server, "--blocks", "256",
+                              "--requests", "300"], capture_output=True, text=True,
+                             timeout=BUDGET)
+        took = time.monotonic() - t0
+        sout, serr = finish(srv)
+    finally:
+        for c in idle:
+            c.close()
+        reap(srv)
+    procs = [("server", sout, serr), ("client", cli.stdout, cli.stderr)]
+    check(cli.returncode == 0 and "verified end to end" in cli.stdout,
+          f"client exit {cli.returncode}", *procs)
+    check(srv.returncode == 0, f"server exit {srv.returncode}", *procs)
+    check(took < 8, f"the client took {took:.1f} s behind 50 idle connections", *procs)
+    print(f"blockd-idle-door: a client behind 50 idle connections ran in {took:.2f} s, verified")
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -983,6 +1014,7 @@ BLOCKD_CASES = {
     "blockd-roce-clients": case_blockd_roce_clients,
     "blockd-roce-metadata": case_blockd_roce_metadata,
     "blockd-refusals": case_blockd_refusals,
+    "blockd-idle-door": case_blockd_idle_door,
 }
 HOSTILE_CASES = {
     "blockd-hostile": case_blockd_hostile,

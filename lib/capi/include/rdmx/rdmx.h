@@ -340,6 +340,31 @@ RDMX_API int rdmx_conn_send(rdmx_conn* c, const void* buf, size_t len, uint32_t 
                             const volatile int* cancel);
 RDMX_API int rdmx_conn_recv(rdmx_conn* c, void* buf, size_t cap, uint32_t timeout_ms,
                             const volatile int* cancel);
+/* ---- Serving many clients: the same rendezvous without waiting on any one client -------------
+ * rdmx_accept + rdmx_conn_recv wait on one connection: a client that connects and sends nothing
+ * holds every other client at the door. A server that must not wait (it serves other clients
+ * meanwhile) calls these from its loop instead; each returns at once:
+ *
+ *   n = rdmx_accept_hello(l, 0, buf, sizeof buf, &len, &c);   1: c's hello is in buf
+ *   ... check it, answer with rdmx_conn_send, create the client's core ...
+ *   rdmx_conn_try_exchange(c, &core, 1, 0)    until 1 (0: not yet)
+ *   ... post the core's receives ...
+ *   rdmx_conn_try_ready(c, 0)                 until 1; then the client runs
+ *
+ * The listener holds every connection whose hello has not come yet (at most 64), each with
+ * hello_ms (0 = 10000) from its accept; try_exchange/try_ready give the peer timeout_ms (0 =
+ * 10000) from their first call. A connection that misses its time, sends foreign bytes, another
+ * frame or closes is refused: the call returns a negative code (-RDMX_ETIMEDOUT, -RDMX_EPROTO,
+ * -RDMX_EBUSY beyond the 64) and rdmx_last_error() is one line naming the peer. For
+ * rdmx_accept_hello the listener already closed that connection (call again for the others);
+ * for the try_ calls, close it (rdmx_conn_close). -RDMX_EDEVICE: the listening socket failed.
+ * Setup path, one thread per listener. */
+RDMX_API int rdmx_accept_hello(rdmx_listener* l, uint32_t hello_ms, void* buf, size_t cap,
+                               size_t* len, rdmx_conn** out);
+RDMX_API int rdmx_conn_try_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n,
+                                    uint32_t timeout_ms);
+RDMX_API int rdmx_conn_try_ready(rdmx_conn* c, uint32_t timeout_ms);
+
 /* [setup] Without waiting: 1 once the peer closed the connection (it ended or died). */
 RDMX_API int rdmx_conn_peer_gone(const rdmx_conn* c);
 RDMX_API void rdmx_conn_close(rdmx_conn* c);

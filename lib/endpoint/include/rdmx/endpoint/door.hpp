@@ -56,6 +56,8 @@ class Door {
 
   size_t half_open() const noexcept { return open_.size(); }
   const Config& config() const noexcept { return cfg_; }
+  // For connections accepted from now on.
+  void set_config(Config c) noexcept { cfg_ = c; }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -87,6 +87,10 @@ struct Frame {
   std::string text() const { return std::string(payload.begin(), payload.end()); }
 };
 
+// The connection infos a kInfo frame from `peer` carries (each decoded by the codec; kProtocol
+// naming the peer and the info's index otherwise).
+Result<std::vector<mlx5::ConnectInfo>> infos_of(const Frame& f, const std::string& peer);
+
 // One connected TCP socket (move-only; closed by the destructor).
 class Channel {
  public:
