@@ -362,15 +362,16 @@ static void door_step(void) {
       if (rc == 1 && slots_in(PEER_FREE)) waiting_line(g_clients - slots_in(PEER_FREE));
     }
   }
-  for (uint32_t k = 0; k < g_clients; ++k) {
-    while (g_peer[k].state == PEER_FREE &&
-           (rc = rdmx_accept_hello(g_lis, 0, got, sizeof got, &len, &conn)) != 0) {
-      if (rc == -RDMX_EDEVICE) check(rc, "rdmx_accept_hello", NULL);
-      if (rc < 0)
-        fprintf(stderr, "blockd: server: client not served: %s\n", rdmx_last_error());
-      else
-        take_hello(k, conn, got, len);
-    }
+  for (;;) { /* the first free slot takes the next hello */
+    uint32_t k = 0;
+    while (k < g_clients && g_peer[k].state != PEER_FREE) ++k;
+    if (k == g_clients || !(rc = rdmx_accept_hello(g_lis, 0, got, sizeof got, &len, &conn)))
+      break;
+    if (rc == -RDMX_EDEVICE) check(rc, "rdmx_accept_hello", NULL);
+    if (rc < 0)
+      fprintf(stderr, "blockd: server: client not served: %s\n", rdmx_last_error());
+    else
+      take_hello(k, conn, got, len);
   }
 }
 

@@ -952,7 +952,7 @@ def case_blockd_hostile_roce(binary, blockd, hostile_bin):
         try:
             wait_line(srv, srv.stdout, "waiting for client 1 of 2")
             clis.append(popen(command(blockd, None, ["--role", "client", "--peer", server,
-                                                     "--requests", "3000", "--device",
+                                                     "--requests", "1500", "--device",
                                                      f"emu@roce:{n.addr_b}"] + args, n.b)))
             wait_line(srv, srv.stdout, "waiting for client 2 of 2")
             said = hostile(hostile_bin, "ranges", server, f"emu@roce:{addr_c}", 256, n.b)
@@ -1007,6 +1007,55 @@ def case_blockd_idle_door(binary, blockd):
     check(took < 8, f"the client took {took:.1f} s behind 50 idle connections", *procs)
     print(f"blockd-idle-door: a client behind 50 idle connections ran in {took:.2f} s, verified")
 
+def case_blockd_client_killed(binary, blockd):
+    """Two clients at once over emu RoCE v2 across the namespace pair; one is killed (SIGKILL)
+    in the middle of its run. The server drops it alone (one line), the other client carries on
+    and verifies its data, a third client takes the dead one's slot, and the server ends 0."""
+    with Netns() as n:
+        addr_c = "10.47.0.3"
+        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
+                        n.b.replace("-b", "-vb")], check=True, timeout=10)
+        server = f"{n.addr_a}:7471"
+        args = ["--blocks", "256"]
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        client = lambda addr, requests: popen(command(
+            blockd, None, ["--role", "client", "--peer", server, "--requests", str(requests),
+                           "--device", f"emu@roce:{addr}"] + args, n.b))
+        srv = popen(command(blockd, None, ["--role", "server", "--listen", server, "--clients",
+                                           "2", "--isolate", "peer", "--device",
+                                           f"emu@roce:{n.addr_a}"] + args, n.a))
+        clis = []
+        try:
+            wait_line(srv, srv.stdout, "waiting for client 1 of 2")
+            clis.append(client(n.addr_b, 1500))                # the survivor
+            wait_line(srv, srv.stdout, "waiting for client 2 of 2")
+            victim = client(addr_c, 1000000)                    # runs until killed
+            wait_line(victim, victim.stdout, "connecting to")
+            time.sleep(1.0)                                     # in the middle of its run
+            victim.kill()
+            victim.wait()
+            wait_line(srv, srv.stdout, "slot 2 waits for the next client")  # the victim's
+            clis.append(client(addr_c, 300))                    # takes the dead one's slot
+            outs = [finish(c) for c in clis]
+            sout, serr = finish(srv)
+        finally:
+            for p in [srv] + clis:
+                reap(p)
+        procs = [("server", sout, serr)] + [(f"client {i + 1}", o, e)
+                                            for i, (o, e) in enumerate(outs)]
+        check(srv.returncode == 0 and all(c.returncode == 0 for c in clis),
+              f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
+        for o, _ in outs:
+            check("verified end to end" in o, "a client did not verify its run", *procs)
+        dropped = [l for l in serr.splitlines() if " dropped: " in l]
+        check(len(dropped) == 1 and "went away before its STOP" in dropped[0] and
+              "; 1 dropped" in sout,
+              f"the server dropped {len(dropped)} client(s)", *procs)
+        print(dropped[0])
+        print("blockd-client-killed: the other client and the next one verified, the server "
+              "served on")
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -1020,6 +1069,7 @@ HOSTILE_CASES = {
     "blockd-hostile": case_blockd_hostile,
     "blockd-hostile-roce": case_blockd_hostile_roce,
 }
+BLOCKD_CASES["blockd-client-killed"] = case_blockd_client_killed
 
 CASES = {
     "loopback": case_loopback,
