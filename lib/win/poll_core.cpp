@@ -312,12 +312,13 @@ PollCore::~PollCore() {
       if (!quiesce()) RDMX_LOG_WARN("poll core %u: UMRs still in flight at shutdown", id_);
     }
     destroy_memory_windows();
-    // Everything of this core goes to the depot.
+    // Everything of this core goes to the depot (one line for the windows whose last UMR did
+    // not complete: a QP in error, a peer gone).
+    uint32_t unknown = 0;
     for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
       Window* w = &pool_.window(i);
       if (w->owner_ != id_) continue;
-      if (!umrs_done(w) || w->dirty_)
-        RDMX_LOG_WARN("poll core %u: window %u returned with unknown device state", id_, i);
+      unknown += !umrs_done(w) || w->dirty_;
       w->umr_end_ = 0;
       w->klm_end_ = 0;
       w->dirty_ = false;
@@ -325,6 +326,8 @@ PollCore::~PollCore() {
       w->owner_ = kNoCore;
       pool_.depot_put(&w, 1);
     }
+    if (unknown)
+      RDMX_LOG_WARN("poll core %u: %u windows returned with unknown device state", id_, unknown);
   }
   if (qp_created_) {
     Status s = pool_.device().destroy_qp(qp_.qpn());

@@ -172,11 +172,17 @@ WindowPool::~WindowPool() {
       if (c) return false;
     return true;
   }());
-  for (uint32_t i = 0; i < cfg_.n_windows; ++i) {
-    if (!windows_) break;
+  // One line for all the windows that could not be destroyed (a peer that died leaves many
+  // mapped; a line each said the same thing dozens of times).
+  uint32_t failed = 0;
+  std::string first;
+  for (uint32_t i = 0; windows_ && i < cfg_.n_windows; ++i) {
     Status s = dev_->destroy_mkey(windows_[i].mkey_base_ | windows_[i].key_);
-    if (!s) RDMX_LOG_WARN("window pool: destroy_mkey: %s", s.error().message.c_str());
+    if (!s && !failed++) first = s.error().message;
   }
+  if (failed)
+    RDMX_LOG_WARN("window pool: %u of %u windows not destroyed cleanly (the first: %s)", failed,
+                  cfg_.n_windows, first.c_str());
   if (own_mr_.lkey) {
     Status s = dev_->dereg_mr(own_mr_);
     if (!s) RDMX_LOG_WARN("window pool: dereg_mr: %s", s.error().message.c_str());

@@ -1,5 +1,10 @@
 // lib/win over the emulated device (suite 'emu', inline mode: deterministic, processed on the
 // doorbell). Side A owns the windows; side B is the peer that reads and writes through them.
+#include <string>
+#include <vector>
+
+#include <rdmx/core/log.hpp>
+
 #include "emu_rig.hpp"
 
 namespace {
@@ -519,6 +524,52 @@ TEST(EmuInterleaved, RefusedLayoutsPostNothing) {
   EXPECT_EQ(code(P(16, InterleavedPart{base, 8, 0}), 1), Errc::kTooManyPages);  // 16 + header
   EXPECT_EQ(c.qp().sq().pi(), pi) << "a refused layout posted a WQE";
   EXPECT_TRUE(c.map_interleaved(P(15, InterleavedPart{base, 8, 0}), 1, kRw).ok());
+}
+
+}  // namespace
+
+namespace {
+
+// Log lines captured while a test runs (rdmx::set_log_sink).
+std::vector<std::string> g_lines;
+bool sink_enabled(rdmx::LogLevel) noexcept {
+  return true;
+}
+void sink_write(rdmx::LogLevel, const char* line) noexcept {
+  g_lines.emplace_back(line);
+}
+
+// A peer gone in the middle of a run (its QP errored) leaves many windows mapped: tearing the
+// core and the pool down says so in one line each, not one line per window.
+TEST(EmuWindow, TeardownAfterAQpErrorIsOneLinePerPart) {
+  std::vector<std::string> lines;
+  {
+    EmuRig r(16, 16);
+    std::mt19937_64 rng(11);
+    for (int i = 0; i < 8; ++i) {
+      MapResult m = r.ca().map(r.random_pages(rng, 4), kRw, 0, 4 * 4096);
+      ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
+    }
+    r.settle(r.ca());
+    auto* emu = dynamic_cast<rdmx::emu::EmuDevice*>(&r.a.device());
+    ASSERT_NE(emu, nullptr);
+    ASSERT_TRUE(emu->faults().qp_to_error(r.ca().qp_handle()).ok());
+    static const rdmx::LogSink sink{sink_enabled, sink_write};
+    g_lines.clear();
+    rdmx::set_log_sink(&sink);
+  }  // cores, then pools, torn down
+  rdmx::set_log_sink(nullptr);
+  lines.swap(g_lines);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  // The core (windows returned in an unknown state), the pool (mkeys not destroyed), the arena
+  // (its MR still mapped by them): at most a line each; a line per window was 17 lines here.
+  EXPECT_LE(lines.size(), 3u) << all;
+  for (const char* part : {"poll core", "window pool", "arena"}) {
+    size_t n = 0;
+    for (const auto& l : lines) n += l.rfind(part, 0) == 0;
+    EXPECT_LE(n, 1u) << part << ":\n" << all;
+  }
 }
 
 }  // namespace
