@@ -408,7 +408,12 @@ void describe_config(Report& rep, const Ctx& ctx, const std::string& test, bool 
                                           "measuring thread, around every timed round")
                             : "unavailable (" + sc.why_not() + "): use strace -c -f");
   cfg("callgrind", ctx.rc.callgrind);
-  cfg("governor", kernel_flag("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"));
+  // No cpufreq directory (a VM, or a kernel without it): say so rather than print nothing.
+  const char* const kGovernor = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor";
+  std::string governor = kernel_flag(kGovernor);
+  cfg("governor", governor.empty() ? std::string("unknown (") + kGovernor +
+                                         " not readable: no frequency scaling exposed, e.g. a VM)"
+                                   : governor);
 }
 
 // Writes the JSON report and the histograms asked for, into the files parse_options opened;
