@@ -61,8 +61,10 @@ Options (a bad one is one error line and exit status 2, before anything runs):
   --pages LIST        page counts, each 1..256 (a window holds 256 pages), e.g. 1,16,256
                       (umr sweep; umr_lat and io sizes; default depends on the test)
   --batch N           umr: map+unmap pairs per doorbell (1..128, default 8)
-  --device SPEC       device of umr_lat, io_lat and io_bw (default emu; the names of
-                      doc/guides/embedding.md; umr always measures on emu-sink)
+  --device SPEC       device of umr_lat, io_lat and io_bw: an emulated one, named as
+                      rdmafwd(1) --device names them (default emu, the emulated mlx5 with
+                      its own device thread; emu-inline; emu:PROFILE); umr always measures
+                      on emu-sink
   --device-cpu N      CPU for the threaded emu's device thread (default: a CPU other than the
                       measuring lcore's)
   --json FILE|-       write every figure as JSON (- = stdout; the tables then go to stderr);
@@ -72,13 +74,19 @@ Options (a bad one is one error line and exit status 2, before anything runs):
   --quiet             no progress line (by default a run prints one line on stderr every
                       10 s: elapsed time, case and round)
   --callgrind         wrap only the timed loops in CALLGRIND_START/STOP_INSTRUMENTATION (on by
-                      itself under valgrind); see doc/guides/rdmx-perf.md
+                      itself under valgrind; one dump file per case and round)
   --help              this text
 
 Measurement: TSC (rte_rdtsc, rte_get_tsc_hz), measuring thread = EAL main lcore (pinned). The
 configuration block says where everything ran. allocs/op: a malloc/calloc/realloc/memalign
 interposer counts the measuring thread's heap allocations. syscalls/op: the kernel counts the
 measuring thread's system calls (perf tracepoint raw_syscalls:sys_enter) around every round.
+
+Tables: ns/op is the median of ~2048-op chunks timed whole (the bulk phase); min..max are per
+op, each op timed alone (the stamped phase); every column names its unit. When the means and
+the median are more than 2x apart a note under the row says why. The method, the peers and
+the JSON keys are described in the rdmx-perf guide (rdmx-perf.md, installed with rdmx's
+guides).
 )";
 
 // The benchmarks drive an emulated device (statistics, pinned device threads): a name that names
