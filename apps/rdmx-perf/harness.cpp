@@ -121,7 +121,7 @@ void add_ratio(CaseResult& a, const CaseResult& b, bool by_p50) {
   }
 }
 
-Latency summarize(std::vector<uint64_t>& v, double tsc_hz) {
+Latency summarize(std::vector<uint64_t>& v, double tsc_hz, double resolution_cycles) {
   Latency l;
   if (v.empty()) return l;
   std::sort(v.begin(), v.end());
@@ -144,6 +144,16 @@ Latency summarize(std::vector<uint64_t>& v, double tsc_hz) {
   long double var = 0;
   for (uint64_t x : v) var += (x - mean) * (x - mean);
   l.avg_ns = static_cast<double>(mean) * ns;
+  l.resolution_ns = resolution_cycles * ns;
+  // The slow ops: the sorted vector's tail above kSlowFactor x p50 (or x the resolution).
+  const double slow_above = kSlowFactor * std::max(l.p50_ns / ns, resolution_cycles);
+  const auto first_slow =
+      std::upper_bound(v.begin(), v.end(), slow_above,
+                       [](double t, uint64_t x) { return t < static_cast<double>(x); });
+  long double slow_sum = 0;
+  for (auto it = first_slow; it != v.end(); ++it) slow_sum += *it;
+  l.slow_fraction = static_cast<double>(v.end() - first_slow) / static_cast<double>(v.size());
+  l.slow_time_share = sum > 0 ? static_cast<double>(slow_sum / sum) : 0;
   l.stdev_ns = std::sqrt(static_cast<double>(var / static_cast<long double>(v.size()))) * ns;
   return l;
 }
@@ -285,8 +295,7 @@ std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_p
       d[k] = raw > 0 ? static_cast<uint64_t>(raw / burst + 0.5) : 0;
       c.hist.add(d[k]);
     }
-    c.lat = summarize(d, rc.tsc_hz);
-    c.lat.resolution_ns = std::max(1.0, rc.timer_overhead) / burst * ns_per_cycle;
+    c.lat = summarize(d, rc.tsc_hz, std::max(1.0, rc.timer_overhead) / burst);
     out.push_back(std::move(c));
   }
   return out;

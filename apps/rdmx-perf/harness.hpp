@@ -82,7 +82,11 @@ struct Latency {
   // Per-op figures below this are below the timer's resolution (one stamp's cost, shared by the
   // ops of a burst): shown as "<resolution", not as a number that looks measured.
   double resolution_ns = 0;
+  // The ops slower than kSlowFactor x p50 (or x the resolution, when p50 is below it): their
+  // fraction of the samples and of the time (what pulls a mean away from the median).
+  double slow_fraction = 0, slow_time_share = 0;
 };
+inline constexpr double kSlowFactor = 2;
 
 struct Ratio {
   std::string peer;  // case name of the peer
@@ -96,6 +100,7 @@ struct CaseResult {
   uint32_t pages = 0;  // pages per op (umr / io), 0 when not applicable
   uint64_t bytes = 0;
   uint32_t burst = 1;            // units per call
+  uint32_t depth = 1;            // operations in flight (io_bw: 32)
   uint64_t ops = 0;              // units measured in the bulk phase (all rounds)
   std::vector<double> round_ns;  // per round: median chunk's mean ns per unit
   double ns = 0;                 // median over every chunk of every round: the case's figure
@@ -104,6 +109,9 @@ struct CaseResult {
   double ops_per_s = 0;
   double allocs_per_op = 0;
   double syscalls_per_op = -1;  // -1: not counted
+  // Bandwidth at ns/op in MB/s as perftest counts them (2^20 bytes: ib_write_bw's "BW
+  // average[MB/sec]"); -1 where the test does not report one.
+  double bw_mb_s = -1;
   Latency lat;
   Histogram hist;  // per-op cycles of the stamped phase
   std::vector<Ratio> ratios;
@@ -122,6 +130,7 @@ struct Target {
 
 struct TestResult {
   std::string test;
+  bool bandwidth = false;  // the table has a bandwidth column (io_bw)
   std::vector<CaseResult> cases;
   std::vector<Target> targets;
   std::vector<std::string> notes;
@@ -193,8 +202,9 @@ std::unique_ptr<Bench> make_bench(CaseResult meta, Op op) {
 // their results. `burst` in meta divides per-call figures into per-unit ones.
 std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_ptr<Bench>>& g);
 
-// Latency summary of raw per-op cycle samples (sorted in place).
-Latency summarize(std::vector<uint64_t>& cycles, double tsc_hz);
+// Latency summary of raw per-op cycle samples (sorted in place); `resolution_cycles` is the
+// timer's (the slow ops are those above kSlowFactor x the larger of p50 and it).
+Latency summarize(std::vector<uint64_t>& cycles, double tsc_hz, double resolution_cycles);
 
 // Measures the cost of one stamp (median of stamped empty ops, in cycles).
 double measure_timer_overhead();

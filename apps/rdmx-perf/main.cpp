@@ -50,31 +50,43 @@ Tests (--test NAME):
   io_bw    the same at depth 32 (throughput).
   all      every test above, in that order.
 
-Options:
+Options (a bad one is one error line and exit status 2, before anything runs):
   --test NAME         test to run (required)
   --iterations N      operations per case in the timed (bulk) phase, over all rounds
-                      (default 200000; use ~2000 under valgrind)
-  --warmup N          operations before every round, discarded (default 10000)
-  --rounds N          interleaved rounds per case (default 7); the figure is their median
-  --stamped N         operations in the per-op stamped phase (default min(iterations, 1M))
-  --pages LIST        page counts, e.g. 1,16,256 (umr sweep; umr_lat/io size; default depends)
-  --batch N           umr: map+unmap pairs per doorbell (default 8)
-  --device SPEC       device of umr_lat, io_lat and io_bw (default emu; the names of
-                      doc/guides/embedding.md; umr always measures on emu-sink)
+                      (1..10^12, at least --rounds; default 200000; ~2000 under valgrind)
+  --warmup N          operations before every round, discarded (0..10^12, default 10000)
+  --rounds N          interleaved rounds per case (1..1000, default 7)
+  --stamped N         operations in the per-op stamped phase (1..10^8; default
+                      min(iterations, 1M))
+  --pages LIST        page counts, each 1..256 (a window holds 256 pages), e.g. 1,16,256
+                      (umr sweep; umr_lat and io sizes; default depends on the test)
+  --batch N           umr: map+unmap pairs per doorbell (1..128, default 8)
+  --device SPEC       device of umr_lat, io_lat and io_bw: an emulated one, named as
+                      rdmafwd(1) --device names them (default emu, the emulated mlx5 with
+                      its own device thread; emu-inline; emu:PROFILE); umr always measures
+                      on emu-sink
   --device-cpu N      CPU for the threaded emu's device thread (default: a CPU other than the
                       measuring lcore's)
-  --json FILE|-       write every figure as JSON (- = stdout; the tables then go to stderr)
-  --histogram FILE    write every case's latency histogram (log-linear buckets)
+  --json FILE|-       write every figure as JSON (- = stdout; the tables then go to stderr);
+                      the file is created before the run, so a bad path fails at once
+  --histogram FILE    write every case's latency histogram (log-linear buckets; created
+                      before the run too)
   --quiet             no progress line (by default a run prints one line on stderr every
                       10 s: elapsed time, case and round)
   --callgrind         wrap only the timed loops in CALLGRIND_START/STOP_INSTRUMENTATION (on by
-                      itself under valgrind); see doc/guides/rdmx-perf.md
+                      itself under valgrind; one dump file per case and round)
   --help              this text
 
 Measurement: TSC (rte_rdtsc, rte_get_tsc_hz), measuring thread = EAL main lcore (pinned). The
 configuration block says where everything ran. allocs/op: a malloc/calloc/realloc/memalign
 interposer counts the measuring thread's heap allocations. syscalls/op: the kernel counts the
 measuring thread's system calls (perf tracepoint raw_syscalls:sys_enter) around every round.
+
+Tables: ns/op is the median of ~2048-op chunks timed whole (the bulk phase); min..max are per
+op, each op timed alone (the stamped phase); every column names its unit. When the means and
+the median are more than 2x apart a note under the row says why. The method, the peers and
+the JSON keys are described in the rdmx-perf guide (rdmx-perf.md, installed with rdmx's
+guides).
 )";
 
 // The benchmarks drive an emulated device (statistics, pinned device threads): a name that names
@@ -98,27 +110,39 @@ int check_device(const std::string& spec) {
   return 0;
 }
 
+// A decimal number, digits only: strtoull would take "-1" as 2^64-1 and " 5" as 5.
 bool parse_u64(const char* s, uint64_t* v) {
+  if (*s < '0' || *s > '9') return false;
   char* end = nullptr;
   errno = 0;
   unsigned long long x = std::strtoull(s, &end, 10);
-  if (errno || !end || *end || end == s) return false;
+  if (errno || !end || *end) return false;
   *v = x;
   return true;
 }
 
-bool parse_list(const std::string& s, std::vector<uint32_t>* out) {
+// Windows are created for the largest page count asked for, up to this many pages (the default
+// sweep's top; the guide's "windows hold 256").
+constexpr uint64_t kMaxPages = 256;
+
+// "--pages LIST": comma-separated page counts, each 1..kMaxPages. Empty on success, else why not.
+std::string parse_pages(const std::string& s, std::vector<uint32_t>* out) {
   out->clear();
   size_t i = 0;
-  while (i < s.size()) {
+  while (i <= s.size()) {
     size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
+    const std::string item = s.substr(i, j - i);
     uint64_t v;
-    if (!parse_u64(s.substr(i, j - i).c_str(), &v) || v == 0 || v > 65536) return false;
+    if (!parse_u64(item.c_str(), &v))
+      return "--pages '" + s + "': not a comma-separated list of page counts";
+    if (v < 1 || v > kMaxPages)
+      return "--pages " + item + ": out of range 1.." + std::to_string(kMaxPages) +
+             " (a window holds " + std::to_string(kMaxPages) + " pages)";
     out->push_back(static_cast<uint32_t>(v));
     i = j + 1;
   }
-  return !out->empty();
+  return {};
 }
 
 std::string cpu_model() {
@@ -162,64 +186,105 @@ std::string test_names() {
 
 struct Options {
   std::string test, json_path, hist_path;
+  // Opened while the arguments are checked, before anything runs: a path that cannot be written
+  // is a usage error at once, not results lost at the end of a long run.
+  std::FILE* json = nullptr;
+  std::FILE* hist = nullptr;
   bool callgrind = false;
   int device_cpu = -1;
 };
 
+enum : int {
+  kTest = 256,
+  kIterations,
+  kWarmup,
+  kRounds,
+  kStamped,
+  kBatch,
+  kDevice,
+  kDeviceCpu,
+  kPages,
+  kJson,
+  kHistogram,
+  kCallgrind,
+  kBadRkey,
+  kQuiet,
+  kProgressPeriod
+};
+const option kOptions[] = {
+    {"help", no_argument, nullptr, 'h'},
+    {"test", required_argument, nullptr, kTest},
+    {"iterations", required_argument, nullptr, kIterations},
+    {"warmup", required_argument, nullptr, kWarmup},
+    {"rounds", required_argument, nullptr, kRounds},
+    {"stamped", required_argument, nullptr, kStamped},
+    {"batch", required_argument, nullptr, kBatch},
+    {"device", required_argument, nullptr, kDevice},
+    {"device-cpu", required_argument, nullptr, kDeviceCpu},
+    {"pages", required_argument, nullptr, kPages},
+    {"json", required_argument, nullptr, kJson},
+    {"histogram", required_argument, nullptr, kHistogram},
+    {"callgrind", no_argument, nullptr, kCallgrind},
+    {"bad-rkey", no_argument, nullptr, kBadRkey},  // hidden: tests of the failure path
+    {"quiet", no_argument, nullptr, kQuiet},
+    {"progress-period", required_argument, nullptr, kProgressPeriod},  // hidden (tests): ms
+    {nullptr, 0, nullptr, 0}};
+
+// The ranges of the numeric options (the help text states them).
+constexpr uint64_t kMaxIterations = 1000000000000;  // 10^12
+constexpr uint64_t kMaxRounds = 1000;
+constexpr uint64_t kMaxStamped = 100000000;  // 10^8 stamps: 800 MB of TSC values
+// Every pair of a batch holds its window until the doorbell's completions are polled: more
+// than half the test's 256 windows per doorbell and maps start failing for want of one.
+constexpr uint64_t kMaxBatch = 128;
+
+// rdmx-perf's own long option that `arg` spells (--name or --name=value), or nullptr. None of
+// them is an EAL option (DPDK 22.11 lib/eal/common/eal_common_options.c, eal_long_options).
+const char* own_option(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return nullptr;
+  const std::string name = arg.substr(2, arg.find('=') - 2);
+  for (const option& o : kOptions)
+    if (o.name && name == o.name && o.val != 'h') return o.name;
+  return nullptr;
+}
+
+int usage(const std::string& what) {
+  return rdmx::cli::usage_error("rdmx-perf", what + " (see --help)");
+}
+
 // getopt_long over the application arguments, as the other tools (--opt VALUE and --opt=VALUE).
-// Returns -1 to go on, else the exit status (0 after --help, 2 for a usage error).
+// Returns -1 to go on, else the exit status (0 after --help, 2 for a usage error, 3 for a device
+// that does not exist): every error is one "rdmx-perf: error:" line, before the EAL starts.
 int parse_options(const std::vector<std::string>& app, const std::vector<std::string>& eal,
                   Options& o, Ctx& ctx) {
-  enum : int {
-    kTest = 256,
-    kIterations,
-    kWarmup,
-    kRounds,
-    kStamped,
-    kBatch,
-    kDevice,
-    kDeviceCpu,
-    kPages,
-    kJson,
-    kHistogram,
-    kCallgrind,
-    kBadRkey,
-    kQuiet,
-    kProgressPeriod
-  };
-  static const option kOptions[] = {
-      {"help", no_argument, nullptr, 'h'},
-      {"test", required_argument, nullptr, kTest},
-      {"iterations", required_argument, nullptr, kIterations},
-      {"warmup", required_argument, nullptr, kWarmup},
-      {"rounds", required_argument, nullptr, kRounds},
-      {"stamped", required_argument, nullptr, kStamped},
-      {"batch", required_argument, nullptr, kBatch},
-      {"device", required_argument, nullptr, kDevice},
-      {"device-cpu", required_argument, nullptr, kDeviceCpu},
-      {"pages", required_argument, nullptr, kPages},
-      {"json", required_argument, nullptr, kJson},
-      {"histogram", required_argument, nullptr, kHistogram},
-      {"callgrind", no_argument, nullptr, kCallgrind},
-      {"bad-rkey", no_argument, nullptr, kBadRkey},  // hidden: tests of the failure path
-      {"quiet", no_argument, nullptr, kQuiet},
-      {"progress-period", required_argument, nullptr, kProgressPeriod},  // hidden (tests): ms
-      {nullptr, 0, nullptr, 0}};
+  // --help may also come before `--` when there are no EAL arguments.
+  for (const auto& a : eal)
+    if (a == "--help" || a == "-h") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  // rdmx-perf's options before `--` (or with no `--` at all) would go to the EAL, which knows
+  // none of them: say where they belong.
+  for (const auto& a : eal)
+    if (const char* name = own_option(a))
+      return usage(std::string("--") + name +
+                   " is an rdmx-perf option: put it after '--', as in rdmx-perf [EAL args] -- "
+                   "--test NAME");
   std::vector<std::string> args = {"rdmx-perf"};
   args.insert(args.end(), app.begin(), app.end());
   std::vector<char*> av;
   for (auto& x : args) av.push_back(x.data());
   av.push_back(nullptr);
   const int argc = static_cast<int>(av.size()) - 1;
-  auto usage = [](const std::string& msg) {
-    std::fprintf(stderr, "rdmx-perf: error: %s (see --help)\n", msg.c_str());
-    return 2;
-  };
-  std::string bad;  // the first bad number's option
-  auto num = [&](const char* what) {
-    uint64_t v = 0;
-    if (!parse_u64(optarg, &v) && bad.empty())
-      bad = std::string("bad number '") + optarg + "' for --" + what;
+  std::string bad;  // the first bad value
+  auto num = [&](const char* what, uint64_t lo, uint64_t hi) {
+    uint64_t v = lo;
+    if (!bad.empty()) return v;
+    if (!parse_u64(optarg, &v))
+      bad = std::string("--") + what + " '" + optarg + "': not a number";
+    else if (v < lo || v > hi)
+      bad = std::string("--") + what + " " + optarg + ": out of range " + std::to_string(lo) +
+            ".." + std::to_string(hi);
     return v;
   };
   struct Reset {
@@ -237,28 +302,28 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
         o.test = optarg;
         break;
       case kIterations:
-        ctx.rc.iterations = std::max<uint64_t>(1, num("iterations"));
+        ctx.rc.iterations = num("iterations", 1, kMaxIterations);
         break;
       case kWarmup:
-        ctx.rc.warmup = num("warmup");
+        ctx.rc.warmup = num("warmup", 0, kMaxIterations);
         break;
       case kRounds:
-        ctx.rc.rounds = static_cast<uint32_t>(std::max<uint64_t>(1, num("rounds")));
+        ctx.rc.rounds = static_cast<uint32_t>(num("rounds", 1, kMaxRounds));
         break;
       case kStamped:
-        ctx.rc.stamped = num("stamped");
+        ctx.rc.stamped = num("stamped", 1, kMaxStamped);
         break;
       case kBatch:
-        ctx.batch = static_cast<uint32_t>(std::max<uint64_t>(1, num("batch")));
+        ctx.batch = static_cast<uint32_t>(num("batch", 1, kMaxBatch));
         break;
       case kDevice:
         ctx.device = optarg;
         break;
       case kDeviceCpu:
-        o.device_cpu = static_cast<int>(num("device-cpu"));
+        o.device_cpu = static_cast<int>(num("device-cpu", 0, CPU_SETSIZE - 1));
         break;
       case kPages:
-        if (!parse_list(optarg, &ctx.pages)) return usage("bad --pages list");
+        if (bad.empty()) bad = parse_pages(optarg, &ctx.pages);
         break;
       case kJson:
         o.json_path = optarg;
@@ -276,32 +341,36 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
         ctx.rc.progress_period_s = 0;
         break;
       case kProgressPeriod:
-        ctx.rc.progress_period_s = static_cast<double>(num("progress-period")) / 1000.0;
+        ctx.rc.progress_period_s = static_cast<double>(num("progress-period", 1, 3600000)) / 1000.0;
         break;
-      case ':':
-        return usage(std::string(av[optind - 1]) + " needs a value");
-      default:
-        return usage(std::string("unknown option '") + av[optind - 1] + "'");
+      default:  // '?' or ':'
+        return usage(rdmx::cli::getopt_problem(opt, av.data()));
     }
     if (!bad.empty()) return usage(bad);
   }
   if (optind < argc) return usage(std::string("unexpected argument '") + av[optind] + "'");
-  // --help may also come before `--` when there are no EAL arguments.
-  for (const auto& a : eal)
-    if (a == "--help" || a == "-h") {
-      std::fputs(kHelp, stdout);
-      return 0;
-    }
   const bool known =
       o.test == "all" || std::any_of(std::begin(kTests), std::end(kTests),
                                      [&](const TestEntry& t) { return o.test == t.name; });
-  if (!known) {
-    std::fprintf(stderr, "rdmx-perf: --test must be one of %s (see --help)\n",
-                 test_names().c_str());
-    return 2;
-  }
-  const int dev = check_device(ctx.device);
-  return dev ? dev : -1;
+  if (o.test.empty()) return usage("--test NAME is required: one of " + test_names());
+  if (!known) return usage("--test " + o.test + ": no such test (one of " + test_names() + ")");
+  if (ctx.rc.iterations < ctx.rc.rounds)
+    return usage("--iterations " + std::to_string(ctx.rc.iterations) + " is fewer than --rounds " +
+                 std::to_string(ctx.rc.rounds) + ": every round needs at least one op");
+  if (const int dev = check_device(ctx.device)) return dev;
+  auto open_out = [](const std::string& path, const char* name, std::FILE** f) {
+    if (path.empty()) return -1;
+    if (path == "-" && std::string(name) == "json") {
+      *f = stdout;
+      return -1;
+    }
+    *f = std::fopen(path.c_str(), "w");
+    if (*f) return -1;
+    return usage(std::string("--") + name + " " + path + ": " + std::strerror(errno));
+  };
+  if (const int rc = open_out(o.json_path, "json", &o.json); rc >= 0) return rc;
+  if (const int rc = open_out(o.hist_path, "histogram", &o.hist); rc >= 0) return rc;
+  return -1;
 }
 
 std::vector<int> usable_cpus() {
@@ -347,31 +416,34 @@ void describe_config(Report& rep, const Ctx& ctx, const std::string& test, bool 
                                           "measuring thread, around every timed round")
                             : "unavailable (" + sc.why_not() + "): use strace -c -f");
   cfg("callgrind", ctx.rc.callgrind);
-  cfg("governor", kernel_flag("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"));
+  // No cpufreq directory (a VM, or a kernel without it): say so rather than print nothing.
+  const char* const kGovernor = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor";
+  std::string governor = kernel_flag(kGovernor);
+  cfg("governor", governor.empty() ? std::string("unknown (") + kGovernor +
+                                         " not readable: no frequency scaling exposed, e.g. a VM)"
+                                   : governor);
 }
 
-// Writes the JSON report and the histograms asked for; false (after one line) when a file
-// cannot be written.
+// Writes the JSON report and the histograms asked for, into the files parse_options opened;
+// false (after one line) when a write fails.
 bool write_outputs(const Options& o, const Report& rep) {
-  auto open_or_complain = [](const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f)
+  bool ok = true;
+  auto finish = [&](std::FILE* f, const std::string& path) {
+    if (f == stdout) return;
+    if (std::ferror(f) | std::fclose(f)) {
       std::fprintf(stderr, "rdmx-perf: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
-    return f;
+      ok = false;
+    }
   };
-  if (!o.json_path.empty()) {
-    std::FILE* f = o.json_path == "-" ? stdout : open_or_complain(o.json_path);
-    if (!f) return false;
-    write_json(f, rep);
-    if (f != stdout) std::fclose(f);
+  if (o.json) {
+    write_json(o.json, rep);
+    finish(o.json, o.json_path);
   }
-  if (!o.hist_path.empty()) {
-    std::FILE* f = open_or_complain(o.hist_path);
-    if (!f) return false;
-    write_histograms(f, rep);
-    std::fclose(f);
+  if (o.hist) {
+    write_histograms(o.hist, rep);
+    finish(o.hist, o.hist_path);
   }
-  return true;
+  return ok;
 }
 
 }  // namespace
@@ -379,13 +451,12 @@ bool write_outputs(const Options& o, const Report& rep) {
 int main(int argc, char** argv) {
   auto split = rdmx::rt::split_args(argc, argv);
   if (!split) {
-    std::fprintf(stderr, "rdmx-perf: %s\n", split.error().message.c_str());
-    return 2;
+    return rdmx::cli::usage_error("rdmx-perf", split.error().message);
   }
   Options o;
   Ctx ctx;
   if (int rc = parse_options(split->app, split->eal, o, ctx); rc >= 0) return rc;
-  std::FILE* out = o.json_path == "-" ? stderr : stdout;
+  std::FILE* out = o.json == stdout ? stderr : stdout;
 
   // EAL: no PCI (emu), a unique file prefix, no-hugepage fallback.
   rdmx::rt::EalOptions eo;
@@ -411,8 +482,12 @@ int main(int argc, char** argv) {
   }
   auto eal = rdmx::rt::Eal::init(*split, eo);
   if (!eal) {
+    // A bad EAL argument is a usage error like the others: one line (Eal::init holds back
+    // DPDK's usage text and keeps its reason).
+    if (eal.error().code == rdmx::Errc::kInvalidArgument)
+      return rdmx::cli::usage_error("rdmx-perf", "EAL: " + eal.error().message);
     std::fprintf(stderr, "rdmx-perf: EAL: %s\n", eal.error().message.c_str());
-    return eal.error().code == rdmx::Errc::kInvalidArgument ? 2 : 1;
+    return rdmx::cli::kExitFailure;
   }
   for (const auto& n : eal->notices()) std::fprintf(stderr, "rdmx-perf: %s\n", n.c_str());
 

@@ -33,6 +33,7 @@ struct Peer {
 TestResult test_io(Ctx& ctx, bool bw) {
   TestResult t;
   t.test = bw ? "io_bw" : "io_lat";
+  t.bandwidth = bw;
   const uint32_t depth = bw ? 32 : 1;
   const std::vector<uint32_t> sizes = ctx.pages.empty() ? std::vector<uint32_t>{1, 16} : ctx.pages;
   uint32_t max_pages = 16;
@@ -129,6 +130,7 @@ TestResult test_io(Ctx& ctx, bool bw) {
       m.unit = "I/O";
       m.pages = pages;
       m.bytes = bytes;
+      m.depth = depth;
       return m;
     };
     for (int read = 0; read < 2; ++read) {
@@ -203,11 +205,9 @@ TestResult test_io(Ctx& ctx, bool bw) {
       res[k].extra.push_back({"window_overhead_ns", ov});
       res[k].extra.push_back(
           {"floor_over_window_overhead", ov > 0 ? (p50 ? res[4].lat.p50_ns : res[4].ns) / ov : 0});
-      if (depth > 1) {
-        res[k].extra.push_back({"MB_per_s", static_cast<double>(bytes) * res[k].ops_per_s / 1e6});
-        res[k + 1].extra.push_back(
-            {"MB_per_s", static_cast<double>(bytes) * res[k + 1].ops_per_s / 1e6});
-      }
+      if (bw)  // MB as perftest's ib_write_bw counts them: 2^20 bytes
+        for (CaseResult* c : {&res[k], &res[k + 1]})
+          c->bw_mb_s = static_cast<double>(bytes) * c->ops_per_s / (1 << 20);
     }
     for (auto& c : res) t.cases.push_back(std::move(c));
   }

@@ -1,9 +1,12 @@
 #include <rdmx/rt/eal.hpp>
 
 #include <fcntl.h>
+#include <getopt.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -12,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <rdmx/core/log.hpp>
@@ -336,13 +340,79 @@ pid_t config_lock_holder(const char* runtime_dir) {
   return holder;
 }
 
+// What rte_eal_init prints while it runs, held back: for one bad argument DPDK 22.11 prints its
+// whole usage text on stdout (lib/eal/common/eal_common_options.c, eal_usage) between its log
+// lines and a "FATAL" alert on stderr (lib/eal/linux/eal.c, rte_eal_init_alert). On success, or
+// a failure other than a bad argument, it is passed on as it was; for a bad argument only DPDK's
+// reason is kept, in the error. Setup path, main thread, before any lcore runs.
+class HeldConsole {
+ public:
+  HeldConsole() {
+    for (int i = 0; i < 2; ++i) {
+      std::fflush(i ? stderr : stdout);
+      fd_[i].tmp = ::memfd_create("rdmx-eal-console", MFD_CLOEXEC);
+      fd_[i].saved = fd_[i].tmp >= 0 ? ::dup(i + 1) : -1;
+      if (fd_[i].saved < 0 || ::dup2(fd_[i].tmp, i + 1) < 0) release(i, nullptr);
+    }
+  }
+  ~HeldConsole() { pass_on(); }
+  // Ends the hold; `text[i]` gets what was written to stdout (0) and stderr (1).
+  void end(std::string text[2]) {
+    for (int i = 0; i < 2; ++i) release(i, &text[i]);
+  }
+  // Ends the hold and writes what was held where it was going.
+  void pass_on() {
+    std::string text[2];
+    end(text);
+    for (int i = 0; i < 2; ++i)
+      if (!text[i].empty()) (void)!::write(i + 1, text[i].data(), text[i].size());
+  }
+
+ private:
+  void release(int i, std::string* text) {
+    Fd& f = fd_[i];
+    std::fflush(i ? stderr : stdout);
+    if (f.saved >= 0) {
+      (void)::dup2(f.saved, i + 1);
+      ::close(f.saved);
+    }
+    if (f.tmp >= 0) {
+      char buf[4096];
+      ssize_t n;
+      for (off_t at = 0; text && (n = ::pread(f.tmp, buf, sizeof buf, at)) > 0; at += n)
+        text->append(buf, static_cast<size_t>(n));
+      ::close(f.tmp);
+    }
+    f = Fd{};
+  }
+  struct Fd {
+    int tmp = -1, saved = -1;
+  } fd_[2];
+};
+
+// DPDK's reason for refusing the arguments, from what it printed on stderr: its lines without
+// the "EAL: " prefix, less those that say nothing about the arguments (rte_eal_cpu_init's
+// "Detected ..." lines come before the parse; the "Invalid 'command line' arguments." alert
+// follows every refusal) and with getopt's "PROG: " prefix removed.
+std::string eal_reason(const std::string& err, const std::string& prog) {
+  std::string out;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("EAL: ", 0) == 0) line.erase(0, 5);
+    if (line.rfind(prog + ": ", 0) == 0) line.erase(0, prog.size() + 2);
+    if (line.empty() || line.rfind("Detected ", 0) == 0 ||
+        line.find("Invalid 'command line' arguments.") != std::string::npos)
+      continue;
+    out += (out.empty() ? "" : "; ") + line;
+  }
+  return out.empty() ? "DPDK gave no reason" : out;
+}
+
 // rte_eal_init's failure as one message (the caller prefixes "EAL: " once). EINVAL (a bad EAL
-// argument) is a usage error. Some failures leave rte_errno at 0 (DPDK 22.11's "Cannot init
-// config" among them): say what is known rather than strerror(0), "Success".
-Error eal_init_error(int err, bool hugepages_ok) {
-  if (err == EINVAL)
-    return make_error(Errc::kInvalidArgument,
-                      "rte_eal_init failed: invalid EAL arguments (see DPDK's lines above)");
+// argument, `reason` says which) is a usage error. Some failures leave rte_errno at 0 (DPDK
+// 22.11's "Cannot init config" among them): say what is known rather than strerror(0).
+Error eal_init_error(int err, bool hugepages_ok, const std::string& reason) {
+  if (err == EINVAL) return make_error(Errc::kInvalidArgument, "invalid EAL arguments: " + reason);
   std::string msg = "rte_eal_init failed";
   if (err != 0) msg += std::string(": ") + rte_strerror(err);
   if (const pid_t holder = config_lock_holder(rte_eal_get_runtime_dir()))
@@ -380,9 +450,28 @@ Result<Eal> Eal::init(const EalArgs& args, const EalOptions& opts) {
   for (const auto& s : st->storage) joined += " " + s;
   RDMX_LOG_DEBUG("EAL: rte_eal_init(%s )", joined.c_str());
 
+  // Held unless the arguments ask DPDK to print something and exit (-h, --log-level=help).
+  std::optional<HeldConsole> held;
+  if (std::none_of(args.eal.begin(), args.eal.end(), [](const std::string& a) {
+        return a == "-h" || (a.size() >= 4 && a.compare(a.size() - 4, 4, "help") == 0);
+      }))
+    held.emplace();
+  const int old_opterr = opterr;
+  opterr = 1;  // getopt names the option DPDK does not know (its own parse says nothing)
   rte_errno = 0;
   int rc = rte_eal_init(static_cast<int>(st->storage.size()), st->argv.data());
-  if (rc < 0) return eal_init_error(rte_errno, st->plan.no_huge || hp->any_free());
+  opterr = old_opterr;
+  if (rc < 0) {
+    const int err = rte_errno;
+    std::string text[2];
+    if (held && err == EINVAL)
+      held->end(text);  // DPDK's usage text (text[0]) is dropped
+    else if (held)
+      held->pass_on();
+    return eal_init_error(err, st->plan.no_huge || hp->any_free(),
+                          eal_reason(text[1], st->storage[0]));
+  }
+  if (held) held->pass_on();
   route_log_through_dpdk();
   st->runtime_dir = rte_eal_get_runtime_dir();
   if (st->plan.owns_runtime_dir) sweep_stale_runtime_dirs(st->runtime_dir);

@@ -1,17 +1,28 @@
 #!/usr/bin/env python3
 """Smoke test of rdmx-perf: runs one test with tiny iterations and checks that the JSON it writes
-is well formed and has the expected keys (never the timings). Usage: check_perf_json.py BINARY TEST"""
+is well formed and has the expected keys, and that the printed table says what its figures are:
+a unit in every column header, a bandwidth column for io_bw, a reason under every case whose
+means and median differ by more than 2x (never the timings themselves).
+Usage: check_perf_json.py BINARY TEST"""
 import json
+import re
 import subprocess
 import sys
 import tempfile
 
-CASE_KEYS = {"name", "unit", "role", "pages", "bytes", "burst", "ops", "ns_per_op",
+CASE_KEYS = {"name", "unit", "role", "pages", "bytes", "burst", "depth", "ops", "ns_per_op",
              "best_round_ns_per_op", "cycles_per_op", "ops_per_s", "allocs_per_op",
-             "syscalls_per_op", "round_ns_per_op", "latency_ns", "ratios", "extra", "histogram"}
-LAT_KEYS = {"samples", "min", "p50", "avg", "stdev", "p99", "p99_9", "max", "resolution"}
+             "syscalls_per_op", "bw_MB_per_s", "round_ns_per_op", "latency_ns", "at_resolution",
+             "mean_vs_median", "ratios", "extra", "histogram"}
+LAT_KEYS = {"samples", "min", "p50", "avg", "stdev", "p99", "p99_9", "max", "resolution",
+            "slow_fraction", "slow_time_share"}
 CONFIG_KEYS = {"cpu_model", "online_cpus", "tsc_hz", "core_hz", "hugepages", "measure_cpu",
-               "device_thread_cpu", "cores_used", "allocs_check", "syscalls_check"}
+               "device_thread_cpu", "cores_used", "allocs_check", "syscalls_check", "governor"}
+# The table's columns, each naming its unit (perftest's style: t_avg[usec], BW average[MB/sec]).
+COLUMNS = ["case", "pages", "ns/op", "min[ns]", "p50[ns]", "avg[ns]", "stdev[ns]", "p99[ns]",
+           "p99.9[ns]", "max[ns]", "Mops/s", "cyc/op", "allocs/op", "sys/op"]
+LAT_COLUMNS = ["min[ns]", "p50[ns]", "avg[ns]", "p99[ns]", "p99.9[ns]", "max[ns]"]
+SPREAD = 2.0  # means and median further apart than this need a reason under the row
 EXPECT = {  # test -> (case name prefixes that must be there, needs an rdmx case with ratios)
     "cache": ["window_cache.single", "rte_mempool.single", "rte_ring.spsc.single",
               "rte_ring.mpmc.single", "window_cache.burst32", "rte_mempool.burst32"],
@@ -22,6 +33,11 @@ EXPECT = {  # test -> (case name prefixes that must be there, needs an rdmx case
     "io_bw": ["io.write.map_unmap", "io.write.register_once", "syscall+pin.floor"],
 }
 ARGS = {"umr": ["--pages", "1,64"], "io_lat": ["--pages", "1"], "io_bw": ["--pages", "1"]}
+
+
+def fmt_ns(v):
+    """A time as the table prints one (report.cpp fmt_ns)."""
+    return "%.2f" % v if v < 100 else "%.1f" % v if v < 10000 else "%.0f" % v
 
 
 def fail(msg):
@@ -52,10 +68,23 @@ def main():
     # a unit slip (kHz, or ticks instead of Hz).
     if not 0.2e9 <= doc["config"]["core_hz"] <= 10e9:
         fail("core_hz %r is not a core clock" % doc["config"]["core_hz"])
+    if not doc["config"]["governor"]:
+        fail("empty governor in the configuration")
     tests = doc["tests"]
     if len(tests) != 1 or tests[0]["test"] != test:
         fail("tests array")
     cases = tests[0]["cases"]
+    lines = table.splitlines()
+    header = [l for l in lines if l.startswith("case ")]
+    if len(header) != 1:
+        fail("no single table header in %r" % table)
+    cols = header[0].split("ratios")[0].split()
+    want = COLUMNS[:11] + (["BW[MB/s]"] if test == "io_bw" else []) + COLUMNS[11:]
+    if cols != want:
+        fail("table columns %s, want %s" % (cols, want))
+    at = {name: i for i, name in enumerate(cols)}
+    names = {c["name"] for c in cases}
+    any_below = False
     for c in cases:
         if CASE_KEYS - set(c):
             fail("case %s lacks %s" % (c.get("name"), CASE_KEYS - set(c)))
@@ -66,17 +95,57 @@ def main():
         lat = c["latency_ns"]
         if not lat["min"] <= lat["p50"] <= lat["max"] or lat["stdev"] < 0 or lat["resolution"] <= 0:
             fail("case %s: latency figures out of order: %s" % (c["name"], lat))
-        # A figure below the timer's resolution is printed as "<resolution", never as 0.00.
-        row = [l for l in table.splitlines() if l.startswith(c["name"] + " ")]
-        if not row:
-            fail("case %s not in the printed table" % c["name"])
-        cols = row[0].split()
-        if lat["p50"] < lat["resolution"] and not cols[4].startswith("<"):
-            fail("case %s: p50 %s below the resolution %s printed as %r"
-                 % (c["name"], lat["p50"], lat["resolution"], cols[4]))
+        rows = [i for i, l in enumerate(lines) if l.startswith(c["name"] + " ")]
+        if len(rows) != 1:
+            fail("case %s not once in the printed table" % c["name"])
+        row = lines[rows[0]].split()
+        # A figure below the timer's resolution is printed as "<R", R in the figures' own format.
+        for col in LAT_COLUMNS:
+            tok = row[at[col]]
+            v = lat[{"p99.9[ns]": "p99_9"}.get(col, col[:-4])]
+            if (v < lat["resolution"]) != tok.startswith("<"):
+                fail("case %s: %s %s (resolution %s) printed as %r"
+                     % (c["name"], col, v, lat["resolution"], tok))
+            if tok.startswith("<"):
+                any_below = True
+                if tok != "<" + fmt_ns(lat["resolution"]):
+                    fail("case %s: %r is not '<' and the resolution %s in the figures' format"
+                         % (c["name"], tok, lat["resolution"]))
+        # The bandwidth column (io_bw): MB/s as perftest counts them, 2^20 bytes.
+        if test == "io_bw" and c["name"].startswith("io."):
+            bw = c["bw_MB_per_s"]
+            want_bw = c["bytes"] * c["ops_per_s"] / 2**20
+            if bw is None or abs(bw - want_bw) > 1e-6 * want_bw + 0.01:
+                fail("case %s: bw_MB_per_s %s, want %s" % (c["name"], bw, want_bw))
+            if abs(float(row[at["BW[MB/s]"]]) - want_bw) > 0.006 + 1e-4 * want_bw:
+                fail("case %s: BW column %s, want %.2f" % (c["name"], row[at["BW[MB/s]"]], want_bw))
+        elif c["bw_MB_per_s"] is not None:
+            fail("case %s: a bandwidth outside io_bw's I/O cases" % c["name"])
+        # Means (ns/op over ~2048-op chunks, avg of the stamped ops) against the median: further
+        # apart than 2x, the case says why, in JSON and in a note under its row.
+        med = max(lat["p50"], lat["resolution"])
+        hi = max(c["ns_per_op"], lat["avg"]) / med
+        lo = 0 if c["at_resolution"] else lat["p50"] / c["ns_per_op"]
+        notes = []
+        for l in lines[rows[0] + 1:]:
+            if l.split(" ")[0] in names or not l.strip().startswith("note:"):
+                break
+            notes.append(l.strip())
+        spread = c["mean_vs_median"]
+        if max(hi, lo) > SPREAD * 1.001:
+            if not spread or not spread.get("reason") or abs(spread["factor"] - max(hi, lo)) > 0.01 * max(hi, lo):
+                fail("case %s: means %.3gx the median and no reason in JSON: %s" % (c["name"], max(hi, lo), spread))
+            if ("note: " + spread["reason"]) not in notes:
+                fail("case %s: the reason is not under its row: %s" % (c["name"], notes))
+        elif max(hi, lo) < SPREAD * 0.999 and spread is not None:
+            fail("case %s: a reason though means and median agree (%.3gx): %s" % (c["name"], max(hi, lo), spread))
         if c["role"] == "rdmx" and c["allocs_per_op"] != 0:
             fail("rdmx case %s allocates" % c["name"])
+    if any_below and not any(l.startswith("<R: below the timer's resolution") for l in lines):
+        fail("figures printed as <R and no line saying what <R means")
     names = [c["name"] for c in cases]
+    if doc["schema"] != 2:
+        fail("schema %r, want 2" % doc["schema"])
     for prefix in EXPECT[test]:
         if not any(n.startswith(prefix) for n in names):
             fail("no case starting with %s in %s" % (prefix, names))
