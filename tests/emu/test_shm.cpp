@@ -1,4 +1,5 @@
 // Two processes joined by a shared-memory wire (fork): WRITE, SEND/RECV and READ between them.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -150,6 +151,33 @@ TEST(EmuShm, TwoProcessesOverSharedMemoryWire) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "child failed at step " << WEXITSTATUS(status);
   EXPECT_TRUE(done);
   EXPECT_GT(dev.value()->stats().rx_packets, 0u);
+}
+
+// A process killed with its shared wire open cannot unlink it; the next wire created on the host
+// removes it (its creator is gone) and leaves a live process's wire alone.
+TEST(EmuShm, AKilledProcessWireIsRemovedByTheNextOne) {
+  const std::string dead = "sweep-dead-" + std::to_string(getpid());
+  const std::string live = "sweep-live-" + std::to_string(getpid());
+  auto mine = create_shm_wire(live);  // this process's: alive, kept
+  ASSERT_TRUE(mine.ok()) << mine.error().message;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto w = create_shm_wire(dead);
+    if (!w.ok()) _exit(1);
+    ::raise(SIGKILL);  // no destructor runs: the wire stays behind
+    _exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child could not create its wire";
+  const std::string left = "/dev/shm/rdmx-emu-" + dead;
+  ASSERT_EQ(::access(left.c_str(), F_OK), 0) << "the killed process left nothing to sweep";
+  auto next = create_shm_wire("sweep-next-" + std::to_string(getpid()));
+  ASSERT_TRUE(next.ok()) << next.error().message;
+  EXPECT_NE(::access(left.c_str(), F_OK), 0) << left << " is still there";
+  EXPECT_EQ(::access(("/dev/shm/rdmx-emu-" + live).c_str(), F_OK), 0)
+      << "a live process's wire was removed";
 }
 
 }  // namespace

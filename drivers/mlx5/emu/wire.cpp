@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+
+#include <rdmx/core/log.hpp>
 
 #include "roce_link.hpp"
 
@@ -26,6 +30,7 @@ std::string shm_path(const std::string& name) {
 void init_shared(WireShared* sh) {
   sh->version = kWireVersion;
   sh->n_slots = kWireSlots;
+  sh->creator_pid = static_cast<int32_t>(getpid());
   for (auto& s : sh->side_open) s.store(0, std::memory_order_relaxed);
   for (auto& c : sh->ctl) {
     c.head.store(0, std::memory_order_relaxed);
@@ -37,6 +42,36 @@ void init_shared(WireShared* sh) {
 inline int ring_of(int side, WireClass c, bool tx) noexcept {
   const int dir = tx ? side : 1 - side;
   return dir * 2 + static_cast<int>(c);
+}
+
+// Removes the shared wires whose creating process is gone (killed: it could not unlink its
+// wire). Only wires of this layout, whose creator no longer exists (kill(pid, 0): ESRCH), are
+// touched; each is one line.
+void sweep_dead_wires() {
+  DIR* d = ::opendir("/dev/shm");
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "rdmx-emu-", 9) != 0) continue;
+    const std::string path = std::string("/") + e->d_name;
+    const int fd = shm_open(path.c_str(), O_RDONLY, 0);
+    if (fd < 0) continue;
+    struct stat st {};
+    void* p = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(WireShared))
+      p = mmap(nullptr, sizeof(WireShared), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) continue;
+    const auto* sh = static_cast<const WireShared*>(p);
+    const int32_t pid =
+        sh->magic.load(std::memory_order_acquire) == kWireMagic && sh->version == kWireVersion
+            ? sh->creator_pid
+            : 0;
+    munmap(p, sizeof(WireShared));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH && shm_unlink(path.c_str()) == 0)
+      RDMX_LOG_INFO("emu: removed /dev/shm%s, left by process %d, which is gone", path.c_str(),
+                    static_cast<int>(pid));
+  }
+  ::closedir(d);
 }
 
 }  // namespace
@@ -64,6 +99,7 @@ std::shared_ptr<Wire> Wire::make_local() {
 
 Result<std::shared_ptr<Wire>> Wire::create_shm(const std::string& name) {
   const std::string path = shm_path(name);
+  sweep_dead_wires();
   const int fd = shm_open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0)
     return make_error(Errc::kDeviceError,

@@ -76,13 +76,14 @@ struct alignas(64) RingCtl {
 };
 
 inline constexpr uint64_t kWireMagic = 0x726d64782d776972ull;  // "rdmx-wir"
-inline constexpr uint32_t kWireVersion = 1;
+inline constexpr uint32_t kWireVersion = 2;  // 2: creator_pid
 
 // Lives at the start of the (possibly shared) mapping.
 struct WireShared {
   std::atomic<uint64_t> magic;
   uint32_t version;
   uint32_t n_slots;
+  int32_t creator_pid;  // the process that created the wire: a later one removes it once it died
   std::atomic<uint32_t> side_open[2];
   RingCtl ctl[4];  // ring r = dir * 2 + cls; dir 0 = side 0 -> side 1
   WireSlot slots[4][kWireSlots];
