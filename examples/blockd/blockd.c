@@ -365,8 +365,7 @@ static void door_step(void) {
   for (;;) { /* the first free slot takes the next hello */
     uint32_t k = 0;
     while (k < g_clients && g_peer[k].state != PEER_FREE) ++k;
-    if (k == g_clients || !(rc = rdmx_accept_hello(g_lis, 0, got, sizeof got, &len, &conn)))
-      break;
+    if (k == g_clients || !(rc = rdmx_accept_hello(g_lis, 0, got, sizeof got, &len, &conn))) break;
     if (rc == -RDMX_EDEVICE) check(rc, "rdmx_accept_hello", NULL);
     if (rc < 0)
       fprintf(stderr, "blockd: server: client not served: %s\n", rdmx_last_error());
@@ -425,6 +424,13 @@ static void watch_clients(int tcp) {
     printf("blockd: server: slot %u waits for the next client\n", k + 1);
     fflush(stdout);
   }
+}
+
+/* "@roce:ADDR" of a device on a RoCE wire ("emu@roce:ADDR"), "" otherwise: rdmx_port_info's
+ * backend names the mode only. */
+static const char* on_wire(const char* device) {
+  const char* at = strchr(device, '@');
+  return at ? at : "";
 }
 
 static int cmp(const void* a, const void* b) {
@@ -679,8 +685,9 @@ int main(int argc, char** argv) {
     rdmx_core_stats st;
     TRY(rdmx_core_stats_get(C.core, &st, sizeof st));
     qsort(g_lat, g_done, sizeof(double), cmp);
-    printf("blockd: %llu requests, %llu blocks of 4 KiB, qd %u, verified end to end over %s\n",
-           (unsigned long long)g_done, (unsigned long long)(g_bytes / BLK), g_qd, info.backend);
+    printf("blockd: %llu requests, %llu blocks of 4 KiB, qd %u, verified end to end over %s%s\n",
+           (unsigned long long)g_done, (unsigned long long)(g_bytes / BLK), g_qd, info.backend,
+           on_wire(device));
     printf("blockd: %.0f IOPS, %.1f MiB/s; latency us: p50 %.1f  p99 %.1f  max %.1f\n",
            (double)g_done / el * 1e6, (double)g_bytes / el * 1e6 / (1 << 20), g_lat[g_done / 2],
            g_lat[g_done * 99 / 100], g_lat[g_done - 1]);
@@ -698,8 +705,8 @@ int main(int argc, char** argv) {
       printf("blockd: server: client %u (%s): %llu requests served, %llu refused\n", k + 1,
              g_peer[k].name, (unsigned long long)g_peer[k].served,
              (unsigned long long)g_peer[k].refused);
-    printf("blockd: server done over %s: %u client(s)%s", info.backend, g_clients,
-           g_isolate ? ", each core in a protection domain of its own" : "");
+    printf("blockd: server done over %s%s: %u client(s)%s", info.backend, on_wire(device),
+           g_clients, g_isolate ? ", each core in a protection domain of its own" : "");
     if (g_dropped) printf("; %u dropped", g_dropped);
     printf("\n");
   }

@@ -478,7 +478,9 @@ int rdmx_port_query(rdmx_port* p, rdmx_port_info* out) {
     std::lock_guard lk(p->mu);
     std::memset(out, 0, sizeof(*out));
     std::snprintf(out->device, sizeof(out->device), "%s", p->ep.device().name().c_str());
-    std::snprintf(out->backend, sizeof(out->backend), "%s", p->ep.backend().c_str());
+    // The mode only ("emu-threaded" of "emu-threaded@roce:10.0.0.1"): the field holds 16 bytes.
+    const std::string& b = p->ep.backend();
+    std::snprintf(out->backend, sizeof(out->backend), "%s", b.substr(0, b.find('@')).c_str());
     const mem::Arena& a = p->ep.arena();
     out->arena_base = a.ptr(a.base());
     out->arena_bytes = a.size();

@@ -79,15 +79,17 @@ Status apply_option(std::string_view opt, DeviceOptions& o) {
   return {};
 }
 
-const char* backend_name(const DeviceSpec& s) {
-  if (s.backend == Backend::kMlx5) return "mlx5";
-  return s.mode == emu::Mode::kInline ? "emu-inline"
-         : s.mode == emu::Mode::kSink ? "emu-sink"
-                                      : "emu-threaded";
-}
-
 bool is_roce(const std::string& wire) {
   return wire.rfind("roce:", 0) == 0;
+}
+
+// What runs, as the device grammar names it: "emu-threaded@roce:10.0.0.1" on a RoCE wire.
+std::string backend_name(const DeviceSpec& s) {
+  if (s.backend == Backend::kMlx5) return "mlx5";
+  const std::string mode = s.mode == emu::Mode::kInline ? "emu-inline"
+                           : s.mode == emu::Mode::kSink ? "emu-sink"
+                                                        : "emu-threaded";
+  return is_roce(s.wire) ? mode + "@" + s.wire : mode;
 }
 
 Result<std::shared_ptr<emu::Wire>> roce_wire(const std::string& spec, const DeviceOptions& o) {

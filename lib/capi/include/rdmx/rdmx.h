@@ -184,7 +184,8 @@ RDMX_API void rdmx_port_close(rdmx_port* port);
 /* What a port is (rdmx_port_query). */
 typedef struct rdmx_port_info {
   char device[64];    /* device name ("emu0", "mlx5_0", ...) */
-  char backend[16];   /* "emu-inline", "emu-threaded", "emu-sink" or "mlx5" */
+  char backend[16];   /* "emu-inline", "emu-threaded", "emu-sink" or "mlx5" (emu@roce:ADDR is
+                       * "emu-threaded": the wire is the device name's business) */
   void* arena_base;   /* the registered memory */
   size_t arena_bytes; /* registered bytes */
   size_t data_bytes;  /* the mappable part from arena_base; the rest holds window tables */

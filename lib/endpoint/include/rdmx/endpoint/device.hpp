@@ -81,7 +81,8 @@ struct OpenedDevice {
   std::shared_ptr<emu::Wire> wire;  // declared first: destroyed after the device
   std::unique_ptr<mlx5::Device> dev;
   emu::EmuDevice* emu = nullptr;  // the same device as emu, or nullptr on mlx5
-  std::string backend;            // "emu-inline", "emu-threaded", "emu-sink" or "mlx5"
+  std::string backend;  // "emu-inline", "emu-threaded", "emu-sink" or "mlx5"; on a RoCE wire
+                        // with it: "emu-threaded@roce:10.0.0.1"
 };
 
 // Parses a spec; `opts` (may be null) receives the spec's wire and options.
