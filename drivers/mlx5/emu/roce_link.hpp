@@ -41,9 +41,10 @@ class RoceLink {
   uint32_t mtu() const noexcept { return opt_.mtu; }
   // Control path (under the engine mutex).
   // The initial send PSN of QP `qpn`'s incarnation: drawn at random (24 bits) on the first call
-  // and stated until new_incarnation() (a RESET), as rdma_cm and perftest choose the PSN a QP
-  // states in its connect info (ibv_modify_qp RTS sq_psn; the peer sets it as its RTR rq_psn)
-  // and as the dv backend does. A late packet of an earlier incarnation thus falls, but for a
+  // and stated until new_incarnation() (a RESET), as Linux rdma_cm (core/cma.c __rdma_create_id:
+  // a random 24-bit seq_num) and rdma-core's libibverbs/examples/rc_pingpong.c (lrand48() &
+  // 0xffffff) choose the PSN a QP states (ibv_modify_qp RTS sq_psn; the peer's RTR rq_psn), and
+  // as the dv backend does. A late packet of an earlier incarnation thus falls, but for a
   // 2^-24 chance, outside the next one's expected PSN.
   uint32_t sq_psn(uint32_t qpn);
   void new_incarnation(uint32_t qpn);
