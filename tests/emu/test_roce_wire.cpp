@@ -655,14 +655,40 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   rd.reth_va = mem.addr(0);
   t.send(rd, to);
   EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a READ that is not a part of the served one";
+  // A READ refused (wrong R_Key) at ePSN = P(5): NAK remote access error with its PSN; its
+  // duplicate finds nothing to replay (it was never executed) and is dropped.
+  rd.psn = P(5);
+  rd.reth_va = mem.addr(0);
+  rd.reth_len = 1000;
+  rd.reth_rkey = mem.mr.rkey ^ 0x100;
+  t.send(rd, to);
+  ASSERT_TRUE(t.next(&r, nullptr, 2000));
+  EXPECT_EQ(r.opcode, roce::kAcknowledge);
+  EXPECT_EQ(r.aeth_syndrome, roce::kAethNakRemAccess);
+  EXPECT_EQ(r.psn, P(5));
+  t.send(rd, to);
+  EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a refused READ executed again";
+  // The same with the duplicate right behind the READ, before the device has decided on it
+  // (a requester's early retransmission): one verdict, one NAK.
+  rd.psn = P(6);
+  t.send(rd, to);
+  t.send(rd, to);
+  ASSERT_TRUE(t.next(&r, nullptr, 2000));
+  EXPECT_EQ(r.aeth_syndrome, roce::kAethNakRemAccess);
+  EXPECT_EQ(r.psn, P(6));
+  EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a READ still being decided executed again";
   const EmuStats sb = b_.dev->stats();
   EXPECT_EQ(sb.roce.out_of_seq, 3u);
   EXPECT_EQ(sb.roce.seq_naks_sent, 2u);
-  EXPECT_EQ(sb.roce.duplicates, 4u);  // the WRITE and the three READs behind ePSN
-  EXPECT_EQ(sb.remote_access_naks, 0u);
-  // A RESET starts a new incarnation with a new initial PSN (as the dv backend does).
+  EXPECT_EQ(sb.roce.duplicates, 6u);     // the WRITE and five READs behind ePSN
+  EXPECT_EQ(sb.remote_access_naks, 2u);  // each refused READ once
+  // A connection that carried requests states a new initial PSN for the next connect (a
+  // reconnect without RESET, as endpoint::recover_core does), stable until then; so does a RESET.
+  const uint32_t next_psn = b_.dev->local_info(b_.desc.qpn).psn;
+  EXPECT_NE(next_psn, b_psn);
+  EXPECT_EQ(b_.dev->local_info(b_.desc.qpn).psn, next_psn);
   ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
-  EXPECT_NE(b_.dev->local_info(b_.desc.qpn).psn, b_psn);
+  EXPECT_NE(b_.dev->local_info(b_.desc.qpn).psn, next_psn);
 }
 
 // A blind attacker on the path's edges: 10,000 forged packets at B's QP while A and B move data

@@ -178,6 +178,12 @@ RoceLink::Qp* RoceLink::find(uint32_t qpn) noexcept {
 
 uint32_t RoceLink::sq_psn(uint32_t qpn) {
   auto it = sq_psn_.find(qpn);
+  // A connection that carried requests is not connected again with the same PSN (a reconnect
+  // without RESET: recover_core): a late packet of it would fall into the next one's sequence.
+  if (const Qp* q = find(qpn); it != sq_psn_.end() && q && q->carried && it->second == q->isn) {
+    sq_psn_.erase(it);
+    it = sq_psn_.end();
+  }
   if (it == sq_psn_.end()) it = sq_psn_.emplace(qpn, psn_rng_() & roce::kPsnMask).first;
   return it->second;
 }
@@ -192,7 +198,7 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   q->sport = static_cast<uint16_t>(0xC000 | (qpn & 0x3FFF));  // fixed per QP, as rxe_qp.c
   // Each side's send PSN is its own random draw, stated in its connect info; the next
   // incarnation of the QP (after a RESET) draws again.
-  q->next_psn = sq_psn(qpn);
+  q->next_psn = q->isn = sq_psn(qpn);
   q->epsn = rq_psn & roce::kPsnMask;
   // Nothing executed yet: a duplicate is answered with an ACK of the PSN before the first, MSN 0
   // (rxe_resp.c duplicate_request acknowledges ack_psn - 1).
@@ -318,6 +324,7 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     }
     t.psn = p.psn;
     ++q.tx_count;
+    q.carried = true;
     const uint32_t n = h.op == PktOp::kRead ? read_psns(h.msg_len, q.mtu) : 1;
     // Messages of more packets than the window: acknowledged in parts (AckReq above).
     if (first && h.op != PktOp::kRead && (h.msg_len + q.mtu - 1) / q.mtu > q.tx.size())
@@ -525,6 +532,11 @@ void RoceLink::on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     if (p.reth_rkey != r.rkey || p.reth_va < r.va || p.reth_len > r.len ||
         p.reth_va - r.va > r.len - p.reth_len)
       return;  // not a part of that READ: rxe drops it (RESPST_CLEANUP)
+    // Still with the engine (its verdict and responses are coming): nothing to replay yet. rxe
+    // answers synchronously and never sees this; handing it over again would have the engine
+    // check (and possibly refuse) the same READ twice.
+    for (uint32_t i = 0; i < q.r_count; ++i)
+      if (q.rmsgs[(q.r_head + i) % q.rmsgs.size()].msn == r.msn) return;
     WireSlot* s = w.tx_slot(1, WireClass::kReq);
     if (!s) return;
     r.resp_psn = p.psn;
@@ -583,6 +595,7 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     return;
   }
   q.nak_sent = false;
+  q.carried = true;
   if (sh.first) {
     q.cur_kind = sh.kind;
     q.cur_off = 0;
@@ -723,6 +736,10 @@ bool RoceLink::resp_from_engine(Wire& w) noexcept {
                                                                                     : 0x63;
         send_ack(q, code, r ? r->last_psn : q.epsn, wire_msn(q, h.msn));
         if (r) pop_through();
+        // A refused READ was not executed: no resource answers its duplicates (rxe keeps a
+        // resource only for a READ that passed check_rkey, rxe_prepare_res in read_reply).
+        for (ReadRec& c : q.reads)
+          if (c.valid && c.msn == h.msn) c.valid = false;
         break;
       }
       case PktOp::kRnrNak:
