@@ -34,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     __builtin_trap();
   const uint8_t f = roce::opcode_flags(p.opcode);
   if (!(f & roce::kOpKnown) || (!(f & roce::kHasPayload) && p.payload_len)) __builtin_trap();
-  (void)roce::classify_psn(p.psn, 0xFFFFF0, 128);
+  (void)roce::classify_psn(p.psn, 0xFFFFF0);
   // Re-encode what was understood and decode it again.
   uint8_t out[4096 + roce::kMaxOverhead];
   if (roce::wire_len(p) > sizeof out) return 0;

@@ -455,6 +455,9 @@ mlx5::ConnectInfo Engine::local_info(uint32_t qpn) {
     std::lock_guard<std::mutex> g(mu_);
     QpCtx* q = find_qp(qpn);
     ci.psn = q ? q->next_msn : 0;  // the first message sequence number this QP will send
+    // RoCE v2: the initial PSN of the QP's send queue, random for each incarnation (the peer's
+    // expected PSN; ibv_modify_qp sq_psn / rq_psn).
+    if (RoceLink* l = wire_->roce(); l && q) ci.psn = l->sq_psn(qpn);
   }
   ci.lid = static_cast<uint16_t>(side_ + 1);
   ci.port_token = wire_->token() ^ static_cast<uint64_t>(side_);
@@ -501,6 +504,8 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       const uint32_t msn = q->next_msn;
       reset_qp_locked(*q);
       q->next_msn = msn;
+      // The engine numbers the messages it is handed from the peer's PSN on (any start does;
+      // the link translates PSNs and the wire's MSN).
       q->epsn = remote.psn;
       q->peer_qpn = remote.qpn;
       // The READ depths as on any wire (the link remembers the READs a responder serves, for
@@ -512,7 +517,7 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       q->max_dest_rd_atomic = n.max_dest_rd_atomic;
       q->connected = true;
       q->state = QpState::kRts;
-      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, msn);
+      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, q->epsn);
       return Status{};
     }
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
@@ -590,6 +595,7 @@ Status Engine::modify_qp(uint32_t qpn, QpState to) {
     const bool keep_peer = q->connected;
     const uint32_t peer = q->peer_qpn;
     reset_qp_locked(*q);
+    if (RoceLink* l = wire_->roce()) l->new_incarnation(qpn);  // a new initial PSN
     // The peer stays remembered so that reset -> init -> rtr -> rts reconnects to it.
     q->connected = keep_peer;
     q->peer_qpn = peer;

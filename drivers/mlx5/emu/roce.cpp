@@ -279,6 +279,8 @@ const char* drop_name(Drop d) noexcept {
       return "no_qp";
     case Drop::kPsnWindow:
       return "psn_window";
+    case Drop::kNotPeer:
+      return "not_peer";
     case Drop::kCount:
       break;
   }

@@ -138,7 +138,8 @@ enum class Drop : uint8_t {
   kBadOpcode,  // not RC, or an opcode emu does not speak
   kBadHeader,  // TVer != 0, P_Key mismatch, payload/pad on an opcode without data
   kNoQp,       // destination QP does not exist (or is QP0/QP1)
-  kPsnWindow,  // PSN far outside the QP's window
+  kPsnWindow,  // a response (ACK/NAK/READ response) for a PSN the requester has not sent
+  kNotPeer,    // source address not the QP's peer, or destination not this device's address
   kCount
 };
 const char* drop_name(Drop d) noexcept;
@@ -156,29 +157,18 @@ inline uint32_t psn_add(uint32_t a, int32_t d) noexcept {
   return (a + static_cast<uint32_t>(d)) & kPsnMask;
 }
 
-// Where a request's PSN falls against the responder's expected PSN (IBTA vol. 1 9.7.4.1.x;
-// rxe_resp.c check_psn). `window` is the most PSNs a requester may have outstanding: a legitimate
-// duplicate is at most that far behind, a legitimate early packet at most that far ahead;
-// anything farther is not from this connection's current life and is dropped (Drop::kPsnWindow).
+// Where a request's PSN falls against the responder's expected PSN (ePSN): the PSN space is split
+// in half around it (rxe_verbs.h psn_compare; rxe_resp.c check_psn). Every PSN is one of these;
+// none is "too far" to answer: a requester never has 2^23 PSNs outstanding.
 enum class PsnClass : uint8_t {
   kExpected,   // = ePSN
-  kDuplicate,  // behind ePSN, within the window: not re-executed, re-acknowledged
-  kAhead,      // ahead of ePSN, within the window: a packet was lost (NAK PSN sequence error)
-  kFar,        // outside the window: dropped and counted
+  kDuplicate,  // 1 .. 2^23 behind: not executed again; SEND/WRITE re-ACKed, READ replayed
+  kAhead,      // 1 .. 2^23 - 1 ahead: a packet was lost (one NAK PSN sequence error), dropped
 };
-inline PsnClass classify_psn(uint32_t psn, uint32_t epsn, uint32_t window) noexcept {
+inline PsnClass classify_psn(uint32_t psn, uint32_t epsn) noexcept {
   const int32_t d = psn_diff(psn, epsn);
   if (d == 0) return PsnClass::kExpected;
-  if (d < 0) return -d <= static_cast<int32_t>(window) ? PsnClass::kDuplicate : PsnClass::kFar;
-  return d <= static_cast<int32_t>(window) ? PsnClass::kAhead : PsnClass::kFar;
-}
-
-// First PSN of the requests from QP `requester` to QP `responder`: both ends derive it from the
-// two QP numbers and the requester's first message number, random for each incarnation of the
-// QP (emu's choice; ConnectInfo's psn field carries that message number).
-inline uint32_t initial_psn(uint32_t requester, uint32_t responder,
-                            uint32_t requester_first_msn) noexcept {
-  return (requester * 2654435761u ^ responder ^ requester_first_msn * 0x9E3779B1u) & kPsnMask;
+  return d < 0 ? PsnClass::kDuplicate : PsnClass::kAhead;
 }
 
 // pcap writer (LINKTYPE_RAW: each record is one IPv4 packet, exactly the bytes encode() wrote).

@@ -18,8 +18,8 @@ namespace rdmx::emu::detail {
 
 namespace {
 
-// Far outside any requester window: such a PSN is not from this connection's present.
-constexpr uint32_t kFarPsn = 1u << 20;
+static_assert(sizeof(EmuStats::Roce::rx_dropped) / sizeof(uint64_t) >=
+              static_cast<size_t>(roce::Drop::kCount));
 
 std::string ip_str(uint32_t ip) {
   char b[INET_ADDRSTRLEN];
@@ -176,29 +176,50 @@ RoceLink::Qp* RoceLink::find(uint32_t qpn) noexcept {
   return it == qps_.end() ? nullptr : it->second.get();
 }
 
+uint32_t RoceLink::sq_psn(uint32_t qpn) {
+  auto it = sq_psn_.find(qpn);
+  // A connection that carried requests is not connected again with the same PSN (a reconnect
+  // without RESET: recover_core): a late packet of it would fall into the next one's sequence.
+  if (const Qp* q = find(qpn); it != sq_psn_.end() && q && q->carried && it->second == q->isn) {
+    sq_psn_.erase(it);
+    it = sq_psn_.end();
+  }
+  if (it == sq_psn_.end()) it = sq_psn_.emplace(qpn, psn_rng_() & roce::kPsnMask).first;
+  return it->second;
+}
+
 void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu,
-                       uint32_t first_msn, uint32_t my_first_msn) {
+                       uint32_t rq_psn, uint32_t first_msn) {
   auto q = std::make_unique<Qp>();
   q->qpn = qpn;
   q->peer_qpn = peer_qpn;
   q->peer_ip = peer_ip;
   q->mtu = mtu;
   q->sport = static_cast<uint16_t>(0xC000 | (qpn & 0x3FFF));  // fixed per QP, as rxe_qp.c
-  // Both ends derive the same first PSN of each direction from the two QP numbers and the
-  // requester's first message number, which is new for every incarnation of the QP.
-  q->next_psn = roce::initial_psn(qpn, peer_qpn, my_first_msn);
-  q->epsn = roce::initial_psn(peer_qpn, qpn, first_msn);
+  // Each side's send PSN is its own random draw, stated in its connect info; the next
+  // incarnation of the QP (after a RESET) draws again.
+  q->next_psn = q->isn = sq_psn(qpn);
+  q->epsn = rq_psn & roce::kPsnMask;
+  // Nothing executed yet: a duplicate is answered with an ACK of the PSN before the first, MSN 0
+  // (rxe_resp.c duplicate_request acknowledges ack_psn - 1).
+  q->acked_psn = roce::psn_add(q->epsn, -1);
+  q->acked_msn = 0;
   q->tx.resize(opt_.window);
   for (TxPkt& t : q->tx) t.buf.resize(mtu + roce::kMaxOverhead);
   q->msgs.resize(opt_.window);
   q->rmsgs.resize(size_t{opt_.window} * 2);
-  q->rmsn = first_msn;
+  q->rmsn = q->rmsn0 = first_msn;
   q->retry_left = opt_.retry_cnt;
   qps_[qpn] = std::move(q);
 }
 
+void RoceLink::new_incarnation(uint32_t qpn) {
+  sq_psn_.erase(qpn);
+}
+
 void RoceLink::forget(uint32_t qpn) {
   qps_.erase(qpn);
+  sq_psn_.erase(qpn);
 }
 
 // ---- transmit ----------------------------------------------------------------------------------
@@ -303,6 +324,7 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     }
     t.psn = p.psn;
     ++q.tx_count;
+    q.carried = true;
     const uint32_t n = h.op == PktOp::kRead ? read_psns(h.msg_len, q.mtu) : 1;
     // Messages of more packets than the window: acknowledged in parts (AckReq above).
     if (first && h.op != PktOp::kRead && (h.msg_len + q.mtu - 1) / q.mtu > q.tx.size())
@@ -399,6 +421,22 @@ void RoceLink::kill(Wire& w, Qp& q, uint8_t synd) noexcept {
 
 void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   if (q.dead) return;
+  // Only a response to a PSN this requester sent and still awaits is acted on: one at or past
+  // the next PSN to send answers nothing that was sent (dropped, counted psn_window), one before
+  // the oldest outstanding PSN answers what is already answered (ignored, counted stale). Linux
+  // hw/hfi1/rc.c rc_rcv_resp, hw/qib/qib_rc.c qib_rc_rcv_resp: "Ignore invalid responses",
+  // "Ignore duplicate responses". Without the first check a blind forged ACK ahead would
+  // complete messages the responder never saw, a forged NAK would fail the QP.
+  if (roce::psn_diff(p.psn, q.next_psn) >= 0) {
+    ++st_.rx_dropped[static_cast<int>(roce::Drop::kPsnWindow)];
+    return;
+  }
+  uint32_t oldest = q.m_count ? q.msgs[q.m_head].first_psn : q.next_psn;
+  if (q.tx_count && roce::psn_diff(q.tx[q.tx_head].psn, oldest) < 0) oldest = q.tx[q.tx_head].psn;
+  if (roce::psn_diff(p.psn, oldest) < 0) {
+    ++st_.stale_resps;
+    return;
+  }
   if (p.opcode == roce::kAcknowledge) {
     const uint8_t type = roce::aeth_type(p.aeth_syndrome);
     if (type == 0) {
@@ -476,44 +514,63 @@ void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
 }
 
 // ---- responder ---------------------------------------------------------------------------------
+// A request behind the expected PSN (rxe_resp.c duplicate_request). SEND and WRITE are not
+// executed again; every one is acknowledged again, AckReq or not, with the last PSN and MSN
+// acknowledged (IBTA C9-105 as rxe cites it; rxe sends ack_psn - 1). A READ is answered again
+// only when it falls in a READ this responder served (find_resource) and asks for the same R_Key
+// and a part of the same range; its responses start at its PSN. Anything else is dropped.
+void RoceLink::on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+  ++st_.duplicates;
+  if (p.opcode != roce::kReadRequest) {
+    send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
+    return;
+  }
+  for (ReadRec& r : q.reads) {
+    if (!r.valid || roce::psn_diff(p.psn, r.first_psn) < 0 ||
+        roce::psn_diff(p.psn, r.first_psn) >= static_cast<int32_t>(r.n))
+      continue;
+    if (p.reth_rkey != r.rkey || p.reth_va < r.va || p.reth_len > r.len ||
+        p.reth_va - r.va > r.len - p.reth_len)
+      return;  // not a part of that READ: rxe drops it (RESPST_CLEANUP)
+    // Still with the engine (its verdict and responses are coming): nothing to replay yet. rxe
+    // answers synchronously and never sees this; handing it over again would have the engine
+    // check (and possibly refuse) the same READ twice.
+    for (uint32_t i = 0; i < q.r_count; ++i)
+      if (q.rmsgs[(q.r_head + i) % q.rmsgs.size()].msn == r.msn) return;
+    WireSlot* s = w.tx_slot(1, WireClass::kReq);
+    if (!s) return;
+    r.resp_psn = p.psn;
+    r.resp_n = read_psns(p.reth_len, q.mtu);
+    s->h = PktHdr{};
+    s->h.op = PktOp::kRead;
+    s->h.flags = kPktFirst | kPktLast;
+    s->h.dst_qpn = q.qpn;
+    s->h.src_qpn = q.peer_qpn;
+    s->h.msn = r.msn;
+    s->h.rkey = p.reth_rkey;
+    s->h.raddr = p.reth_va;
+    s->h.msg_len = p.reth_len;
+    w.tx_commit(1, WireClass::kReq);
+    return;
+  }
+}
+
 void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
-  switch (roce::classify_psn(p.psn, q.epsn, kFarPsn)) {
-    case roce::PsnClass::kFar:
-      ++st_.rx_dropped[static_cast<int>(roce::Drop::kPsnWindow)];
-      return;
-    case roce::PsnClass::kAhead:  // a packet was lost: one NAK, then silence (rxe sent_psn_nak)
+  switch (roce::classify_psn(p.psn, q.epsn)) {
+    case roce::PsnClass::kAhead:
+      // A packet was lost (or the PSN is forged): one NAK PSN sequence error carrying ePSN,
+      // then silence until ePSN arrives (rxe_resp.c check_psn, sent_psn_nak). The requester
+      // goes back to ePSN; nothing here changes state.
+      ++st_.out_of_seq;
       if (!q.nak_sent) {
         send_ack(q, roce::kAethNakPsn, q.epsn, q.acked_msn);
         q.nak_sent = true;
         ++st_.seq_naks_sent;
       }
       return;
-    case roce::PsnClass::kDuplicate: {
-      ++st_.duplicates;
-      if (p.opcode == roce::kReadRequest) {  // replay the responses of a READ already executed
-        for (const ReadRec& r : q.reads) {
-          if (!r.valid || r.first_psn != p.psn) continue;
-          WireSlot* s = w.tx_slot(1, WireClass::kReq);
-          if (!s) return;
-          s->h = PktHdr{};
-          s->h.op = PktOp::kRead;
-          s->h.flags = kPktFirst | kPktLast;
-          s->h.dst_qpn = q.qpn;
-          s->h.src_qpn = q.peer_qpn;
-          s->h.msn = r.msn;
-          s->h.rkey = p.reth_rkey;
-          s->h.raddr = p.reth_va;
-          s->h.msg_len = p.reth_len;
-          w.tx_commit(1, WireClass::kReq);
-          return;
-        }
-        return;
-      }
-      // SEND/WRITE are not executed twice; the last ACK is repeated (rxe_resp.c
-      // duplicate_request; IBTA C9-105).
-      if (p.ack_req && q.acked_valid) send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
+    case roce::PsnClass::kDuplicate:
+      on_duplicate(w, q, p);
       return;
-    }
     case roce::PsnClass::kExpected:
       break;
   }
@@ -524,7 +581,7 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   const bool seq_ok = q.in_msg ? (!sh.first && sh.kind == q.cur_kind) : sh.first;
   const bool len_ok = sh.last ? p.payload_len <= q.mtu : p.payload_len == q.mtu;
   if (!seq_ok || !len_ok) {
-    send_ack(q, roce::kAethNakInvReq, p.psn, q.rmsn);
+    send_ack(q, roce::kAethNakInvReq, p.psn, wire_msn(q, q.rmsn));
     q.in_msg = false;
     return;
   }
@@ -538,6 +595,7 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     return;
   }
   q.nak_sent = false;
+  q.carried = true;
   if (sh.first) {
     q.cur_kind = sh.kind;
     q.cur_off = 0;
@@ -571,7 +629,7 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   if (sh.kind == 2) {
     n = read_psns(p.reth_len, q.mtu);
     ReadRec& rr = q.reads[q.read_next++ % (sizeof q.reads / sizeof q.reads[0])];
-    rr = ReadRec{p.psn, n, q.rmsn, true};
+    rr = ReadRec{p.psn, n, q.rmsn, p.reth_va, p.reth_len, p.reth_rkey, p.psn, n, true};
   }
   r.last_psn = roce::psn_add(p.psn, static_cast<int32_t>(n - 1));
   q.cur_off += p.payload_len;
@@ -586,9 +644,8 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     // the engine's verdict (a coalesced ACK would complete it); otherwise the engine's ACK of
     // that message covers this message's packets too (resp_from_engine).
     if (p.ack_req && q.r_count == 1) {
-      q.acked_valid = true;
       q.acked_psn = p.psn;
-      q.acked_msn = q.rmsn & roce::kPsnMask;
+      q.acked_msn = wire_msn(q, q.rmsn);
       send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
     }
   }
@@ -630,9 +687,8 @@ bool RoceLink::resp_from_engine(Wire& w) noexcept {
     switch (h.op) {
       case PktOp::kAck:
         if (r) {
-          q.acked_valid = true;
           q.acked_psn = r->last_psn;
-          q.acked_msn = (h.msn + 1) & roce::kPsnMask;
+          q.acked_msn = wire_msn(q, h.msn + 1);
           pop_through();
           // Only a message in progress left: its packets so far are acknowledged too (it may
           // be longer than the requester's window and its AckReq points passed meanwhile).
@@ -655,21 +711,20 @@ bool RoceLink::resp_from_engine(Wire& w) noexcept {
         p.ip_id = next_ip_id();
         p.sport = q.sport;
         p.dqpn = q.peer_qpn;
-        p.psn = roce::psn_add(rr->first_psn, static_cast<int32_t>(k));
-        p.opcode = rr->n == 1 ? roce::kReadRespOnly
-                   : k == 0   ? roce::kReadRespFirst
-                   : last     ? roce::kReadRespLast
-                              : roce::kReadRespMiddle;
+        p.psn = roce::psn_add(rr->resp_psn, static_cast<int32_t>(k));
+        p.opcode = rr->resp_n == 1 ? roce::kReadRespOnly
+                   : k == 0        ? roce::kReadRespFirst
+                   : last          ? roce::kReadRespLast
+                                   : roce::kReadRespMiddle;
         p.aeth_syndrome = roce::kAethAck;
-        p.aeth_msn = (h.msn + 1) & roce::kPsnMask;
+        p.aeth_msn = wire_msn(q, h.msn + 1);
         p.payload = s->payload;
         p.payload_len = h.len;
         const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
         if (n) put(scratch_.data(), n, q.peer_ip);
         if (last && r) {
-          q.acked_valid = true;
           q.acked_psn = r->last_psn;
-          q.acked_msn = (h.msn + 1) & roce::kPsnMask;
+          q.acked_msn = wire_msn(q, h.msn + 1);
           pop_through();
         }
         break;
@@ -679,8 +734,12 @@ bool RoceLink::resp_from_engine(Wire& w) noexcept {
         const uint8_t code = h.syndrome == MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR      ? 0x62
                              : h.syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR ? 0x61
                                                                                     : 0x63;
-        send_ack(q, code, r ? r->last_psn : q.epsn, h.msn & roce::kPsnMask);
+        send_ack(q, code, r ? r->last_psn : q.epsn, wire_msn(q, h.msn));
         if (r) pop_through();
+        // A refused READ was not executed: no resource answers its duplicates (rxe keeps a
+        // resource only for a READ that passed check_rkey, rxe_prepare_res in read_reply).
+        for (ReadRec& c : q.reads)
+          if (c.valid && c.msn == h.msn) c.valid = false;
         break;
       }
       case PktOp::kRnrNak:
@@ -690,7 +749,7 @@ bool RoceLink::resp_from_engine(Wire& w) noexcept {
         // The message is not executed: expect it again from its first PSN.
         if (h.op == PktOp::kRnrNak)
           send_ack(q, static_cast<uint8_t>(roce::kAethRnr | rnr_code()), r->first_psn,
-                   h.msn & roce::kPsnMask);
+                   wire_msn(q, h.msn));
         q.epsn = r->first_psn;
         q.rmsn = r->msn;
         q.in_msg = false;
@@ -733,8 +792,12 @@ bool RoceLink::rx_network(Wire& w) noexcept {
     Qp* q = nullptr;
     if (d == roce::Drop::kNone) {
       q = find(p.dqpn);
-      // rxe_recv.c check_addr: an RC packet must come from the QP's peer to its own address.
-      if (!q || p.src_ip != q->peer_ip || p.dst_ip != opt_.local_ipv4) d = roce::Drop::kNoQp;
+      // rxe_recv.c check_addr: an RC packet must come from the QP's peer to its own address;
+      // anything else is dropped silently, before its PSN is looked at.
+      if (!q)
+        d = roce::Drop::kNoQp;
+      else if (p.src_ip != q->peer_ip || p.dst_ip != opt_.local_ipv4)
+        d = roce::Drop::kNotPeer;
     }
     if (d != roce::Drop::kNone) {  // dropped and counted (other UDP to this address included)
       ++st_.rx_dropped[int(d)];

@@ -2,8 +2,10 @@
 // same ones the shm wire carries) into RC packets with per-packet PSNs on a raw IPv4 socket, and
 // back. The engine is unchanged and still speaks its own protocol (messages numbered by MSN,
 // RNR/NAK/ACK per message); this layer adds what a network needs and shared memory did not:
-// PSN sequencing, ACK coalescing, NAK PSN sequence error, duplicate detection, go-back-N
-// retransmission on a timer with the QP's retry count, "retry exceeded" when the peer is gone.
+// PSN sequencing from random initial PSNs, ACK coalescing, NAK PSN sequence error, duplicate
+// detection, go-back-N retransmission on a timer with the QP's retry count, "retry exceeded"
+// when the peer is gone, and the checks that make a blind forged packet harmless (source
+// address, PSN against what is outstanding; doc/guides/security.md).
 // RC rules modelled after IBTA vol. 1 9.7 (as implemented by Linux rxe: rxe_req.c, rxe_resp.c,
 // rxe_comp.c); see doc/guides/emu.md "RoCEv2 wire".
 //
@@ -38,11 +40,20 @@ class RoceLink {
   uint32_t local_ip() const noexcept { return opt_.local_ipv4; }
   uint32_t mtu() const noexcept { return opt_.mtu; }
   // Control path (under the engine mutex).
-  // first_msn: the message number the peer's first request carries (its ConnectInfo psn);
-  // my_first_msn: this QP's (what its local_info stated). The initial PSNs of both directions
-  // follow from them and the QP numbers (roce::initial_psn), on both ends alike.
-  void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t first_msn,
-               uint32_t my_first_msn);
+  // The initial send PSN of QP `qpn`'s incarnation: drawn at random (24 bits) on the first call
+  // and stated until new_incarnation() (a RESET) or until the connection made with it carried a
+  // request (then the next connect, a reconnect, gets a new one), as Linux rdma_cm (core/cma.c
+  // __rdma_create_id: a random 24-bit seq_num) and rdma-core's libibverbs/examples/rc_pingpong.c
+  // (lrand48() & 0xffffff) choose the PSN a QP states (ibv_modify_qp RTS sq_psn; the peer's RTR
+  // rq_psn), and as the dv backend does. A late packet of an earlier incarnation thus falls, but
+  // for a 2^-24 chance, outside the next one's expected PSN.
+  uint32_t sq_psn(uint32_t qpn);
+  void new_incarnation(uint32_t qpn);
+  // rq_psn: the peer's initial send PSN (its ConnectInfo psn), the first PSN this QP expects;
+  // first_msn: the engine's number for the first request message it will be handed (responder
+  // side; the wire's MSN counts from 0 at connect, IBTA 9.7.5.1.x / rxe_qp.c resp.msn = 0).
+  void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t rq_psn,
+               uint32_t first_msn);
   void forget(uint32_t qpn);
   // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
   // Returns true when it did work; *pending |= something awaits an answer.
@@ -67,12 +78,17 @@ class RoceLink {
     bool read = false;
     bool done = false;  // all its packets handed over
   };
-  struct ReadRec {  // recent READs, for answering a duplicate (replay)
+  struct ReadRec {  // recent READs, for answering a duplicate (rxe_resp.c struct resp_res)
     uint32_t first_psn = 0, n = 0, msn = 0;
+    uint64_t va = 0;  // the READ as first executed: a duplicate must ask for a part of it
+    uint32_t len = 0, rkey = 0;
+    uint32_t resp_psn = 0, resp_n = 0;  // the response stream in flight (a replay: from its PSN)
     bool valid = false;
   };
   struct Qp {
     uint32_t qpn = 0, peer_qpn = 0, peer_ip = 0, mtu = 0;
+    uint32_t isn = 0;      // initial send PSN (what local_info stated)
+    bool carried = false;  // a request was sent or executed on this connection
     uint16_t sport = 0;
     // requester
     uint32_t next_psn = 0;
@@ -88,7 +104,8 @@ class RoceLink {
     uint32_t last_seq_nak = 0xFFFFFFFF;
     // responder
     uint32_t epsn = 0;
-    uint32_t rmsn = 0;  // message number the next request message gets
+    uint32_t rmsn = 0;   // the engine's number for the next request message
+    uint32_t rmsn0 = 0;  // ... for the first one: AETH MSN = rmsn - rmsn0 (from 0 at connect)
     bool nak_sent = false;
     bool in_msg = false;  // inside a multi-packet request message
     uint8_t cur_kind = 0;
@@ -96,14 +113,17 @@ class RoceLink {
     uint64_t cur_va = 0, cur_len = 0, cur_off = 0;
     std::vector<RMsg> rmsgs;  // ring
     uint32_t r_head = 0, r_count = 0;
-    bool acked_valid = false;
-    uint32_t acked_psn = 0, acked_msn = 0;  // last ACK sent
+    uint32_t acked_psn = 0, acked_msn = 0;  // last ACK sent (at connect: rq_psn - 1, MSN 0)
     ReadRec reads[16];  // the READs served lately; >= every profile's max_qp_rd_atom, which
                         // bounds the READs outstanding (negotiated at connect)
     uint32_t read_next = 0;
   };
 
   explicit RoceLink(const RoceOptions& opt) : opt_(opt), rng_(opt.seed) {}
+  uint32_t wire_msn(const Qp& q, uint32_t engine_msn) const noexcept {
+    return (engine_msn - q.rmsn0) & roce::kPsnMask;
+  }
+  void on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept;
   Qp* find(uint32_t qpn) noexcept;
   bool tx_from_engine(Wire& w) noexcept;
   bool resp_from_engine(Wire& w) noexcept;
@@ -132,7 +152,9 @@ class RoceLink {
   uint64_t now_ = 0;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
   EmuStats::Roce st_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng_;                            // impairments (seeded: reproducible)
+  std::mt19937 psn_rng_{std::random_device{}()};   // initial PSNs (never reproducible)
+  std::unordered_map<uint32_t, uint32_t> sq_psn_;  // per QP, stated but not yet connected
   roce::Pcap pcap_;
   std::vector<uint8_t> scratch_;  // one encoded packet
   std::vector<uint8_t> held_;     // reordering: a packet held back behind the next one

@@ -262,10 +262,12 @@ struct EmuStats {
     uint64_t retransmits = 0;  // packets sent again (go-back-N after a timeout or a PSN NAK)
     uint64_t timeouts = 0;     // retransmission timer expiries
     uint64_t seq_naks_sent = 0, seq_naks_rcvd = 0;  // NAK PSN sequence error
-    uint64_t duplicates = 0;  // request packets received behind the expected PSN
+    uint64_t duplicates = 0;   // request packets received behind the expected PSN
+    uint64_t out_of_seq = 0;   // request packets ahead of it: dropped, the first NAKed
+    uint64_t stale_resps = 0;  // responses behind the oldest outstanding PSN: ignored
     uint64_t acks_sent = 0;
-    uint64_t rx_dropped[8] = {};  // per roce::Drop reason (index = reason)
-    uint64_t rx_full = 0;         // dropped because the device had no room (the peer retransmits)
+    uint64_t rx_dropped[10] = {};  // per roce::Drop reason (index = reason)
+    uint64_t rx_full = 0;          // dropped because the device had no room (the peer retransmits)
     uint64_t over_window =
         0;  // WRITE/SEND messages of more packets than the window (acked in parts)
     uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
