@@ -656,6 +656,14 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
   return {};
 }
 
+// A refused client's lanes: every QP of the range back to RESET (those connect_lanes reached
+// and the rest alike), so nothing of the refused peer stays connected.
+void unconnect_lanes(Testbed& tb, LaneRange r, bool relay) {
+  for (unsigned i = r.first; i < r.first + r.n; ++i)
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], true, relay))
+      (void)tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kReset);
+}
+
 // --cm: each lane's QP connected through rdma_cm (drivers/mlx5/dv/cm.hpp), the connect info in
 // the REQ/REP private data; the route must go through the lane's device (refused otherwise, with
 // the GID index to use). Server: one request per lane, in the client's lane order.
@@ -788,9 +796,17 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed
     RDMX_TRY(cm_accept_lanes(tb, r, relay));
   } else {
     RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r, relay), w));
-    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+    // The client's infos, checked before any is used (one per QP, no QPN twice, every field in
+    // the codec's rules: endpoint::check_peer_infos); then connected. Either failing refuses
+    // this client only: the QPs connected so far go back to RESET, ready for the next client.
+    auto theirs = ch.recv_info(size_t{r.n} * (relay ? 2 : 1), w);
+    Status st = theirs ? connect_lanes(tb, true, theirs.value(), r, relay) : theirs.error();
+    if (!st) {
+      if (theirs) unconnect_lanes(tb, r, relay);
+      (void)ch.refuse(Errc::kProtocol, st.error().message, w);
+      return make_error(Errc::kProtocol, st.error().message);
+    }
     committed = true;
-    RDMX_TRY(connect_lanes(tb, true, theirs, r, relay));
   }
   for (unsigned i = r.first; i < r.first + r.n; ++i) {
     Lane& l = *tb.lanes[i];
@@ -881,7 +897,7 @@ Status tcp_client_finish(const Params& p, Testbed& tb) {
     RDMX_TRY(cm_connect_lanes(tb, hp, p.fwd == "relay"));
   } else {
     const bool relay = p.fwd == "relay";
-    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(tb.lanes.size() * (relay ? 2 : 1), w));
     RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb), relay), w));
     RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb), relay));
   }

@@ -1020,16 +1020,23 @@ int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32
       mine[i] = cores[i]->port->ep.device().local_info(cores[i]->pc->qp_handle());
     }
     if (auto s = c->ch.send_info(mine, w); !s) return fail(s.error(), "rdmx_conn_exchange");
-    auto theirs = c->ch.recv_info(w);
+    // One info per core, no QPN twice, every field in the codec's rules, all checked before
+    // any core is connected (endpoint::check_peer_infos).
+    auto theirs = c->ch.recv_info(n, w);
     if (!theirs) return fail(theirs.error(), "rdmx_conn_exchange");
-    if (theirs.value().size() != n)
-      return fail(RDMX_EPROTO, "rdmx_conn_exchange: the peer exchanged " +
-                                   std::to_string(theirs.value().size()) + " core(s), this side " +
-                                   std::to_string(n));
     for (uint32_t i = 0; i < n; ++i) {
-      std::lock_guard lk(cores[i]->port->mu);
+      std::unique_lock lk(cores[i]->port->mu);
       auto s = cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs.value()[i]);
-      if (!s) return fail(s.error(), "rdmx_conn_exchange: core " + std::to_string(i));
+      if (!s) {
+        lk.unlock();
+        // Nothing of a refused peer stays connected: the cores connected so far back to RESET.
+        for (uint32_t j = 0; j < i; ++j) {
+          std::lock_guard lj(cores[j]->port->mu);
+          (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
+                                                      rdmx::mlx5::QpState::kReset);
+        }
+        return fail(s.error(), "rdmx_conn_exchange: core " + std::to_string(i));
+      }
     }
     return 0;
   });

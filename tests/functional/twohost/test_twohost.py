@@ -870,6 +870,137 @@ def case_blockd_refusals(binary, blockd):
     print(lines[0])
 
 
+# ---- Hostile clients: a python client speaking the rendezvous (lib/endpoint/rendezvous.hpp) ----
+
+FRAME_HELLO, FRAME_WELCOME, FRAME_INFO, FRAME_READY, FRAME_REFUSE = 1, 2, 3, 4, 5
+# What a default rdmafwd server states in its hello check (setup.cpp sizes_text).
+DEFAULT_HELLO = (b"fwd rpc\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\npages-per-io 16\n"
+                 b"page-size 4096\ncm off\n")
+
+
+def send_frame(sock, kind, payload):
+    sock.sendall(b"RDXR" + bytes([1, kind]) + len(payload).to_bytes(2, "big") + payload)
+
+
+def recv_frame(sock):
+    def exactly(n):
+        b = b""
+        while len(b) < n:
+            chunk = sock.recv(n - len(b))
+            if not chunk:
+                raise AssertionError(f"the server closed the connection after {len(b)} bytes")
+            b += chunk
+        return b
+    h = exactly(8)
+    check(h[:4] == b"RDXR", f"not a rendezvous frame: {h!r}")
+    return h[5], exactly(int.from_bytes(h[6:8], "big"))
+
+
+def seal_info(b):
+    """A 56-byte connect info (connect_info.hpp) with its CRC-32 of bytes 0..51 set."""
+    import zlib
+    b = bytearray(b)
+    b[52:56] = zlib.crc32(bytes(b[:52])).to_bytes(4, "big")
+    return bytes(b)
+
+
+def client_info(server_info, qpn=0x4321, **over):
+    """A connect info a client on the other side of the server's wire could send: the server's
+    own with the client's QPN and the wire's other port token (emu: token ^ side), then fields
+    overridden by offset: over = {"at_16": bytes, ...}."""
+    b = bytearray(server_info)
+    b[8:12] = qpn.to_bytes(4, "big")
+    b[39] ^= 1  # port token (offset 32, 8 bytes big-endian): the other side of the wire
+    for k, v in over.items():
+        off = int(k[3:])
+        b[off:off + len(v)] = v
+    return seal_info(bytes(b))
+
+
+def hostile(port, infos_of):
+    """One hostile client: hello, welcome, the server's INFO, then the INFO frame infos_of(its
+    info) makes. Returns (its address "127.0.0.1:PORT", the frame type and text the server
+    answered)."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=20)
+    try:
+        me = "%s:%d" % c.getsockname()
+        send_frame(c, FRAME_HELLO, DEFAULT_HELLO)
+        kind, _ = recv_frame(c)
+        check(kind == FRAME_WELCOME, f"no welcome: frame type {kind}")
+        kind, info = recv_frame(c)
+        check(kind == FRAME_INFO and len(info) == 56, f"no server info: {kind}, {len(info)} B")
+        send_frame(c, FRAME_INFO, infos_of(info))
+        kind, text = recv_frame(c)
+        return me, kind, text[1:].decode(errors="replace")
+    finally:
+        c.close()
+
+
+def refused_then_served(binary, offenders):
+    """A server meets each offender in turn (each must get a REFUSE frame and one "not served"
+    line naming it), then serves a good client to the end: both exit 0."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30", "--json"])
+    answers = []
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        for why, infos_of in offenders:
+            me, kind, text = hostile(port, infos_of)
+            answers.append((why, me, kind, text))
+        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
+                                                   f"127.0.0.1:{port}", "--duration", "0.5",
+                                                   "--json"])
+        sout, serr = finish(srv)
+    finally:
+        reap(srv)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    for why, me, kind, text in answers:
+        check(kind == FRAME_REFUSE, f"{why}: the server answered frame type {kind}, not a "
+                                    f"refusal", *procs)
+        print(f"{why}: refused: {text}")
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
+    check(len(lines) == len(offenders), f"want {len(offenders)} lines, got {lines}", *procs)
+    for (why, me, _, _), line in zip(answers, lines):
+        check(f"client {me} not served" in line, f"{why}: {line!r} does not name {me}", *procs)
+    c, s = summary(cout), summary(sout)
+    check(c and s and c["total"]["ios"] > 0 and c["total"]["ios"] == s["total"]["ios"] and
+          c["total"]["errors"]["total"] == 0 and s["total"]["errors"]["total"] == 0,
+          "the good client was not served in full", *procs)
+    check(not leftovers(srv.pid) and not leftovers(cli.pid), "left behind", *procs)
+    return lines
+
+
+def case_dup_info(binary):
+    """A client that sends two connect infos for its one lane (the same QP twice, and two QPs)
+    is refused before any QP is connected; the server serves the next client."""
+    lines = refused_then_served(binary, [
+        ("same info twice", lambda si: client_info(si) * 2),
+        ("two QPs for one lane", lambda si: client_info(si) + client_info(si, qpn=0x4322)),
+    ])
+    check(all("2 connection info(s) for 1 QP(s)" in l for l in lines), f"lines {lines}")
+
+
+def case_absurd_info(binary):
+    """Well-formed connect infos (right CRC, on the server's wire) with absurd values: QP0, the
+    multicast QPN, a multicast GID, the permissive LID, a multicast IPv4 GID; and one for another
+    wire, which emu refuses at connect (the QP goes back to RESET). Each refused alone."""
+    v4 = bytes(10) + b"\xff\xff"
+    lines = refused_then_served(binary, [
+        ("QPN 0", lambda si: client_info(si, qpn=0)),
+        ("multicast QPN", lambda si: client_info(si, qpn=0xffffff)),
+        ("multicast GID", lambda si: client_info(si, at_16=b"\xff\x02" + bytes(13) + b"\x01")),
+        ("permissive LID", lambda si: client_info(si, at_40=b"\xff\xff")),
+        ("multicast IPv4 GID", lambda si: client_info(si, at_16=v4 + bytes([224, 0, 0, 1]))),
+        ("another wire", lambda si: client_info(si, at_32=b"\x12\x34\x56\x78\x9a\xbc\xde\xf0")),
+    ])
+    for word, line in zip(["QP0/QP1", "multicast QPN", "multicast GID", "permissive LID",
+                           "not a unicast IPv4 host", "not on the other side of this wire"], lines):
+        check(word in line, f"{line!r} lacks {word!r}")
+
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -912,6 +1043,8 @@ CASES = {
     "sigint-server": case_sigint_server,
     "sigint-client": case_sigint_client,
     "client-dies-mid-run": case_client_dies_mid_run,
+    "dup-info": case_dup_info,
+    "absurd-info": case_absurd_info,
 }
 
 if __name__ == "__main__":
