@@ -62,7 +62,8 @@ int lane_main(rt::CoreContext& ctx) {
     if (l.dead) return;
     if (!can_recover) {
       l.dead = true;
-      l.st.failed.set(1);
+      // A client the server cut off (drop_peer): its lane ends, this process did not fail.
+      if (!l.peer_dropped.load(std::memory_order_acquire)) l.st.failed.set(1);
       return;
     }
     (void)recover_lane(l, tb);
@@ -238,7 +239,9 @@ bool App::finished() const {
   // goodbye arrives while the other lanes still have requests in flight.
   if (prm.role == Role::kServer) {
     for (auto& l : tb->lanes)
-      if (!l->st.peer_bye.get() && !l->st.failed.get()) return false;
+      if (!l->st.peer_bye.get() && !l->st.failed.get() &&
+          !l->peer_dropped.load(std::memory_order_acquire))
+        return false;
     return true;
   }
   bool all_done = true;
@@ -658,6 +661,7 @@ int main(int argc, char** argv) {
             return kExitNoDevice;
           }
         }
+    unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
     while (a.running && !g_signal.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       background_tick(a);
@@ -666,6 +670,7 @@ int main(int argc, char** argv) {
           refused_out = true;  // the guard logged the line naming the peer
           (void)a.stop();
         }
+      if (a.running) dropped += police_peers(*a.tb, warn);
       const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
       if (ps == PeerState::kGone) {
         (void)a.stop();
@@ -686,7 +691,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "rdmafwd: %s\n", note.c_str());
     }
     int st = a.exit_status();
-    if (refused_out) st = kExitRuntime;
+    if (refused_out || dropped) st = kExitRuntime;
     if (peer_lost) {
       std::fprintf(stderr,
                    "rdmafwd: the %s %s went away during the run (connection closed "

@@ -27,6 +27,7 @@
 #include <rdmx/endpoint/device.hpp>
 
 #include "engines/common.hpp"
+#include "engines/peer_checks.hpp"
 
 namespace rdmafwd {
 
@@ -926,9 +927,46 @@ bool Testbed::any_client_runs(const std::string& fwd) const {
   return false;
 }
 
+void drop_peer(Testbed& tb, size_t i) {
+  Testbed::Peer& pr = tb.peers.at(i);
+  if (pr.dropped) return;
+  pr.dropped = true;
+  for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < tb.lanes.size(); ++li) {
+    Lane& l = *tb.lanes[li];
+    l.peer_dropped.store(true, std::memory_order_release);
+    for (win::PollCore* k : {l.p, l.r})
+      if (k && tb.dev_b) (void)tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kError);
+  }
+  pr.ch.close();
+}
+
+unsigned police_peers(Testbed& tb, const Say& warn) {
+  unsigned n = 0;
+  for (size_t i = 0; i < tb.peers.size(); ++i) {
+    Testbed::Peer& pr = tb.peers[i];
+    if (pr.dropped) continue;
+    for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < tb.lanes.size();
+         ++li) {
+      const Lane& l = *tb.lanes[li];
+      const uint64_t refused = l.st.refused_requests.get();
+      if (!refused) continue;
+      const auto why = static_cast<RpcVerdict>(l.st.refused_why.get());
+      if (warn)
+        warn("server: client " + pr.ch.peer() + " dropped: lane " + std::to_string(li) +
+             " refused its request (" + rpc_verdict_name(why) +
+             "); the other clients are served on");
+      drop_peer(tb, i);
+      ++n;
+      break;
+    }
+  }
+  return n;
+}
+
 namespace {
 // One peer, without waiting.
 PeerState watch_one(Testbed::Peer& pr) {
+  if (pr.dropped) return PeerState::kBye;  // done with: it ends nothing for the others
   if (!pr.ch.valid()) return PeerState::kHere;
   if (pr.said_bye) return PeerState::kBye;
   pollfd pf{pr.ch.fd(), POLLIN, 0};
