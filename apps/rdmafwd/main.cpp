@@ -670,7 +670,7 @@ int main(int argc, char** argv) {
           refused_out = true;  // the guard logged the line naming the peer
           (void)a.stop();
         }
-      if (a.running) dropped += police_peers(*a.tb, warn);
+      if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
       const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
       if (ps == PeerState::kGone) {
         (void)a.stop();

@@ -942,9 +942,16 @@ void drop_peer(Testbed& tb, size_t i) {
 
 unsigned police_peers(Testbed& tb, const Say& warn) {
   unsigned n = 0;
+  const std::string others = tb.peers.size() > 1 ? "; the other clients are served on" : "";
   for (size_t i = 0; i < tb.peers.size(); ++i) {
     Testbed::Peer& pr = tb.peers[i];
     if (pr.dropped) continue;
+    if (!pr.violation.empty()) {
+      if (warn) warn("server: client " + pr.ch.peer() + " dropped: " + pr.violation + others);
+      drop_peer(tb, i);
+      ++n;
+      continue;
+    }
     for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < tb.lanes.size();
          ++li) {
       const Lane& l = *tb.lanes[li];
@@ -953,8 +960,7 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
       const auto why = static_cast<RpcVerdict>(l.st.refused_why.get());
       if (warn)
         warn("server: client " + pr.ch.peer() + " dropped: lane " + std::to_string(li) +
-             " refused its request (" + rpc_verdict_name(why) +
-             "); the other clients are served on");
+             " refused its request (" + rpc_verdict_name(why) + ")" + others);
       drop_peer(tb, i);
       ++n;
       break;
@@ -978,6 +984,11 @@ PeerState watch_one(Testbed::Peer& pr) {
     pr.bye_text = f.value().text();
     return PeerState::kBye;
   }
+  // During the run a client sends nothing but its goodbye: anything else (a second connection
+  // info, a hello...) breaks the protocol, and police_peers drops it.
+  if (f && pr.violation.empty())
+    pr.violation = std::string("sent ") + endpoint::frame_type_name(f.value().type) +
+                   " (frame type " + std::to_string(int(f.value().type)) + ") during the run";
   return f ? PeerState::kHere : PeerState::kGone;
 }
 }  // namespace

@@ -51,7 +51,10 @@ struct Testbed {
                            // to serve)
     std::string bye_text;  // server: the client's goodbye
     unsigned first_lane = 0, n_lanes = 0;  // server: the lanes that serve this client
-    bool dropped = false;  // server: cut off for breaking the protocol or by the guard
+    bool dropped = false;                  // server: cut off for breaking the protocol
+    // Server: what the client sent on the rendezvous socket during the run that it may not
+    // (anything but its goodbye: a second INFO, ...); police_peers drops it. Empty: nothing.
+    std::string violation;
   };
   std::vector<Peer> peers;
   int lost_peer = -1;  // the peer watch_peer saw go away
@@ -89,7 +92,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 enum class PeerState { kHere, kBye, kGone };
 PeerState watch_peer(Testbed& tb);
 // Server, main thread, while forwarding: a client one of whose lanes refused a request
-// (engines/peer_checks.hpp) is dropped, alone: one line through `warn` naming it, the lane and
+// (engines/peer_checks.hpp), or that sent anything but its goodbye on the rendezvous socket
+// (watch_peer), is dropped, alone: one line through `warn` naming it, the lane and
 // what was wrong, then drop_peer(). Returns how many clients it dropped this time.
 unsigned police_peers(Testbed& tb, const Say& warn);
 // Cuts client `i` off: its lanes' QPs to the error state (its RDMA stops at once; the lanes end

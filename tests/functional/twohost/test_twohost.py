@@ -1001,6 +1001,50 @@ def case_absurd_info(binary):
         check(word in line, f"{line!r} lacks {word!r}")
 
 
+def case_info_during_run(binary):
+    """A client that is served (its INFO connected, READY received) and then sends a second INFO
+    during the run breaks the protocol: the server drops it at once with one line naming it,
+    closes its socket, and (its only client gone) ends with exit 1, leaving nothing behind."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30", "--json"])
+    closed, me = False, None
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        c = socket.create_connection(("127.0.0.1", port), timeout=20)
+        me = "%s:%d" % c.getsockname()
+        send_frame(c, FRAME_HELLO, DEFAULT_HELLO)
+        check(recv_frame(c)[0] == FRAME_WELCOME, "no welcome")
+        kind, info = recv_frame(c)
+        check(kind == FRAME_INFO, f"no server info: {kind}")
+        send_frame(c, FRAME_INFO, client_info(info))
+        kind, _ = recv_frame(c)
+        check(kind == FRAME_READY, f"not served: frame type {kind}")
+        t0 = time.monotonic()
+        send_frame(c, FRAME_INFO, client_info(info))
+        c.settimeout(10)
+        try:
+            closed = c.recv(1) == b""
+        except OSError:
+            closed = False
+        took = time.monotonic() - t0
+        c.close()
+        sout, serr = finish(srv, 20)
+    finally:
+        reap(srv)
+    procs = [("server", sout, serr)]
+    check(closed and took < 5, f"the server did not close the offender's socket ({took:.1f} s)",
+          *procs)
+    # --json: the announcements are on stderr too; the drop is the one line that is not.
+    lines = [l for l in rdmafwd_lines(serr)
+             if re.search(r"dropped|error|went away|no I/O|not served", l)]
+    check(len(lines) == 1 and f"client {me} dropped: sent connection info" in lines[0],
+          f"server lines {lines}", *procs)
+    check(srv.returncode == 1, f"server exit {srv.returncode}", *procs)
+    check(not leftovers(srv.pid), f"left behind: {leftovers(srv.pid)}", *procs)
+    print(lines[0])
+
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -1045,6 +1089,7 @@ CASES = {
     "client-dies-mid-run": case_client_dies_mid_run,
     "dup-info": case_dup_info,
     "absurd-info": case_absurd_info,
+    "info-during-run": case_info_during_run,
 }
 
 if __name__ == "__main__":
