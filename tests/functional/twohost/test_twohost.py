@@ -1045,6 +1045,96 @@ def case_info_during_run(binary):
     print(lines[0])
 
 
+def hostile_main(host, port, mode, my_ip):
+    """A hostile client as its own process (run inside a namespace by netns.sh exec): `dup`
+    sends two infos for its one lane; `during-run` is served (its info names my_ip as a RoCE v2
+    GID) and then sends a second INFO. Prints what it saw, one "key value" line each."""
+    c = socket.create_connection((host, int(port)), timeout=30)
+    print("addr %s:%d" % c.getsockname(), flush=True)
+    send_frame(c, FRAME_HELLO, DEFAULT_HELLO.replace(b"io-depth 32", b"io-depth 8"))
+    check(recv_frame(c)[0] == FRAME_WELCOME, "no welcome")
+    kind, info = recv_frame(c)
+    gid = bytes(10) + b"\xff\xff" + socket.inet_aton(my_ip)
+    mine = client_info(info, at_16=gid)
+    send_frame(c, FRAME_INFO, mine * 2 if mode == "dup" else mine)
+    kind, text = recv_frame(c)
+    print(f"answer {kind}", flush=True)
+    if mode == "during-run" and kind == FRAME_READY:
+        send_frame(c, FRAME_INFO, mine)
+        c.settimeout(30)
+        try:
+            print(f"closed {int(c.recv(1) == b'')}", flush=True)
+        except OSError:
+            print("closed 0", flush=True)
+    c.close()
+
+
+def case_roce_clients_hostile(binary):
+    """--clients 2 over emu RoCE v2 across the veth pair, with two hostile clients: one sends two
+    connect infos for its lane (refused: the server still waits for two clients), one is served
+    and then sends a second INFO during the run (dropped alone, its QP cut off). The rpc client
+    on the other lane is served to the end, verified, lane for lane; the server exits 1 (a client
+    was cut off), each offender named in exactly one line."""
+    me = os.path.abspath(__file__)
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40", "--io-depth", "8"]
+        srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        hostile_cmd = lambda mode: [NETNS, "exec", n.b, sys.executable, me, "--hostile",
+                                    n.addr_a, "7471", mode, n.addr_b]
+        srv = popen(command(binary, srv_eal, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                              "--clients", "2", "--nb-cores", "2", "--device",
+                                              f"emu@roce:{n.addr_a}"] + common, n.a))
+        procs_run, seen = [], ""
+        try:
+            seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
+            dup = popen(hostile_cmd("dup"))
+            dout, derr = finish(dup, 30)
+            seen += wait_line(srv, srv.stderr, "not served")
+            cli = popen(command(binary, CLIENT_EAL,
+                                ["--role", "client", "--peer", f"{n.addr_a}:7471", "--fwd",
+                                 "rpc", "--duration", "1.5", "--device",
+                                 f"emu@roce:{n.addr_b}"] + common, n.b))
+            procs_run.append(cli)
+            seen += wait_line(srv, srv.stderr, "client 1 of 2")
+            late = popen(hostile_cmd("during-run"))
+            procs_run.append(late)
+            lout, lerr = finish(late, 40)
+            cout, cerr = finish(cli)
+            sout, serr = finish(srv)
+            serr = seen + serr
+        finally:
+            for p in [srv] + procs_run:
+                reap(p)
+        procs = [("server", sout, serr), ("client", cout, cerr), ("dup", dout, derr),
+                 ("during-run", lout, lerr)]
+        kv = lambda out: dict(l.split(" ", 1) for l in out.splitlines() if " " in l)
+        d, h = kv(dout), kv(lout)
+        check(d.get("answer") == str(FRAME_REFUSE), f"dup offender not refused: {d}", *procs)
+        check(h.get("answer") == str(FRAME_READY) and h.get("closed") == "1",
+              f"during-run offender: {h}", *procs)
+        not_served = [l for l in rdmafwd_lines(serr) if "not served" in l]
+        dropped = [l for l in rdmafwd_lines(serr) if "dropped" in l]
+        check(len(not_served) == 1 and f"client {d['addr']} not served" in not_served[0] and
+              "2 connection info(s) for 1 QP(s)" in not_served[0], f"{not_served}", *procs)
+        check(len(dropped) == 1 and f"client {h['addr']} dropped: sent connection info" in
+              dropped[0] and "the other clients are served on" in dropped[0], f"{dropped}",
+              *procs)
+        check(cli.returncode == 0 and srv.returncode == 1,
+              f"exit: server {srv.returncode} (want 1), client {cli.returncode}", *procs)
+        c, s = summary(cout)["total"], summary(sout)
+        check(c["ios"] > 0 and c["errors"]["total"] == 0, f"client: {c}", *procs)
+        check(s["lanes"][0]["ios"] == c["ios"] and s["total"]["errors"]["total"] == 0,
+              f"server lane 0 served {s['lanes'][0]['ios']} of {c['ios']}; "
+              f"errors {s['total']['errors']}", *procs)
+        for p in (srv, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(not_served[0])
+        print(dropped[0])
+        print(f"rpc client served in full: {c['ios']} RPCs")
+
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -1090,10 +1180,13 @@ CASES = {
     "dup-info": case_dup_info,
     "absurd-info": case_absurd_info,
     "info-during-run": case_info_during_run,
+    "roce-clients-hostile": case_roce_clients_hostile,
 }
 
 if __name__ == "__main__":
-    if sys.argv[2] == "capi-peers":
+    if sys.argv[1] == "--hostile":
+        hostile_main(*sys.argv[2:6])
+    elif sys.argv[2] == "capi-peers":
         case_capi_peers(sys.argv[1], sys.argv[3], sys.argv[4])
     elif sys.argv[2] in BLOCKD_CASES:
         BLOCKD_CASES[sys.argv[2]](sys.argv[1], sys.argv[3])
