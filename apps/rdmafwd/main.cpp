@@ -400,6 +400,47 @@ int App::exit_status() {
   return st;
 }
 
+// A server over TCP, after its summary: per client, what it was refused (remote accesses its
+// QPs refused, requests that broke the protocol) and whether it was dropped; then the clients
+// refused at the rendezvous. Text on the text output, or one {"type":"clients"} JSON line.
+void print_clients(App& a) {
+  const Testbed& tb = *a.tb;
+  if (a.prm.role != Role::kServer || (tb.peers.empty() && tb.refused_clients.empty())) return;
+  const Snapshot snap = take_snapshot(tb.lanes);
+  nlohmann::ordered_json j;
+  j["type"] = "clients";
+  j["served"] = nlohmann::ordered_json::array();
+  std::string text = "  clients:\n";
+  for (const Testbed::Peer& pr : tb.peers) {
+    uint64_t remote = 0, requests = 0;
+    for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < snap.lanes.size();
+         ++li) {
+      remote += snap.lanes[li].refused;
+      requests += snap.lanes[li].refused_requests;
+    }
+    const std::string name = pr.ch.peer();
+    j["served"].push_back({{"peer", name},
+                           {"lanes", {pr.first_lane, pr.first_lane + pr.n_lanes - 1}},
+                           {"refused_remote", remote},
+                           {"refused_requests", requests},
+                           {"dropped", pr.dropped}});
+    text += "    " + name + " (lanes " + std::to_string(pr.first_lane) + ".." +
+            std::to_string(pr.first_lane + pr.n_lanes - 1) + "): refused remote " +
+            std::to_string(remote) + ", refused requests " + std::to_string(requests) +
+            (pr.dropped ? ", dropped" : "") + "\n";
+  }
+  j["refused_at_rendezvous"] = nlohmann::ordered_json::array();
+  for (const auto& [peer, why] : tb.refused_clients) {
+    j["refused_at_rendezvous"].push_back({{"peer", peer}, {"why", why}});
+    text += "    " + peer + ": refused at the rendezvous\n";
+  }
+  if (a.prm.json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
 // Background duties while forwarding: periodic lines, duration and io-count.
 void background_tick(App& a) {
   if (!a.running) return;
@@ -708,6 +749,7 @@ int main(int argc, char** argv) {
       return kExitRuntime;
     }
     a.print_stats("summary", st);
+    print_clients(a);
     return st;
   }
   return a.exit_status();

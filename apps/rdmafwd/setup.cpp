@@ -867,6 +867,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     }
     if (committed || st.error().code == Errc::kState) return st;
     // Refused or broken off: this client only. Said in one line; wait for the next.
+    tb.refused_clients.push_back({ch.value().peer(), st.error().message});
     if (warn) warn("server: client " + ch.value().peer() + " not served: " + st.error().message);
   }
 }

@@ -57,6 +57,8 @@ struct Testbed {
     std::string violation;
   };
   std::vector<Peer> peers;
+  // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
+  std::vector<std::pair<std::string, std::string>> refused_clients;
   int lost_peer = -1;  // the peer watch_peer saw go away
   // --cm: the server's rdma_cm listener, and every lane's connection (disconnected at teardown).
   std::unique_ptr<dv::CmListener> cm_listener;

@@ -59,6 +59,12 @@ def summary(out):
     return json.loads(lines[-1]) if lines else None
 
 
+def clients(out):
+    """The server's per-client statistics ({"type":"clients"} with --json), or None."""
+    lines = [l for l in out.splitlines() if l.startswith('{"type":"clients"')]
+    return json.loads(lines[-1]) if lines else None
+
+
 def leftovers(pid):
     """What a finished rdmafwd of process id pid left behind."""
     # The server's wire is rdmx-emu-rdmafwd-PID (a longer pid of another run must not match).
@@ -970,6 +976,10 @@ def refused_then_served(binary, offenders):
           c["total"]["errors"]["total"] == 0 and s["total"]["errors"]["total"] == 0,
           "the good client was not served in full", *procs)
     check(not leftovers(srv.pid) and not leftovers(cli.pid), "left behind", *procs)
+    # The server's per-client statistics name every refused client and the one it served.
+    cl = clients(sout)
+    check(cl and [r["peer"] for r in cl["refused_at_rendezvous"]] == [a[1] for a in answers] and
+          len(cl["served"]) == 1 and not cl["served"][0]["dropped"], f"clients: {cl}", *procs)
     return lines
 
 
@@ -1128,6 +1138,11 @@ def case_roce_clients_hostile(binary):
         check(s["lanes"][0]["ios"] == c["ios"] and s["total"]["errors"]["total"] == 0,
               f"server lane 0 served {s['lanes'][0]['ios']} of {c['ios']}; "
               f"errors {s['total']['errors']}", *procs)
+        cl = clients(sout)
+        check(cl and [(r["peer"], r["dropped"]) for r in cl["served"]] ==
+              [(summary(cout) and cl["served"][0]["peer"], False), (h["addr"], True)] and
+              [r["peer"] for r in cl["refused_at_rendezvous"]] == [d["addr"]],
+              f"clients: {cl}", *procs)
         for p in (srv, cli):
             check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
         print(not_served[0])
