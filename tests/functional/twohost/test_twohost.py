@@ -591,6 +591,15 @@ def case_server_dies_mid_exchange(binary):
     one_line(p, out, err, 1, "closed the connection in the middle of welcome")
 
 
+def serve_next_client(binary, srv, port):
+    """A server on 127.0.0.1:port that is waiting for a client serves a good one to the end.
+    Returns (the client, procs) once both have ended."""
+    cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                               "--duration", "0.5", "--json"])
+    sout, serr = finish(srv)
+    return cli, [("server", sout, serr), ("client", cout, cerr)]
+
+
 def case_client_dies_mid_exchange(binary):
     # A client that sends half a hello and goes: the server says so in one line and waits for
     # the next client (a broken client does not end a server).
@@ -603,13 +612,10 @@ def case_client_dies_mid_exchange(binary):
         c.sendall(b"RDXR\x01\x01\x00\x40fwd")
         c.close()
         # It is still waiting: now a good client is served.
-        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
-                                                   f"127.0.0.1:{port}", "--duration", "0.5",
-                                                   "--json"])
-        sout, serr = finish(srv)
+        cli, procs = serve_next_client(binary, srv, port)
     finally:
         reap(srv)
-    procs = [("server", sout, serr), ("client", cout, cerr)]
+    (_, sout, serr), (_, cout, cerr) = procs
     check(cli.returncode == 0 and srv.returncode == 0,
           f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
     lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
@@ -954,13 +960,10 @@ def refused_then_served(binary, offenders):
         for why, infos_of in offenders:
             me, kind, text = hostile(port, infos_of)
             answers.append((why, me, kind, text))
-        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
-                                                   f"127.0.0.1:{port}", "--duration", "0.5",
-                                                   "--json"])
-        sout, serr = finish(srv)
+        cli, procs = serve_next_client(binary, srv, port)
     finally:
         reap(srv)
-    procs = [("server", sout, serr), ("client", cout, cerr)]
+    (_, sout, serr), (_, cout, cerr) = procs
     for why, me, kind, text in answers:
         check(kind == FRAME_REFUSE, f"{why}: the server answered frame type {kind}, not a "
                                     f"refusal", *procs)
