@@ -62,7 +62,8 @@ int lane_main(rt::CoreContext& ctx) {
     if (l.dead) return;
     if (!can_recover) {
       l.dead = true;
-      l.st.failed.set(1);
+      // A client the server cut off (drop_peer): its lane ends, this process did not fail.
+      if (!l.peer_dropped.load(std::memory_order_acquire)) l.st.failed.set(1);
       return;
     }
     (void)recover_lane(l, tb);
@@ -238,7 +239,9 @@ bool App::finished() const {
   // goodbye arrives while the other lanes still have requests in flight.
   if (prm.role == Role::kServer) {
     for (auto& l : tb->lanes)
-      if (!l->st.peer_bye.get() && !l->st.failed.get()) return false;
+      if (!l->st.peer_bye.get() && !l->st.failed.get() &&
+          !l->peer_dropped.load(std::memory_order_acquire))
+        return false;
     return true;
   }
   bool all_done = true;
@@ -395,6 +398,47 @@ int App::exit_status() {
     st = kExitRuntime;
   }
   return st;
+}
+
+// A server over TCP, after its summary: per client, what it was refused (remote accesses its
+// QPs refused, requests that broke the protocol) and whether it was dropped; then the clients
+// refused at the rendezvous. Text on the text output, or one {"type":"clients"} JSON line.
+void print_clients(App& a) {
+  const Testbed& tb = *a.tb;
+  if (a.prm.role != Role::kServer || (tb.peers.empty() && tb.refused_clients.empty())) return;
+  const Snapshot snap = take_snapshot(tb.lanes);
+  nlohmann::ordered_json j;
+  j["type"] = "clients";
+  j["served"] = nlohmann::ordered_json::array();
+  std::string text = "  clients:\n";
+  for (const Testbed::Peer& pr : tb.peers) {
+    uint64_t remote = 0, requests = 0;
+    for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < snap.lanes.size();
+         ++li) {
+      remote += snap.lanes[li].refused;
+      requests += snap.lanes[li].refused_requests;
+    }
+    const std::string name = pr.ch.peer();
+    j["served"].push_back({{"peer", name},
+                           {"lanes", {pr.first_lane, pr.first_lane + pr.n_lanes - 1}},
+                           {"refused_remote", remote},
+                           {"refused_requests", requests},
+                           {"dropped", pr.dropped}});
+    text += "    " + name + " (lanes " + std::to_string(pr.first_lane) + ".." +
+            std::to_string(pr.first_lane + pr.n_lanes - 1) + "): refused remote " +
+            std::to_string(remote) + ", refused requests " + std::to_string(requests) +
+            (pr.dropped ? ", dropped" : "") + "\n";
+  }
+  j["refused_at_rendezvous"] = nlohmann::ordered_json::array();
+  for (const auto& [peer, why] : tb.refused_clients) {
+    j["refused_at_rendezvous"].push_back({{"peer", peer}, {"why", why}});
+    text += "    " + peer + ": refused at the rendezvous\n";
+  }
+  if (a.prm.json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
 }
 
 // Background duties while forwarding: periodic lines, duration and io-count.
@@ -658,6 +702,7 @@ int main(int argc, char** argv) {
             return kExitNoDevice;
           }
         }
+    unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
     while (a.running && !g_signal.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       background_tick(a);
@@ -666,6 +711,7 @@ int main(int argc, char** argv) {
           refused_out = true;  // the guard logged the line naming the peer
           (void)a.stop();
         }
+      if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
       const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
       if (ps == PeerState::kGone) {
         (void)a.stop();
@@ -686,7 +732,7 @@ int main(int argc, char** argv) {
       std::fprintf(out, "rdmafwd: %s\n", note.c_str());
     }
     int st = a.exit_status();
-    if (refused_out) st = kExitRuntime;
+    if (refused_out || dropped) st = kExitRuntime;
     if (peer_lost) {
       std::fprintf(stderr,
                    "rdmafwd: the %s %s went away during the run (connection closed "
@@ -703,6 +749,7 @@ int main(int argc, char** argv) {
       return kExitRuntime;
     }
     a.print_stats("summary", st);
+    print_clients(a);
     return st;
   }
   return a.exit_status();

@@ -193,7 +193,11 @@ struct alignas(64) LaneCounters {
   Counter runs;         // start/stop cycles
   Counter failed;       // 1 once the lane stopped after a QP error it could not recover
   Counter peer_bye;     // two-process server: the client said goodbye
-  Counter issuing;      // 1 while the lane may still issue I/Os
+  // Server: client requests refused for breaking the protocol (engines/peer_checks.hpp), and
+  // the RpcVerdict of the last one. The peer's doing: not an error of this process.
+  Counter refused_requests;
+  Counter refused_why;
+  Counter issuing;  // 1 while the lane may still issue I/Os
   // True from the start of a run until its drain ended (release by the poll lcore after its last
   // counter update; acquire by readers): I/Os unaccounted while true are in flight, after it lost.
   std::atomic<bool> active{false};
@@ -322,8 +326,13 @@ struct Lane {
   bool targets_unmapped = false;
   std::vector<Csum> csums;  // per slot checksums computed at start
   bool draining = false;
-  bool failed = false;       // a QP went to error: issue nothing more until recovered
-  bool dead = false;         // recovery impossible or failed: the lane stays stopped
+  bool failed = false;  // a QP went to error: issue nothing more until recovered
+  bool dead = false;    // recovery impossible or failed: the lane stays stopped
+  // Server: a request of the client broke the protocol: the lane reads nothing more of it (poll
+  // lcore). peer_dropped: the main thread cut the client off (its QP to the error state); the
+  // lane's end is then not a failure of this process.
+  bool refusing = false;
+  std::atomic<bool> peer_dropped{false};
   uint64_t issued_base = 0;  // st.issued at the start of this run
   // Fault injection (--fault-every; poll lcore only).
   struct FaultState {

@@ -27,6 +27,7 @@
 #include <rdmx/endpoint/device.hpp>
 
 #include "engines/common.hpp"
+#include "engines/peer_checks.hpp"
 
 namespace rdmafwd {
 
@@ -656,6 +657,14 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
   return {};
 }
 
+// A refused client's lanes: every QP of the range back to RESET (those connect_lanes reached
+// and the rest alike), so nothing of the refused peer stays connected.
+void unconnect_lanes(Testbed& tb, LaneRange r, bool relay) {
+  for (unsigned i = r.first; i < r.first + r.n; ++i)
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], true, relay))
+      (void)tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kReset);
+}
+
 // --cm: each lane's QP connected through rdma_cm (drivers/mlx5/dv/cm.hpp), the connect info in
 // the REQ/REP private data; the route must go through the lane's device (refused otherwise, with
 // the GID index to use). Server: one request per lane, in the client's lane order.
@@ -788,9 +797,17 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed
     RDMX_TRY(cm_accept_lanes(tb, r, relay));
   } else {
     RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r, relay), w));
-    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+    // The client's infos, checked before any is used (one per QP, no QPN twice, every field in
+    // the codec's rules: endpoint::check_peer_infos); then connected. Either failing refuses
+    // this client only: the QPs connected so far go back to RESET, ready for the next client.
+    auto theirs = ch.recv_info(size_t{r.n} * (relay ? 2 : 1), w);
+    Status st = theirs ? connect_lanes(tb, true, theirs.value(), r, relay) : theirs.error();
+    if (!st) {
+      if (theirs) unconnect_lanes(tb, r, relay);
+      (void)ch.refuse(Errc::kProtocol, st.error().message, w);
+      return make_error(Errc::kProtocol, st.error().message);
+    }
     committed = true;
-    RDMX_TRY(connect_lanes(tb, true, theirs, r, relay));
   }
   for (unsigned i = r.first; i < r.first + r.n; ++i) {
     Lane& l = *tb.lanes[i];
@@ -850,6 +867,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     }
     if (committed || st.error().code == Errc::kState) return st;
     // Refused or broken off: this client only. Said in one line; wait for the next.
+    tb.refused_clients.push_back({ch.value().peer(), st.error().message});
     if (warn) warn("server: client " + ch.value().peer() + " not served: " + st.error().message);
   }
 }
@@ -881,7 +899,7 @@ Status tcp_client_finish(const Params& p, Testbed& tb) {
     RDMX_TRY(cm_connect_lanes(tb, hp, p.fwd == "relay"));
   } else {
     const bool relay = p.fwd == "relay";
-    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(w));
+    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(tb.lanes.size() * (relay ? 2 : 1), w));
     RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb), relay), w));
     RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb), relay));
   }
@@ -910,9 +928,52 @@ bool Testbed::any_client_runs(const std::string& fwd) const {
   return false;
 }
 
+void drop_peer(Testbed& tb, size_t i) {
+  Testbed::Peer& pr = tb.peers.at(i);
+  if (pr.dropped) return;
+  pr.dropped = true;
+  for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < tb.lanes.size(); ++li) {
+    Lane& l = *tb.lanes[li];
+    l.peer_dropped.store(true, std::memory_order_release);
+    for (win::PollCore* k : {l.p, l.r})
+      if (k && tb.dev_b) (void)tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kError);
+  }
+  pr.ch.close();
+}
+
+unsigned police_peers(Testbed& tb, const Say& warn) {
+  unsigned n = 0;
+  const std::string others = tb.peers.size() > 1 ? "; the other clients are served on" : "";
+  for (size_t i = 0; i < tb.peers.size(); ++i) {
+    Testbed::Peer& pr = tb.peers[i];
+    if (pr.dropped) continue;
+    if (!pr.violation.empty()) {
+      if (warn) warn("server: client " + pr.ch.peer() + " dropped: " + pr.violation + others);
+      drop_peer(tb, i);
+      ++n;
+      continue;
+    }
+    for (unsigned li = pr.first_lane; li < pr.first_lane + pr.n_lanes && li < tb.lanes.size();
+         ++li) {
+      const Lane& l = *tb.lanes[li];
+      const uint64_t refused = l.st.refused_requests.get();
+      if (!refused) continue;
+      const auto why = static_cast<RpcVerdict>(l.st.refused_why.get());
+      if (warn)
+        warn("server: client " + pr.ch.peer() + " dropped: lane " + std::to_string(li) +
+             " refused its request (" + rpc_verdict_name(why) + ")" + others);
+      drop_peer(tb, i);
+      ++n;
+      break;
+    }
+  }
+  return n;
+}
+
 namespace {
 // One peer, without waiting.
 PeerState watch_one(Testbed::Peer& pr) {
+  if (pr.dropped) return PeerState::kBye;  // done with: it ends nothing for the others
   if (!pr.ch.valid()) return PeerState::kHere;
   if (pr.said_bye) return PeerState::kBye;
   pollfd pf{pr.ch.fd(), POLLIN, 0};
@@ -924,6 +985,11 @@ PeerState watch_one(Testbed::Peer& pr) {
     pr.bye_text = f.value().text();
     return PeerState::kBye;
   }
+  // During the run a client sends nothing but its goodbye: anything else (a second connection
+  // info, a hello...) breaks the protocol, and police_peers drops it.
+  if (f && pr.violation.empty())
+    pr.violation = std::string("sent ") + endpoint::frame_type_name(f.value().type) +
+                   " (frame type " + std::to_string(int(f.value().type)) + ") during the run";
   return f ? PeerState::kHere : PeerState::kGone;
 }
 }  // namespace

@@ -51,8 +51,14 @@ struct Testbed {
                            // to serve)
     std::string bye_text;  // server: the client's goodbye
     unsigned first_lane = 0, n_lanes = 0;  // server: the lanes that serve this client
+    bool dropped = false;                  // server: cut off for breaking the protocol
+    // Server: what the client sent on the rendezvous socket during the run that it may not
+    // (anything but its goodbye: a second INFO, ...); police_peers drops it. Empty: nothing.
+    std::string violation;
   };
   std::vector<Peer> peers;
+  // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
+  std::vector<std::pair<std::string, std::string>> refused_clients;
   int lost_peer = -1;  // the peer watch_peer saw go away
   // --cm: the server's rdma_cm listener, and every lane's connection (disconnected at teardown).
   std::unique_ptr<dv::CmListener> cm_listener;
@@ -87,6 +93,16 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 // connected, kBye once it said goodbye, kGone when it went away without one (it died).
 enum class PeerState { kHere, kBye, kGone };
 PeerState watch_peer(Testbed& tb);
+// Server, main thread, while forwarding: a client one of whose lanes refused a request
+// (engines/peer_checks.hpp), or that sent anything but its goodbye on the rendezvous socket
+// (watch_peer), is dropped, alone: one line through `warn` naming it, the lane and
+// what was wrong, then drop_peer(). Returns how many clients it dropped this time.
+unsigned police_peers(Testbed& tb, const Say& warn);
+// Cuts client `i` off: its lanes' QPs to the error state (its RDMA stops at once; the lanes end
+// without counting a failure of this process), its rendezvous socket closed (the client sees
+// the server gone). The other clients are served on.
+void drop_peer(Testbed& tb, size_t i);
+
 // The client's goodbye over TCP, after its run (the server then stops without an error); for
 // --fwd write it carries the sequence number and checksum of each slot's last write.
 void say_bye(Testbed& tb, const Params& p, uint64_t ios);

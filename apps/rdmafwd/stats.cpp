@@ -74,6 +74,7 @@ void LaneSnap::take(const Lane& l) {
   faults_recovered = c.faults_recovered.get();
   fault_ios = c.fault_ios.get();
   dead = c.failed.get();
+  refused_requests = c.refused_requests.get();
   refused = 0;
   for (auto [dev, k] : {std::pair{l.dev_a, l.c}, std::pair{l.dev_a, l.s}, std::pair{l.dev_b, l.p},
                         std::pair{l.dev_b, l.r}})
@@ -94,7 +95,7 @@ void LaneSnap::take(const Lane& l) {
   X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps)        \
   X(pages_mapped) X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors)       \
   X(recoveries) X(exhausted) X(issued) X(abandoned) X(faults_injected) X(faults_recovered)      \
-  X(fault_ios) X(dead) X(refused)
+  X(fault_ios) X(dead) X(refused) X(refused_requests)
 // clang-format on
 
 #define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
@@ -200,6 +201,8 @@ const std::vector<StatField>& stat_fields() {
       {"/errors/umr", nullptr, nullptr, "UMR", "errors", K::kCounter, U(s.umr_errors)},
       {"/errors/refused_remote", nullptr, "refused_remote_accesses", "refused remote", "errors",
        K::kCounter, U(s.refused)},
+      {"/errors/refused_requests", nullptr, "refused_requests", "refused requests", "errors",
+       K::kCounter, U(s.refused_requests)},
       {"/faults_recovered", nullptr, "faults_recovered", nullptr, "faults", K::kCounter,
        U(s.faults_recovered)},
       {"/faults/injected", nullptr, "faults_injected", "injected", "faults", K::kCounter,

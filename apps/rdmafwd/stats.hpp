@@ -18,6 +18,9 @@ struct LaneSnap {
   // Remote accesses the lane's QPs refused as responders (a bad or foreign rkey, another PD, out
   // of bounds): the peer's doing, so not counted in errors(). 0 on a device that does not count.
   uint64_t refused = 0;
+  // Client requests the server refused for breaking the protocol (engines/peer_checks.hpp; its
+  // client is then dropped): the peer's doing too, not in errors().
+  uint64_t refused_requests = 0;
   // Gauges (the lane's state when the snapshot was taken; not subtracted by diff()): I/Os issued
   // and neither completed nor counted as failed (fault, abandoned). While the lane runs they are
   // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where

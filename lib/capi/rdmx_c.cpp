@@ -972,9 +972,18 @@ int connect_all(rdmx_core* const* cores, uint32_t n,
                                  std::to_string(theirs.size()) + " core(s), this side " +
                                  std::to_string(n));
   for (uint32_t i = 0; i < n; ++i) {
-    std::lock_guard lk(cores[i]->port->mu);
+    std::unique_lock lk(cores[i]->port->mu);
     auto s = cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs[i]);
-    if (!s) return fail(s.error(), std::string(what) + ": core " + std::to_string(i));
+    if (!s) {
+      lk.unlock();
+      // Nothing of a refused peer stays connected: the cores connected so far back to RESET.
+      for (uint32_t j = 0; j < i; ++j) {
+        std::lock_guard lj(cores[j]->port->mu);
+        (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
+                                                    rdmx::mlx5::QpState::kReset);
+      }
+      return fail(s.error(), std::string(what) + ": core " + std::to_string(i));
+    }
   }
   return 0;
 }
@@ -1083,7 +1092,9 @@ int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32
     const endpoint::Wait w = c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel);
     if (auto s = c->ch.send_info(local_infos(cores, n), w); !s)
       return fail(s.error(), "rdmx_conn_exchange");
-    auto theirs = c->ch.recv_info(w);
+    // One info per core, no QPN twice, every field in the codec's rules, all checked before
+    // any core is connected (endpoint::check_peer_infos).
+    auto theirs = c->ch.recv_info(n, w);
     if (!theirs) return fail(theirs.error(), "rdmx_conn_exchange");
     return connect_all(cores, n, theirs.value(), "rdmx_conn_exchange");
   });
@@ -1105,6 +1116,8 @@ int rdmx_conn_try_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, ui
     if (r <= 0) return r;
     auto theirs = endpoint::infos_of(f, c->ch.peer());
     if (!theirs) return fail(theirs.error(), "rdmx_conn_try_exchange");
+    if (auto s = endpoint::check_peer_infos(theirs.value(), n); !s)
+      return fail(s.error(), "rdmx_conn_try_exchange: peer " + c->ch.peer());
     const int rc = connect_all(cores, n, theirs.value(), "rdmx_conn_try_exchange");
     return rc < 0 ? rc : 1;
   });

@@ -460,6 +460,28 @@ Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(Wait w) {
   return infos_of(f, peer_);
 }
 
+Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(size_t expected, Wait w) {
+  RDMX_TRY_ASSIGN(std::vector<mlx5::ConnectInfo> out, recv_info(w));
+  RDMX_TRY(check_peer_infos(out, expected), "peer " + peer_);
+  return out;
+}
+
+Status check_peer_infos(std::span<const mlx5::ConnectInfo> infos, size_t expected) {
+  if (infos.size() != expected)
+    return make_error(Errc::kProtocol, "sent " + std::to_string(infos.size()) +
+                                           " connection info(s) for " + std::to_string(expected) +
+                                           " QP(s)");
+  for (size_t i = 0; i < infos.size(); ++i) {
+    RDMX_TRY(mlx5::check_connect_info(infos[i]), "connection info " + std::to_string(i));
+    for (size_t j = 0; j < i; ++j)
+      if (infos[j].qpn == infos[i].qpn)
+        return make_error(Errc::kProtocol, "connection info " + std::to_string(i) + " names QPN " +
+                                               std::to_string(infos[i].qpn) + " again (info " +
+                                               std::to_string(j) + "): one QP, one info");
+  }
+  return {};
+}
+
 bool Channel::peer_gone() const noexcept {
   if (fd_ < 0) return true;
   // POLLRDHUP: the peer's FIN, even while bytes it sent before are still unread here (a

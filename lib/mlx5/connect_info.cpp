@@ -16,7 +16,11 @@ namespace {
 constexpr uint8_t kMagic[4] = {'R', 'D', 'X', 'I'};
 constexpr size_t kHeaderBytes = 6;  // magic, version, length
 constexpr size_t kCrcOffset = 52;
-constexpr uint8_t kMaxMtuCode = 5;  // IBV_MTU_4096
+constexpr uint8_t kMaxMtuCode = 5;              // IBV_MTU_4096
+constexpr uint32_t kQpnMask = 0xffffff;         // ib_verbs.h IB_QPN_MASK
+constexpr uint32_t kFirstConnectableQpn = 2;    // after QP0 (SMI) and QP1 (GSI)
+constexpr uint32_t kMulticastQpn = 0xffffff;    // ib_verbs.h IB_MULTICAST_QPN
+constexpr uint16_t kMulticastLidBase = 0xc000;  // ib_verbs.h IB_MULTICAST_LID_BASE
 
 void put_be(uint8_t* p, uint64_t v, int n) noexcept {
   for (int i = n - 1; i >= 0; --i, v >>= 8) p[i] = static_cast<uint8_t>(v);
@@ -107,8 +111,6 @@ Result<ConnectInfo> decode_connect_info(std::span<const uint8_t> in) {
   ConnectInfo ci;
   ci.qpn = static_cast<uint32_t>(get_be(p + 8, 4));
   ci.psn = static_cast<uint32_t>(get_be(p + 12, 4));
-  if (ci.qpn > 0xffffff) return refuse("QPN " + hex32(ci.qpn) + " is wider than 24 bits");
-  if (ci.psn > 0xffffff) return refuse("PSN " + hex32(ci.psn) + " is wider than 24 bits");
   std::memcpy(ci.gid, p + 16, 16);
   ci.port_token = get_be(p + 32, 8);
   ci.lid = static_cast<uint16_t>(get_be(p + 40, 2));
@@ -116,10 +118,38 @@ Result<ConnectInfo> decode_connect_info(std::span<const uint8_t> in) {
   ci.path_mtu = p[43];
   ci.initiator_depth = p[44];
   ci.responder_resources = p[45];
+  RDMX_TRY(check_connect_info(ci));
+  return ci;
+}
+
+// The field rules (connect_info.hpp, "Field rules"): every comparison on the field's own width,
+// nothing computed from a peer's value before it passed.
+Status check_connect_info(const ConnectInfo& ci) {
+  if (ci.qpn > kQpnMask) return refuse("QPN " + hex32(ci.qpn) + " is wider than 24 bits");
+  if (ci.qpn < kFirstConnectableQpn)
+    return refuse("QPN " + hex32(ci.qpn) +
+                  " is QP0/QP1 (subnet management, general services): no RC peer");
+  if (ci.qpn == kMulticastQpn) return refuse("QPN 0xffffff is the multicast QPN: no RC peer");
+  if (ci.psn > kQpnMask) return refuse("PSN " + hex32(ci.psn) + " is wider than 24 bits");
+  if (ci.lid >= kMulticastLidBase)
+    return refuse("LID " + hex32(ci.lid) +
+                  (ci.lid == 0xffff ? " is the permissive LID" : " is a multicast LID") +
+                  ": no RC peer");
+  if (ci.gid[0] == 0xff) return refuse("GID ff..: a multicast GID is no RC peer");
+  static constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(ci.gid, kV4Mapped, 12) == 0) {
+    const uint8_t* a = ci.gid + 12;
+    const bool any = (a[0] | a[1] | a[2] | a[3]) == 0;
+    const bool bcast = (a[0] & a[1] & a[2] & a[3]) == 0xff;
+    if (any || bcast || (a[0] & 0xf0) == 0xe0)
+      return refuse("GID ::ffff:" + std::to_string(a[0]) + "." + std::to_string(a[1]) + "." +
+                    std::to_string(a[2]) + "." + std::to_string(a[3]) +
+                    " is not a unicast IPv4 host");
+  }
   if (ci.path_mtu > kMaxMtuCode)
     return refuse("path MTU code " + std::to_string(ci.path_mtu) +
                   " unknown (1..5 = 256..4096 bytes, 0 = not stated)");
-  return ci;
+  return {};
 }
 
 std::string encode_connect_info_hex(const ConnectInfo& ci) {

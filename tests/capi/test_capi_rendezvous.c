@@ -195,7 +195,7 @@ int main(void) {
   CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &c), 0);
   if (c) {
     CHECK_RC(rdmx_conn_exchange(c, &ca, 1, 5000, NULL), -RDMX_EPROTO);
-    CHECK(strstr(rdmx_last_error(), "the peer exchanged 2 core(s), this side 1") != NULL);
+    CHECK(strstr(rdmx_last_error(), "sent 2 connection info(s) for 1 QP(s)") != NULL);
     rdmx_conn_close(c);
   }
   pthread_join(t, NULL);

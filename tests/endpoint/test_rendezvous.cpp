@@ -10,8 +10,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <rdmx/endpoint/rendezvous.hpp>
 
@@ -95,7 +97,9 @@ TEST(Rendezvous, ExchangeInfoBothWays) {
   Channel s = take(l.accept({5s}));
   EXPECT_EQ(take(s.expect(FrameType::kHello)).text(), "depth 32\n");
   ASSERT_TRUE(s.send_text(FrameType::kWelcome, "wire shm:x\n").ok());
-  const mlx5::ConnectInfo two[2] = {mlx5::ConnectInfo{}, ci};
+  mlx5::ConnectInfo first;
+  first.qpn = 0x100;
+  const mlx5::ConnectInfo two[2] = {first, ci};
   ASSERT_TRUE(s.send_info(two).ok());
   auto theirs = take(s.recv_info());
   ASSERT_EQ(theirs.size(), 1u);
@@ -236,3 +240,31 @@ TEST(Rendezvous, ListenRefusals) {
 }
 
 }  // namespace
+
+// The one check of a peer's connection info list: the count the receiver connects, no QPN
+// twice, every field in the codec's rules.
+TEST(Rendezvous, CheckPeerInfos) {
+  std::vector<mlx5::ConnectInfo> v(3);
+  for (size_t i = 0; i < v.size(); ++i) v[i].qpn = 0x100 + static_cast<uint32_t>(i);
+  EXPECT_TRUE(check_peer_infos(v, 3).ok());
+  for (size_t want : {size_t{0}, size_t{2}, size_t{4}, SIZE_MAX}) {
+    const Status st = check_peer_infos(v, want);
+    ASSERT_FALSE(st.ok()) << want;
+    EXPECT_EQ(st.error().code, Errc::kProtocol);
+    EXPECT_NE(st.error().message.find("sent 3 connection info(s)"), std::string::npos)
+        << st.error().message;
+  }
+  EXPECT_TRUE(check_peer_infos({}, 0).ok());
+  v[2].qpn = v[0].qpn;  // a second info for one QP
+  Status st = check_peer_infos(v, 3);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("connection info 2 names QPN 256 again (info 0)"),
+            std::string::npos)
+      << st.error().message;
+  v[2].qpn = 0x102;
+  v[1].qpn = 1;  // a field rule (QP1)
+  st = check_peer_infos(v, 3);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("connection info 1: connect info: QPN 0x1"), std::string::npos)
+      << st.error().message;
+}

@@ -24,6 +24,7 @@
 // wait for their relay-out completion; the relay-in queue cannot run dry. The client's RDMA
 // goodbye (an rpc bye request) reaches relay-in and ends the server's lane.
 #include "common.hpp"
+#include "peer_checks.hpp"
 
 namespace rdmafwd {
 namespace {
@@ -120,8 +121,8 @@ bool relay_poll(Lane& l, uint32_t cap) {
     const auto* h = reinterpret_cast<const PayloadHdr*>(l.p_recv.slot(k)[0]);
     if (!l.remote_client)
       release(l, h->seq);
-    else if (x.ok())
-      io_done(l, h->tsc, h->tsc, h->len);  // forwarded (the server has no clock of the source)
+    else if (x.ok())  // forwarded (the server has no clock of the source); the bytes it
+      io_done(l, h->tsc, h->tsc, l.srv[k].len);  // received, not what the client's header says
     if (l.relay_w[k]) {
       if (r.unmap(l.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
       l.relay_w[k] = nullptr;
@@ -145,6 +146,13 @@ bool relay_poll(Lane& l, uint32_t cap) {
           e != Errc::kOk)
         note_reject(l, e);
       reposted = true;
+      return;
+    }
+    if (l.refusing) return;  // its client is being dropped: nothing more of it is relayed
+    if (!check_relay_message(x.byte_len, l.p_recv.per_slot * l.page_size)) {
+      l.st.refused_requests.add(1);
+      l.st.refused_why.set(static_cast<uint64_t>(RpcVerdict::kLen));
+      l.refusing = true;
       return;
     }
     l.srv[k].len = x.byte_len;

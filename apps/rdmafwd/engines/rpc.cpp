@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "common.hpp"
+#include "peer_checks.hpp"
 
 namespace rdmafwd {
 namespace {
@@ -124,17 +125,30 @@ bool corrupt_now(Lane& l) {
   return l.cfg.corrupt_every && (++l.srv_count % l.cfg.corrupt_every) == 0;
 }
 
-void server_request(Lane& l, uint32_t k, uint64_t now) {
+// A request that breaks peer_checks.hpp's rules: counted and the lane serves its client no more
+// (it stops reposting receives and reading requests); the main thread names the client in one
+// line and cuts its QP off (main.cpp, police_peers).
+void refuse_request(Lane& l, RpcVerdict v) {
+  l.st.refused_requests.add(1);
+  l.st.refused_why.set(static_cast<uint64_t>(v));
+  l.refusing = true;
+}
+
+void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   win::PollCore& p = *l.p;
+  if (l.refusing) return;  // its client is being dropped: nothing more of it is read
   RpcReq req = *reinterpret_cast<const RpcReq*>(l.p_recv.slot(k)[0]);
+  const RpcLimits lim{l.depth, io_len(l), l.page_size, l.cfg.metadata};
+  const RpcVerdict verdict =
+      check_rpc_request(req, byte_len, lim, [&](uint32_t s) { return l.srv[s].busy; });
+  if (verdict != RpcVerdict::kOk && verdict != RpcVerdict::kBye) {
+    refuse_request(l, verdict);
+    return;
+  }
   // The receive slot is free again: the request is copied.
   if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
-  if (req.magic != kReqMagic || req.slot >= l.depth || req.len > l.max_pages * l.page_size) {
-    l.st.rejected.add(1);
-    return;
-  }
-  if (req.op == kOpBye) {
+  if (verdict == RpcVerdict::kBye) {
     l.st.peer_bye.set(1);
     return;
   }
@@ -148,12 +162,7 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
   v.tsc = now;
   v.expect_a = req.csum_a;
   v.expect_b = req.csum_b;
-  const uint32_t md = l.cfg.metadata;
-  if (req.md != md) {  // the sizes exchange makes both sides agree: a request that does not
-    l.st.rejected.add(1);
-    server_reply(l, s, 2, Csum{});
-    return;
-  }
+  const uint32_t md = l.cfg.metadata;  // req.md == md (check_rpc_request)
   const uint32_t blocks = req.len / l.page_size;
   v.w = nullptr;
   if (md) {  // the local side: the slot's data and metadata behind one window of this core
@@ -208,12 +217,15 @@ void server_request(Lane& l, uint32_t k, uint64_t now) {
     if (e != Errc::kOk) {
       note_reject(l, e);
       io_failed(l);
+      return;
     }
+    v.busy = true;  // until its READ completed (server_read_done): the slot is in use
   }
 }
 
 void server_read_done(Lane& l, uint32_t s) {
   Lane::Slot& v = l.srv[s];
+  v.busy = false;
   uint8_t status = 0;
   if (l.cfg.verify) {
     if (corrupt_now(l)) {
@@ -242,7 +254,7 @@ bool server_poll(Lane& l, uint64_t now) {
     const uint8_t kind = cookie_kind(x.cookie);
     const uint32_t s = cookie_slot(x.cookie);
     if (x.recv) {
-      if (kind == kCkReqRecv) server_request(l, s, now);
+      if (kind == kCkReqRecv) server_request(l, s, x.byte_len, now);
     } else if (kind == kCkSrvRead) {
       server_read_done(l, s);
     }

@@ -59,6 +59,12 @@ def summary(out):
     return json.loads(lines[-1]) if lines else None
 
 
+def clients(out):
+    """The server's per-client statistics ({"type":"clients"} with --json), or None."""
+    lines = [l for l in out.splitlines() if l.startswith('{"type":"clients"')]
+    return json.loads(lines[-1]) if lines else None
+
+
 def leftovers(pid):
     """What a finished rdmafwd of process id pid left behind."""
     # The server's wire is rdmx-emu-rdmafwd-PID (a longer pid of another run must not match).
@@ -585,6 +591,15 @@ def case_server_dies_mid_exchange(binary):
     one_line(p, out, err, 1, "closed the connection in the middle of welcome")
 
 
+def serve_next_client(binary, srv, port):
+    """A server on 127.0.0.1:port that is waiting for a client serves a good one to the end.
+    Returns (the client, procs) once both have ended."""
+    cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                               "--duration", "0.5", "--json"])
+    sout, serr = finish(srv)
+    return cli, [("server", sout, serr), ("client", cout, cerr)]
+
+
 def case_client_dies_mid_exchange(binary):
     # A client that sends half a hello and goes: the server says so in one line and waits for
     # the next client (a broken client does not end a server).
@@ -597,13 +612,10 @@ def case_client_dies_mid_exchange(binary):
         c.sendall(b"RDXR\x01\x01\x00\x40fwd")
         c.close()
         # It is still waiting: now a good client is served.
-        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
-                                                   f"127.0.0.1:{port}", "--duration", "0.5",
-                                                   "--json"])
-        sout, serr = finish(srv)
+        cli, procs = serve_next_client(binary, srv, port)
     finally:
         reap(srv)
-    procs = [("server", sout, serr), ("client", cout, cerr)]
+    (_, sout, serr), (_, cout, cerr) = procs
     check(cli.returncode == 0 and srv.returncode == 0,
           f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
     lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
@@ -873,7 +885,7 @@ def case_blockd_refusals(binary, blockd):
 
 # ---- blockd against hostile clients (tests/capi/blockd_hostile.c) --------------------------------
 
-def hostile(binary, mode, server, device, blocks, ns=None):
+def blockd_hostile_run(binary, mode, server, device, blocks, ns=None):
     """Runs one hostile client to its end; returns its result line (it must say ok)."""
     p = subprocess.run(command(binary, None, [mode, server, device, str(blocks)], ns),
                        capture_output=True, text=True, timeout=BUDGET)
@@ -898,7 +910,7 @@ def case_blockd_hostile(binary, blockd, hostile_bin):
                            text=True)
     try:
         wait_line(srv, srv.stdout, "waiting for a client")
-        said = [hostile(hostile_bin, m, server, dev_c, 256)
+        said = [blockd_hostile_run(hostile_bin, m, server, dev_c, 256)
                 for m in ("junk-hello", "silent", "bad-info", "bad-tag", "ranges")]
         cli = subprocess.run([blockd, "--role", "client", "--peer", server, "--blocks", "256",
                               "--requests", "300", "--device", dev_c], capture_output=True,
@@ -955,7 +967,7 @@ def case_blockd_hostile_roce(binary, blockd, hostile_bin):
                                                      "--requests", "1500", "--device",
                                                      f"emu@roce:{n.addr_b}"] + args, n.b)))
             wait_line(srv, srv.stdout, "waiting for client 2 of 2")
-            said = hostile(hostile_bin, "ranges", server, f"emu@roce:{addr_c}", 256, n.b)
+            said = blockd_hostile_run(hostile_bin, "ranges", server, f"emu@roce:{addr_c}", 256, n.b)
             clis.append(popen(command(blockd, None, ["--role", "client", "--peer", server,
                                                      "--requests", "300", "--device",
                                                      f"emu@roce:{addr_c}"] + args, n.b)))
@@ -1056,6 +1068,277 @@ def case_blockd_client_killed(binary, blockd):
         print("blockd-client-killed: the other client and the next one verified, the server "
               "served on")
 
+# ---- Hostile clients: a python client speaking the rendezvous (lib/endpoint/rendezvous.hpp) ----
+
+FRAME_HELLO, FRAME_WELCOME, FRAME_INFO, FRAME_READY, FRAME_REFUSE = 1, 2, 3, 4, 5
+# What a default rdmafwd server states in its hello check (setup.cpp sizes_text).
+DEFAULT_HELLO = (b"fwd rpc\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\npages-per-io 16\n"
+                 b"page-size 4096\ncm off\n")
+
+
+def send_frame(sock, kind, payload):
+    sock.sendall(b"RDXR" + bytes([1, kind]) + len(payload).to_bytes(2, "big") + payload)
+
+
+def recv_frame(sock):
+    def exactly(n):
+        b = b""
+        while len(b) < n:
+            chunk = sock.recv(n - len(b))
+            if not chunk:
+                raise AssertionError(f"the server closed the connection after {len(b)} bytes")
+            b += chunk
+        return b
+    h = exactly(8)
+    check(h[:4] == b"RDXR", f"not a rendezvous frame: {h!r}")
+    return h[5], exactly(int.from_bytes(h[6:8], "big"))
+
+
+def seal_info(b):
+    """A 56-byte connect info (connect_info.hpp) with its CRC-32 of bytes 0..51 set."""
+    import zlib
+    b = bytearray(b)
+    b[52:56] = zlib.crc32(bytes(b[:52])).to_bytes(4, "big")
+    return bytes(b)
+
+
+def client_info(server_info, qpn=0x4321, **over):
+    """A connect info a client on the other side of the server's wire could send: the server's
+    own with the client's QPN and the wire's other port token (emu: token ^ side), then fields
+    overridden by offset: over = {"at_16": bytes, ...}."""
+    b = bytearray(server_info)
+    b[8:12] = qpn.to_bytes(4, "big")
+    b[39] ^= 1  # port token (offset 32, 8 bytes big-endian): the other side of the wire
+    for k, v in over.items():
+        off = int(k[3:])
+        b[off:off + len(v)] = v
+    return seal_info(bytes(b))
+
+
+def hostile(port, infos_of):
+    """One hostile client: hello, welcome, the server's INFO, then the INFO frame infos_of(its
+    info) makes. Returns (its address "127.0.0.1:PORT", the frame type and text the server
+    answered)."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=20)
+    try:
+        me = "%s:%d" % c.getsockname()
+        send_frame(c, FRAME_HELLO, DEFAULT_HELLO)
+        kind, _ = recv_frame(c)
+        check(kind == FRAME_WELCOME, f"no welcome: frame type {kind}")
+        kind, info = recv_frame(c)
+        check(kind == FRAME_INFO and len(info) == 56, f"no server info: {kind}, {len(info)} B")
+        send_frame(c, FRAME_INFO, infos_of(info))
+        kind, text = recv_frame(c)
+        return me, kind, text[1:].decode(errors="replace")
+    finally:
+        c.close()
+
+
+def refused_then_served(binary, offenders):
+    """A server meets each offender in turn (each must get a REFUSE frame and one "not served"
+    line naming it), then serves a good client to the end: both exit 0."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30", "--json"])
+    answers = []
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        for why, infos_of in offenders:
+            me, kind, text = hostile(port, infos_of)
+            answers.append((why, me, kind, text))
+        cli, procs = serve_next_client(binary, srv, port)
+    finally:
+        reap(srv)
+    (_, sout, serr), (_, cout, cerr) = procs
+    for why, me, kind, text in answers:
+        check(kind == FRAME_REFUSE, f"{why}: the server answered frame type {kind}, not a "
+                                    f"refusal", *procs)
+        print(f"{why}: refused: {text}")
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
+    check(len(lines) == len(offenders), f"want {len(offenders)} lines, got {lines}", *procs)
+    for (why, me, _, _), line in zip(answers, lines):
+        check(f"client {me} not served" in line, f"{why}: {line!r} does not name {me}", *procs)
+    c, s = summary(cout), summary(sout)
+    check(c and s and c["total"]["ios"] > 0 and c["total"]["ios"] == s["total"]["ios"] and
+          c["total"]["errors"]["total"] == 0 and s["total"]["errors"]["total"] == 0,
+          "the good client was not served in full", *procs)
+    check(not leftovers(srv.pid) and not leftovers(cli.pid), "left behind", *procs)
+    # The server's per-client statistics name every refused client and the one it served.
+    cl = clients(sout)
+    check(cl and [r["peer"] for r in cl["refused_at_rendezvous"]] == [a[1] for a in answers] and
+          len(cl["served"]) == 1 and not cl["served"][0]["dropped"], f"clients: {cl}", *procs)
+    return lines
+
+
+def case_dup_info(binary):
+    """A client that sends two connect infos for its one lane (the same QP twice, and two QPs)
+    is refused before any QP is connected; the server serves the next client."""
+    lines = refused_then_served(binary, [
+        ("same info twice", lambda si: client_info(si) * 2),
+        ("two QPs for one lane", lambda si: client_info(si) + client_info(si, qpn=0x4322)),
+    ])
+    check(all("2 connection info(s) for 1 QP(s)" in l for l in lines), f"lines {lines}")
+
+
+def case_absurd_info(binary):
+    """Well-formed connect infos (right CRC, on the server's wire) with absurd values: QP0, the
+    multicast QPN, a multicast GID, the permissive LID, a multicast IPv4 GID; and one for another
+    wire, which emu refuses at connect (the QP goes back to RESET). Each refused alone."""
+    v4 = bytes(10) + b"\xff\xff"
+    lines = refused_then_served(binary, [
+        ("QPN 0", lambda si: client_info(si, qpn=0)),
+        ("multicast QPN", lambda si: client_info(si, qpn=0xffffff)),
+        ("multicast GID", lambda si: client_info(si, at_16=b"\xff\x02" + bytes(13) + b"\x01")),
+        ("permissive LID", lambda si: client_info(si, at_40=b"\xff\xff")),
+        ("multicast IPv4 GID", lambda si: client_info(si, at_16=v4 + bytes([224, 0, 0, 1]))),
+        ("another wire", lambda si: client_info(si, at_32=b"\x12\x34\x56\x78\x9a\xbc\xde\xf0")),
+    ])
+    for word, line in zip(["QP0/QP1", "multicast QPN", "multicast GID", "permissive LID",
+                           "not a unicast IPv4 host", "not on the other side of this wire"], lines):
+        check(word in line, f"{line!r} lacks {word!r}")
+
+
+def case_info_during_run(binary):
+    """A client that is served (its INFO connected, READY received) and then sends a second INFO
+    during the run breaks the protocol: the server drops it at once with one line naming it,
+    closes its socket, and (its only client gone) ends with exit 1, leaving nothing behind."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30", "--json"])
+    closed, me = False, None
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        c = socket.create_connection(("127.0.0.1", port), timeout=20)
+        me = "%s:%d" % c.getsockname()
+        send_frame(c, FRAME_HELLO, DEFAULT_HELLO)
+        check(recv_frame(c)[0] == FRAME_WELCOME, "no welcome")
+        kind, info = recv_frame(c)
+        check(kind == FRAME_INFO, f"no server info: {kind}")
+        send_frame(c, FRAME_INFO, client_info(info))
+        kind, _ = recv_frame(c)
+        check(kind == FRAME_READY, f"not served: frame type {kind}")
+        t0 = time.monotonic()
+        send_frame(c, FRAME_INFO, client_info(info))
+        c.settimeout(10)
+        try:
+            closed = c.recv(1) == b""
+        except OSError:
+            closed = False
+        took = time.monotonic() - t0
+        c.close()
+        sout, serr = finish(srv, 20)
+    finally:
+        reap(srv)
+    procs = [("server", sout, serr)]
+    check(closed and took < 5, f"the server did not close the offender's socket ({took:.1f} s)",
+          *procs)
+    # --json: the announcements are on stderr too; the drop is the one line that is not.
+    lines = [l for l in rdmafwd_lines(serr)
+             if re.search(r"dropped|error|went away|no I/O|not served", l)]
+    check(len(lines) == 1 and f"client {me} dropped: sent connection info" in lines[0],
+          f"server lines {lines}", *procs)
+    check(srv.returncode == 1, f"server exit {srv.returncode}", *procs)
+    check(not leftovers(srv.pid), f"left behind: {leftovers(srv.pid)}", *procs)
+    print(lines[0])
+
+
+def hostile_main(host, port, mode, my_ip):
+    """A hostile client as its own process (run inside a namespace by netns.sh exec): `dup`
+    sends two infos for its one lane; `during-run` is served (its info names my_ip as a RoCE v2
+    GID) and then sends a second INFO. Prints what it saw, one "key value" line each."""
+    c = socket.create_connection((host, int(port)), timeout=30)
+    print("addr %s:%d" % c.getsockname(), flush=True)
+    send_frame(c, FRAME_HELLO, DEFAULT_HELLO.replace(b"io-depth 32", b"io-depth 8"))
+    check(recv_frame(c)[0] == FRAME_WELCOME, "no welcome")
+    kind, info = recv_frame(c)
+    gid = bytes(10) + b"\xff\xff" + socket.inet_aton(my_ip)
+    mine = client_info(info, at_16=gid)
+    send_frame(c, FRAME_INFO, mine * 2 if mode == "dup" else mine)
+    kind, text = recv_frame(c)
+    print(f"answer {kind}", flush=True)
+    if mode == "during-run" and kind == FRAME_READY:
+        send_frame(c, FRAME_INFO, mine)
+        c.settimeout(30)
+        try:
+            print(f"closed {int(c.recv(1) == b'')}", flush=True)
+        except OSError:
+            print("closed 0", flush=True)
+    c.close()
+
+
+def case_roce_clients_hostile(binary):
+    """--clients 2 over emu RoCE v2 across the veth pair, with two hostile clients: one sends two
+    connect infos for its lane (refused: the server still waits for two clients), one is served
+    and then sends a second INFO during the run (dropped alone, its QP cut off). The rpc client
+    on the other lane is served to the end, verified, lane for lane; the server exits 1 (a client
+    was cut off), each offender named in exactly one line."""
+    me = os.path.abspath(__file__)
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40", "--io-depth", "8"]
+        srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        hostile_cmd = lambda mode: [NETNS, "exec", n.b, sys.executable, me, "--hostile",
+                                    n.addr_a, "7471", mode, n.addr_b]
+        srv = popen(command(binary, srv_eal, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                              "--clients", "2", "--nb-cores", "2", "--device",
+                                              f"emu@roce:{n.addr_a}"] + common, n.a))
+        procs_run, seen = [], ""
+        try:
+            seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
+            dup = popen(hostile_cmd("dup"))
+            dout, derr = finish(dup, 30)
+            seen += wait_line(srv, srv.stderr, "not served")
+            cli = popen(command(binary, CLIENT_EAL,
+                                ["--role", "client", "--peer", f"{n.addr_a}:7471", "--fwd",
+                                 "rpc", "--duration", "1.5", "--device",
+                                 f"emu@roce:{n.addr_b}"] + common, n.b))
+            procs_run.append(cli)
+            seen += wait_line(srv, srv.stderr, "client 1 of 2")
+            late = popen(hostile_cmd("during-run"))
+            procs_run.append(late)
+            lout, lerr = finish(late, 40)
+            cout, cerr = finish(cli)
+            sout, serr = finish(srv)
+            serr = seen + serr
+        finally:
+            for p in [srv] + procs_run:
+                reap(p)
+        procs = [("server", sout, serr), ("client", cout, cerr), ("dup", dout, derr),
+                 ("during-run", lout, lerr)]
+        kv = lambda out: dict(l.split(" ", 1) for l in out.splitlines() if " " in l)
+        d, h = kv(dout), kv(lout)
+        check(d.get("answer") == str(FRAME_REFUSE), f"dup offender not refused: {d}", *procs)
+        check(h.get("answer") == str(FRAME_READY) and h.get("closed") == "1",
+              f"during-run offender: {h}", *procs)
+        not_served = [l for l in rdmafwd_lines(serr) if "not served" in l]
+        dropped = [l for l in rdmafwd_lines(serr) if "dropped" in l]
+        check(len(not_served) == 1 and f"client {d['addr']} not served" in not_served[0] and
+              "2 connection info(s) for 1 QP(s)" in not_served[0], f"{not_served}", *procs)
+        check(len(dropped) == 1 and f"client {h['addr']} dropped: sent connection info" in
+              dropped[0] and "the other clients are served on" in dropped[0], f"{dropped}",
+              *procs)
+        check(cli.returncode == 0 and srv.returncode == 1,
+              f"exit: server {srv.returncode} (want 1), client {cli.returncode}", *procs)
+        c, s = summary(cout)["total"], summary(sout)
+        check(c["ios"] > 0 and c["errors"]["total"] == 0, f"client: {c}", *procs)
+        check(s["lanes"][0]["ios"] == c["ios"] and s["total"]["errors"]["total"] == 0,
+              f"server lane 0 served {s['lanes'][0]['ios']} of {c['ios']}; "
+              f"errors {s['total']['errors']}", *procs)
+        cl = clients(sout)
+        check(cl and [(r["peer"], r["dropped"]) for r in cl["served"]] ==
+              [(summary(cout) and cl["served"][0]["peer"], False), (h["addr"], True)] and
+              [r["peer"] for r in cl["refused_at_rendezvous"]] == [d["addr"]],
+              f"clients: {cl}", *procs)
+        for p in (srv, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(not_served[0])
+        print(dropped[0])
+        print(f"rpc client served in full: {c['ios']} RPCs")
+
+
 BLOCKD_CASES = {
     "blockd-loopback": case_blockd_loopback,
     "blockd-netns": case_blockd_netns,
@@ -1104,10 +1387,16 @@ CASES = {
     "sigint-server": case_sigint_server,
     "sigint-client": case_sigint_client,
     "client-dies-mid-run": case_client_dies_mid_run,
+    "dup-info": case_dup_info,
+    "absurd-info": case_absurd_info,
+    "info-during-run": case_info_during_run,
+    "roce-clients-hostile": case_roce_clients_hostile,
 }
 
 if __name__ == "__main__":
-    if sys.argv[2] == "capi-peers":
+    if sys.argv[1] == "--hostile":
+        hostile_main(*sys.argv[2:6])
+    elif sys.argv[2] == "capi-peers":
         case_capi_peers(sys.argv[1], sys.argv[3], sys.argv[4])
     elif sys.argv[2] in HOSTILE_CASES:
         HOSTILE_CASES[sys.argv[2]](sys.argv[1], sys.argv[3], sys.argv[4])

@@ -90,9 +90,11 @@ TEST(ConnectInfoCodec, RoundTripWithPadding) {
     EXPECT_EQ(ci.initiator_depth, 16);
     EXPECT_EQ(ci.responder_resources, 8);
   }
-  // Zero = not stated survives as zero.
-  auto z = decode_connect_info(encode_connect_info(ConnectInfo{}));
-  ASSERT_TRUE(z.ok());
+  // Zero = not stated survives as zero (QPN 0 is QP0, refused: the first connectable QPN).
+  ConnectInfo zero;
+  zero.qpn = 2;
+  auto z = decode_connect_info(encode_connect_info(zero));
+  ASSERT_TRUE(z.ok()) << z.error().message;
   EXPECT_EQ(z.value().path_mtu, 0);
   EXPECT_EQ(z.value().initiator_depth, 0);
 }
@@ -166,4 +168,97 @@ TEST(ConnectInfoCodec, RefusesOutOfRangeFields) {
   b[43] = 6;
   reseal(b);
   expect_refused(b, "path MTU code 6");
+}
+
+// The field rules (connect_info.hpp, "Field rules"), each field at 0, max, max - 1 and where a
+// 24-bit or 16-bit value would wrap, through the decoder (what a peer's bytes meet) and through
+// check_connect_info (what a hand-made info meets).
+namespace {
+
+// The sample with one field changed, encoded without masking and resealed.
+ConnectInfoBytes with_be(size_t off, int n, uint64_t v) {
+  ConnectInfoBytes b = encode_connect_info(sample());
+  for (int i = n - 1; i >= 0; --i, v >>= 8) b[off + i] = static_cast<uint8_t>(v);
+  reseal(b);
+  return b;
+}
+
+void expect_accepted(std::span<const uint8_t> in) {
+  auto r = decode_connect_info(in);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+}
+
+}  // namespace
+
+TEST(ConnectInfoRules, Qpn) {
+  for (uint64_t bad : {0ull, 1ull, 0xffffffull, 0x1000000ull, 0xffffffffull})
+    expect_refused(with_be(8, 4, bad), "QPN");
+  for (uint64_t good : {2ull, 3ull, 0x100ull, 0xfffffdull, 0xfffffeull})
+    expect_accepted(with_be(8, 4, good));
+  ConnectInfo ci = sample();
+  ci.qpn = 0xffffff;
+  EXPECT_FALSE(check_connect_info(ci).ok());
+  ci.qpn = 0xfffffe;
+  EXPECT_TRUE(check_connect_info(ci).ok());
+}
+
+TEST(ConnectInfoRules, Psn) {
+  for (uint64_t good : {0ull, 1ull, 0xfffffeull, 0xffffffull})
+    expect_accepted(with_be(12, 4, good));
+  for (uint64_t bad : {0x1000000ull, 0x1000001ull, 0xffffffffull})
+    expect_refused(with_be(12, 4, bad), "PSN");
+}
+
+TEST(ConnectInfoRules, Lid) {
+  for (uint64_t good : {0ull, 1ull, 0xbffeull, 0xbfffull}) expect_accepted(with_be(40, 2, good));
+  expect_refused(with_be(40, 2, 0xc000), "multicast LID");
+  expect_refused(with_be(40, 2, 0xfffe), "multicast LID");
+  expect_refused(with_be(40, 2, 0xffff), "permissive LID");
+}
+
+TEST(ConnectInfoRules, Gid) {
+  auto gid_bytes = [](std::initializer_list<uint8_t> head, std::initializer_list<uint8_t> tail) {
+    ConnectInfoBytes b = encode_connect_info(sample());
+    std::memset(&b[16], 0, 16);
+    size_t i = 16;
+    for (uint8_t x : head) b[i++] = x;
+    i = 32 - tail.size();
+    for (uint8_t x : tail) b[i++] = x;
+    reseal(b);
+    return b;
+  };
+  expect_accepted(gid_bytes({}, {}));                // not stated
+  expect_accepted(gid_bytes({0xfe, 0x80}, {0x01}));  // link local
+  expect_accepted(gid_bytes({0xfe}, {0xff}));        // ff only at the end
+  expect_refused(gid_bytes({0xff}, {}), "multicast GID");
+  expect_refused(gid_bytes({0xff, 0x02}, {0x01}), "multicast GID");
+  const std::initializer_list<uint8_t> v4 = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  auto mapped = [&](uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+    ConnectInfoBytes x = gid_bytes(v4, {a, b, c, d});
+    return x;
+  };
+  expect_accepted(mapped(10, 47, 0, 1));
+  expect_accepted(mapped(0, 0, 0, 1));
+  expect_accepted(mapped(223, 255, 255, 255));  // the last unicast class-C address
+  expect_accepted(mapped(240, 0, 0, 1));        // 240/4 is not multicast
+  expect_accepted(mapped(255, 255, 255, 254));
+  expect_refused(mapped(0, 0, 0, 0), "not a unicast IPv4 host");
+  expect_refused(mapped(224, 0, 0, 1), "not a unicast IPv4 host");
+  expect_refused(mapped(239, 255, 255, 255), "not a unicast IPv4 host");
+  expect_refused(mapped(255, 255, 255, 255), "not a unicast IPv4 host");
+}
+
+TEST(ConnectInfoRules, MtuPortDepths) {
+  for (uint64_t good : {0ull, 1ull, 4ull, 5ull}) expect_accepted(with_be(43, 1, good));
+  for (uint64_t bad : {6ull, 0xfeull, 0xffull}) expect_refused(with_be(43, 1, bad), "path MTU");
+  // Port and READ depths: any byte (never used but through min() with the local value).
+  for (size_t off : {42u, 44u, 45u})
+    for (uint64_t v : {0ull, 1ull, 0xfeull, 0xffull}) expect_accepted(with_be(off, 1, v));
+  ConnectInfo mine = sample(), peer = sample();
+  peer.initiator_depth = peer.responder_resources = 0xff;
+  peer.path_mtu = 5;
+  const Negotiated n = negotiate(mine, peer);
+  EXPECT_EQ(n.max_rd_atomic, mine.initiator_depth);
+  EXPECT_EQ(n.max_dest_rd_atomic, mine.responder_resources);
+  EXPECT_EQ(n.path_mtu, mine.path_mtu);
 }

@@ -328,7 +328,11 @@ RDMX_API int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volati
 /* [setup] "HOST:PORT" of the other end. */
 RDMX_API const char* rdmx_conn_peer(const rdmx_conn* c);
 /* [setup] Sends the connect info of cores[0..n), receives the peer's and connects cores[i] to
- * the peer's i-th (both sides call it with the same n: -RDMX_EPROTO otherwise). */
+ * the peer's i-th (both sides call it with the same n: -RDMX_EPROTO otherwise). The peer's
+ * list is checked before any core is connected (-RDMX_EPROTO: another count, a QPN twice, a
+ * field outside the codec's rules such as QP0/QP1 or a multicast GID); a core the device then
+ * refuses puts the cores connected before it back to RESET, so nothing of a refused peer stays
+ * connected. */
 RDMX_API int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n,
                                 uint32_t timeout_ms, const volatile int* cancel);
 /* [setup] Says "my receives are posted" and waits for the peer to say so: after it, sends may

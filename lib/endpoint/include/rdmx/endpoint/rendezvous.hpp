@@ -124,6 +124,9 @@ class Channel {
   // Connection info frames: a list of ConnectInfo in the codec.
   Status send_info(std::span<const mlx5::ConnectInfo> infos, Wait w = {});
   Result<std::vector<mlx5::ConnectInfo>> recv_info(Wait w = {});
+  // The same, for exactly `expected` QPs (check_peer_infos): what a server or a C API exchange
+  // that knows how many QPs it connects receives, checked before any of them is used.
+  Result<std::vector<mlx5::ConnectInfo>> recv_info(size_t expected, Wait w = {});
 
   // Without waiting: has the peer closed the connection (or reset it)? A frame that is already
   // readable is not consumed. For watching a peer during a run.
@@ -146,6 +149,12 @@ class Channel {
   std::string peer_;
   std::vector<uint8_t> rx_;  // received bytes of the frame not yet complete
 };
+
+// What a peer's connection info frame must be, in one place (recv_info uses it; so does any
+// receiver of a list of ConnectInfo): exactly `expected` infos (one per QP the receiver connects:
+// a second info for one QP is refused, not taken for the next), no QPN twice, and every info
+// within the codec's field rules (mlx5::check_connect_info). kProtocol naming the first fault.
+Status check_peer_infos(std::span<const mlx5::ConnectInfo> infos, size_t expected);
 
 // A listening TCP socket (move-only; closed by the destructor).
 class Listener {

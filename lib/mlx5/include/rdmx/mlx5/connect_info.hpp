@@ -34,8 +34,27 @@
 //
 // The decoder refuses, with Errc::kProtocol and a message naming what was wrong: fewer bytes than
 // the header or than `length` (truncated), another magic (foreign), another version, a length
-// that is not the version's, a CRC mismatch (corrupted), a QPN/PSN above 24 bits, a path MTU code
-// above 5. Bytes after `length` are ignored (librdmacm pads private data with zeros).
+// that is not the version's, a CRC mismatch (corrupted), and any field that breaks the rules of
+// check_connect_info() below (every field a peer sends, checked before anyone uses it). Bytes
+// after `length` are ignored (librdmacm pads private data with zeros).
+//
+// Field rules (check_connect_info; a peer that breaks one is refused, not connected to):
+//   qpn        2..0xfffffe: 24 bits (IBTA BTH DestQP); not QP0/QP1, the subnet management and
+//              general services QPs no RC connection targets; not 0xffffff, the multicast QPN
+//              (Linux include/rdma/ib_verbs.h IB_QPN_MASK, IB_MULTICAST_QPN)
+//   psn        0..0xffffff (24 bits, IBTA BTH PSN)
+//   lid        0 (not stated: RoCE, emu's RoCE wire) or a unicast LID 1..0xbfff; 0xc000..0xfffe
+//              are multicast and 0xffff the permissive LID (ib_verbs.h IB_MULTICAST_LID_BASE,
+//              IB_LID_PERMISSIVE)
+//   gid        not multicast (ff00::/8): an RC QP talks to one port, multicast is for UD QPs
+//              only (Linux drivers/infiniband/core/verbs.c ib_attach_mcast refuses other QP
+//              types); an IPv4-mapped GID (::ffff:a.b.c.d, RoCE v2) names a unicast host: not
+//              0.0.0.0, 224.0.0.0/4 (multicast) or 255.255.255.255. All zero = not stated.
+//   path MTU   0 (not stated) or 1..5
+//   port, initiator depth, responder resources
+//              any byte: the receiver never uses the peer's port (its QP's port is its own),
+//              and takes the READ depths only through negotiate()'s min() with its own, so a
+//              peer cannot raise them above what this side states.
 #pragma once
 
 #include <array>
@@ -94,6 +113,9 @@ inline constexpr size_t kConnectInfoBytes = 56;
 using ConnectInfoBytes = std::array<uint8_t, kConnectInfoBytes>;
 
 ConnectInfoBytes encode_connect_info(const ConnectInfo& ci) noexcept;
+// The field rules above, on a decoded (or hand-made) ConnectInfo: kProtocol naming the first
+// field that breaks them, "connect info: QPN 0x1 is ...". Setup path.
+Status check_connect_info(const ConnectInfo& ci);
 // Accepts any buffer that holds at least the encoding (see the refusals above).
 Result<ConnectInfo> decode_connect_info(std::span<const uint8_t> in);
 
