@@ -774,11 +774,13 @@ Errc PollCore::post_mw_invalidate(MemoryWindow* mw, uint8_t fence) noexcept {
   mlx5::SqWriter& sq = qp_.sq();
   if (!sq.has_room(prm::kUmrHeaderDs)) return Errc::kNoRoom;
   prm::RingCursor cur = sq.cursor();
-  // Mask FREE only, no free-state check (the peer's SEND_WITH_INV may have freed it): the key
-  // stays, so the next bind's key differs from the one just retired. rdma-core's LOCAL_INV
-  // (build_local_inv) would write key 0, after which a bind could draw the retired key again.
-  prm::build_umr_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
-                            mw->rkey(), 0);
+  // rdma-core's type-2 window invalidate (providers/mlx5/qp.c mlx5_send_wr_local_inv ->
+  // set_bind_wr: INLINE|TRANSLATION_OFFSET|CHECK_QPN, mask FREE|KEY|QPN), so the device refuses
+  // it from a QP the window is not bound to and unbinds the window; no free-state check (the
+  // peer's SEND_WITH_INV may have freed it). The key byte stays the window's (rdma-core writes
+  // 0), so the next bind's key differs from the one just retired.
+  prm::build_mw_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
+                           mw->rkey());
   sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of_mw(kOpMwInvalidate, mw));
   ++umrs_in_flight_;
   ++mw->outstanding_;
