@@ -747,10 +747,9 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
 // the consumer gives the window a new rkey with each bind, ibv_inc_rkey).
 //
 // Two rules hold whatever the UMR's flags ask for (rxe_check_bind_mw checks them on every bind):
-// a type-2 window is bound from the free state only (IBTA o10-37.2.30; without the CHECK_FREE
-// flag emu used to re-bind a bound window), and a bind carries its translation (o10-37.2.40: a
-// type-2 window is not bound to no MR; a UMR that left it valid without an entry kept the old
-// translation).
+// a type-2 window is bound from the free state only (IBTA o10-37.2.30), with or without the
+// CHECK_FREE flag, and a bind carries its translation (o10-37.2.40: a type-2 window is not bound
+// to no MR; without an entry it would keep its old translation).
 uint8_t Engine::umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
                                const Klm* ep) noexcept {
   const uint64_t mask = w.umr.mkey_mask;
@@ -925,8 +924,8 @@ uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey&
   // A repeat-block header is the mkey's first translation entry (rdma-core qp.c
   // umr_strided_seg_create writes it at offset 0 with no TRANSLATION_OFFSET; Linux wr.c
   // set_sig_data_segment likewise); the entries that follow it are repeat entries. A header
-  // written under an offset, or an offset into a repeat block, is a form no producer emits:
-  // emu used to read such a header as a KLM naming mkey 0x400.
+  // written under an offset, or an offset into a repeat block, is a form no producer emits (the
+  // header would be read as a KLM naming mkey 0x400).
   if (off != 0 && (tmp[0].mkey == prm::kRepeatBlockOp || m.repeat)) {
     std::snprintf(buf, sizeof(buf), "%s at translation offset %" PRIu64 " of mkey 0x%x",
                   tmp[0].mkey == prm::kRepeatBlockOp ? "repeat-block header (op 0x400)"
