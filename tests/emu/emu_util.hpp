@@ -159,6 +159,15 @@ class EmuTest : public ::testing::Test {
     });
   }
 
+  // After an error: both QPs through RESET (rings too) back to RTS, connected again.
+  void reconnect() {
+    ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
+    ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
+    a_.qp.reset();
+    b_.qp.reset();
+    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  }
+
   // Polls s until `n` completions arrived (or the time runs out); returns them.
   std::vector<Completion> wait(Side& s, size_t n, int timeout_ms = 5000) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

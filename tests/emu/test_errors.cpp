@@ -31,14 +31,6 @@ class Syndromes : public EmuModeTest {
       return ds;
     });
   }
-  // After an error: both QPs through RESET (rings too) back to RTS.
-  void reconnect() {
-    ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
-    ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
-    a_.qp.reset();
-    b_.qp.reset();
-    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
-  }
 };
 
 TEST_P(Syndromes, LocalLengthAtResponderRemoteInvalidRequestAtRequester) {

@@ -30,15 +30,6 @@ class Strict : public EmuModeTest {
     umr_map(a_, 1, mkey, arena.mr.lkey, {arena.addr(0)}, 4096, 4096, kAccRW, 0, 0, signal, false);
     return idx;
   }
-  // After an error CQE: both QPs back to RTS, connected (mlx5::connect_qps), rings reset.
-  void recover() {
-    ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
-    ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
-    a_.qp.reset();
-    b_.qp.reset();
-    a_.got.clear();
-    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
-  }
   uint64_t count(Rule r) { return a_.dev->checker().count(r); }
   Buf arena, dst;
   uint32_t win = 0;
@@ -83,7 +74,7 @@ TEST_P(Strict, ReservedFieldsAreRefused) {
     at(idx, 0, p.byte) = p.value;
     ring();
     EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR) << "byte " << p.byte;
-    recover();
+    reconnect();
     // The same WQE unplanted passes.
     idx = next_index();
     if (p.umr) {
