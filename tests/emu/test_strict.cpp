@@ -206,24 +206,10 @@ class StrictMw : public Strict {
     mw = a_.dev->alloc_mw(0).value();
   }
   // A type-2 bind as rdmx's builder writes it (rdma-core's set_bind_wr form), posted unrung.
-  uint16_t bind(uint32_t length = 4096) {
+  uint16_t bind() {
     const uint16_t idx = next_index();
-    prm::BindMw b;
-    b.qpn = a_.desc.qpn;
-    b.fm_ce_se = fm(a_);
-    b.mw_rkey = mw;
-    b.new_rkey = mw;
-    b.access = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ;
-    b.addr = mr.addr();
-    b.length = length;
-    b.mr_lkey = mr.mr.lkey;
-    post(
-        a_, MLX5_OPCODE_UMR, 1,
-        [&](prm::RingCursor& c, uint16_t i) {
-          b.wqe_index = i;
-          return prm::build_bind_mw(c, b);
-        },
-        false);
+    post_bind_mw(a_, 1, mw, mw, MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ, mr.addr(), 4096,
+                 mr.mr.lkey, 0, false);
     return idx;
   }
   Buf mr;
