@@ -678,12 +678,12 @@ uint64_t Engine::umr_xlt_offset(const QpCtx& q, const prm::DecodedWqe& w) const 
 // completes: a gather is read again on a retransmission until the peer acknowledged it, a READ's
 // data lands when its responses arrive. An invalidate of that mkey must therefore wait for it:
 // STRONG_ORDERING (0x60) behind a gather, FENCE (0x40) / SMALL_AND_FENCE (0x80) / 0x60 behind a
-// READ (the fence modes of Linux include/linux/mlx5/qp.h MLX5_FENCE_MODE_*; the kernel posts a
-// fenced LOCAL_INV with strong ordering, wr.c). emu's fences hold the invalidate until what they
-// wait for completed, so a user still outstanding here means the invalidate's fence was too
-// weak. Without the report the fault shows on the user: its gather or scatter fails with
-// LOCAL_PROT_ERR after the invalidate freed the mkey, and nothing names the WQE that lacked the
-// fence.
+// READ (the fence modes of Linux include/linux/mlx5/qp.h MLX5_FENCE_MODE_*; kernels before the
+// wr.c split gave a fenced LOCAL_INV strong ordering, qp.c get_fence). emu's fences hold the
+// invalidate until what they wait for completed, so a user still outstanding here means the
+// invalidate's fence was too weak. Without the report the fault shows on the user: its gather
+// or scatter fails with LOCAL_PROT_ERR after the invalidate freed the mkey, and nothing names
+// the WQE that lacked the fence.
 void Engine::check_invalidate_fence(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept {
   const bool inval = w.ctrl.opcode == MLX5_OPCODE_LOCAL_INVAL ||
                      (w.ctrl.opcode == MLX5_OPCODE_UMR &&
