@@ -38,6 +38,12 @@ constexpr uint32_t kWindows = 4;
 constexpr uint32_t kWindowEntries = 16;
 constexpr uint32_t kBigWindowEntries = 64;
 constexpr uint32_t kRecvs = 16;
+// Memory-window set-up: MRs registered with chosen access inside the local buffer, so a batch can
+// break each bind rule (IBTA C10-71..76 as Linux rxe_mw.c rxe_check_bind_mw applies them).
+constexpr size_t kBindMrOff = 512 << 10;    // MW_BIND + every right
+constexpr size_t kBindRoMrOff = 576 << 10;  // MW_BIND + remote read only (no local write)
+constexpr size_t kPd2MrOff = 640 << 10;     // MW_BIND + every right, in a second PD
+constexpr size_t kMwMrLen = 64 << 10;
 
 // The two buffers live at a fixed address, so the environment is the same in every run and a
 // corpus of batches can name addresses (QPNs and keys are deterministic in a fresh emu).
@@ -65,6 +71,8 @@ struct Pair {
   mlx5::MrInfo local_mr{}, peer_mr{};
   std::vector<uint32_t> windows;
   uint32_t big_window = 0;
+  mlx5::MrInfo bind_mr{}, bind_ro_mr{}, pd2_mr{};
+  uint32_t mw = 0, mw2 = 0, pd2_mw = 0;  // type-2 memory windows (alloc_mw), free
   mlx5::QpDesc local{}, peer{};
   uint32_t peer_cq_ci = 0, local_cq_ci = 0;
 };
@@ -87,6 +95,16 @@ Result<std::unique_ptr<Pair>> make_pair(const ExecOptions& o) {
     p->windows.push_back(k);
   }
   RDMX_TRY_ASSIGN(p->big_window, a.create_window_mkey(kBigWindowEntries, true));
+  RDMX_TRY_ASSIGN(p->bind_mr, a.reg_mr(p->local_buf + kBindMrOff, kMwMrLen,
+                                       mlx5::kAccessAll | mlx5::kAccessMwBind));
+  RDMX_TRY_ASSIGN(p->bind_ro_mr, a.reg_mr(p->local_buf + kBindRoMrOff, kMwMrLen,
+                                          mlx5::kAccessRemoteRead | mlx5::kAccessMwBind));
+  RDMX_TRY_ASSIGN(p->mw, a.alloc_mw(0));
+  RDMX_TRY_ASSIGN(p->mw2, a.alloc_mw(0));
+  RDMX_TRY_ASSIGN(const uint32_t pd2, a.alloc_pd());
+  RDMX_TRY_ASSIGN(p->pd2_mr, a.reg_mr_in_pd(p->local_buf + kPd2MrOff, kMwMrLen,
+                                            mlx5::kAccessAll | mlx5::kAccessMwBind, pd2));
+  RDMX_TRY_ASSIGN(p->pd2_mw, a.alloc_mw(pd2));
   mlx5::QpConfig qc;
   qc.sq_wqebbs = o.sq_wqe_cnt;
   qc.rq_wqes = kRecvs;
@@ -120,6 +138,16 @@ Json env_json(const Pair& p, const ExecOptions& o) {
   e["window_entries"] = kWindowEntries;
   e["big_window"] = p.big_window;
   e["big_window_entries"] = kBigWindowEntries;
+  e["mw"] = p.mw;
+  e["mw2"] = p.mw2;
+  e["pd2_mw"] = p.pd2_mw;
+  e["bind_lkey"] = p.bind_mr.lkey;
+  e["bind_buf"] = reinterpret_cast<uint64_t>(p.local_buf) + kBindMrOff;
+  e["bind_ro_lkey"] = p.bind_ro_mr.lkey;
+  e["bind_ro_buf"] = reinterpret_cast<uint64_t>(p.local_buf) + kBindRoMrOff;
+  e["pd2_lkey"] = p.pd2_mr.lkey;
+  e["pd2_buf"] = reinterpret_cast<uint64_t>(p.local_buf) + kPd2MrOff;
+  e["mw_mr_len"] = kMwMrLen;
   e["peer_rkey"] = p.peer_mr.rkey;
   e["peer_buf"] = reinterpret_cast<uint64_t>(p.peer_buf);
   e["peer_recvs"] = kRecvs;

@@ -195,11 +195,16 @@ the tool to reach for when a NIC rejects a WQE, and the way to run planted PRM v
 
 The first output line is the environment every batch runs in (the same for every batch):
   {"env":{"profile","qpn","peer_qpn","sq_wqe_cnt","max_inline_data","lkey","buf","buf_len",
-          "windows","window_entries","big_window","big_window_entries","peer_rkey","peer_buf",
-          "peer_recvs"}}
+          "windows","window_entries","big_window","big_window_entries","mw","mw2","pd2_mw",
+          "bind_lkey","bind_buf","bind_ro_lkey","bind_ro_buf","pd2_lkey","pd2_buf","mw_mr_len",
+          "peer_rkey","peer_buf","peer_recvs"}}
   qpn/lkey/buf: the local QP, and a 1 MiB buffer registered with every access right; windows:
   indirect mkeys (window_entries translation entries each, free, remote invalidation on) for
-  UMRs, and big_window with big_window_entries; peer_*: the connected remote QP, its 1 MiB buffer (rkey), and peer_recvs 4 KiB
+  UMRs, and big_window with big_window_entries; mw, mw2: free type-2 memory windows (PD 0),
+  pd2_mw one in a second PD; bind_*, bind_ro_*, pd2_*: MRs of mw_mr_len bytes inside buf,
+  registered with MW_BIND and every right / remote read only (no local write) / every right in
+  the second PD (lkey without MW_BIND: binding to it is refused), so a batch can break each
+  bind rule; peer_*: the connected remote QP, its 1 MiB buffer (rkey), and peer_recvs 4 KiB
   receives posted from peer_buf on.
 
 INPUT: one batch per line, a JSON object (an `rdmx-wqe encode` output line is one):

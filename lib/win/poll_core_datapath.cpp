@@ -544,7 +544,7 @@ bool PollCore::unmap_fast(mlx5::SqWriter::Burst& b, Window* w, uint32_t& fenced)
   if (at >= tpl_.n_windows || w->state_ != WindowState::kMapped || w->owner_ != id_) [[unlikely]]
     return false;
   // The fence: as unmap_general.
-  uint8_t fence = umr_fence_;
+  uint8_t fence = prm::kFenceNone;
   mlx5::SqWriter& sq = qp_.sq();
   const bool in_use = w->local_use_ && static_cast<int32_t>(sq.ci() - w->use_end_) < 0;
   if (in_use) [[unlikely]]
@@ -601,9 +601,13 @@ Errc PollCore::unmap_general(Window* w) noexcept {
   // local key has not completed. A READ (or atomic) scattering into it: SMALL_AND_FENCE (0x80,
   // IBV_SEND_FENCE) waits for prior READ/atomic WQEs; a WRITE/SEND gathering from it may re-read
   // it on retransmission until acknowledged: STRONG_ORDERING (all prior WQEs done). Once the SQ
-  // consumer passed the last such WQE (its completion was polled), the invalidate needs only
-  // the umr_fence cap's fence and the SQ keeps flowing.
-  uint8_t fence = umr_fence_;
+  // consumer passed the last such WQE (its completion was polled), the invalidate needs
+  // no fence of its own and the SQ keeps flowing. The umr_fence cap is not an invalidate's: the
+  // kernel gives dev->umr_fence to REG_MR (and its integrity and crypto forms) only, and posts
+  // LOCAL_INV with the QP's inherited fence, or FENCE / SMALL_AND_FENCE when asked (Linux
+  // drivers/infiniband/hw/mlx5/wr.c mlx5_ib_post_send; 4.x kernels' qp.c gave LOCAL_INV the cap's
+  // fence too). The SqWriter still adds INITIATOR_SMALL right after a UMR.
+  uint8_t fence = prm::kFenceNone;
   const bool in_use = w->local_use_ && static_cast<int32_t>(qp_.sq().ci() - w->use_end_) < 0;
   if (in_use)
     fence = (w->local_use_ & Window::kUsedByGather) ? prm::kFenceStrongOrdering
@@ -774,11 +778,13 @@ Errc PollCore::post_mw_invalidate(MemoryWindow* mw, uint8_t fence) noexcept {
   mlx5::SqWriter& sq = qp_.sq();
   if (!sq.has_room(prm::kUmrHeaderDs)) return Errc::kNoRoom;
   prm::RingCursor cur = sq.cursor();
-  // Mask FREE only, no free-state check (the peer's SEND_WITH_INV may have freed it): the key
-  // stays, so the next bind's key differs from the one just retired. rdma-core's LOCAL_INV
-  // (build_local_inv) would write key 0, after which a bind could draw the retired key again.
-  prm::build_umr_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
-                            mw->rkey(), 0);
+  // rdma-core's type-2 window invalidate (providers/mlx5/qp.c mlx5_send_wr_local_inv ->
+  // set_bind_wr: INLINE|TRANSLATION_OFFSET|CHECK_QPN, mask FREE|KEY|QPN), so the device refuses
+  // it from a QP the window is not bound to and unbinds the window; no free-state check (the
+  // peer's SEND_WITH_INV may have freed it). The key byte stays the window's (rdma-core writes
+  // 0), so the next bind's key differs from the one just retired.
+  prm::build_mw_invalidate(cur, sq.qpn(), sq.wqe_index(), sq.next_fm_ce_se(false, fence),
+                           mw->rkey());
   sq.commit(prm::kUmrHeaderDs, MLX5_OPCODE_UMR, cookie_of_mw(kOpMwInvalidate, mw));
   ++umrs_in_flight_;
   ++mw->outstanding_;
@@ -794,9 +800,9 @@ Errc PollCore::invalidate_mw(MemoryWindow* mw) noexcept {
     return reject(Errc::kNotMapped);
   if (qp_.in_error()) [[unlikely]]
     return reject(Errc::kQpError);
-  // A memory window is never a local key: no data WQE of this SQ needs to finish first; the
-  // device's umr_fence cap decides the UMR's own fence, as for a window's unmap.
-  if (Errc e = post_mw_invalidate(mw, umr_fence_); e != Errc::kOk) [[unlikely]]
+  // A memory window is never a local key: no data WQE of this SQ needs to finish first, and an
+  // invalidate takes no umr_fence (as a window's unmap, unmap_general).
+  if (Errc e = post_mw_invalidate(mw, prm::kFenceNone); e != Errc::kOk) [[unlikely]]
     return reject(e);
   mw->state_ = MwState::kFree;
   mw_free_[mw_free_len_++] = mw;  // same-SQ order: a later bind runs after the invalidate

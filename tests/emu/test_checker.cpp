@@ -139,11 +139,7 @@ TEST_P(Checker_, TooManyTranslationEntries) {
   umr_map(a_, 1, win, arena.mr.lkey, pages, 4096, 8 * 4096, kAccRW);
   EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_MW_BIND_ERR);
   // Created for 3: four entries fit the hardware capacity but exceed what was asked: report.
-  ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
-  ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
-  a_.qp.reset();
-  b_.qp.reset();
-  ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  reconnect();
   const uint32_t w3 = a_.dev->create_window_mkey(3, false).value();
   umr_map(a_, 2, w3, arena.mr.lkey,
           {arena.addr(0), arena.addr(4096), arena.addr(8192), arena.addr(12288)}, 4096, 4 * 4096,

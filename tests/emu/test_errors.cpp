@@ -9,36 +9,6 @@ class Syndromes : public EmuModeTest {
  protected:
   void SetUp() override { open(GetParam()); }
   mlx5::QpState state(Side& s) { return s.dev->query_qp(s.desc.qpn).value(); }
-  // Posts on `s` a bind of memory window `mw_rkey` (new key `new_rkey`) to len bytes at addr of
-  // the MR `lkey`; qpn_delta != 0 names another QP than `s` in the mkey context.
-  void post_bind_mw(Side& s, uint64_t cookie, uint32_t mw_rkey, uint32_t new_rkey, uint8_t access,
-                    uint64_t addr, uint64_t len, uint32_t lkey, uint32_t qpn_delta = 0) {
-    prm::BindMw b;
-    b.qpn = s.desc.qpn;
-    b.fm_ce_se = fm(s);
-    b.mw_rkey = mw_rkey;
-    b.new_rkey = new_rkey;
-    b.access = access;
-    b.addr = addr;
-    b.length = len;
-    b.mr_lkey = lkey;
-    post(s, MLX5_OPCODE_UMR, cookie, [&](prm::RingCursor& c, uint16_t idx) {
-      b.wqe_index = idx;
-      uint8_t* start = c.here();
-      const uint32_t ds = prm::build_bind_mw(c, b);
-      // The mkey context's qpn: bytes 4..6 of the context at 64 (BE32 qpn << 8 | key).
-      if (qpn_delta) start[64 + 6] = static_cast<uint8_t>(start[64 + 6] + qpn_delta);
-      return ds;
-    });
-  }
-  // After an error: both QPs through RESET (rings too) back to RTS.
-  void reconnect() {
-    ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
-    ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
-    a_.qp.reset();
-    b_.qp.reset();
-    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
-  }
 };
 
 TEST_P(Syndromes, LocalLengthAtResponderRemoteInvalidRequestAtRequester) {

@@ -53,6 +53,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const mlx5::QpDesc& d = qa.value();
   const size_t n = std::min(size - 1, size_t{16 * 64});
   std::memcpy(d.sq.buf, data + 1, n);
+  // The seed corpus is built for QPN 0x100 (gen_corpus.cpp) and every input runs on a fresh QP:
+  // a ctrl segment naming 0x100 is given this QP's number, so seeds reach past emu's
+  // wqe-qpn-mismatch rule (other QPNs still exercise it).
+  auto* sq = static_cast<uint8_t*>(d.sq.buf);
+  for (size_t off = 0; off + 8 <= n; off += 64)
+    if (sq[off + 4] == 0 && sq[off + 5] == 1 && sq[off + 6] == 0) {
+      sq[off + 4] = static_cast<uint8_t>(d.qpn >> 16);
+      sq[off + 5] = static_cast<uint8_t>(d.qpn >> 8);
+      sq[off + 6] = static_cast<uint8_t>(d.qpn);
+    }
   const uint32_t pi = data[0] % 17;
   __atomic_store_n(d.sq.dbrec, __builtin_bswap32(pi), __ATOMIC_RELEASE);
   d.sq.hook();

@@ -1,6 +1,8 @@
 // Type-2 memory windows of a poll core (PollCore::bind_mw / invalidate_mw) over emu: the bytes a
 // peer touches through one, its binding to the core's QP, key changes, refusals, remote
 // invalidation and recovery. Side A binds; side B is the peer.
+#include <rdmx/mlx5/prm/decode.hpp>
+
 #include "emu_rig.hpp"
 
 namespace {
@@ -61,6 +63,35 @@ TEST(EmuMemoryWindow, PeerWriteReadTouchExactlyTheBoundBytes) {
   EXPECT_EQ(c.stats().mw_binds, 60u);
   EXPECT_EQ(c.stats().mw_invalidates, 30u);
   EXPECT_EQ(c.free_memory_windows(), 4u);
+  r.expect_no_checker_reports();
+}
+
+// The invalidate's bytes: rdma-core's type-2 LOCAL_INV (CHECK_QPN, mask FREE|KEY|QPN) with the
+// window's own key byte.
+TEST(EmuMemoryWindow, InvalidateBytesAreRdmaCoresWithTheKeyKept) {
+  EmuRig r(16, 16, 512, 1, 8, 2);
+  PollCore& c = r.ca();
+  BindResult b = c.bind_mw(r.a.arena().base() + 4096, 8192, kMwRw);
+  ASSERT_TRUE(b.ok());
+  r.settle(c);
+  namespace prm = rdmx::mlx5::prm;
+  rdmx::mlx5::SqWriter& sq = c.qp().sq();
+  const uint32_t slot = sq.pi() & (sq.wqe_cnt() - 1);
+  const uint8_t* ring = sq.cursor().here() - size_t{slot} * 64;
+  ASSERT_EQ(c.invalidate_mw(b.mw), Errc::kOk);
+  prm::DecodedWqe d;
+  ASSERT_EQ(prm::decode_wqe(ring, sq.wqe_cnt(), slot, d), prm::DecodeError::kOk);
+  EXPECT_EQ(d.ctrl.opcode, MLX5_OPCODE_UMR);
+  EXPECT_EQ(d.ctrl.imm, b.rkey);
+  EXPECT_EQ(d.ctrl.fence(), prm::kFenceInitiatorSmall);  // inherited from the bind
+  EXPECT_EQ(d.umr.flags, prm::kLocalInvUmrFlags);
+  EXPECT_EQ(d.umr.mkey_mask, prm::kLocalInvMask);
+  EXPECT_TRUE(d.mkc.free);
+  EXPECT_EQ(d.mkc.qpn, prm::kMkeyQpnNone);
+  EXPECT_EQ(d.mkc.key, b.rkey & 0xff);
+  r.settle(c);
+  EXPECT_EQ(r.peer_op(true, 0, b.iova, 8, b.rkey), kRemAccess);
+  r.recover();
   r.expect_no_checker_reports();
 }
 

@@ -375,7 +375,7 @@ TEST(Map, TemplateBytesMatchTheBuilders) {
       ASSERT_TRUE(same(pi, nbb)) << "map of " << n << " pages at " << pi;
       wrapped += (pi % sq.wqe_cnt()) + nbb > sq.wqe_cnt();
       const uint32_t upi = sq.pi();
-      const uint8_t ufm = sq.next_fm_ce_se(false, umr_fence);
+      const uint8_t ufm = sq.next_fm_ce_se(false, 0);  // an invalidate takes no umr_fence
       ASSERT_EQ(c.unmap(m.window), Errc::kOk);
       prm::RingCursor ucur(want.data(), sq.wqe_cnt(), upi);
       prm::build_umr_invalidate(ucur, sq.qpn(), static_cast<uint16_t>(upi), ufm, m.rkey, 0);
@@ -632,7 +632,6 @@ TEST(Unmap, NoFenceOnceTheLocalUseCompleted) {
     cc.cache_size = 8;
     r.cores.push_back(std::move(PollCore::create(*r.pool, cc)).value());
     PollCore& c = r.core(1);
-    const uint8_t cap_fence = prm::umr_fence_bits(cap);
     const auto pg = r.alloc(2);
     for (int read = 0; read < 2; ++read) {
       MapResult m = c.map(pg, kRw, 0, 8192);
@@ -648,7 +647,8 @@ TEST(Unmap, NoFenceOnceTheLocalUseCompleted) {
       const uint64_t fenced = c.stats().fenced_unmaps;
       const uint32_t slot = c.qp().sq().pi();
       ASSERT_EQ(c.unmap(m.window), Errc::kOk);  // ...so the invalidate waits for nothing
-      EXPECT_EQ(r.decode(slot, 1).ctrl.fence(), cap_fence)
+      // and takes no umr_fence: the kernel gives the cap's fence to REG_MR only (wr.c).
+      EXPECT_EQ(r.decode(slot, 1).ctrl.fence(), prm::kFenceNone)
           << "read " << read << " cap " << int(cap);
       EXPECT_EQ(c.stats().fenced_unmaps, fenced);
       r.complete_all(1);

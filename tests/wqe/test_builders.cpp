@@ -175,6 +175,16 @@ TEST(WqeBuilders, InterleavedPadsTo64Bytes) {
                            "04000200 00001234 00000000 00001000", kZeroDs, kZeroDs}));
 }
 
+// rdma-core's LOCAL_INV with the window's own key byte (0x45) instead of 0.
+TEST(WqeBuilders, MwInvalidateKeepsTheKey) {
+  Ring r(2);
+  prm::RingCursor cur(r.mem.data(), 2, 0);
+  EXPECT_EQ(prm::build_mw_invalidate(cur, 0x123, 7, 0x08, 0x00012345), 8u);
+  EXPECT_EQ(r.slot(0), bb({"00000725 00012308 00000008 00012345",
+                           "98000000 00000000 00000000 20006000", kZeroDs, kZeroDs}));
+  EXPECT_EQ(r.slot(1), bb({"40000000 ffffff45 00000000 00000000", kZeroDs, kZeroDs, kZeroDs}));
+}
+
 TEST(WqeBuilders, LocalInvAsRdmaCore) {
   Ring r(2);
   prm::RingCursor cur(r.mem.data(), 2, 0);

@@ -111,30 +111,47 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
     return XlateErr::kOk;
   }
   // Indirect: the rights were checked above, on the mkey the request names (the window), and
-  // only there. KLM entries are translation, as on the NIC: each must resolve to a valid direct
-  // mkey (no nested indirection) of the window's PD that holds the translated range, but it
-  // need not grant the access itself. That is what lets a remote-capable window (or the
-  // kernel's SG_GAPS MR over the PD's local_dma_lkey) point at local-only memory. See
-  // doc/guides/emu.md, "Indirect mkeys: rights on the window, bounds on the leaves".
-  uint64_t off = iova - m->start;
-  if (!in_range(off, len, 0, m->xlat_bytes)) return XlateErr::kBounds;
-  // A leaf: n bytes at address a of the direct mkey `key`, under the window's rules.
+  // only there. Translation entries are translation, as on the NIC: see xlat().
+  return xlat(*m, iova - m->start, len, on, 0);
+}
+
+// Each translation entry must resolve to a valid mkey of the window's PD whose registration holds
+// the translated range, but it need not grant the access itself. That is what lets a
+// remote-capable window (or the kernel's SG_GAPS MR over the PD's local_dma_lkey) point at
+// local-only memory. See doc/guides/emu.md, "Indirect mkeys: rights on the window, bounds on the
+// leaves". An entry may itself name an indirect mkey, translated the same way: the kernel's
+// integrity MRs name their KLM pi_mr from their own KLM or repeat-block entry (Linux
+// drivers/infiniband/hw/mlx5/wr.c set_sig_data_segment, data_key = pi_mr->ibmr.lkey). The HCA
+// bounds the depth (cmd_hca_cap max_indirection, rdma-core mlx5_ifc.h); emu stops at
+// kMaxIndirectLevels, which also ends an mkey that names itself.
+namespace {
+constexpr uint32_t kMaxIndirectLevels = 4;
+}
+
+template <class F>
+XlateErr Engine::xlat(const Mkey& m, uint64_t off, uint64_t len, F& on, uint32_t depth) noexcept {
+  if (!in_range(off, len, 0, m.xlat_bytes)) return XlateErr::kBounds;
+  // A leaf: n bytes at address a of the mkey `key`, under the window's rules.
   auto leaf = [&](uint32_t leaf_key, uint64_t a, uint64_t n) -> XlateErr {
     Mkey* p = lookup(leaf_key);
-    if (!p || p->kind != Mkey::Kind::kDirect) return XlateErr::kBadKey;
+    if (!p) return XlateErr::kBadKey;
     if (p->free) return XlateErr::kState;
-    if (p->pd != m->pd) return XlateErr::kAccess;
+    if (p->pd != m.pd) return XlateErr::kAccess;
     if (!in_range(a, n, p->start, p->len)) return XlateErr::kBounds;
-    on(p->host + (a - p->start), n);
-    return XlateErr::kOk;
+    if (p->kind == Mkey::Kind::kDirect) {
+      on(p->host + (a - p->start), n);
+      return XlateErr::kOk;
+    }
+    if (depth + 2 > kMaxIndirectLevels) return XlateErr::kBadKey;
+    return xlat(*p, a - p->start, n, on, depth + 1);
   };
-  if (m->repeat) {
+  if (m.repeat) {
     while (len) {
-      const uint64_t r = off / m->block, b = off % m->block;
+      const uint64_t r = off / m.block, b = off % m.block;
       uint32_t i = 1;
-      while (b >= m->prefix[i] + (m->klm[i].byte_count & 0xffff)) ++i;  // sum = block > b
-      const Klm& e = m->klm[i];
-      const uint64_t in_e = b - m->prefix[i];
+      while (b >= m.prefix[i] + (m.klm[i].byte_count & 0xffff)) ++i;  // sum = block > b
+      const Klm& e = m.klm[i];
+      const uint64_t in_e = b - m.prefix[i];
       const uint64_t n = std::min<uint64_t>(len, (e.byte_count & 0xffff) - in_e);
       const uint64_t step = r * (e.byte_count >> 16) + in_e;  // < 2^32 * 2^16 + 2^16
       if (e.addr > UINT64_MAX - step) return XlateErr::kBounds;
@@ -144,17 +161,17 @@ XlateErr Engine::walk(uint32_t key, uint64_t iova, uint64_t len, uint8_t access,
     }
     return XlateErr::kOk;
   }
-  size_t i = static_cast<size_t>(std::upper_bound(m->prefix.begin(), m->prefix.end(), off) -
-                                 m->prefix.begin());
+  size_t i = static_cast<size_t>(std::upper_bound(m.prefix.begin(), m.prefix.end(), off) -
+                                 m.prefix.begin());
   i = i ? i - 1 : 0;
   while (len) {
-    if (i >= m->klm.size()) return XlateErr::kBounds;
-    const Klm& e = m->klm[i];
-    if (e.byte_count == 0 || off >= m->prefix[i] + e.byte_count) {
+    if (i >= m.klm.size()) return XlateErr::kBounds;
+    const Klm& e = m.klm[i];
+    if (e.byte_count == 0 || off >= m.prefix[i] + e.byte_count) {
       ++i;
       continue;
     }
-    const uint64_t in_e = off - m->prefix[i];
+    const uint64_t in_e = off - m.prefix[i];
     const uint64_t n = std::min<uint64_t>(len, e.byte_count - in_e);
     if (e.addr > UINT64_MAX - in_e) return XlateErr::kBounds;
     if (const XlateErr xe = leaf(e.mkey, e.addr + in_e, n); xe != XlateErr::kOk) return xe;
@@ -499,6 +516,23 @@ bool Engine::execute(QpCtx& q) noexcept {
     report(&q, idx, Rule::kWqeTooLarge, buf);
     nbb = w.n_wqebb;
     synd = kSynLocQpOp;
+  } else if (w.ctrl.qpn != q.qpn) {
+    // The ctrl segment names the QP: its first 8 bytes are what software writes to the UAR
+    // doorbell register (rdma-core providers/mlx5/qp.c post_send_db, mlx5_write64 of the
+    // ctrl's opmod_idx_opcode | qpn_ds; DPDK mlx5_common.h mlx5_doorbell_ring), which is how the
+    // device learns which QP rang. Every producer writes its own QP number there (qp.c
+    // mlx5_send_wr_*: qpn_ds = ds | qp_num << 8; Linux wr.c set_ctrl_seg). A WQE naming another
+    // QP is a form none emits: refused like every WQE the device cannot execute.
+    std::snprintf(buf, sizeof(buf),
+                  "ctrl segment names QP 0x%06x, but it sits in (and the doorbell rang for) QP "
+                  "0x%06x",
+                  w.ctrl.qpn, q.qpn);
+    report(&q, idx, Rule::kWqeQpnMismatch, buf);
+    nbb = w.n_wqebb;
+    synd = kSynLocQpOp;
+  } else if (const uint8_t syn = check_reserved(q, w, q.sq_buf + size_t{at & (q.sq_n - 1)} * 64)) {
+    nbb = w.n_wqebb;
+    synd = syn;
   } else {
     nbb = w.n_wqebb;
     // Fences that wait for remote work to finish block the SQ here (the WQE is not consumed).
@@ -535,6 +569,7 @@ bool Engine::execute(QpCtx& q) noexcept {
   if (!synd) {
     bool fatal = false;
     check_hot_local(q, w, &fatal);
+    check_invalidate_fence(q, w, &fatal);
     if (fatal) synd = kSynLocProt;
   }
   if (!synd) {
@@ -587,6 +622,98 @@ uint8_t Engine::exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   return 0;
 }
 
+// Reserved fields of the first WQEBB (bb0: the ctrl segment and, for a UMR, its UMR control
+// segment; both always share the first WQEBB). Whether a device checks them is not public; these
+// are forms no producer emits, refused as the device refuses every WQE it cannot execute
+// (LOCAL_QP_OP_ERR):
+//  - ctrl opmod (byte 0): 0 for every opcode emu executes (rdma-core providers/mlx5/qp.c and
+//    Linux wr.c write a non-zero opmod only for atomics, TSO/ETH sends, MMO and signature
+//    opcodes, none of which emu runs);
+//  - ctrl bytes 9-10 (Linux include/linux/mlx5/qp.h mlx5_wqe_ctrl_seg dci_stream_channel_id):
+//    meaningful on a DC initiator only, never written on an RC QP;
+//  - UMR ctrl flags bits 2:0 and bytes 1-3, 20-47 (rdma-core mlx5dv.h mlx5_wqe_umr_ctrl_seg
+//    rsvd0/rsvd1, which qp.c set_umr_control_seg memsets; DPDK mlx5_prm.h mlx5_wqe_umr_cseg);
+//  - UMR ctrl bytes 16-19 without the TRANSLATION_OFFSET flag (with it they are the offset's
+//    bits 47:16, Linux umr.c mlx5r_umr_update_offset).
+uint8_t Engine::check_reserved(QpCtx& q, const prm::DecodedWqe& w, const uint8_t* bb0) noexcept {
+  char buf[160];
+  const char* what = nullptr;
+  unsigned at = 0;
+  const bool umr = w.ctrl.opcode == MLX5_OPCODE_UMR;
+  constexpr uint8_t kUmrFlagsKnown = MLX5_WQE_UMR_CTRL_FLAG_INLINE | prm::kUmrFlagCheckMask |
+                                     MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET |
+                                     MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN;
+  auto nonzero = [&](unsigned from, unsigned to) {  // first non-zero byte of bb0[from, to)
+    for (unsigned i = from; i < to; ++i)
+      if (bb0[i]) return at = i, true;
+    return false;
+  };
+  if (w.ctrl.opmod)
+    what = "ctrl opmod", at = 0;
+  else if (nonzero(9, 11))
+    what = "ctrl bytes 9-10 (dci_stream_channel_id, DC initiators only)";
+  else if (umr && (bb0[16] & ~kUmrFlagsKnown))
+    what = "UMR ctrl flags bits 2:0", at = 16;
+  else if (umr && nonzero(17, 20))
+    what = "UMR ctrl bytes 1-3";
+  else if (umr && !(bb0[16] & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET) && nonzero(32, 36))
+    what = "UMR ctrl bytes 16-19 (translation offset 47:16) without the TRANSLATION_OFFSET flag";
+  else if (umr && nonzero(36, 64))
+    what = "UMR ctrl bytes 20-47";
+  if (!what) return 0;
+  std::snprintf(buf, sizeof(buf), "reserved field set: %s (WQE byte %u = 0x%02x, opcode 0x%02x)",
+                what, at, bb0[at], w.ctrl.opcode);
+  report(&q, w.ctrl.wqe_index, Rule::kReservedField, buf);
+  return kSynLocQpOp;
+}
+
+uint64_t Engine::umr_xlt_offset(const QpCtx& q, const prm::DecodedWqe& w) const noexcept {
+  if (!(w.umr.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET)) return 0;
+  const uint8_t* b = q.sq_buf + size_t{w.ctrl.wqe_index & (q.sq_n - 1u)} * 64 + 32;
+  const uint64_t hi = uint64_t{b[0]} << 24 | uint64_t{b[1]} << 16 | uint64_t{b[2]} << 8 | b[3];
+  return hi << 16 | w.umr.translation_offset;
+}
+
+// A WQE that gathers from (WRITE, SEND) or scatters into (READ) an mkey keeps using it until it
+// completes: a gather is read again on a retransmission until the peer acknowledged it, a READ's
+// data lands when its responses arrive. An invalidate of that mkey must therefore wait for it:
+// STRONG_ORDERING (0x60) behind a gather, FENCE (0x40) / SMALL_AND_FENCE (0x80) / 0x60 behind a
+// READ (the fence modes of Linux include/linux/mlx5/qp.h MLX5_FENCE_MODE_*; kernels before the
+// wr.c split gave a fenced LOCAL_INV strong ordering, qp.c get_fence). emu's fences hold the
+// invalidate until what they wait for completed, so a user still outstanding here means the
+// invalidate's fence was too weak. Without the report the fault shows on the user: its gather
+// or scatter fails with LOCAL_PROT_ERR after the invalidate freed the mkey, and nothing names
+// the WQE that lacked the fence.
+void Engine::check_invalidate_fence(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept {
+  const bool inval = w.ctrl.opcode == MLX5_OPCODE_LOCAL_INVAL ||
+                     (w.ctrl.opcode == MLX5_OPCODE_UMR &&
+                      (w.umr.mkey_mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE) && w.mkc.free);
+  if (!inval || q.inflight.empty()) return;
+  const uint32_t idx = w.ctrl.imm >> 8;
+  for (const SendEntry& o : q.inflight) {
+    if (!o.remote || o.st != SendEntry::St::kWait) continue;
+    prm::DecodedWqe& u = dw2_;
+    if (prm::decode_wqe(q.sq_buf, q.sq_n, o.counter, u) != prm::DecodeError::kOk) continue;
+    for (uint32_t i = 0; i < u.n_sge; ++i) {
+      if (!u.sge[i].byte_count || (u.sge[i].mkey >> 8) != idx) continue;
+      const bool rd = o.opcode == MLX5_OPCODE_RDMA_READ;
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "%s invalidates mkey 0x%x while the %s at WQE 0x%04x, not completed, still %s "
+                    "it: the invalidate needs %s (fm_ce_se 0x%02x)",
+                    std::string(prm::wqe_opcode_name(w.ctrl.opcode)).c_str(), w.ctrl.imm,
+                    std::string(prm::wqe_opcode_name(o.opcode)).c_str(),
+                    static_cast<uint16_t>(o.counter), rd ? "scatters into" : "gathers from",
+                    rd ? "FENCE (0x40), STRONG_ORDERING (0x60) or SMALL_AND_FENCE (0x80)"
+                       : "STRONG_ORDERING (0x60)",
+                    w.ctrl.fm_ce_se);
+      report(&q, w.ctrl.wqe_index, Rule::kMissingFenceBeforeInvalidate, buf);
+      if (opt_.checker_fatal) *fatal = true;
+      return;
+    }
+  }
+}
+
 // A UMR WQE in four steps, each refusing with the device's syndrome before anything changes:
 // the target mkey and the control segment's rules, the new translation entries, the scalar
 // fields; then the commit.
@@ -600,8 +727,13 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
   const Klm* src = nullptr;
   if (const uint8_t syn = umr_read_entries(q, w, m, src)) return syn;
   if (const uint8_t syn = umr_check_scalars(q, w, m)) return syn;
-  if (m.mw && src)
-    if (const uint8_t syn = umr_check_bind(q, w, m, *src)) return syn;
+  // A UMR that leaves a memory window valid binds it, whatever its flags ask for: the bind rules
+  // apply unconditionally, as a software device applies them (Linux rxe_mw.c rxe_check_bind_mw
+  // runs on every bind); one that frees it is an invalidation.
+  const bool leaves_valid =
+      (w.umr.mkey_mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE) ? !w.mkc.free : !m.free;
+  if (m.mw && leaves_valid)
+    if (const uint8_t syn = umr_check_bind(q, w, m, src)) return syn;
   return umr_commit(q, w, m, src);
 }
 
@@ -613,10 +745,16 @@ uint8_t Engine::exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept {
 // MW_BIND (IBV_ACCESS_MW_BIND) whose range holds the bound bytes; remote write or atomic rights
 // need the MR's local write (ibv_bind_mw(3)); every bind writes the 8-bit key (ibv_bind_mw(3):
 // the consumer gives the window a new rkey with each bind, ibv_inc_rkey).
+//
+// Two rules hold whatever the UMR's flags ask for (rxe_check_bind_mw checks them on every bind):
+// a type-2 window is bound from the free state only (IBTA o10-37.2.30), with or without the
+// CHECK_FREE flag, and a bind carries its translation (o10-37.2.40: a type-2 window is not bound
+// to no MR; without an entry it would keep its old translation).
 uint8_t Engine::umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
-                               const Klm& e) noexcept {
+                               const Klm* ep) noexcept {
   const uint64_t mask = w.umr.mkey_mask;
   const prm::MkcFields& c = w.mkc;
+  const Klm e = ep ? *ep : Klm{};
   const Mkey* mr = lookup(e.mkey);
   const uint8_t acc = (mask & (MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE |
                                MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC))
@@ -628,7 +766,9 @@ uint8_t Engine::umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m
     why = "a type-2 window must be bound to the QP that posts the bind";
   else if (!(mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY))
     why = "a bind must write the window's key (the KEY mask bit)";
-  else if (w.umr.klm_octowords != 4 || e.byte_count == 0 || e.byte_count != len)
+  else if (!m.free)
+    why = "the window is bound: a type-2 window is bound from the free state only";
+  else if (!ep || w.umr.klm_octowords != 4 || e.byte_count == 0 || e.byte_count != len)
     why = "a bind carries one translation entry of the window's length";
   else if (!mr || mr->kind != Mkey::Kind::kDirect || mr->free || mr->pd != m.pd)
     why = "the entry names no valid MR of the window's PD";
@@ -656,11 +796,17 @@ uint8_t Engine::umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m
   const uint16_t idx16 = w.ctrl.wqe_index;
   const prm::UmrCtrlFields& u = w.umr;
   const uint64_t mask = u.mkey_mask;
-  if (mask & ~prm::kMaskKnown) {
+  // Bit 4 has no meaning in any mask definition (Linux device.h MLX5_MKEY_MASK_*, rdma-core
+  // mlx5dv.h), but DPDK's regex driver ORs the TRANSLATION_OFFSET control flag (1 << 4) into its
+  // mask (drivers/regex/mlx5/mlx5_regex_fastpath.c complete_umr_wqe) and ships against real
+  // devices: emu accepts and ignores it.
+  constexpr uint64_t kMaskDpdkRegexBit4 = MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET;
+  const uint64_t known = prm::kMaskKnown | kMaskDpdkRegexBit4;
+  if (mask & ~known) {
     std::snprintf(buf, sizeof(buf),
                   "mkey_mask 0x%016" PRIx64 " has bits 0x%016" PRIx64
                   " the device does not implement",
-                  mask, mask & ~prm::kMaskKnown);
+                  mask, mask & ~known);
     report(&q, idx16, Rule::kUnknownMaskBits, buf);
     return kSynLocQpOp;
   }
@@ -673,6 +819,27 @@ uint8_t Engine::umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m
                   "(%s)",
                   prof_->name);
     report(&q, idx16, Rule::kUmrMaskForbidden, buf);
+    return kSynLocQpOp;
+  }
+  // The translation is copied in units of 64 bytes (four 16-byte entries): every producer pads
+  // its list and aligns its offset to them (rdma-core providers/mlx5/qp.c umr_sg_list_create /
+  // mlx5_send_wr_set_mkey_layout, klm_octowords = align(bytes, 64) / 16; Linux umr.c
+  // mlx5r_umr_update_xlt "UMR copies MTTs in units of MLX5_UMR_FLEX_ALIGNMENT bytes, so we need
+  // to align the offset and length accordingly", mlx5r_umr_get_xlt_octo; DPDK
+  // mlx5_regex_fastpath.c RTE_ALIGN(klm_size, 4)).
+  if (u.klm_octowords % 4) {
+    std::snprintf(buf, sizeof(buf),
+                  "klm_octowords %u is not a multiple of 4: the translation is not padded to 64 "
+                  "bytes",
+                  u.klm_octowords);
+    report(&q, idx16, Rule::kKlmListNotPadded, buf);
+    return kSynLocQpOp;
+  }
+  if (const uint64_t off = umr_xlt_offset(q, w); off % 4) {
+    std::snprintf(
+        buf, sizeof(buf),
+        "translation offset %" PRIu64 " octowords is not 64-byte aligned (a multiple of 4)", off);
+    report(&q, idx16, Rule::kXltOffsetUnaligned, buf);
     return kSynLocQpOp;
   }
   const uint8_t chk = u.flags & prm::kUmrFlagCheckMask;
@@ -707,18 +874,18 @@ uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey&
   const prm::UmrCtrlFields& u = w.umr;
   const uint32_t n_oct = u.klm_octowords;
   if (!n_oct) return 0;
-  const uint32_t off =
-      (u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET) ? u.translation_offset : 0;
+  const uint64_t off = umr_xlt_offset(q, w);
   if (u.inline_list() && n_oct > prm::align4(opt_.max_inline_klm)) {
     std::snprintf(buf, sizeof(buf), "inline UMR with %u KLM octowords, device limit %u", n_oct,
                   prm::align4(opt_.max_inline_klm));
     report(&q, idx16, Rule::kMalformedWqe, buf);
     return kSynLocQpOp;
   }
-  if (uint64_t{off} + n_oct > m.capacity) {
+  if (off + n_oct > m.capacity) {
     std::snprintf(buf, sizeof(buf),
-                  "UMR writes translation entries %u..%u into mkey 0x%x that holds %u", off,
-                  off + n_oct - 1, w.ctrl.imm, m.capacity);
+                  "UMR writes translation entries %" PRIu64 "..%" PRIu64
+                  " into mkey 0x%x that holds %u",
+                  off, off + n_oct - 1, w.ctrl.imm, m.capacity);
     report(&q, idx16, Rule::kTooManyEntries, buf);
     return kSynMwBind;
   }
@@ -753,6 +920,19 @@ uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey&
       tmp[i] =
           Klm{::rdmx::detail::bswap(bc), ::rdmx::detail::bswap(key), ::rdmx::detail::bswap(addr)};
     }
+  }
+  // A repeat-block header is the mkey's first translation entry (rdma-core qp.c
+  // umr_strided_seg_create writes it at offset 0 with no TRANSLATION_OFFSET; Linux wr.c
+  // set_sig_data_segment likewise); the entries that follow it are repeat entries. A header
+  // written under an offset, or an offset into a repeat block, is a form no producer emits (the
+  // header would be read as a KLM naming mkey 0x400).
+  if (off != 0 && (tmp[0].mkey == prm::kRepeatBlockOp || m.repeat)) {
+    std::snprintf(buf, sizeof(buf), "%s at translation offset %" PRIu64 " of mkey 0x%x",
+                  tmp[0].mkey == prm::kRepeatBlockOp ? "repeat-block header (op 0x400)"
+                                                     : "entries written into a repeat block",
+                  off, w.ctrl.imm);
+    report(&q, idx16, Rule::kRepeatHeaderNotFirst, buf);
+    return kSynLocQpOp;
   }
   if (off == 0 && tmp[0].mkey == prm::kRepeatBlockOp) {
     if (const uint8_t syn = umr_check_repeat(q, w, tmp, n_oct)) return syn;
@@ -795,7 +975,21 @@ uint8_t Engine::umr_check_repeat(QpCtx& q, const prm::DecodedWqe& w, const Klm* 
     why = "repeat count 0";
   else if (sum != tmp[0].byte_count || sum == 0)
     why = "entry bytes do not sum to the block size";
-  if (!why) return 0;
+  if (!why) {
+    // Each entry's stride is at least its byte count: rdma-core writes stride = bytes_count +
+    // bytes_skip (qp.c umr_strided_seg_create), the kernel stride = bcount (wr.c
+    // set_sig_data_segment). A shorter stride makes repetitions overlap, which no producer asks
+    // for.
+    for (uint32_t i = 1; i <= n; ++i) {
+      const uint32_t stride = tmp[i].byte_count >> 16, bytes = tmp[i].byte_count & 0xffff;
+      if (stride >= bytes) continue;
+      std::snprintf(buf, sizeof(buf), "repeat-block entry %u: stride %u below its byte count %u",
+                    i - 1, stride, bytes);
+      report(&q, w.ctrl.wqe_index, Rule::kRepeatStride, buf);
+      return kSynLocQpOp;
+    }
+    return 0;
+  }
   std::snprintf(buf, sizeof(buf),
                 "repeat block: %s (entries %u, octowords %u, block %u, sum %" PRIu64 ", repeat %u)",
                 why, n, n_oct, tmp[0].byte_count, sum, repeat_count);
@@ -829,8 +1023,8 @@ uint8_t Engine::umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Kl
   const prm::MkcFields& c = w.mkc;
   const uint64_t mask = u.mkey_mask;
   const uint32_t n_oct = u.klm_octowords;
-  const uint32_t off =
-      (u.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET) ? u.translation_offset : 0;
+  // Below the mkey's capacity when entries are written (umr_read_entries checked it).
+  const uint32_t off = static_cast<uint32_t>(umr_xlt_offset(q, w));
   if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY) m.tag = c.key;
   if (mask & MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE) m.free = c.free;
   struct {

@@ -58,6 +58,20 @@ const char* rule_name(Rule r) noexcept {
       return "wqe-larger-than-max-wqe-sz-sq";
     case Rule::kUmrMaskForbidden:
       return "umr-mask-forbidden-by-caps";
+    case Rule::kKlmListNotPadded:
+      return "klm-list-not-padded";
+    case Rule::kReservedField:
+      return "reserved-field-set";
+    case Rule::kXltOffsetUnaligned:
+      return "translation-offset-unaligned";
+    case Rule::kRepeatStride:
+      return "repeat-stride-below-bytes";
+    case Rule::kRepeatHeaderNotFirst:
+      return "repeat-header-not-first";
+    case Rule::kWqeQpnMismatch:
+      return "wqe-qpn-mismatch";
+    case Rule::kMissingFenceBeforeInvalidate:
+      return "missing-fence-before-invalidate";
     case Rule::kCount:
       break;
   }

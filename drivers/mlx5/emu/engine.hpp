@@ -236,6 +236,10 @@ class Engine {
                 uint32_t pd = kAnyPd, uint32_t qpn = kAnyQpn) noexcept;
   XlateErr check(uint32_t key, uint64_t iova, uint64_t len, uint8_t access, uint32_t pd = kAnyPd,
                  uint32_t qpn = kAnyQpn) noexcept;
+  // The translation of bytes [off, off+len) of indirect mkey `m` (the range already inside its
+  // registration), `depth` indirect levels below the mkey the request named.
+  template <class F>
+  XlateErr xlat(const Mkey& m, uint64_t off, uint64_t len, F& on, uint32_t depth) noexcept;
 
   // --- send queue (datapath.cpp)
   bool poll_sq(QpCtx& q) noexcept;
@@ -250,7 +254,16 @@ class Engine {
   uint8_t umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
                            const Klm*& src) noexcept;
   uint8_t umr_check_scalars(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
-  uint8_t umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m, const Klm& e) noexcept;
+  // `e`: the bind's translation entry, null when the UMR writes none.
+  uint8_t umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m, const Klm* e) noexcept;
+  // The control segment's and UMR control segment's reserved bits: 0 or a syndrome (reported).
+  uint8_t check_reserved(QpCtx& q, const prm::DecodedWqe& w, const uint8_t* bb0) noexcept;
+  // The translation offset of a UMR in octowords (0 without the TRANSLATION_OFFSET flag): the
+  // 16-bit field joined with the UMR control bytes 16-19 (the kernel's xlt_offset_47_16).
+  uint64_t umr_xlt_offset(const QpCtx& q, const prm::DecodedWqe& w) const noexcept;
+  // An invalidating UMR or LOCAL_INVAL while an earlier WQE of this SQ that uses the mkey as a
+  // local key has not completed (its fence did not wait for it): reported at the invalidate.
+  void check_invalidate_fence(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept;
   uint8_t umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src) noexcept;
   uint8_t umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src, uint32_t off,
                           uint32_t n_oct) noexcept;

@@ -399,8 +399,10 @@ uint32_t build_umr_interleaved(RingCursor& cur, const UmrVerbsHead& h, uint32_t 
   return ds;
 }
 
-uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
-                         uint32_t invalidate_key) noexcept {
+namespace {
+// LOCAL_INV as rdma-core's set_bind_wr writes it, with `key` in the key byte.
+uint32_t local_inv_with_key(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                            uint32_t invalidate_key, uint8_t key) noexcept {
   set_ctrl(cur.take<mlx5_wqe_ctrl_seg>(), wqe_index, MLX5_OPCODE_UMR, 0, qpn, kUmrHeaderDs,
            fm_ce_se, Be32::from_host(invalidate_key));
   auto* u = reinterpret_cast<mlx5_wqe_umr_ctrl_seg*>(cur.here());
@@ -408,10 +410,21 @@ uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint
   set_umr_ctrl(u, kLocalInvUmrFlags, 0, kLocalInvMask);
   MkeyCtx c;
   c.free = true;
-  c.key = 0;
+  c.key = key;
   c.qpn = kMkeyQpnNone;
   set_mkey_ctx(cur.take<mlx5_wqe_mkey_context_seg>(), c);
   return kUmrHeaderDs;
+}
+}  // namespace
+
+uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                         uint32_t invalidate_key) noexcept {
+  return local_inv_with_key(cur, qpn, wqe_index, fm_ce_se, invalidate_key, 0);
+}
+
+uint32_t build_mw_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                             uint32_t rkey) noexcept {
+  return local_inv_with_key(cur, qpn, wqe_index, fm_ce_se, rkey, static_cast<uint8_t>(rkey));
 }
 
 uint32_t build_bind_mw(RingCursor& cur, const BindMw& b) noexcept {

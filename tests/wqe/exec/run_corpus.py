@@ -3,8 +3,9 @@
 every entry, the CQEs of both QPs, the PRM checker's reports and the QP state it ends in.
 
 An entry: name; wrs (an `rdmx-wqe encode` request's work requests, with "$name" placeholders
-for the exec environment: $w0..$w3 the windows, $lkey, $buf, $peer_rkey, $peer_buf, and
-"$NxLEN" for N translation entries of LEN bytes); optional mutate [{wqebb, byte, or|set}]
+for the exec environment: $w0..$w3 the windows, $lkey, $buf, $peer_rkey, $peer_buf, the
+memory-window set-up ($mw, $mw2, $pd2_mw, $bind_lkey/$bind_buf, $bind_ro_lkey/$bind_ro_buf,
+$pd2_lkey/$pd2_buf: any env key), and "$NxLEN" for N translation entries of LEN bytes); optional mutate [{wqebb, byte, or|set}]
 (the planted violation, applied to the encoded bytes), doorbell_record, sq_pi, profile; expect
 {local, peer: ["CQE_OPCODE[:wqe_opcode or syndrome name or *]"], reports: [rule], qp_state}.
 Usage: run_corpus.py RDMX_WQE CORPUS

@@ -175,6 +175,13 @@ enum class Rule : uint8_t {
   kWqeTooLarge,             // a send WQE longer than the profile's max_wqe_sz_sq
   kUmrMaskForbidden,        // UMR mkey_mask bits the profile's caps forbid (umr_modify_*_disabled)
   kMwBindRefused,           // a type-2 window bind the IBTA rules forbid (MR, rights, range, QP)
+  kKlmListNotPadded,      // UMR klm_octowords not a multiple of 4 (translation not 64-byte padded)
+  kReservedField,         // a reserved ctrl / UMR ctrl field or flag bit set, or a non-zero opmod
+  kXltOffsetUnaligned,    // UMR translation offset not a multiple of 4 octowords (64 bytes)
+  kRepeatStride,          // repeat-block entry whose stride is below its byte count
+  kRepeatHeaderNotFirst,  // repeat-block header under a translation offset (not the first entry)
+  kWqeQpnMismatch,        // ctrl segment names another QP than the one whose doorbell rang
+  kMissingFenceBeforeInvalidate,  // invalidate of an mkey an unfinished earlier WQE still uses
   kCount,
 };
 const char* rule_name(Rule r) noexcept;

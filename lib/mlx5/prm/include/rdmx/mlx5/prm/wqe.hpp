@@ -634,6 +634,15 @@ inline constexpr uint64_t kLocalInvMask = MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE |
 uint32_t build_local_inv(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
                          uint32_t invalidate_key) noexcept;
 
+//  Invalidate of a type-2 memory window: rdma-core's LOCAL_INV above (flags
+//  INLINE|TRANSLATION_OFFSET|CHECK_QPN = 0x98, mask FREE|KEY|QPN = 0x20006000, mkey ctx {free 1,
+//  qpn 0xffffff}: the device refuses it from another QP than the one the window is bound to, and
+//  unbinds the window from its QP) with one difference: the key byte is the window's current key
+//  (rkey & 0xff), not 0, so the window keeps its key and the next bind's key differs from every
+//  retired one. 8 DS.
+uint32_t build_mw_invalidate(RingCursor& cur, uint32_t qpn, uint16_t wqe_index, uint8_t fm_ce_se,
+                             uint32_t rkey) noexcept;
+
 // A memory window bind (ibv_wr_bind_mw / IBV_WR_BIND_MW). rdma-core builds it in
 // providers/mlx5/qp.c set_bind_wr (set_umr_control_seg, set_umr_mkey_seg, set_umr_data_seg).
 struct BindMw {
