@@ -586,17 +586,8 @@ Result<std::optional<Channel>> Listener::try_accept() {
 Result<Channel> Listener::accept(Wait w) {
   const auto deadline = Clock::now() + w.timeout;
   for (;;) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    const int fd =
-        ::accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-      const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      return Channel(fd, sockaddr_text(ss));
-    }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-      return make_error(Errc::kDeviceError, "accept on " + address_ + ": " + errno_text(errno));
+    RDMX_TRY_ASSIGN(std::optional<Channel> ch, try_accept());
+    if (ch) return std::move(*ch);
     const int r = wait_fd(fd_, POLLIN, deadline, w);
     if (r == -1) return interrupted("waiting for a client on " + address_);
     if (r == 0)

@@ -756,27 +756,31 @@ def case_blockd_roce_metadata(binary, blockd):
         print(line[0])
 
 
-def case_blockd_roce_clients(binary, blockd):
-    """One blockd server serving two clients at once (--clients 2), each client's core in a
-    protection domain of its own (--isolate peer), over emu RoCE v2 across the veth pair. The
-    clients run on two addresses of the second namespace (two "hosts" there), each its own
-    emu@roce device. Every client's I/O is verified end to end, and the server served both."""
+def blockd_two_clients(blockd, steps):
+    """A blockd server for two clients at once (--clients 2), each client's core in a protection
+    domain of its own (--isolate peer), over emu RoCE v2 across the veth pair; the clients run on
+    two addresses of the second namespace (n.addr_b and 10.47.0.3), each its own emu@roce device.
+    steps(n, addr_c, server, srv, client, clis) starts them (client(addr, requests) starts one)
+    and appends to clis those that must end 0 with their data verified. The server must end 0
+    with its wire gone. Returns (server stdout, server stderr, procs) for more checks."""
     with Netns() as n:
         addr_c = "10.47.0.3"
         subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
                         n.b.replace("-b", "-vb")], check=True, timeout=10)
-        args = ["--requests", "300", "--blocks", "256"]
+        server = f"{n.addr_a}:7471"
+        args = ["--blocks", "256"]
         popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                              text=True)
-        srv = popen(command(blockd, None, ["--role", "server", "--listen", f"{n.addr_a}:7471",
-                                           "--clients", "2", "--isolate", "peer", "--device",
+        client = lambda addr, requests: popen(command(
+            blockd, None, ["--role", "client", "--peer", server, "--requests", str(requests),
+                           "--device", f"emu@roce:{addr}"] + args, n.b))
+        srv = popen(command(blockd, None, ["--role", "server", "--listen", server, "--clients",
+                                           "2", "--isolate", "peer", "--device",
                                            f"emu@roce:{n.addr_a}"] + args, n.a))
         clis = []
         try:
             wait_line(srv, srv.stdout, "waiting for client 1 of 2")
-            clis = [popen(command(blockd, None, ["--role", "client", "--peer", f"{n.addr_a}:7471",
-                                                 "--device", f"emu@roce:{a}"] + args, n.b))
-                    for a in (n.addr_b, addr_c)]
+            steps(n, addr_c, server, srv, client, clis)
             outs = [finish(c) for c in clis]
             sout, serr = finish(srv)
         finally:
@@ -788,14 +792,23 @@ def case_blockd_roce_clients(binary, blockd):
               f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
         for o, _ in outs:
             check("verified end to end" in o, "a client did not verify its run", *procs)
-        served = [int(m) for m in re.findall(r"client \d \(.*\): (\d+) requests served", sout)]
-        check(len(served) == 2 and all(x > 0 for x in served), f"served {served}", *procs)
         check("2 client(s), each core in a protection domain of its own" in sout,
               "the server did not isolate its clients", *procs)
         check(not [f for f in os.listdir("/dev/shm") if f.endswith(f"blockd-{srv.pid}")],
               "wire left", *procs)
-        print(f"blockd-roce-clients: two clients served at once over RoCE v2, isolated, "
-              f"requests {served}")
+        return sout, serr, procs
+
+
+def case_blockd_roce_clients(binary, blockd):
+    """One blockd server serving two clients at once, isolated, over emu RoCE v2: every client's
+    I/O verified end to end, and the server served both."""
+    def steps(n, addr_c, server, srv, client, clis):
+        clis += [client(n.addr_b, 300), client(addr_c, 300)]
+    sout, _, procs = blockd_two_clients(blockd, steps)
+    served = [int(m) for m in re.findall(r"client \d \(.*\): (\d+) requests served", sout)]
+    check(len(served) == 2 and all(x > 0 for x in served), f"served {served}", *procs)
+    print(f"blockd-roce-clients: two clients served at once over RoCE v2, isolated, "
+          f"requests {served}")
 
 
 def case_capi_peers(binary, blockd, peers):
@@ -949,44 +962,19 @@ def case_blockd_hostile_roce(binary, blockd, hostile_bin):
     overwritten when the check wrapped). The hostile client's requests are all refused; it leaves
     without a STOP and is dropped; a third client takes its slot. Victim and third client verify
     their data; the server ends 0."""
-    with Netns() as n:
-        addr_c = "10.47.0.3"
-        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
-                        n.b.replace("-b", "-vb")], check=True, timeout=10)
-        server = f"{n.addr_a}:7471"
-        args = ["--blocks", "256"]
-        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True)
-        srv = popen(command(blockd, None, ["--role", "server", "--listen", server, "--clients",
-                                           "2", "--isolate", "peer", "--device",
-                                           f"emu@roce:{n.addr_a}"] + args, n.a))
-        clis = []
-        try:
-            wait_line(srv, srv.stdout, "waiting for client 1 of 2")
-            clis.append(popen(command(blockd, None, ["--role", "client", "--peer", server,
-                                                     "--requests", "1500", "--device",
-                                                     f"emu@roce:{n.addr_b}"] + args, n.b)))
-            wait_line(srv, srv.stdout, "waiting for client 2 of 2")
-            said = blockd_hostile_run(hostile_bin, "ranges", server, f"emu@roce:{addr_c}", 256, n.b)
-            clis.append(popen(command(blockd, None, ["--role", "client", "--peer", server,
-                                                     "--requests", "300", "--device",
-                                                     f"emu@roce:{addr_c}"] + args, n.b)))
-            outs = [finish(c) for c in clis]
-            sout, serr = finish(srv)
-        finally:
-            for p in [srv] + clis:
-                reap(p)
-        procs = [("server", sout, serr)] + [(f"client {i + 1}", o, e)
-                                            for i, (o, e) in enumerate(outs)]
-        check(srv.returncode == 0 and all(c.returncode == 0 for c in clis),
-              f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
-        for o, _ in outs:
-            check("verified end to end" in o, "a client did not verify its run", *procs)
-        check("2 client(s), each core in a protection domain of its own; 1 dropped" in sout,
-              "the server did not drop exactly the hostile client", *procs)
-        print(said)
-        print("blockd-hostile-roce: the victim and the next client verified, the hostile client "
-              "refused and dropped")
+    said = []
+    def steps(n, addr_c, server, srv, client, clis):
+        clis.append(client(n.addr_b, 1500))  # the victim
+        wait_line(srv, srv.stdout, "waiting for client 2 of 2")
+        said.append(blockd_hostile_run(hostile_bin, "ranges", server, f"emu@roce:{addr_c}", 256,
+                                       n.b))
+        clis.append(client(addr_c, 300))  # takes the hostile one's slot
+    sout, _, procs = blockd_two_clients(blockd, steps)
+    check("; 1 dropped" in sout, "the server did not drop exactly the hostile client", *procs)
+    print(said[0])
+    print("blockd-hostile-roce: the victim and the next client verified, the hostile client "
+          "refused and dropped")
+
 
 def case_blockd_idle_door(binary, blockd):
     """50 TCP connections to a blockd server that send nothing, then a real client: the server
@@ -1023,50 +1011,26 @@ def case_blockd_client_killed(binary, blockd):
     """Two clients at once over emu RoCE v2 across the namespace pair; one is killed (SIGKILL)
     in the middle of its run. The server drops it alone (one line), the other client carries on
     and verifies its data, a third client takes the dead one's slot, and the server ends 0."""
-    with Netns() as n:
-        addr_c = "10.47.0.3"
-        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
-                        n.b.replace("-b", "-vb")], check=True, timeout=10)
-        server = f"{n.addr_a}:7471"
-        args = ["--blocks", "256"]
-        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True)
-        client = lambda addr, requests: popen(command(
-            blockd, None, ["--role", "client", "--peer", server, "--requests", str(requests),
-                           "--device", f"emu@roce:{addr}"] + args, n.b))
-        srv = popen(command(blockd, None, ["--role", "server", "--listen", server, "--clients",
-                                           "2", "--isolate", "peer", "--device",
-                                           f"emu@roce:{n.addr_a}"] + args, n.a))
-        clis = []
+    def steps(n, addr_c, server, srv, client, clis):
+        clis.append(client(n.addr_b, 1500))  # the survivor
+        wait_line(srv, srv.stdout, "waiting for client 2 of 2")
+        victim = client(addr_c, 1000000)  # runs until killed
         try:
-            wait_line(srv, srv.stdout, "waiting for client 1 of 2")
-            clis.append(client(n.addr_b, 1500))                # the survivor
-            wait_line(srv, srv.stdout, "waiting for client 2 of 2")
-            victim = client(addr_c, 1000000)                    # runs until killed
             wait_line(victim, victim.stdout, "connecting to")
-            time.sleep(1.0)                                     # in the middle of its run
+            time.sleep(1.0)  # in the middle of its run
+        finally:
             victim.kill()
             victim.wait()
-            wait_line(srv, srv.stdout, "slot 2 waits for the next client")  # the victim's
-            clis.append(client(addr_c, 300))                    # takes the dead one's slot
-            outs = [finish(c) for c in clis]
-            sout, serr = finish(srv)
-        finally:
-            for p in [srv] + clis:
-                reap(p)
-        procs = [("server", sout, serr)] + [(f"client {i + 1}", o, e)
-                                            for i, (o, e) in enumerate(outs)]
-        check(srv.returncode == 0 and all(c.returncode == 0 for c in clis),
-              f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
-        for o, _ in outs:
-            check("verified end to end" in o, "a client did not verify its run", *procs)
-        dropped = [l for l in serr.splitlines() if " dropped: " in l]
-        check(len(dropped) == 1 and "went away before its STOP" in dropped[0] and
-              "; 1 dropped" in sout,
-              f"the server dropped {len(dropped)} client(s)", *procs)
-        print(dropped[0])
-        print("blockd-client-killed: the other client and the next one verified, the server "
-              "served on")
+        wait_line(srv, srv.stdout, "slot 2 waits for the next client")  # the victim's
+        clis.append(client(addr_c, 300))  # takes the dead one's slot
+    sout, serr, procs = blockd_two_clients(blockd, steps)
+    dropped = [l for l in serr.splitlines() if " dropped: " in l]
+    check(len(dropped) == 1 and "went away before its STOP" in dropped[0] and
+          "; 1 dropped" in sout, f"the server dropped {len(dropped)} client(s)", *procs)
+    print(dropped[0])
+    print("blockd-client-killed: the other client and the next one verified, the server "
+          "served on")
+
 
 # ---- Hostile clients: a python client speaking the rendezvous (lib/endpoint/rendezvous.hpp) ----
 
