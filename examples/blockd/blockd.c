@@ -661,10 +661,17 @@ int main(int argc, char** argv) {
   for (uint64_t it = 1; (cli && g_cli_state != 2) || (srv && !server_done()); ++it) {
     for (k = 0; srv && k < g_clients; ++k) blockd_serve(&g_cfg, &g_peer[k]);
     if (cli) client_step();
-    if (listen_at && !(it & 0xff)) door_step();
-    if (srv && !(it & 0xffff)) watch_clients(listen_at != NULL);
-    if (listen_at && !(it & 0xffff)) {
-      const int busy = slots_in(PEER_JOINING) + slots_in(PEER_RUNNING) + slots_in(PEER_STOPPED);
+    /* Housekeeping: every 64 Ki turns while a client runs; with nobody to serve, every 1 ms
+     * (the server then waits at the door without spinning). */
+    const int busy =
+        listen_at && (slots_in(PEER_JOINING) || slots_in(PEER_RUNNING) || slots_in(PEER_STOPPED));
+    if (listen_at && !busy) {
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+    if (listen_at && (!busy || !(it & 0xff))) door_step();
+    if (srv && (!busy || !(it & 0xffff))) watch_clients(listen_at != NULL);
+    if (listen_at && (!busy || !(it & 0xffff))) {
       if (busy) idle_since = now_us();
       if (!busy && now_us() - idle_since > 120e6) {
         fprintf(stderr, "blockd: server: no client within 120 s\n");
@@ -673,8 +680,8 @@ int main(int argc, char** argv) {
       }
     }
     if (g_stop) { /* the last line says whether a client was running */
-      const int busy = !listen_at || slots_in(PEER_RUNNING) || slots_in(PEER_STOPPED);
-      fprintf(stderr, "blockd: interrupted%s\n", busy ? "" : " while waiting for the peer");
+      const int ran = !listen_at || slots_in(PEER_RUNNING) || slots_in(PEER_STOPPED);
+      fprintf(stderr, "blockd: interrupted%s\n", ran ? "" : " while waiting for the peer");
       close_all();
       exit(130);
     }
