@@ -978,8 +978,13 @@ PeerState watch_one(Testbed::Peer& pr) {
   if (pr.said_bye) return PeerState::kBye;
   pollfd pf{pr.ch.fd(), POLLIN, 0};
   if (::poll(&pf, 1, 0) <= 0) return PeerState::kHere;
-  if (pr.ch.peer_gone()) return PeerState::kGone;
-  auto f = pr.ch.recv({std::chrono::milliseconds(200), &g_signal});
+  // What it sent first: a goodbye is often followed at once by the peer's FIN, and peer_gone()
+  // sees the FIN whatever is still unread.
+  auto got = pr.ch.try_recv();
+  if (got && !got.value())  // part of a frame so far: the rest comes, unless the peer left
+    return pr.ch.peer_gone() ? PeerState::kGone : PeerState::kHere;
+  Result<endpoint::Frame> f =
+      got ? Result<endpoint::Frame>(std::move(*got.value())) : Result<endpoint::Frame>(got.error());
   if (f && f.value().type == endpoint::FrameType::kBye) {
     pr.said_bye = true;
     pr.bye_text = f.value().text();

@@ -128,8 +128,10 @@ class Channel {
   // that knows how many QPs it connects receives, checked before any of them is used.
   Result<std::vector<mlx5::ConnectInfo>> recv_info(size_t expected, Wait w = {});
 
-  // Without waiting: has the peer closed the connection (or reset it)? A frame that is already
-  // readable is not consumed. For watching a peer during a run.
+  // Without waiting: has the peer closed the connection (or reset it)? True from its FIN on,
+  // even while frames it sent before are still unread here (they are not consumed): a watcher
+  // that expects a last frame (a goodbye) reads it first (try_recv). For watching a peer during
+  // a run.
   bool peer_gone() const noexcept;
 
   bool valid() const noexcept { return fd_ >= 0; }
