@@ -995,33 +995,25 @@ bool bad_cores(rdmx_core* const* cores, uint32_t n) {
   return false;
 }
 
-// One step of a non-blocking exchange: sends this side's frame once (the deadline starts then),
-// then looks for the peer's frame of type t. 1 with *f filled, 0 not yet, < 0 an error.
-int try_step(rdmx_conn* c, endpoint::FrameType t, std::span<const uint8_t> mine,
-             uint32_t timeout_ms, endpoint::Frame* f, const char* what) {
-  if (!c->sent) {
-    endpoint::Wait w;
-    w.timeout = std::chrono::milliseconds(1000);  // a few bytes: only a peer that reads nothing
-    if (auto s = c->ch.send(t, mine, w); !s) return fail(s.error(), what);
-    c->sent = true;
-    c->deadline =
-        std::chrono::steady_clock::now() +
-        (timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultExchangeTimeout);
-  }
-  auto r = c->ch.try_recv();
-  if (!r) return fail(r.error(), what);
-  if (!r.value()) {
-    if (std::chrono::steady_clock::now() < c->deadline) return 0;
-    return fail(RDMX_ETIMEDOUT, std::string(what) + ": peer " + c->ch.peer() + " sent no " +
-                                    endpoint::frame_type_name(t) + " in time");
-  }
-  c->sent = false;
-  if (r.value()->type != t)
-    return fail(RDMX_EPROTO, std::string(what) + ": peer " + c->ch.peer() + " sent " +
-                                 endpoint::frame_type_name(r.value()->type) + " where " +
-                                 endpoint::frame_type_name(t) + " was due");
-  *f = std::move(*r.value());
-  return 1;
+// The first call of a non-blocking step (rdmx_conn_try_*) sends this side's frame (`send`, given
+// a Wait) and starts the peer's time; 0, or a negative error.
+template <class Send>
+int step_start(rdmx_conn* c, uint32_t timeout_ms, Send&& send, const char* what) {
+  if (c->sent) return 0;
+  // A few bytes: only a peer that reads nothing at all makes this wait, for 1 s at most.
+  if (auto s = send(endpoint::Wait{std::chrono::milliseconds(1000)}); !s)
+    return fail(s.error(), what);
+  c->sent = true;
+  c->deadline =
+      std::chrono::steady_clock::now() +
+      (timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultExchangeTimeout);
+  return 0;
+}
+// Nothing from the peer yet: 0 while it has time, -RDMX_ETIMEDOUT after.
+int step_waits(const rdmx_conn* c, const char* frame, const char* what) {
+  if (std::chrono::steady_clock::now() < c->deadline) return 0;
+  return fail(RDMX_ETIMEDOUT,
+              std::string(what) + ": peer " + c->ch.peer() + " sent no " + frame + " in time");
 }
 
 }  // namespace
@@ -1101,33 +1093,33 @@ int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32
 }
 
 int rdmx_conn_try_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms) {
-  return guarded("rdmx_conn_try_exchange", [&]() -> int {
+  static constexpr const char* kWhat = "rdmx_conn_try_exchange";
+  return guarded(kWhat, [&]() -> int {
     if (!c || bad_cores(cores, n))
       return fail(RDMX_EINVAL, "rdmx_conn_try_exchange: bad arguments");
-    std::vector<uint8_t> mine;
-    if (!c->sent)
-      for (const auto& ci : local_infos(cores, n)) {
-        const auto b = rdmx::mlx5::encode_connect_info(ci);
-        mine.insert(mine.end(), b.begin(), b.end());
-      }
-    endpoint::Frame f;
-    const int r =
-        try_step(c, endpoint::FrameType::kInfo, mine, timeout_ms, &f, "rdmx_conn_try_exchange");
-    if (r <= 0) return r;
-    auto theirs = endpoint::infos_of(f, c->ch.peer());
-    if (!theirs) return fail(theirs.error(), "rdmx_conn_try_exchange");
-    if (auto s = endpoint::check_peer_infos(theirs.value(), n); !s)
-      return fail(s.error(), "rdmx_conn_try_exchange: peer " + c->ch.peer());
-    const int rc = connect_all(cores, n, theirs.value(), "rdmx_conn_try_exchange");
+    auto send = [&](endpoint::Wait w) { return c->ch.send_info(local_infos(cores, n), w); };
+    if (const int rc = step_start(c, timeout_ms, send, kWhat); rc < 0) return rc;
+    // One info per core, no QPN twice, every field checked, before any core is connected.
+    auto theirs = c->ch.try_recv_info(n);
+    if (!theirs) return fail(theirs.error(), kWhat);
+    if (!theirs.value()) return step_waits(c, "connection info", kWhat);
+    c->sent = false;
+    const int rc = connect_all(cores, n, *theirs.value(), kWhat);
     return rc < 0 ? rc : 1;
   });
 }
 
 int rdmx_conn_try_ready(rdmx_conn* c, uint32_t timeout_ms) {
-  return guarded("rdmx_conn_try_ready", [&]() -> int {
+  static constexpr const char* kWhat = "rdmx_conn_try_ready";
+  return guarded(kWhat, [&]() -> int {
     if (!c) return fail(RDMX_EINVAL, "rdmx_conn_try_ready: NULL argument");
-    endpoint::Frame f;
-    return try_step(c, endpoint::FrameType::kReady, {}, timeout_ms, &f, "rdmx_conn_try_ready");
+    auto send = [&](endpoint::Wait w) { return c->ch.send(endpoint::FrameType::kReady, {}, w); };
+    if (const int rc = step_start(c, timeout_ms, send, kWhat); rc < 0) return rc;
+    auto f = c->ch.try_expect(endpoint::FrameType::kReady);
+    if (!f) return fail(f.error(), kWhat);
+    if (!f.value()) return step_waits(c, "ready", kWhat);
+    c->sent = false;
+    return 1;
   });
 }
 

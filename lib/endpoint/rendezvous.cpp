@@ -419,12 +419,21 @@ Result<Frame> Channel::recv(Wait w) {
   }
 }
 
+Error Channel::unexpected(FrameType got, FrameType due) const {
+  return make_error(Errc::kProtocol, "peer " + peer_ + " sent " + frame_type_name(got) + " (type " +
+                                         std::to_string(int(got)) + ") where " +
+                                         frame_type_name(due) + " was due");
+}
+
 Result<Frame> Channel::expect(FrameType t, Wait w) {
   RDMX_TRY_ASSIGN(Frame f, recv(w));
-  if (f.type != t)
-    return make_error(Errc::kProtocol, "peer " + peer_ + " sent " + frame_type_name(f.type) +
-                                           " (type " + std::to_string(int(f.type)) + ") where " +
-                                           frame_type_name(t) + " was due");
+  if (f.type != t) return unexpected(f.type, t);
+  return f;
+}
+
+Result<std::optional<Frame>> Channel::try_expect(FrameType t) {
+  RDMX_TRY_ASSIGN(std::optional<Frame> f, try_recv());
+  if (f && f->type != t) return unexpected(f->type, t);
   return f;
 }
 
@@ -464,6 +473,14 @@ Result<std::vector<mlx5::ConnectInfo>> Channel::recv_info(size_t expected, Wait 
   RDMX_TRY_ASSIGN(std::vector<mlx5::ConnectInfo> out, recv_info(w));
   RDMX_TRY(check_peer_infos(out, expected), "peer " + peer_);
   return out;
+}
+
+Result<std::optional<std::vector<mlx5::ConnectInfo>>> Channel::try_recv_info(size_t expected) {
+  RDMX_TRY_ASSIGN(std::optional<Frame> f, try_expect(FrameType::kInfo));
+  if (!f) return std::optional<std::vector<mlx5::ConnectInfo>>();
+  RDMX_TRY_ASSIGN(std::vector<mlx5::ConnectInfo> out, infos_of(*f, peer_));
+  RDMX_TRY(check_peer_infos(out, expected), "peer " + peer_);
+  return std::optional<std::vector<mlx5::ConnectInfo>>(std::move(out));
 }
 
 Status check_peer_infos(std::span<const mlx5::ConnectInfo> infos, size_t expected) {

@@ -127,6 +127,10 @@ class Channel {
   // The same, for exactly `expected` QPs (check_peer_infos): what a server or a C API exchange
   // that knows how many QPs it connects receives, checked before any of them is used.
   Result<std::vector<mlx5::ConnectInfo>> recv_info(size_t expected, Wait w = {});
+  // Without waiting (try_recv): the frame of type t, the checked connection infos, once they are
+  // all there; nothing yet otherwise. The same errors as expect() and recv_info(expected).
+  Result<std::optional<Frame>> try_expect(FrameType t);
+  Result<std::optional<std::vector<mlx5::ConnectInfo>>> try_recv_info(size_t expected);
 
   // Without waiting: has the peer closed the connection (or reset it)? True from its FIN on,
   // even while frames it sent before are still unread here (they are not consumed): a watcher
@@ -147,6 +151,7 @@ class Channel {
   Status write_all(const uint8_t* p, size_t n, Wait w);
   Result<std::optional<Frame>> take_frame();
   Error closed_error() const;
+  Error unexpected(FrameType got, FrameType due) const;
   int fd_ = -1;
   std::string peer_;
   std::vector<uint8_t> rx_;  // received bytes of the frame not yet complete
