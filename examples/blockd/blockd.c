@@ -297,8 +297,6 @@ static void waiting_line(uint32_t k) {
  * rdmx_accept_hello holds every connection whose hello has not come (10 s each, 64 at most),
  * and a joining client's exchange and ready are taken a step at a time (10 s each). A client
  * that is slow, silent, foreign or has other sizes is one line and takes no slot. */
-static int g_readying[MAXC]; /* slot k: its core runs, its ready is awaited */
-
 /* A joining client refused: one line, its core and connection gone, its slot free again. */
 static void refuse_join(struct peer* P, const char* why) {
   fprintf(stderr, "blockd: server: client %s not served: %s\n", P->name, why);
@@ -344,6 +342,13 @@ static uint32_t slots_in(int state) {
   for (uint32_t k = 0; k < g_clients; ++k) n += g_peer[k].state == state;
   return n;
 }
+/* Clients joining or served now (not a free slot, one served to its end or one dropped). */
+static uint32_t clients_here(void) {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < g_clients; ++k)
+    n += g_peer[k].state >= PEER_JOINING && g_peer[k].state <= PEER_STOPPED;
+  return n;
+}
 /* Moves the joining clients a step and takes new hellos while a slot is free. */
 static void door_step(void) {
   char got[128];
@@ -355,10 +360,10 @@ static void door_step(void) {
     if (P->state == PEER_JOINING) {
       rc = rdmx_conn_try_exchange(P->conn, &P->s.core, 1, 0);
       if (rc < 0) refuse_join(P, rdmx_last_error());
-      if (rc == 1 && blockd_peer_start(&g_cfg, P) >= 0) g_readying[k] = 1;
-    } else if (g_readying[k] && (rc = rdmx_conn_try_ready(P->conn, 0)) != 0) {
-      g_readying[k] = 0;
+      if (rc == 1 && blockd_peer_start(&g_cfg, P) >= 0) P->state = PEER_READYING;
+    } else if (P->state == PEER_READYING && (rc = rdmx_conn_try_ready(P->conn, 0)) != 0) {
       if (rc < 0) blockd_drop(&g_cfg, P, rdmx_last_error());
+      if (rc == 1) P->state = PEER_RUNNING;
       if (rc == 1 && slots_in(PEER_FREE)) waiting_line(g_clients - slots_in(PEER_FREE));
     }
   }
@@ -420,7 +425,6 @@ static void watch_clients(int tcp) {
     }
     ++g_dropped;
     P->state = PEER_FREE;
-    g_readying[k] = 0;
     printf("blockd: server: slot %u waits for the next client\n", k + 1);
     fflush(stdout);
   }
@@ -663,8 +667,7 @@ int main(int argc, char** argv) {
     if (cli) client_step();
     /* Housekeeping: every 64 Ki turns while a client runs; with nobody to serve, every 1 ms
      * (the server then waits at the door without spinning). */
-    const int busy =
-        listen_at && (slots_in(PEER_JOINING) || slots_in(PEER_RUNNING) || slots_in(PEER_STOPPED));
+    const int busy = listen_at && clients_here();
     if (listen_at && !busy) {
       struct timespec ms = {0, 1000000};
       nanosleep(&ms, NULL);

@@ -22,7 +22,7 @@ int blockd_send(struct side* s, uint32_t i, const void* msg, uint32_t len, int i
 }
 
 void blockd_drop(const struct blockd_server_cfg* c, struct peer* P, const char* why) {
-  if (P->state != PEER_RUNNING && P->state != PEER_STOPPED) return;
+  if (P->state != PEER_READYING && P->state != PEER_RUNNING && P->state != PEER_STOPPED) return;
   snprintf(P->why, sizeof P->why, "%s", why);
   if (!c->quiet)
     fprintf(stderr, "blockd: server: client %s dropped: %s (%llu requests served, %llu refused)\n",

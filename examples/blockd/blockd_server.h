@@ -34,12 +34,13 @@ struct blockd_server_cfg {
 };
 
 enum peer_state {
-  PEER_FREE,    /* no client in this slot */
-  PEER_JOINING, /* its hello was taken; connect info being exchanged (blockd.c door_step) */
-  PEER_RUNNING, /* serving */
-  PEER_STOPPED, /* its STOP came; the reply to it has not left yet */
-  PEER_DONE,    /* the reply to its STOP has left: served to the end */
-  PEER_DROPPED  /* dropped (why says why); the slot may take another client */
+  PEER_FREE,     /* no client in this slot */
+  PEER_JOINING,  /* its hello was taken; connect info being exchanged (blockd.c door_step) */
+  PEER_READYING, /* connected, its receives posted; its ready awaited (blockd.c door_step) */
+  PEER_RUNNING,  /* serving */
+  PEER_STOPPED,  /* its STOP came; the reply to it has not left yet */
+  PEER_DONE,     /* the reply to its STOP has left: served to the end */
+  PEER_DROPPED   /* dropped (why says why); the slot may take another client */
 };
 
 struct peer { /* one client of the server: its core, message slots and part of the volume */
