@@ -149,6 +149,7 @@ class Session {
   const Fields& welcome_fields() const noexcept { return welcome_; }  // client: the server's
   const std::vector<mlx5::ConnectInfo>& peer_infos() const noexcept { return infos_; }
   bool have_peer_infos() const noexcept { return have_infos_; }
+  bool info_sent() const noexcept { return info_sent_; }
   const std::string& peer_ready_text() const noexcept { return ready_text_; }
   const std::string& bye_text() const noexcept { return bye_text_; }
   bool peer_said_bye() const noexcept { return peer_bye_; }
