@@ -46,12 +46,13 @@ const std::string* field(const Fields& f, std::string_view key) {
   return nullptr;
 }
 
-std::string disagreement(const Fields& theirs, const Fields& mine) {
+std::string disagreement(const Fields& theirs, const Fields& mine, std::string_view they,
+                         std::string_view us) {
   for (const Field& m : mine) {
     const std::string* t = field(theirs, m.key);
     if (!t || *t != m.value)
-      return "the peer runs " + m.key + " " + (t ? *t : std::string("(not stated)")) +
-             ", this side " + m.value;
+      return std::string(they) + " " + m.key + " " + (t ? *t : std::string("(not stated)")) + ", " +
+             std::string(us) + " " + m.value;
   }
   return "";
 }
@@ -159,7 +160,12 @@ SessionEvent Session::step(Clock::time_point now) {
       if (!info_sent_ || have_infos_) return SessionEvent::kNone;  // this side's move
       // One info per QP, no QPN twice, every field in the codec's rules, before any is used.
       auto got = ch_.try_recv_info(expected_);
-      if (!got) return fail(std::move(got).error());
+      if (!got) {
+        // Infos that break the rules are refused (the peer learns why); a peer that left is not.
+        Error e = std::move(got).error();
+        if (!ch_.peer_gone()) (void)ch_.refuse(e.code, e.message, {kSendBudget});
+        return fail(std::move(e));
+      }
       if (!got.value()) return now < deadline_ ? SessionEvent::kNone : timed_out("connection info");
       infos_ = std::move(*got.value());
       have_infos_ = true;
@@ -194,8 +200,10 @@ SessionEvent Session::step_running() {
   auto f = ch_.try_recv();
   if (!f) {
     Error e = std::move(f).error();
-    if (e.code == Errc::kProtocol && ch_.peer_gone())
+    if (e.code == Errc::kProtocol && ch_.peer_gone()) {
+      gone_ = true;
       e.message = "peer " + peer() + " went away without a goodbye (" + e.message + ")";
+    }
     return fail(std::move(e));
   }
   if (!f.value()) return SessionEvent::kNone;
@@ -230,10 +238,17 @@ SessionEvent Session::step_closing(Clock::time_point now) {
   return SessionEvent::kClosed;
 }
 
-Status Session::welcome(const Fields& must_agree, const Fields& offer) {
+Status Session::welcome(const Fields& must_agree, const Fields& offer, Explain explain) {
   if (state_ != SessionState::kHello || client_)
     return make_error(Errc::kState, "welcome: the session is not a server's awaiting its answer");
-  if (std::string why = disagreement(hello_, must_agree); !why.empty()) {
+  if (std::string why = disagreement(hello_, must_agree, "the client runs", "this server");
+      !why.empty()) {
+    if (explain)
+      for (const Field& m : must_agree)
+        if (const std::string* t = field(hello_, m.key); !t || *t != m.value) {
+          why += ": " + explain(m);
+          break;
+        }
     refuse(Errc::kInvalidArgument, why);
     return error_;
   }
@@ -262,6 +277,14 @@ Status Session::send_info(std::span<const mlx5::ConnectInfo> mine, size_t expect
   info_sent_ = true;
   expected_ = expected;
   arm();
+  return {};
+}
+
+Status Session::connected_elsewhere() {
+  if (state_ != SessionState::kInfo || info_sent_)
+    return make_error(Errc::kState, std::string("connected_elsewhere: the session is in state ") +
+                                        session_state_name(state_));
+  info_sent_ = have_infos_ = true;
   return {};
 }
 
@@ -342,7 +365,7 @@ Result<std::optional<Session>> SessionServer::try_admit() {
     if (!a) {
       if (a.error().code == Errc::kDeviceError) return std::move(a).error();
       ++refused_;
-      if (log_) log_(log_arg_, a.error().message);  // one line per refused peer
+      if (log_) log_(log_arg_, door_.last_refused(), a.error().message);  // one per peer
       continue;
     }
     if (!a.value()) return std::optional<Session>();

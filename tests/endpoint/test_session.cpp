@@ -73,6 +73,15 @@ struct Raw {
     if (::write(fd, b.data(), b.size()) != static_cast<ssize_t>(b.size()))
       throw std::runtime_error("write");
   }
+  // Everything the session sent until it closed (bounded: 3 s).
+  std::string drain() const {
+    std::string out;
+    timeval tv{3, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[4096];
+    for (ssize_t k; (k = ::read(fd, b, sizeof b)) > 0;) out.append(b, static_cast<size_t>(k));
+    return out;
+  }
   // Its FIN (a close with unread bytes would be a reset: the same to a session but for its
   // message).
   void shut() const { ::shutdown(fd, SHUT_WR); }
@@ -96,12 +105,14 @@ SessionEvent next(Session& s, std::chrono::milliseconds budget = 3s) {
 struct SessionTest : ::testing::Test {
   Listener l = take(Listener::listen(take(parse_listen_address("127.0.0.1:0"))));
   std::vector<std::string> log;
-  SessionServer srv{
-      &l,
-      {2s, 64},
-      kFast,
-      [](void* a, const std::string& line) { static_cast<SessionTest*>(a)->log.push_back(line); },
-      this};
+  SessionServer srv{&l,
+                    {2s, 64},
+                    kFast,
+                    [](void* a, const std::string& peer, const std::string& line) {
+                      EXPECT_NE(line.find(peer), std::string::npos);
+                      static_cast<SessionTest*>(a)->log.push_back(line);
+                    },
+                    this};
   HostPort to() const { return {"127.0.0.1", l.port()}; }
   // The next admitted session, within `budget`.
   std::optional<Session> admit(std::chrono::milliseconds budget = 3s) {
@@ -199,11 +210,21 @@ TEST_F(SessionTest, DisagreementRefusesTheClient) {
   Status w = s->welcome({{"io-depth", "8"}, {"page-size", "4096"}});
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.error().code, Errc::kInvalidArgument);
-  EXPECT_EQ(w.error().message, "the peer runs io-depth 16, this side 8");
+  EXPECT_EQ(w.error().message, "the client runs io-depth 16, this server 8");
   EXPECT_EQ(s->state(), SessionState::kDropped);
   ASSERT_EQ(next(c), SessionEvent::kDropped);
   EXPECT_EQ(c.error().code, Errc::kInvalidArgument);
-  EXPECT_NE(c.error().message.find("the peer runs io-depth 16, this side 8"), std::string::npos);
+  EXPECT_NE(c.error().message.find("the client runs io-depth 16, this server 8"),
+            std::string::npos);
+  // With the application's explanation of the field.
+  Session c2 =
+      take(Session::client(take(Channel::connect(to(), {2s})), {{"io-depth", "16"}}, kFast));
+  std::optional<Session> s2 = admit();
+  ASSERT_TRUE(s2);
+  w = s2->welcome({{"io-depth", "8"}}, {},
+                  [](const Field& f) { return "start both with the same --" + f.key; });
+  EXPECT_EQ(w.error().message,
+            "the client runs io-depth 16, this server 8: start both with the same --io-depth");
   // A field the client does not state differs too.
   EXPECT_EQ(disagreement({{"io-depth", "8"}}, {{"io-depth", "8"}, {"page-size", "4096"}}),
             "the peer runs page-size (not stated), this side 4096");
@@ -266,6 +287,12 @@ TEST_F(SessionTest, BadInfosAreDroppedBeforeUse) {
     ASSERT_EQ(next(s), SessionEvent::kDropped);
     EXPECT_NE(s.error().message.find("names QPN 7 again"), std::string::npos);
     EXPECT_TRUE(s.peer_infos().empty());
+    // The peer is told why: after the welcome and the server's info, a refusal naming it.
+    const std::string got = c.drain();
+    const std::string refusal = frame(FrameType::kRefuse, "");
+    const size_t at = got.find(refusal.substr(0, 6));
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_NE(got.find("names QPN 7 again", at), std::string::npos);
   }
   {
     Raw c(l.port());
@@ -316,6 +343,22 @@ TEST_F(SessionTest, RunningPeerBreakingTheRulesIsDropped) {
   }
 }
 
+// rdma_cm connected the QPs: no INFO either way, straight to READY.
+TEST_F(SessionTest, ConnectedElsewhereSkipsTheInfos) {
+  Session c = take(Session::client(take(Channel::connect(to(), {2s})), {}, kFast));
+  std::optional<Session> s = admit();
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->welcome({}).ok());
+  ASSERT_EQ(next(c), SessionEvent::kWelcome);
+  ASSERT_TRUE(c.connected_elsewhere().ok());
+  ASSERT_TRUE(s->connected_elsewhere().ok());
+  EXPECT_EQ(c.connected_elsewhere().error().code, Errc::kState);  // once
+  ASSERT_TRUE(c.ready().ok());
+  ASSERT_TRUE(s->ready().ok());
+  ASSERT_EQ(next(c), SessionEvent::kReady);
+  ASSERT_EQ(next(*s), SessionEvent::kReady);
+}
+
 // Each move is refused out of its state (no frame goes).
 TEST_F(SessionTest, MovesOutOfStateAreRefused) {
   Raw c(l.port());
@@ -336,7 +379,10 @@ TEST_F(SessionTest, MovesOutOfStateAreRefused) {
 TEST_F(SessionTest, ServerAdmitsPastSilentAndForeignPeers) {
   SessionServer quick(
       &l, {300ms, 64}, kFast,
-      [](void* a, const std::string& line) { static_cast<SessionTest*>(a)->log.push_back(line); },
+      [](void* a, const std::string& peer, const std::string& line) {
+        EXPECT_NE(line.find(peer), std::string::npos);
+        static_cast<SessionTest*>(a)->log.push_back(line);
+      },
       this);
   std::vector<std::unique_ptr<Raw>> silent;
   for (int i = 0; i < 5; ++i) silent.push_back(std::make_unique<Raw>(l.port()));

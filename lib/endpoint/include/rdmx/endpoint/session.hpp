@@ -69,8 +69,10 @@ Fields parse_fields(std::string_view text);
 // The value of `key`, or nullptr.
 const std::string* field(const Fields& f, std::string_view key);
 // Empty when `theirs` states every field of `mine` with the same value; else one line naming the
-// first that differs: "the peer runs KEY THEIRS, this side MINE" ("(not stated)" when absent).
-std::string disagreement(const Fields& theirs, const Fields& mine);
+// first that differs: "THEY run KEY THEIRS, US MINE" ("(not stated)" when absent).
+std::string disagreement(const Fields& theirs, const Fields& mine,
+                         std::string_view they = "the peer runs",
+                         std::string_view us = "this side");
 
 // ---- Session -----------------------------------------------------------------------------------
 
@@ -123,13 +125,18 @@ class Session {
 
   // Server, HELLO: checks the client's hello against `must_agree` (disagreement(): the sizes and
   // options both sides run with, negotiated here once); refuses the client on a mismatch
-  // (kInvalidArgument, the line it gets) or welcomes it with `offer` (state INFO).
-  Status welcome(const Fields& must_agree, const Fields& offer = {});
+  // (kInvalidArgument: "the client runs KEY V, this server W", then ": " and what `explain`
+  // says of that field when given) or welcomes it with `offer` (state INFO).
+  using Explain = std::string (*)(const Field& mine);
+  Status welcome(const Fields& must_agree, const Fields& offer = {}, Explain explain = nullptr);
   // Refuses the peer (it reads `why` as its error) and drops the session: error() is `why`
   // with `code` (the caller names the peer in its own line).
   void refuse(Errc code, std::string_view why);
   // INFO: sends this side's QPs' infos; the peer's must be exactly `expected` (check_peer_infos).
   Status send_info(std::span<const mlx5::ConnectInfo> mine, size_t expected);
+  // INFO: the QPs are connected another way (rdma_cm carries the infos in its REQ/REP private
+  // data): no INFO frame either way; ready() next. Both sides must agree to it (a hello field).
+  Status connected_elsewhere();
   // INFO, the peer's infos received (kInfos): this side is connected and its receives posted;
   // sends READY with `text` (state READY until the peer's comes).
   Status ready(std::string_view text = {});
@@ -153,6 +160,8 @@ class Session {
   const std::string& peer_ready_text() const noexcept { return ready_text_; }
   const std::string& bye_text() const noexcept { return bye_text_; }
   bool peer_said_bye() const noexcept { return peer_bye_; }
+  // DROPPED because the peer's connection ended (closed or reset) rather than for what it sent.
+  bool peer_went_away() const noexcept { return gone_; }
   // DROPPED: why (names the peer); meaningless in any other state.
   const Error& error() const noexcept { return error_; }
   void set_step_timeout(std::chrono::milliseconds t) noexcept { cfg_.step_timeout = t; }
@@ -170,7 +179,7 @@ class Session {
   SessionState state_ = SessionState::kDropped;
   bool client_ = false;
   bool info_sent_ = false, have_infos_ = false;
-  bool bye_sent_ = false, peer_bye_ = false;
+  bool bye_sent_ = false, peer_bye_ = false, gone_ = false;
   size_t expected_ = 0;
   Clock::time_point deadline_{Clock::time_point::max()};
   Fields hello_, welcome_;
@@ -181,11 +190,11 @@ class Session {
 
 // Server: admits the next peer whose hello is complete, without waiting on any (the Door), as a
 // Session in HELLO; nothing when none is. Each peer the door refuses (silent past its deadline,
-// foreign bytes, too many at once, closed) is one line to `log` and not returned; only a failed
-// listening socket is an error (kDeviceError).
+// foreign bytes, too many at once, closed) is one call of `log` (its address, the line saying
+// why) and not returned; only a failed listening socket is an error (kDeviceError).
 class SessionServer {
  public:
-  using Log = void (*)(void* arg, const std::string& line);
+  using Log = void (*)(void* arg, const std::string& peer, const std::string& line);
   SessionServer() = default;
   SessionServer(Listener* l, Door::Config dc, Session::Config sc, Log log = nullptr,
                 void* log_arg = nullptr) noexcept
