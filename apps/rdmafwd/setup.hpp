@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include <rdmx/dv/cm.hpp>
-#include <rdmx/dv/dv_device.hpp>
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/cm.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
+#include <rdmx/endpoint/session.hpp>
 
 #include "rdmafwd.hpp"
 
@@ -41,15 +41,14 @@ struct Testbed {
   win::WindowPool* pool_b = nullptr;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::string> notes;  // how devices and cores are used (printed at start)
-  // Two-process mode over TCP: per peer (a server's clients; a client's server) the rendezvous
-  // connection, kept open for the run (a peer that goes away is seen at once, see watch_peer)
-  // and closed with the testbed.
+  // Two-process mode: per peer (a server's clients; a client's server) its session
+  // (lib/endpoint/session.hpp: hello to goodbye over the TCP rendezvous), kept open for the run
+  // (a peer that goes away is seen at once, see watch_peer) and closed with the testbed.
   struct Peer {
-    endpoint::Channel ch;
-    bool said_bye = false;
-    std::string fwd;       // server: the engine this client runs (rpc; umr, write, read: nothing
-                           // to serve)
-    std::string bye_text;  // server: the client's goodbye
+    endpoint::Session s;
+    std::string name;  // "ADDR:PORT"
+    std::string fwd;   // server: the engine this client runs (rpc; umr, write, read: nothing
+                       // to serve)
     unsigned first_lane = 0, n_lanes = 0;  // server: the lanes that serve this client
     bool dropped = false;                  // server: cut off for breaking the protocol
     // Server: what the client sent on the rendezvous socket during the run that it may not
@@ -60,9 +59,9 @@ struct Testbed {
   // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
   std::vector<std::pair<std::string, std::string>> refused_clients;
   int lost_peer = -1;  // the peer watch_peer saw go away
-  // --cm: the server's rdma_cm listener, and every lane's connection (disconnected at teardown).
-  std::unique_ptr<dv::CmListener> cm_listener;
-  std::vector<std::unique_ptr<dv::CmConnection>> cm_conns;
+  // --cm: rdma_cm through the library (the server's listener, every lane's connection;
+  // disconnected at teardown).
+  std::unique_ptr<endpoint::CmPeer> cm;
   // Server: the peer a lane serves, by name ("ADDR:PORT"); "" without TCP.
   std::string peer_name(const Lane& l) const;
   // Server: does any client run `fwd` (any engine when empty)? Do all run something else?

@@ -1035,7 +1035,7 @@ def case_blockd_client_killed(binary, blockd):
 # ---- Hostile clients: a python client speaking the rendezvous (lib/endpoint/rendezvous.hpp) ----
 
 FRAME_HELLO, FRAME_WELCOME, FRAME_INFO, FRAME_READY, FRAME_REFUSE = 1, 2, 3, 4, 5
-# What a default rdmafwd server states in its hello check (setup.cpp sizes_text).
+# What a default rdmafwd server states in its hello check (setup.cpp sizes_fields).
 DEFAULT_HELLO = (b"fwd rpc\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\npages-per-io 16\n"
                  b"page-size 4096\ncm off\n")
 
@@ -1183,6 +1183,7 @@ def case_info_during_run(binary):
         send_frame(c, FRAME_INFO, client_info(info))
         kind, _ = recv_frame(c)
         check(kind == FRAME_READY, f"not served: frame type {kind}")
+        send_frame(c, FRAME_READY, b"")  # READY both ways: the session runs
         t0 = time.monotonic()
         send_frame(c, FRAME_INFO, client_info(info))
         c.settimeout(10)
@@ -1223,6 +1224,7 @@ def hostile_main(host, port, mode, my_ip):
     kind, text = recv_frame(c)
     print(f"answer {kind}", flush=True)
     if mode == "during-run" and kind == FRAME_READY:
+        send_frame(c, FRAME_READY, b"")  # READY both ways: the session runs
         send_frame(c, FRAME_INFO, mine)
         c.settimeout(30)
         try:
