@@ -884,8 +884,11 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
   for (size_t i = 0; i < tb.peers.size(); ++i) {
     Testbed::Peer& pr = tb.peers[i];
     if (pr.dropped) continue;
-    if (!pr.violation.empty()) {
-      if (warn) warn("server: client " + pr.name + " dropped: " + pr.violation + others);
+    if (pr.lost || !pr.violation.empty()) {
+      const std::string why = pr.lost ? "went away during the run (connection closed without a "
+                                        "goodbye)"
+                                      : pr.violation;
+      if (warn) warn("server: client " + pr.name + " dropped: " + why + others);
       drop_peer(tb, i);
       ++n;
       continue;
@@ -929,13 +932,24 @@ PeerState watch_one(Testbed::Peer& pr) {
 }
 }  // namespace
 
-// Every peer: kGone as soon as one went away without a goodbye (lost_peer names it), kBye once
-// all said it.
+// Every peer: kGone as soon as one went away without a goodbye (lost_peer names it), unless a
+// server still serves another client (then that one is marked lost, for police_peers to drop
+// alone); kBye once all said it.
 PeerState watch_peer(Testbed& tb) {
   if (tb.peers.empty()) return PeerState::kHere;
   bool all_bye = true;
   for (size_t i = 0; i < tb.peers.size(); ++i) {
+    if (tb.peers[i].lost) continue;  // police_peers drops it
     const PeerState s = watch_one(tb.peers[i]);
+    bool others = false;
+    for (size_t j = 0; j < tb.peers.size(); ++j)
+      others = others || (j != i && !tb.peers[j].dropped && !tb.peers[j].lost &&
+                          tb.peers[j].s.state() == endpoint::SessionState::kRunning);
+    if (s == PeerState::kGone && others && tb.peers.size() > 1) {
+      tb.peers[i].lost = true;
+      all_bye = false;
+      continue;
+    }
     if (s == PeerState::kGone) {
       tb.lost_peer = static_cast<int>(i);
       return PeerState::kGone;
@@ -1031,8 +1045,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
                                               const Say& say, const Say& warn) {
   auto tb = std::make_unique<Testbed>();
   const unsigned n_lanes = static_cast<unsigned>(lcores.size());
-  // Two processes: the server listens first (a bad address fails before any device work) and names the
-  // wire; the client meets the server first, to learn the wire its device attaches to.
+  // Two processes: the server listens first (a bad address fails before any device work) and names
+  // the wire; the client meets the server first, to learn the wire its device attaches to.
   endpoint::Listener lis;
   if (!p.listen.empty()) {
     RDMX_TRY_ASSIGN(const endpoint::HostPort at, endpoint::parse_listen_address(p.listen),

@@ -54,6 +54,9 @@ struct Testbed {
     // Server: what the client sent on the rendezvous socket during the run that it may not
     // (anything but its goodbye: a second INFO, ...); police_peers drops it. Empty: nothing.
     std::string violation;
+    // Server: the client went away without a goodbye while others are served: police_peers
+    // drops it alone (a server left with no client ends instead: watch_peer's kGone).
+    bool lost = false;
   };
   std::vector<Peer> peers;
   // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
@@ -93,9 +96,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 enum class PeerState { kHere, kBye, kGone };
 PeerState watch_peer(Testbed& tb);
 // Server, main thread, while forwarding: a client one of whose lanes refused a request
-// (engines/peer_checks.hpp), or that sent anything but its goodbye on the rendezvous socket
-// (watch_peer), is dropped, alone: one line through `warn` naming it, the lane and
-// what was wrong, then drop_peer(). Returns how many clients it dropped this time.
+// (engines/peer_checks.hpp), that sent anything but its goodbye on the rendezvous socket, or
+// that went away while other clients are served (watch_peer), is dropped, alone: one line through
+// `warn` naming it, the lane and what was wrong, then drop_peer(). Returns how many clients it
+// dropped this time.
 unsigned police_peers(Testbed& tb, const Say& warn);
 // Cuts client `i` off: its lanes' QPs to the error state (its RDMA stops at once; the lanes end
 // without counting a failure of this process), its rendezvous socket closed (the client sees

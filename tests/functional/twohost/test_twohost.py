@@ -462,6 +462,68 @@ def case_roce_clients(binary):
               f"{m.group(1)} slots checked, isolated lanes")
 
 
+def case_roce_client_killed(binary):
+    """One rdmafwd server serving two rpc clients at once over emu RoCE v2 across the veth
+    pair; the second is killed (SIGKILL) in the middle of its run. The server drops it alone,
+    with one line naming it, its lane's QP to the error state; the first client carries on to
+    its goodbye and ends verified with the server's count for its lane equal to its own; the
+    server then ends 1 (a client was lost) with nothing left behind."""
+    with Netns() as n:
+        addr_c = "10.47.0.3"
+        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
+                        n.b.replace("-b", "-vb")], check=True, timeout=10)
+        common = ["--json", "--rendezvous-timeout", "40", "--io-depth", "8"]
+        srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
+        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        srv = popen(command(binary, srv_eal, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                              "--clients", "2", "--nb-cores", "2", "--device",
+                                              f"emu@roce:{n.addr_a}"] + common, n.a))
+        survivor = victim = None
+        seen, out = "", ("", "")
+        try:
+            seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
+            client = lambda a, d: popen(command(binary, CLIENT_EAL,
+                                                ["--role", "client", "--peer",
+                                                 f"{n.addr_a}:7471", "--duration", d, "--device",
+                                                 f"emu@roce:{a}"] + common, n.b))
+            survivor = client(n.addr_b, "4")
+            seen += wait_line(srv, srv.stderr, "client 1 of 2")
+            victim = client(addr_c, "60")
+            seen += wait_line(srv, srv.stderr, "client 2 of 2")
+            time.sleep(1.0)  # in the middle of both runs
+            victim.kill()
+            victim.wait()
+            out = finish(survivor)
+            sout, serr = finish(srv)
+            serr = seen + serr  # the lines wait_line read
+        finally:
+            for p in (srv, survivor, victim):
+                if p:
+                    reap(p)
+        procs = [("server", sout, serr), ("survivor", *out)]
+        check(survivor.returncode == 0, f"survivor exit {survivor.returncode}", *procs)
+        check(srv.returncode == 1, f"server exit {srv.returncode}, want 1 (a client lost)", *procs)
+        cl = clients(sout)
+        check(cl and [r["dropped"] for r in cl["served"]] == [False, True], f"clients: {cl}",
+              *procs)
+        dropped = [l for l in rdmafwd_lines(serr) if " dropped: " in l]
+        check(len(dropped) == 1 and f"client {cl['served'][1]['peer']} dropped" in dropped[0] and
+              "went away during the run" in dropped[0] and "served on" in dropped[0],
+              f"server drop lines {dropped}", *procs)
+        check(not [l for l in rdmafwd_lines(serr) if "rdmafwd: the client" in l],
+              "the server ended at the lost client", *procs)
+        s, c = summary(sout), summary(out[0])["total"]
+        check(c["ios"] > 0 and c["errors"]["total"] == 0, f"survivor: {c}", *procs)
+        check(s["lanes"][0]["ios"] == c["ios"],
+              f"server lane 0 served {s['lanes'][0]['ios']}, the survivor completed {c['ios']}",
+              *procs)
+        for p in (srv, survivor, victim):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(dropped[0])
+        print(f"roce-client-killed: the survivor's {c['ios']} RPCs served in full")
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -1337,6 +1399,7 @@ CASES = {
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "roce-clients": case_roce_clients,
+    "roce-client-killed": case_roce_client_killed,
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
