@@ -2,11 +2,6 @@
 // from hello to goodbye, stepped without waiting, against a real session and against a fake
 // peer (raw frames) that disagrees, stalls, sends junk, closes mid-handshake or breaks the rules
 // during the run. Every wait is bounded: step deadlines of 200 ms, test budgets of seconds.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,18 +11,15 @@
 
 #include <rdmx/endpoint/session.hpp>
 
+#include "fake_peer.hpp"
+
 namespace {
 
 using namespace rdmx;
 using namespace rdmx::endpoint;
+using namespace rdmx::endpoint::test;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-template <class T>
-T take(Result<T>&& r) {
-  if (!r.ok()) throw std::runtime_error(r.error().message);
-  return std::move(r).value();
-}
 
 constexpr SessionConfig kFast{200ms};
 
@@ -39,15 +31,6 @@ mlx5::ConnectInfo info(uint32_t qpn) {
   return ci;
 }
 
-// A frame as the rendezvous writes it (rendezvous.hpp).
-std::string frame(FrameType t, const std::string& payload) {
-  std::string f = "RDXR";
-  f += static_cast<char>(kRendezvousVersion);
-  f += static_cast<char>(t);
-  f += static_cast<char>(payload.size() >> 8);
-  f += static_cast<char>(payload.size() & 0xff);
-  return f + payload;
-}
 std::string info_frame(std::initializer_list<uint32_t> qpns) {
   std::string p;
   for (uint32_t q : qpns) {
@@ -56,41 +39,6 @@ std::string info_frame(std::initializer_list<uint32_t> qpns) {
   }
   return frame(FrameType::kInfo, p);
 }
-
-// The fake peer: raw bytes on a TCP connection (closed by the destructor or by shut()).
-struct Raw {
-  int fd = -1;
-  explicit Raw(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      throw std::runtime_error("connect");
-  }
-  void put(const std::string& b) const {
-    if (::write(fd, b.data(), b.size()) != static_cast<ssize_t>(b.size()))
-      throw std::runtime_error("write");
-  }
-  // Everything the session sent until it closed (bounded: 3 s).
-  std::string drain() const {
-    std::string out;
-    timeval tv{3, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char b[4096];
-    for (ssize_t k; (k = ::read(fd, b, sizeof b)) > 0;) out.append(b, static_cast<size_t>(k));
-    return out;
-  }
-  // Its FIN (a close with unread bytes would be a reset: the same to a session but for its
-  // message).
-  void shut() const { ::shutdown(fd, SHUT_WR); }
-  ~Raw() {
-    if (fd >= 0) ::close(fd);
-  }
-  Raw(const Raw&) = delete;
-  Raw& operator=(const Raw&) = delete;
-};
 
 // Steps `s` until an event, or `budget` passes (kNone then).
 SessionEvent next(Session& s, std::chrono::milliseconds budget = 3s) {
