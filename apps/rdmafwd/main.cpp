@@ -418,7 +418,7 @@ void print_clients(App& a) {
       remote += snap.lanes[li].refused;
       requests += snap.lanes[li].refused_requests;
     }
-    const std::string name = pr.ch.peer();
+    const std::string name = pr.name;
     j["served"].push_back({{"peer", name},
                            {"lanes", {pr.first_lane, pr.first_lane + pr.n_lanes - 1}},
                            {"refused_remote", remote},
@@ -567,10 +567,6 @@ int main(int argc, char** argv) {
   }
   if (a.prm.show_topology) std::fputs(a.topology_text.c_str(), out);
 
-  if (a.prm.role == Role::kServer && a.prm.listen.empty())
-    std::fprintf(
-        out, "rdmafwd: server: waiting for a client on wire '%s' (up to 120 s), Ctrl-C to stop\n",
-        a.prm.wire.c_str());
   std::fflush(out);
   // The waits of the TCP rendezvous are announced when they begin (the address is known then).
   auto say = [out](const std::string& m) {
@@ -738,7 +734,7 @@ int main(int argc, char** argv) {
                    "rdmafwd: the %s %s went away during the run (connection closed "
                    "without a goodbye)\n",
                    a.prm.role == Role::kServer ? "client" : "server",
-                   a.tb->peers.at(std::max(a.tb->lost_peer, 0)).ch.peer().c_str());
+                   a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
       st = kExitRuntime;
     }
     const bool nothing_to_serve =

@@ -68,7 +68,7 @@ std::string usage_text(const std::string& prog) {
   u += "  -i, --interactive      interactive prompt (DPDK cmdline)\n";
   u += "  -a, --auto-start       interactive: start forwarding at once\n";
   u += "  --cmdline-file FILE    run prompt commands from FILE (then the prompt with -i)\n";
-  u += "  --role server|client   two-process mode (with --listen/--peer, or --wire alone)\n";
+  u += "  --role server|client   two-process mode (with --listen/--peer; one host: loopback)\n";
   u += "  --listen [ADDR:]PORT   server: wait for clients on this TCP address (rendezvous; the\n"
        "                         default address is 0.0.0.0, the usual port 7471)\n";
   u += "  --peer HOST[:PORT]     client: meet the server at this TCP address (port 7471 if none)\n";
@@ -83,8 +83,8 @@ std::string usage_text(const std::string& prog) {
        "                         its own: no client's rkey works on another's QP (default none)\n";
   u += "  --cm                   mlx5: connect the QPs through rdma_cm (route-resolved device,\n"
        "                         port and GID) on the --listen/--peer port\n";
-  u += "  --wire NAME            emu's shared-memory wire (/dev/shm/rdmx-emu-NAME); with\n"
-       "                         --listen the server picks one and tells the client\n";
+  u += "  --wire NAME            server: emu's shared-memory wire (/dev/shm/rdmx-emu-NAME;\n"
+       "                         default one it picks), named to the client in the welcome\n";
   u += "  --no-verify            do not check payload contents\n";
   u += "  --show-topology        print the machine topology and the core placement\n";
   u += "  --emu-threads MODE     shared (default): one emu device thread for both ports, pinned\n"
@@ -475,25 +475,18 @@ std::string check_params(const Params& p) {
            " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
            "joins two processes";
   if (p.role != Role::kBoth) {
-    if (!tcp && p.wire.empty())
+    // Two processes meet over the TCP rendezvous only (one host: loopback), as a session.
+    if (!tcp)
       return p.role == Role::kServer
-                 ? "--role server needs --listen [ADDR:]PORT (or --wire NAME: same host)"
-                 : "--role client needs --peer HOST[:PORT] (or --wire NAME: same host)";
+                 ? "--role server needs --listen [ADDR:]PORT (one host: --listen 127.0.0.1:PORT)"
+                 : "--role client needs --peer HOST[:PORT] (one host: --peer 127.0.0.1:PORT)";
     // The server answers rpc; a client may also run umr (its maps and unmaps need a connected
     // QP, and the server then only answers its goodbye), write or read (through windows the
     // server maps at the rendezvous).
     const bool client_only =
         p.fwd == "umr" || p.fwd == "write" || p.fwd == "read" || p.fwd == "relay";
-    if (!e->two_process && !(tcp && p.role == Role::kClient && client_only))
-      return tcp ? "two-process mode runs --fwd rpc (a client may also run umr, write, read or "
-                   "relay)"
-                 : "two-process mode (--role) runs --fwd rpc only";
-    if (!tcp && dk != DeviceKind::kEmuThreaded && dk != DeviceKind::kNone)
-      return "two-process mode over --wire alone runs on --device emu only (with "
-             "--listen/--peer: emu or mlx5)";
-    if (!tcp && p.nb_cores != 1)
-      return "two-process mode over --wire alone runs one lane (--nb-cores 1; with "
-             "--listen/--peer, one QP per lane)";
+    if (!e->two_process && !(p.role == Role::kClient && client_only))
+      return "two-process mode runs --fwd rpc (a client may also run umr, write, read or relay)";
   } else if (!p.wire.empty()) {
     return "--wire is for two-process mode (give --role server or --role client)";
   }

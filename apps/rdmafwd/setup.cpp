@@ -6,19 +6,16 @@
 // twice (two contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
 // c (A) <-> p (B) and r (B) <-> s (A). Two-process mode: the server opens side 0 of a
 // shared-memory wire (mlx5: its own device) and has p only, the client attaches side 1 and has
-// c only; they exchange their QPs' ConnectInfo either over TCP (--listen/--peer: lib/endpoint's
-// rendezvous, one QP per lane) or, on one host, through two small files in /dev/shm (--wire
-// alone: the client's sizes too, one lane).
+// c only; they meet over the TCP rendezvous (--listen/--peer; on one host, loopback) as a
+// lib/endpoint session: the sizes agreed once in the hello, one QP per lane (two for a relay
+// client) in the crossing INFO frames, READY both ways, the client's goodbye at the end.
 #include "setup.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -126,84 +123,13 @@ std::string errc_str(Errc e) {
   return std::string(errc_name(e));
 }
 
-// ---- Two-process rendezvous through /dev/shm files --------------------------------------------
-std::string rdv_path(const std::string& wire, const char* who) {
-  return "/dev/shm/rdmafwd-" + wire + "." + who;
-}
-
-Status write_kv(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return make_error(Errc::kDeviceError, "cannot write " + tmp);
-    f << text;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return make_error(Errc::kDeviceError, "cannot rename " + tmp);
-  return {};
-}
-
-Result<std::string> wait_file(const std::string& path, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (;;) {
-    std::ifstream f(path);
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      f.close();
-      (void)::unlink(path.c_str());
-      return ss.str();
-    }
-    if (g_signal.load()) return make_error(Errc::kState, "interrupted while waiting for " + path);
-    if (std::chrono::steady_clock::now() > end)
-      return make_error(Errc::kTimeout, "no peer after " + std::to_string(int(seconds)) +
-                                            " s (waiting for " + path + ")");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-// A rendezvous file is text: "info <connect info in hex>" (the versioned codec of
-// rdmx/mlx5/connect_info.hpp), then, from the client, its sizes as "key value" lines.
-std::string info_text(const mlx5::ConnectInfo& ci) {
-  return "info " + mlx5::encode_connect_info_hex(ci) + "\n";
-}
-
-Result<mlx5::ConnectInfo> parse_info(const std::string& text, const std::string& path,
-                                     Params* sizes) {
-  std::istringstream in(text);
-  std::string k, hex;
-  if (!(in >> k >> hex) || k != "info")
-    return make_error(Errc::kProtocol,
-                      path + ": not an rdmafwd rendezvous file (no \"info\" line first)");
-  RDMX_TRY_ASSIGN(mlx5::ConnectInfo ci, mlx5::decode_connect_info_hex(hex), path);
-  uint64_t v = 0;
-  while (in >> k >> v) {
-    if (!sizes) continue;
-    if (k == "depth")
-      sizes->io_depth = static_cast<uint32_t>(v);
-    else if (k == "max_pages")
-      sizes->max_pages = static_cast<uint32_t>(v);
-    else if (k == "pages")
-      sizes->pages_per_io = static_cast<uint32_t>(v);
-    else if (k == "page_size")
-      sizes->page_size = static_cast<uint32_t>(v);
-    else if (k == "windows")
-      sizes->windows_per_core = static_cast<uint32_t>(v);
-    else if (k == "metadata")
-      sizes->metadata = static_cast<uint32_t>(v);
-  }
-  if (!in.eof()) return make_error(Errc::kProtocol, path + ": malformed line after \"" + k + "\"");
-  return ci;
-}
-
 }  // namespace
 
 Testbed::~Testbed() {
   // Cores quiesce while the device (thread) still runs; then the shared emu thread stops before
   // the endpoints destroy pools, arenas and devices. rdma_cm connections first (they
   // disconnect while their QPs exist).
-  cm_conns.clear();
-  cm_listener.reset();
+  cm.reset();
   lanes.clear();
   side_a.destroy_cores();
   side_b.destroy_cores();
@@ -377,24 +303,6 @@ Status open_devices(const Params& p, Testbed& tb) {
 
 namespace {
 
-// Two-process server: the client's sizes, adopted before anything is sized, and its QP's info.
-Result<mlx5::ConnectInfo> adopt_client_sizes(Params& p, Testbed& tb) {
-  const std::string path = rdv_path(p.wire, "client");
-  RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 120));
-  Params sizes = p;
-  RDMX_TRY_ASSIGN(const mlx5::ConnectInfo client, parse_info(text, path, &sizes));
-  p.io_depth = sizes.io_depth;
-  p.max_pages = sizes.max_pages;
-  p.pages_per_io = sizes.pages_per_io;
-  p.page_size = sizes.page_size;
-  p.windows_per_core = sizes.windows_per_core;
-  p.metadata = sizes.metadata;
-  tb.notes.push_back("server: sizes from the client: io-depth " + std::to_string(p.io_depth) +
-                     ", pages-per-io " + std::to_string(p.pages_per_io) + ", page-size " +
-                     std::to_string(p.page_size));
-  return client;
-}
-
 // One side: lib/endpoint's builder takes the opened device and makes its arena (the data
 // pages, plus the tail the pool reserves) and window pool; the lanes add the cores.
 Status make_side(const Params& p, endpoint::OpenedDevice& dev, uint32_t data_pages,
@@ -524,40 +432,19 @@ Status post_all_recvs(Testbed& tb) {
   return {};
 }
 
-// Two-process mode: the server connects to the client's QP, posts its receives (before the
-// client may send) and answers with its own info; the client sends its info and sizes, then
-// connects to the server's answer.
-Status rendezvous(const Params& p, Testbed& tb, const mlx5::ConnectInfo& client_info) {
-  Lane& l = *tb.lanes[0];
-  if (p.role == Role::kServer) {
-    RDMX_TRY(tb.dev_b->connect(l.p->qp_handle(), client_info), "connect to the client");
-    RDMX_TRY(post_all_recvs(tb));
-    return write_kv(rdv_path(p.wire, "server"), info_text(tb.dev_b->local_info(l.p->qp_handle())));
-  }
-  std::ostringstream o;
-  o << info_text(tb.dev_a->local_info(l.c->qp_handle())) << "depth " << p.io_depth << "\nmax_pages "
-    << p.max_pages << "\npages " << p.pages_per_io << "\npage_size " << p.page_size << "\nwindows "
-    << p.windows_per_core << "\nmetadata " << p.metadata << "\n";
-  RDMX_TRY(write_kv(rdv_path(p.wire, "client"), o.str()));
-  const std::string path = rdv_path(p.wire, "server");
-  RDMX_TRY_ASSIGN(const std::string text, wait_file(path, 60));
-  RDMX_TRY_ASSIGN(const mlx5::ConnectInfo si, parse_info(text, path, nullptr));
-  RDMX_TRY(tb.dev_a->connect(l.c->qp_handle(), si), "connect to the server");
-  return post_all_recvs(tb);
-}
-
-// ---- Two-process rendezvous over TCP (lib/endpoint/rendezvous) ---------------------------------
+// ---- Two-process mode: a lib/endpoint session per peer over the TCP rendezvous ----------------
 //
 //   client                                   server (listening, everything built)
-//   HELLO   "key value" lines: fwd, lanes, sizes  ->
+//   HELLO   fields: fwd, lanes, sizes, cm  ->
 //                                            <- WELCOME "wire NAME" (emu) | REFUSE (sizes differ)
-//                                            <- INFO    its QPs, one per lane
-//   (opens its device on the wire, builds)
-//   INFO    its QPs                           ->
-//                                               connects, posts its receives
-//                                            <- READY
-//   connects, posts its receives, forwards; at the end BYE.
-// The connection stays open for the run: a peer that goes away is seen at once.
+//   (opens its device on the wire, builds)   <- INFO    its QPs, one per lane (two: relay)
+//   INFO    its QPs                         ->
+//   each side checks the other's infos, connects its QPs, posts its receives (--cm: rdma_cm
+//   connects them instead, no INFO frames), then
+//   READY                                   ->
+//                                            <- READY   the target windows (write/read)
+//   forwards; at the end the client's BYE (the server answers it).
+// The session stays open for the run: a peer that goes away is seen at once.
 
 endpoint::Wait wait_for(const Params& p, std::chrono::milliseconds dflt) {
   const auto ms = p.rendezvous_timeout > 0
@@ -565,48 +452,38 @@ endpoint::Wait wait_for(const Params& p, std::chrono::milliseconds dflt) {
                       : dflt;
   return endpoint::Wait{ms, &g_signal};
 }
+const endpoint::Wait kStep = {endpoint::kDefaultExchangeTimeout, &g_signal};
 
-std::string sizes_text(const Params& p, unsigned lanes) {
-  std::ostringstream o;
-  // --metadata before the window sizes it changes (its message is the one that explains).
-  o << "fwd " << p.fwd << "\nlanes " << lanes << "\nio-depth " << p.io_depth << "\nmetadata "
-    << p.metadata << "\nmax-pages " << p.max_pages << "\npages-per-io " << p.pages_per_io
-    << "\npage-size " << p.page_size << "\ncm " << (p.cm ? "on" : "off") << "\n";
-  return o.str();
+// What both sides must run with, negotiated once at the welcome (--metadata before the window
+// sizes it changes: its message is the one that explains). The engine is the client's choice.
+endpoint::Fields sizes_fields(const Params& p, unsigned lanes) {
+  return {{"lanes", std::to_string(lanes)},
+          {"io-depth", std::to_string(p.io_depth)},
+          {"metadata", std::to_string(p.metadata)},
+          {"max-pages", std::to_string(p.max_pages)},
+          {"pages-per-io", std::to_string(p.pages_per_io)},
+          {"page-size", std::to_string(p.page_size)},
+          {"cm", p.cm ? "on" : "off"}};
+}
+std::string same_option(const endpoint::Field& f) {
+  return "start both with the same " +
+         (f.key == "lanes" ? std::string("--nb-cores") : "--" + f.key);
 }
 
-// "key value" lines into a map-like list (order kept for the messages).
-std::vector<std::pair<std::string, std::string>> kv_lines(const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t sp = line.find(' ');
-    if (sp == std::string::npos) continue;
-    out.emplace_back(line.substr(0, sp), line.substr(sp + 1));
-  }
-  return out;
-}
-
-// Server: empty when the client runs with the same sizes, else what differs (one line).
-std::string size_mismatch(const std::string& client, const std::string& server) {
-  const auto c = kv_lines(client), s = kv_lines(server);
-  for (const auto& [k, v] : c)
-    if (k == "fwd" && v != "rpc" && v != "umr" && v != "write" && v != "read" && v != "relay")
-      return "the client runs --fwd " + v +
-             "; a server answers rpc, umr, write, read and relay clients";
-  for (const auto& [k, v] : s) {
-    if (k == "fwd") continue;  // checked above: the server answers either
-    std::string theirs = "(not stated)";
-    for (const auto& [ck, cv] : c)
-      if (ck == k) theirs = cv;
-    if (theirs != v) {
-      const std::string opt = k == "fwd" ? "--fwd" : k == "lanes" ? "--nb-cores" : "--" + k;
-      return "the client runs " + k + " " + theirs + ", this server " + v +
-             ": start both with the same " + opt;
-    }
-  }
+// Server: empty when a server answers the engine the client runs, else why not.
+std::string fwd_refusal(const endpoint::Fields& hello) {
+  const std::string* fwd = endpoint::field(hello, "fwd");
+  const std::string v = fwd ? *fwd : "(not stated)";
+  if (v != "rpc" && v != "umr" && v != "write" && v != "read" && v != "relay")
+    return "the client runs --fwd " + v +
+           "; a server answers rpc, umr, write, read and relay clients";
   return "";
+}
+
+// "peer ADDR sent ..." -> "sent ...": the app's line names the client itself.
+std::string without_peer(const std::string& msg, const std::string& name) {
+  const std::string lead = "peer " + name + " ";
+  return msg.rfind(lead, 0) == 0 ? msg.substr(lead.size()) : msg;
 }
 
 // The lanes [first, first + n) that serve one peer.
@@ -665,33 +542,21 @@ void unconnect_lanes(Testbed& tb, LaneRange r, bool relay) {
       (void)tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kReset);
 }
 
-// --cm: each lane's QP connected through rdma_cm (drivers/mlx5/dv/cm.hpp), the connect info in
-// the REQ/REP private data; the route must go through the lane's device (refused otherwise, with
-// the GID index to use). Server: one request per lane, in the client's lane order.
-dv::DvDevice* dv_of(mlx5::Device* d) {
-  return dynamic_cast<dv::DvDevice*>(d);
-}
+// --cm: each lane's QPs connected through rdma_cm (lib/endpoint/cm.hpp: the connect info in
+// the REQ/REP private data; the route must go through the lane's device). Server: one request
+// per QP, in the client's lane order.
 Status cm_accept_lanes(Testbed& tb, LaneRange r, bool relay) {
-  dv::DvDevice* dev = dv_of(tb.dev_b);
-  if (!dev || !tb.cm_listener)
-    return make_error(Errc::kInvalidArgument, "--cm: not an mlx5 device");
+  if (!tb.cm) return make_error(Errc::kInvalidArgument, "--cm: not listening");
   for (unsigned i = r.first; i < r.first + r.n; ++i)
-    for (win::PollCore* k : lane_qps(*tb.lanes[i], true, relay)) {
-      RDMX_TRY_ASSIGN(auto c, tb.cm_listener->accept(*dev, k->qp_handle()),
-                      "lane " + std::to_string(i) + ": rdma_cm accept");
-      tb.cm_conns.push_back(std::move(c));
-    }
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], true, relay))
+      RDMX_TRY(tb.cm->accept(k->qp_handle()), "lane " + std::to_string(i));
   return {};
 }
 Status cm_connect_lanes(Testbed& tb, const endpoint::HostPort& hp, bool relay) {
-  dv::DvDevice* dev = dv_of(tb.dev_a);
-  if (!dev) return make_error(Errc::kInvalidArgument, "--cm: not an mlx5 device");
+  RDMX_TRY_ASSIGN(tb.cm, endpoint::CmPeer::client(*tb.dev_a), "--cm");
   for (auto& lp : tb.lanes)
-    for (win::PollCore* k : lane_qps(*lp, false, relay)) {
-      RDMX_TRY_ASSIGN(auto c, dv::cm_connect(*dev, k->qp_handle(), hp.host, hp.port),
-                      "lane " + std::to_string(lp->index) + ": rdma_cm connect to " + hp.str());
-      tb.cm_conns.push_back(std::move(c));
-    }
+    for (win::PollCore* k : lane_qps(*lp, false, relay))
+      RDMX_TRY(tb.cm->connect(k->qp_handle(), hp), "lane " + std::to_string(lp->index));
   return {};
 }
 
@@ -775,39 +640,49 @@ Status adopt_targets(Testbed& tb, const std::string& text) {
   return {};
 }
 
-// One client, start to end, on the lanes of `pr`. A client that is refused or breaks off before
-// this server connected its QPs is not fatal (kProtocol/kInvalidArgument: the server waits for
-// the next); `committed` says when it would be.
-Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed::Peer& pr,
-                    bool& committed) {
-  const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
-  const LaneRange r{pr.first_lane, pr.n_lanes};
-  RDMX_TRY_ASSIGN(const endpoint::Frame hello, ch.expect(endpoint::FrameType::kHello, w));
-  const std::string mine = sizes_text(p, r.n);
-  if (std::string why = size_mismatch(hello.text(), mine); !why.empty()) {
-    (void)ch.refuse(Errc::kInvalidArgument, why, w);
+// Server: one client's session, admitted and not yet running, on the lanes of slot `slot`.
+struct Pending {
+  Testbed::Peer pr;
+  unsigned slot = 0;
+  bool connected = false;  // its lanes' QPs are connected: a failure from here is fatal
+};
+
+// The client's hello: the engine it runs and the sizes it runs with (refused otherwise), then
+// this server's infos (or rdma_cm). An error is this client's refusal (the session told it).
+Status greet(const Params& p, Testbed& tb, Pending& pd) {
+  endpoint::Session& s = pd.pr.s;
+  if (std::string why = fwd_refusal(s.hello_fields()); !why.empty()) {
+    s.refuse(Errc::kInvalidArgument, why);
     return make_error(Errc::kInvalidArgument, why);
   }
-  for (const auto& [k, v] : kv_lines(hello.text()))
-    if (k == "fwd") pr.fwd = v;
-  RDMX_TRY(ch.send_text(endpoint::FrameType::kWelcome, tb.emu_b ? "wire " + p.wire + "\n" : "", w));
-  const bool relay = pr.fwd == "relay";
-  if (p.cm) {  // each lane's QPs (two for relay) in the client's order: c then s
-    committed = true;
-    RDMX_TRY(cm_accept_lanes(tb, r, relay));
-  } else {
-    RDMX_TRY(ch.send_info(lane_infos(tb, true, ch, r, relay), w));
-    // The client's infos, checked before any is used (one per QP, no QPN twice, every field in
-    // the codec's rules: endpoint::check_peer_infos); then connected. Either failing refuses
-    // this client only: the QPs connected so far go back to RESET, ready for the next client.
-    auto theirs = ch.recv_info(size_t{r.n} * (relay ? 2 : 1), w);
-    Status st = theirs ? connect_lanes(tb, true, theirs.value(), r, relay) : theirs.error();
-    if (!st) {
-      if (theirs) unconnect_lanes(tb, r, relay);
-      (void)ch.refuse(Errc::kProtocol, st.error().message, w);
+  pd.pr.fwd = *endpoint::field(s.hello_fields(), "fwd");
+  endpoint::Fields offer;
+  if (tb.emu_b) offer.push_back({"wire", p.wire});
+  RDMX_TRY(s.welcome(sizes_fields(p, pd.pr.n_lanes), offer, same_option));
+  const LaneRange r{pd.pr.first_lane, pd.pr.n_lanes};
+  const bool relay = pd.pr.fwd == "relay";
+  if (!p.cm)
+    return s.send_info(lane_infos(tb, true, s.channel(), r, relay), size_t{r.n} * (relay ? 2 : 1));
+  // Each lane's QPs (two for relay) in the client's order: c then s.
+  pd.connected = true;
+  RDMX_TRY(cm_accept_lanes(tb, r, relay));
+  return s.connected_elsewhere();
+}
+
+// The client's infos came (checked by the session): its lanes connected, their receives posted,
+// the target windows mapped; READY. A connect that fails refuses this client only: the QPs
+// connected so far go back to RESET, ready for the next client.
+Status serve(const Params& p, Testbed& tb, Pending& pd) {
+  endpoint::Session& s = pd.pr.s;
+  const LaneRange r{pd.pr.first_lane, pd.pr.n_lanes};
+  const bool relay = pd.pr.fwd == "relay";
+  if (!pd.connected) {
+    if (Status st = connect_lanes(tb, true, s.peer_infos(), r, relay); !st) {
+      unconnect_lanes(tb, r, relay);
+      s.refuse(Errc::kProtocol, st.error().message);
       return make_error(Errc::kProtocol, st.error().message);
     }
-    committed = true;
+    pd.connected = true;
   }
   for (unsigned i = r.first; i < r.first + r.n; ++i) {
     Lane& l = *tb.lanes[i];
@@ -815,12 +690,14 @@ Status serve_client(const Params& p, Testbed& tb, endpoint::Channel& ch, Testbed
     RDMX_TRY(post_lane_recvs(l));
   }
   std::string targets;
-  if (pr.fwd == "write" || pr.fwd == "read") {
-    RDMX_TRY_ASSIGN(targets, map_targets(p, tb, pr.fwd == "write", r));
+  if (pd.pr.fwd == "write" || pd.pr.fwd == "read") {
+    RDMX_TRY_ASSIGN(targets, map_targets(p, tb, pd.pr.fwd == "write", r));
   }
-  return ch.send_text(endpoint::FrameType::kReady, targets, w);
+  return s.ready(targets);
 }
 
+// Every client admitted without waiting on any (SessionServer over the Door): a slow, silent or
+// broken one is refused alone, one line each, and its lanes go to the next.
 Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const Say& say,
                   const Say& warn) {
   const endpoint::Wait total = wait_for(p, endpoint::kDefaultAcceptTimeout);
@@ -832,94 +709,151 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
         (n_clients == 1 ? std::string("a client") : std::to_string(n_clients) + " clients") +
         " on " + lis.address() + " (up to " + std::to_string((total.timeout.count() + 999) / 1000) +
         " s), Ctrl-C to stop");
-  // The whole wait is one budget, whatever clients were refused meanwhile.
-  const Error none =
-      make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
-                                     std::to_string((total.timeout.count() + 999) / 1000) + " s");
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return none;
-    auto ch = lis.accept({left, &g_signal});
-    if (!ch) return ch.error().code == Errc::kTimeout ? none : std::move(ch).error();
-    bool committed = false;
-    Testbed::Peer pr;
-    pr.first_lane = static_cast<unsigned>(tb.peers.size()) * per;
-    pr.n_lanes = per;
-    Status st = serve_client(p, tb, ch.value(), pr, committed);
-    if (st) {
-      const std::string lanes = n_clients == 1 ? ""
-                                               : ", lanes " + std::to_string(pr.first_lane) + ".." +
-                                                     std::to_string(pr.first_lane + per - 1);
-      tb.notes.push_back("server: client " + ch.value().peer() + " over TCP from " +
-                         ch.value().local_address() + ", running --fwd " + pr.fwd + lanes +
-                         (pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
-      for (unsigned i = pr.first_lane; i < pr.first_lane + per; ++i)
-        tb.lanes[i]->client = static_cast<unsigned>(tb.peers.size());
-      if (say && n_clients > 1)
-        say("server: client " + std::to_string(tb.peers.size() + 1) + " of " +
-            std::to_string(n_clients) + " (" + ch.value().peer() + ") connected" +
-            (tb.peers.size() + 1 < n_clients ? "; waiting for the next" : ""));
-      pr.ch = std::move(ch).value();
-      tb.peers.push_back(std::move(pr));
-      if (tb.peers.size() == n_clients) return {};
-      continue;
+  struct LogCtx {
+    Testbed& tb;
+    const Say& warn;
+  } ctx{tb, warn};
+  endpoint::SessionServer srv(
+      &lis, {endpoint::kDefaultExchangeTimeout, 64}, {endpoint::kDefaultExchangeTimeout},
+      [](void* a, const std::string& peer, const std::string& line) {
+        auto& c = *static_cast<LogCtx*>(a);
+        c.tb.refused_clients.push_back({peer, line});
+        if (c.warn) c.warn("server: client " + peer + " not served: " + line);
+      },
+      &ctx);
+  std::vector<Pending> pending;
+  std::vector<bool> slot_busy(n_clients, false);
+  auto refused = [&](Pending& pd, const std::string& why) {
+    tb.refused_clients.push_back({pd.pr.name, why});
+    if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
+    slot_busy[pd.slot] = false;
+  };
+  while (tb.peers.size() < n_clients) {
+    if (g_signal.load())
+      return make_error(Errc::kState, "interrupted while waiting for a client on " + lis.address());
+    if (std::chrono::steady_clock::now() >= deadline)
+      return make_error(Errc::kTimeout, "no client on " + lis.address() + " within " +
+                                            std::to_string((total.timeout.count() + 999) / 1000) +
+                                            " s");
+    bool busy = false;
+    RDMX_TRY_ASSIGN(std::optional<endpoint::Session> in, srv.try_admit());
+    if (in) {
+      busy = true;
+      Pending pd;
+      pd.pr.name = in->peer();
+      pd.pr.s = std::move(*in);
+      const auto free_slot = std::find(slot_busy.begin(), slot_busy.end(), false);
+      if (free_slot == slot_busy.end()) {
+        const std::string why = "this server serves " + std::to_string(n_clients) +
+                                " client(s), all being admitted now";
+        pd.pr.s.refuse(Errc::kBusy, why);
+        tb.refused_clients.push_back({pd.pr.name, why});
+        if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
+      } else {
+        pd.slot = static_cast<unsigned>(free_slot - slot_busy.begin());
+        *free_slot = true;
+        pd.pr.first_lane = pd.slot * per;
+        pd.pr.n_lanes = per;
+        if (Status st = greet(p, tb, pd); !st) {
+          if (pd.connected) return add_context(st.error(), "client " + pd.pr.name);
+          refused(pd, without_peer(st.error().message, pd.pr.name));
+        } else {
+          pending.push_back(std::move(pd));
+        }
+      }
     }
-    if (committed || st.error().code == Errc::kState) return st;
-    // Refused or broken off: this client only. Said in one line; wait for the next.
-    tb.refused_clients.push_back({ch.value().peer(), st.error().message});
-    if (warn) warn("server: client " + ch.value().peer() + " not served: " + st.error().message);
+    for (size_t i = 0; i < pending.size();) {
+      Pending& pd = pending[i];
+      const endpoint::SessionEvent e = pd.pr.s.step();
+      Status st;
+      if (e == endpoint::SessionEvent::kInfos) st = serve(p, tb, pd);
+      if (e == endpoint::SessionEvent::kDropped) st = pd.pr.s.error();
+      busy = busy || e != endpoint::SessionEvent::kNone;
+      if (!st) {
+        if (pd.connected || st.error().code == Errc::kState)
+          return add_context(st.error(), "client " + pd.pr.name);
+        refused(pd, without_peer(st.error().message, pd.pr.name));
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      if (e == endpoint::SessionEvent::kReady) {
+        const unsigned k = static_cast<unsigned>(tb.peers.size());
+        const std::string lanes = n_clients == 1
+                                      ? ""
+                                      : ", lanes " + std::to_string(pd.pr.first_lane) + ".." +
+                                            std::to_string(pd.pr.first_lane + per - 1);
+        tb.notes.push_back("server: client " + pd.pr.name + " over TCP from " +
+                           pd.pr.s.channel().local_address() + ", running --fwd " + pd.pr.fwd +
+                           lanes +
+                           (pd.pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
+        for (unsigned li = pd.pr.first_lane; li < pd.pr.first_lane + per; ++li)
+          tb.lanes[li]->client = k;
+        if (say && n_clients > 1)
+          say("server: client " + std::to_string(k + 1) + " of " + std::to_string(n_clients) +
+              " (" + pd.pr.name + ") connected" +
+              (k + 1 < n_clients ? "; waiting for the next" : ""));
+        tb.peers.push_back(std::move(pd.pr));
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      ++i;
+    }
+    if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  return {};
 }
 
-// Client, before its device exists: reaches the server and learns the wire.
-Result<endpoint::Channel> tcp_client_hello(Params& p, unsigned lanes, const Say& say) {
+// Client, before its device exists: reaches the server, agrees the sizes and learns the wire.
+Result<endpoint::Session> tcp_client_hello(Params& p, unsigned lanes, const Say& say) {
   RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
   const endpoint::Wait w = wait_for(p, endpoint::kDefaultConnectTimeout);
   if (say)
     say("client: connecting to " + hp.str() + " (up to " +
         std::to_string((w.timeout.count() + 999) / 1000) + " s), Ctrl-C to stop");
   RDMX_TRY_ASSIGN(endpoint::Channel ch, endpoint::Channel::connect(hp, w));
-  const endpoint::Wait xw = {endpoint::kDefaultExchangeTimeout, &g_signal};
-  RDMX_TRY(ch.send_text(endpoint::FrameType::kHello, sizes_text(p, lanes), xw));
-  RDMX_TRY_ASSIGN(const endpoint::Frame welcome, ch.expect(endpoint::FrameType::kWelcome, xw));
-  for (const auto& [k, v] : kv_lines(welcome.text()))
-    if (k == "wire") p.wire = v;
+  endpoint::Fields hello = sizes_fields(p, lanes);
+  hello.insert(hello.begin(), {"fwd", p.fwd});
+  RDMX_TRY_ASSIGN(endpoint::Session s, endpoint::Session::client(std::move(ch), hello));
+  RDMX_TRY(s.await(endpoint::SessionEvent::kWelcome, kStep));
+  if (const std::string* wire = endpoint::field(s.welcome_fields(), "wire")) p.wire = *wire;
   if (device_kind(p) != DeviceKind::kMlx5 && p.wire.empty())
-    return make_error(Errc::kProtocol, "server " + ch.peer() +
-                                           " named no emu wire (is it running on --device emu?)");
-  return ch;
+    return make_error(Errc::kProtocol,
+                      "server " + s.peer() + " named no emu wire (is it running on --device emu?)");
+  return s;
 }
 
 Status tcp_client_finish(const Params& p, Testbed& tb) {
-  const endpoint::Wait w = {endpoint::kDefaultExchangeTimeout, &g_signal};
-  endpoint::Channel& ch = tb.peers.at(0).ch;
+  endpoint::Session& s = tb.peers.at(0).s;
+  const bool relay = p.fwd == "relay";
   if (p.cm) {
     RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
-    RDMX_TRY(cm_connect_lanes(tb, hp, p.fwd == "relay"));
+    RDMX_TRY(cm_connect_lanes(tb, hp, relay));
+    RDMX_TRY(s.connected_elsewhere());
   } else {
-    const bool relay = p.fwd == "relay";
-    RDMX_TRY_ASSIGN(const auto theirs, ch.recv_info(tb.lanes.size() * (relay ? 2 : 1), w));
-    RDMX_TRY(ch.send_info(lane_infos(tb, false, ch, all_lanes(tb), relay), w));
-    RDMX_TRY(connect_lanes(tb, false, theirs, all_lanes(tb), relay));
+    RDMX_TRY(s.send_info(lane_infos(tb, false, s.channel(), all_lanes(tb), relay),
+                         tb.lanes.size() * (relay ? 2 : 1)));
+    RDMX_TRY(s.await(endpoint::SessionEvent::kInfos, kStep));
+    RDMX_TRY(connect_lanes(tb, false, s.peer_infos(), all_lanes(tb), relay));
   }
   RDMX_TRY(post_all_recvs(tb));
+  RDMX_TRY(s.ready());
   // The server's receives are posted once it says so: only then may requests go.
-  RDMX_TRY_ASSIGN(const endpoint::Frame ready, ch.expect(endpoint::FrameType::kReady, w));
-  RDMX_TRY(adopt_targets(tb, ready.text()));
+  RDMX_TRY(s.await(endpoint::SessionEvent::kReady, kStep));
+  RDMX_TRY(adopt_targets(tb, s.peer_ready_text()));
   for (auto& lp : tb.lanes)
     if (((p.fwd == "write" || p.fwd == "read") && lp->remote_rkeys.size() != lp->depth) ||
         (p.fwd == "read" && lp->remote_csums.size() != lp->depth))
       return make_error(Errc::kProtocol, "the server sent no windows for --fwd " + p.fwd +
                                              " (is it an older rdmafwd?)");
-  tb.notes.push_back("client: server " + ch.peer() + " over TCP from " + ch.local_address());
+  tb.notes.push_back("client: server " + s.peer() + " over TCP from " +
+                     s.channel().local_address());
   return {};
 }
 
 }  // namespace
 
 std::string Testbed::peer_name(const Lane& l) const {
-  return l.client < peers.size() ? peers[l.client].ch.peer() : std::string();
+  return l.client < peers.size() ? peers[l.client].name : std::string();
 }
 
 bool Testbed::any_client_runs(const std::string& fwd) const {
@@ -938,7 +872,10 @@ void drop_peer(Testbed& tb, size_t i) {
     for (win::PollCore* k : {l.p, l.r})
       if (k && tb.dev_b) (void)tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kError);
   }
-  pr.ch.close();
+  // The client sees the server gone (its socket closes).
+  if (pr.s.state() != endpoint::SessionState::kDropped &&
+      pr.s.state() != endpoint::SessionState::kClosed)
+    pr.s.drop(Errc::kState, "dropped by this server");
 }
 
 unsigned police_peers(Testbed& tb, const Say& warn) {
@@ -947,8 +884,11 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
   for (size_t i = 0; i < tb.peers.size(); ++i) {
     Testbed::Peer& pr = tb.peers[i];
     if (pr.dropped) continue;
-    if (!pr.violation.empty()) {
-      if (warn) warn("server: client " + pr.ch.peer() + " dropped: " + pr.violation + others);
+    if (pr.lost || !pr.violation.empty()) {
+      const std::string why = pr.lost ? "went away during the run (connection closed without a "
+                                        "goodbye)"
+                                      : pr.violation;
+      if (warn) warn("server: client " + pr.name + " dropped: " + why + others);
       drop_peer(tb, i);
       ++n;
       continue;
@@ -960,7 +900,7 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
       if (!refused) continue;
       const auto why = static_cast<RpcVerdict>(l.st.refused_why.get());
       if (warn)
-        warn("server: client " + pr.ch.peer() + " dropped: lane " + std::to_string(li) +
+        warn("server: client " + pr.name + " dropped: lane " + std::to_string(li) +
              " refused its request (" + rpc_verdict_name(why) + ")" + others);
       drop_peer(tb, i);
       ++n;
@@ -971,41 +911,45 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
 }
 
 namespace {
-// One peer, without waiting.
+// One peer, without waiting: its session stepped (a goodbye is answered at once).
 PeerState watch_one(Testbed::Peer& pr) {
   if (pr.dropped) return PeerState::kBye;  // done with: it ends nothing for the others
-  if (!pr.ch.valid()) return PeerState::kHere;
-  if (pr.said_bye) return PeerState::kBye;
-  pollfd pf{pr.ch.fd(), POLLIN, 0};
-  if (::poll(&pf, 1, 0) <= 0) return PeerState::kHere;
-  // What it sent first: a goodbye is often followed at once by the peer's FIN, and peer_gone()
-  // sees the FIN whatever is still unread.
-  auto got = pr.ch.try_recv();
-  if (got && !got.value())  // part of a frame so far: the rest comes, unless the peer left
-    return pr.ch.peer_gone() ? PeerState::kGone : PeerState::kHere;
-  Result<endpoint::Frame> f =
-      got ? Result<endpoint::Frame>(std::move(*got.value())) : Result<endpoint::Frame>(got.error());
-  if (f && f.value().type == endpoint::FrameType::kBye) {
-    pr.said_bye = true;
-    pr.bye_text = f.value().text();
-    return PeerState::kBye;
+  using S = endpoint::SessionState;
+  if (pr.s.step() == endpoint::SessionEvent::kBye) (void)pr.s.close();
+  switch (pr.s.state()) {
+    case S::kClosing:
+    case S::kClosed:
+      return PeerState::kBye;
+    case S::kDropped:
+      if (pr.s.peer_went_away()) return PeerState::kGone;
+      // During the run a client sends nothing but its goodbye: anything else (a second
+      // connection info, a hello...) breaks the protocol, and police_peers drops it.
+      if (pr.violation.empty()) pr.violation = without_peer(pr.s.error().message, pr.name);
+      return PeerState::kHere;
+    default:
+      return PeerState::kHere;
   }
-  // During the run a client sends nothing but its goodbye: anything else (a second connection
-  // info, a hello...) breaks the protocol, and police_peers drops it.
-  if (f && pr.violation.empty())
-    pr.violation = std::string("sent ") + endpoint::frame_type_name(f.value().type) +
-                   " (frame type " + std::to_string(int(f.value().type)) + ") during the run";
-  return f ? PeerState::kHere : PeerState::kGone;
 }
 }  // namespace
 
-// Every peer: kGone as soon as one went away without a goodbye (lost_peer names it), kBye once
-// all said it.
+// Every peer: kGone as soon as one went away without a goodbye (lost_peer names it), unless a
+// server still serves another client (then that one is marked lost, for police_peers to drop
+// alone); kBye once all said it.
 PeerState watch_peer(Testbed& tb) {
   if (tb.peers.empty()) return PeerState::kHere;
   bool all_bye = true;
   for (size_t i = 0; i < tb.peers.size(); ++i) {
+    if (tb.peers[i].lost) continue;  // police_peers drops it
     const PeerState s = watch_one(tb.peers[i]);
+    bool others = false;
+    for (size_t j = 0; j < tb.peers.size(); ++j)
+      others = others || (j != i && !tb.peers[j].dropped && !tb.peers[j].lost &&
+                          tb.peers[j].s.state() == endpoint::SessionState::kRunning);
+    if (s == PeerState::kGone && others && tb.peers.size() > 1) {
+      tb.peers[i].lost = true;
+      all_bye = false;
+      continue;
+    }
     if (s == PeerState::kGone) {
       tb.lost_peer = static_cast<int>(i);
       return PeerState::kGone;
@@ -1019,26 +963,25 @@ bool await_bye(Testbed& tb, std::chrono::milliseconds within) {
   const auto end = std::chrono::steady_clock::now() + within;
   bool all = !tb.peers.empty();
   for (Testbed::Peer& pr : tb.peers) {
-    if (!pr.ch.valid() || pr.said_bye) {
-      all = all && pr.said_bye;
+    if (pr.s.peer_said_bye()) continue;
+    if (pr.dropped || pr.s.state() != endpoint::SessionState::kRunning) {
+      all = false;
       continue;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         end - std::chrono::steady_clock::now());
-    auto f = pr.ch.expect(endpoint::FrameType::kBye,
-                          {std::max(left, std::chrono::milliseconds(1)), &g_signal});
-    if (!f) {
-      all = false;
+    auto e = pr.s.wait_event({std::max(left, std::chrono::milliseconds(1)), &g_signal});
+    if (e && e.value() == endpoint::SessionEvent::kBye) {
+      (void)pr.s.close();
       continue;
     }
-    pr.said_bye = true;
-    pr.bye_text = f.value().text();
+    all = false;
   }
   return all;
 }
 
 void say_bye(Testbed& tb, const Params& p, uint64_t ios) {
-  if (tb.peers.empty() || !tb.peers[0].ch.valid()) return;
+  if (tb.peers.empty() || tb.peers[0].s.state() != endpoint::SessionState::kRunning) return;
   std::ostringstream o;
   o << "ios " << ios << "\n";
   // --fwd write: what the last write of each slot carried, for the server to check; only slots
@@ -1049,15 +992,14 @@ void say_bye(Testbed& tb, const Params& p, uint64_t ios) {
         if (lp->slots[i].seq && lp->slots[i].done_seq == lp->slots[i].seq)
           o << "slot " << lp->index << ' ' << i << ' ' << lp->slots[i].seq << ' ' << lp->csums[i].a
             << ' ' << lp->csums[i].b << "\n";
-  (void)tb.peers[0].ch.send_text(endpoint::FrameType::kBye, o.str(),
-                                 {std::chrono::milliseconds(1000), nullptr});
+  (void)tb.peers[0].s.close(o.str());
 }
 
 namespace {
 // One client's goodbye against the slots of its lanes.
 void check_writes_of(Testbed& tb, const Params& p, const Testbed::Peer& pr, uint64_t& checked,
                      uint64_t& bad) {
-  std::istringstream in(pr.bye_text);
+  std::istringstream in(pr.s.bye_text());
   std::string word;
   const uint32_t len = p.pages_per_io * p.page_size;
   while (in >> word) {
@@ -1097,15 +1039,14 @@ uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
   return bad;
 }
 
-// Devices, then (server) the client's sizes, then per side an arena and a pool, then the lanes
-// with their cores and buffers, then connections and receives.
+// Devices, then per side an arena and a pool, then the lanes with their cores and buffers, then
+// connections (two processes: the sessions) and receives.
 Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsigned>& lcores,
                                               const Say& say, const Say& warn) {
   auto tb = std::make_unique<Testbed>();
   const unsigned n_lanes = static_cast<unsigned>(lcores.size());
-  const bool tcp = !p.listen.empty() || !p.peer.empty();
-  // TCP: the server listens first (a bad address fails before any device work) and names the
-  // wire; the client meets the server first, to learn the wire its device attaches to.
+  // Two processes: the server listens first (a bad address fails before any device work) and names
+  // the wire; the client meets the server first, to learn the wire its device attaches to.
   endpoint::Listener lis;
   if (!p.listen.empty()) {
     RDMX_TRY_ASSIGN(const endpoint::HostPort at, endpoint::parse_listen_address(p.listen),
@@ -1115,18 +1056,15 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   }
   if (!p.peer.empty()) {
     tb->peers.emplace_back();
-    RDMX_TRY_ASSIGN(tb->peers[0].ch, tcp_client_hello(p, n_lanes, say), "rendezvous");
+    RDMX_TRY_ASSIGN(tb->peers[0].s, tcp_client_hello(p, n_lanes, say), "rendezvous");
+    tb->peers[0].name = tb->peers[0].s.peer();
     tb->peers[0].n_lanes = n_lanes;
   }
   RDMX_TRY(open_devices(p, *tb));
   if (p.cm && !p.listen.empty()) {
     // The same port, in rdma_cm's port space (RDMA_PS_TCP), for the lanes' QPs.
     RDMX_TRY_ASSIGN(const endpoint::HostPort at, endpoint::parse_listen_address(p.listen));
-    RDMX_TRY_ASSIGN(tb->cm_listener, dv::CmListener::listen(at.host, at.port), "rdma_cm listen");
-  }
-  mlx5::ConnectInfo client_info;
-  if (p.role == Role::kServer && !tcp) {
-    RDMX_TRY_ASSIGN(client_info, adopt_client_sizes(p, *tb));
+    RDMX_TRY_ASSIGN(tb->cm, endpoint::CmPeer::listen(*tb->dev_b, at), "--cm");
   }
 
   if (p.clients > 1 && n_lanes % p.clients != 0)
@@ -1151,10 +1089,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
     RDMX_TRY(post_all_recvs(*tb));
   else if (!p.listen.empty())
     RDMX_TRY(tcp_server(p, *tb, lis, say, warn), "rendezvous");
-  else if (!p.peer.empty())
-    RDMX_TRY(tcp_client_finish(p, *tb), "rendezvous");
   else
-    RDMX_TRY(rendezvous(p, *tb, client_info));
+    RDMX_TRY(tcp_client_finish(p, *tb), "rendezvous");
 
   if (p.isolate)
     tb->notes.push_back(

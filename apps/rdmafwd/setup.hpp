@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include <rdmx/dv/cm.hpp>
-#include <rdmx/dv/dv_device.hpp>
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/cm.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
+#include <rdmx/endpoint/session.hpp>
 
 #include "rdmafwd.hpp"
 
@@ -41,28 +41,30 @@ struct Testbed {
   win::WindowPool* pool_b = nullptr;
   std::vector<std::unique_ptr<Lane>> lanes;
   std::vector<std::string> notes;  // how devices and cores are used (printed at start)
-  // Two-process mode over TCP: per peer (a server's clients; a client's server) the rendezvous
-  // connection, kept open for the run (a peer that goes away is seen at once, see watch_peer)
-  // and closed with the testbed.
+  // Two-process mode: per peer (a server's clients; a client's server) its session
+  // (lib/endpoint/session.hpp: hello to goodbye over the TCP rendezvous), kept open for the run
+  // (a peer that goes away is seen at once, see watch_peer) and closed with the testbed.
   struct Peer {
-    endpoint::Channel ch;
-    bool said_bye = false;
-    std::string fwd;       // server: the engine this client runs (rpc; umr, write, read: nothing
-                           // to serve)
-    std::string bye_text;  // server: the client's goodbye
+    endpoint::Session s;
+    std::string name;  // "ADDR:PORT"
+    std::string fwd;   // server: the engine this client runs (rpc; umr, write, read: nothing
+                       // to serve)
     unsigned first_lane = 0, n_lanes = 0;  // server: the lanes that serve this client
     bool dropped = false;                  // server: cut off for breaking the protocol
     // Server: what the client sent on the rendezvous socket during the run that it may not
     // (anything but its goodbye: a second INFO, ...); police_peers drops it. Empty: nothing.
     std::string violation;
+    // Server: the client went away without a goodbye while others are served: police_peers
+    // drops it alone (a server left with no client ends instead: watch_peer's kGone).
+    bool lost = false;
   };
   std::vector<Peer> peers;
   // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
   std::vector<std::pair<std::string, std::string>> refused_clients;
   int lost_peer = -1;  // the peer watch_peer saw go away
-  // --cm: the server's rdma_cm listener, and every lane's connection (disconnected at teardown).
-  std::unique_ptr<dv::CmListener> cm_listener;
-  std::vector<std::unique_ptr<dv::CmConnection>> cm_conns;
+  // --cm: rdma_cm through the library (the server's listener, every lane's connection;
+  // disconnected at teardown).
+  std::unique_ptr<endpoint::CmPeer> cm;
   // Server: the peer a lane serves, by name ("ADDR:PORT"); "" without TCP.
   std::string peer_name(const Lane& l) const;
   // Server: does any client run `fwd` (any engine when empty)? Do all run something else?
@@ -94,9 +96,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
 enum class PeerState { kHere, kBye, kGone };
 PeerState watch_peer(Testbed& tb);
 // Server, main thread, while forwarding: a client one of whose lanes refused a request
-// (engines/peer_checks.hpp), or that sent anything but its goodbye on the rendezvous socket
-// (watch_peer), is dropped, alone: one line through `warn` naming it, the lane and
-// what was wrong, then drop_peer(). Returns how many clients it dropped this time.
+// (engines/peer_checks.hpp), that sent anything but its goodbye on the rendezvous socket, or
+// that went away while other clients are served (watch_peer), is dropped, alone: one line through
+// `warn` naming it, the lane and what was wrong, then drop_peer(). Returns how many clients it
+// dropped this time.
 unsigned police_peers(Testbed& tb, const Say& warn);
 // Cuts client `i` off: its lanes' QPs to the error state (its RDMA stops at once; the lanes end
 // without counting a failure of this process), its rendezvous socket closed (the client sees

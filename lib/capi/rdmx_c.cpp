@@ -21,6 +21,7 @@
 #include <rdmx/endpoint/door.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
+#include <rdmx/endpoint/session.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
@@ -937,12 +938,10 @@ struct rdmx_listener {
   endpoint::Listener l;
   endpoint::Door door;  // rdmx_accept_hello: admits over l without waiting on one client
 };
+// A connection is a session (lib/endpoint/session.hpp) whose hello is the application's own
+// (rdmx_conn_send/recv): it starts in INFO; the exchange and ready steps are the session's.
 struct rdmx_conn {
-  endpoint::Channel ch;
-  // rdmx_conn_try_exchange / rdmx_conn_try_ready: this side's frame is sent; by when the peer's
-  // must have come.
-  bool sent = false;
-  std::chrono::steady_clock::time_point deadline{};
+  endpoint::Session s;
 };
 
 namespace {
@@ -995,25 +994,26 @@ bool bad_cores(rdmx_core* const* cores, uint32_t n) {
   return false;
 }
 
-// The first call of a non-blocking step (rdmx_conn_try_*) sends this side's frame (`send`, given
-// a Wait) and starts the peer's time; 0, or a negative error.
-template <class Send>
-int step_start(rdmx_conn* c, uint32_t timeout_ms, Send&& send, const char* what) {
-  if (c->sent) return 0;
-  // A few bytes: only a peer that reads nothing at all makes this wait, for 1 s at most.
-  if (auto s = send(endpoint::Wait{std::chrono::milliseconds(1000)}); !s)
-    return fail(s.error(), what);
-  c->sent = true;
-  c->deadline =
-      std::chrono::steady_clock::now() +
-      (timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultExchangeTimeout);
+// A session's step budget: timeout_ms, or the default.
+std::chrono::milliseconds step_budget(uint32_t timeout_ms) {
+  return timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultExchangeTimeout;
+}
+
+// The exchange's first half, once: this side's infos go (the peer's must be one per core).
+int send_infos(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms,
+               const char* what) {
+  if (c->s.info_sent()) return 0;
+  c->s.set_step_timeout(step_budget(timeout_ms));
+  if (auto st = c->s.send_info(local_infos(cores, n), n); !st) return fail(st.error(), what);
   return 0;
 }
-// Nothing from the peer yet: 0 while it has time, -RDMX_ETIMEDOUT after.
-int step_waits(const rdmx_conn* c, const char* frame, const char* what) {
-  if (std::chrono::steady_clock::now() < c->deadline) return 0;
-  return fail(RDMX_ETIMEDOUT,
-              std::string(what) + ": peer " + c->ch.peer() + " sent no " + frame + " in time");
+
+// The ready step's first half, once the infos are in: this side's ready goes.
+int send_ready(rdmx_conn* c, uint32_t timeout_ms, const char* what) {
+  if (c->s.state() != endpoint::SessionState::kInfo) return 0;
+  c->s.set_step_timeout(step_budget(timeout_ms));
+  if (auto st = c->s.ready(); !st) return fail(st.error(), what);
+  return 0;
 }
 
 }  // namespace
@@ -1049,7 +1049,7 @@ int rdmx_accept(rdmx_listener* l, uint32_t timeout_ms, const volatile int* cance
     *out = nullptr;
     auto ch = l->l.accept(c_wait(timeout_ms, endpoint::kDefaultAcceptTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_accept");
-    *out = new rdmx_conn{std::move(ch).value()};
+    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value())};
     return 0;
   });
 }
@@ -1068,27 +1068,29 @@ int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volatile int* c
     auto ch = endpoint::Channel::connect(
         to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_connect_to");
-    *out = new rdmx_conn{std::move(ch).value()};
+    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value())};
     return 0;
   });
 }
 
 const char* rdmx_conn_peer(const rdmx_conn* c) {
-  return c ? c->ch.peer().c_str() : "";
+  return c ? c->s.peer().c_str() : "";
 }
 
 int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms,
                        const volatile int* cancel) {
-  return guarded("rdmx_conn_exchange", [&]() -> int {
+  static constexpr const char* kWhat = "rdmx_conn_exchange";
+  return guarded(kWhat, [&]() -> int {
     if (!c || bad_cores(cores, n)) return fail(RDMX_EINVAL, "rdmx_conn_exchange: bad arguments");
-    const endpoint::Wait w = c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel);
-    if (auto s = c->ch.send_info(local_infos(cores, n), w); !s)
-      return fail(s.error(), "rdmx_conn_exchange");
-    // One info per core, no QPN twice, every field in the codec's rules, all checked before
-    // any core is connected (endpoint::check_peer_infos).
-    auto theirs = c->ch.recv_info(n, w);
-    if (!theirs) return fail(theirs.error(), "rdmx_conn_exchange");
-    return connect_all(cores, n, theirs.value(), "rdmx_conn_exchange");
+    if (const int rc = send_infos(c, cores, n, timeout_ms, kWhat); rc < 0) return rc;
+    // One info per core, no QPN twice, every field in the codec's rules, all checked by the
+    // session before any core is connected.
+    if (!c->s.have_peer_infos())
+      if (auto st = c->s.await(endpoint::SessionEvent::kInfos,
+                               c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
+          !st)
+        return fail(st.error(), kWhat);
+    return connect_all(cores, n, c->s.peer_infos(), kWhat);
   });
 }
 
@@ -1097,14 +1099,13 @@ int rdmx_conn_try_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, ui
   return guarded(kWhat, [&]() -> int {
     if (!c || bad_cores(cores, n))
       return fail(RDMX_EINVAL, "rdmx_conn_try_exchange: bad arguments");
-    auto send = [&](endpoint::Wait w) { return c->ch.send_info(local_infos(cores, n), w); };
-    if (const int rc = step_start(c, timeout_ms, send, kWhat); rc < 0) return rc;
-    // One info per core, no QPN twice, every field checked, before any core is connected.
-    auto theirs = c->ch.try_recv_info(n);
-    if (!theirs) return fail(theirs.error(), kWhat);
-    if (!theirs.value()) return step_waits(c, "connection info", kWhat);
-    c->sent = false;
-    const int rc = connect_all(cores, n, *theirs.value(), kWhat);
+    if (const int rc = send_infos(c, cores, n, timeout_ms, kWhat); rc < 0) return rc;
+    if (!c->s.have_peer_infos()) {
+      const endpoint::SessionEvent e = c->s.step();
+      if (e == endpoint::SessionEvent::kDropped) return fail(c->s.error(), kWhat);
+      if (e != endpoint::SessionEvent::kInfos) return 0;
+    }
+    const int rc = connect_all(cores, n, c->s.peer_infos(), kWhat);
     return rc < 0 ? rc : 1;
   });
 }
@@ -1113,13 +1114,11 @@ int rdmx_conn_try_ready(rdmx_conn* c, uint32_t timeout_ms) {
   static constexpr const char* kWhat = "rdmx_conn_try_ready";
   return guarded(kWhat, [&]() -> int {
     if (!c) return fail(RDMX_EINVAL, "rdmx_conn_try_ready: NULL argument");
-    auto send = [&](endpoint::Wait w) { return c->ch.send(endpoint::FrameType::kReady, {}, w); };
-    if (const int rc = step_start(c, timeout_ms, send, kWhat); rc < 0) return rc;
-    auto f = c->ch.try_expect(endpoint::FrameType::kReady);
-    if (!f) return fail(f.error(), kWhat);
-    if (!f.value()) return step_waits(c, "ready", kWhat);
-    c->sent = false;
-    return 1;
+    if (const int rc = send_ready(c, timeout_ms, kWhat); rc < 0) return rc;
+    if (c->s.state() == endpoint::SessionState::kRunning) return 1;
+    const endpoint::SessionEvent e = c->s.step();
+    if (e == endpoint::SessionEvent::kDropped) return fail(c->s.error(), kWhat);
+    return e == endpoint::SessionEvent::kReady ? 1 : 0;
   });
 }
 
@@ -1140,19 +1139,21 @@ int rdmx_accept_hello(rdmx_listener* l, uint32_t hello_ms, void* buf, size_t cap
     const auto& p = a.value()->hello.payload;
     if (!p.empty() && cap) std::memcpy(buf, p.data(), std::min(cap, p.size()));
     *len = p.size();
-    *out = new rdmx_conn{std::move(a.value()->ch)};
+    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(a.value()->ch))};
     return 1;
   });
 }
 
 int rdmx_conn_ready(rdmx_conn* c, uint32_t timeout_ms, const volatile int* cancel) {
-  return guarded("rdmx_conn_ready", [&]() -> int {
+  static constexpr const char* kWhat = "rdmx_conn_ready";
+  return guarded(kWhat, [&]() -> int {
     if (!c) return fail(RDMX_EINVAL, "rdmx_conn_ready: NULL argument");
-    const endpoint::Wait w = c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel);
-    if (auto s = c->ch.send(endpoint::FrameType::kReady, {}, w); !s)
-      return fail(s.error(), "rdmx_conn_ready");
-    if (auto f = c->ch.expect(endpoint::FrameType::kReady, w); !f)
-      return fail(f.error(), "rdmx_conn_ready");
+    if (const int rc = send_ready(c, timeout_ms, kWhat); rc < 0) return rc;
+    if (c->s.state() == endpoint::SessionState::kRunning) return 0;
+    if (auto st = c->s.await(endpoint::SessionEvent::kReady,
+                             c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
+        !st)
+      return fail(st.error(), kWhat);
     return 0;
   });
 }
@@ -1161,8 +1162,9 @@ int rdmx_conn_send(rdmx_conn* c, const void* buf, size_t len, uint32_t timeout_m
                    const volatile int* cancel) {
   return guarded("rdmx_conn_send", [&]() -> int {
     if (!c || (!buf && len)) return fail(RDMX_EINVAL, "rdmx_conn_send: NULL argument");
-    auto s = c->ch.send(endpoint::FrameType::kHello, {static_cast<const uint8_t*>(buf), len},
-                        c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
+    auto s =
+        c->s.channel().send(endpoint::FrameType::kHello, {static_cast<const uint8_t*>(buf), len},
+                            c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
     if (!s) return fail(s.error(), "rdmx_conn_send");
     return 0;
   });
@@ -1172,8 +1174,8 @@ int rdmx_conn_recv(rdmx_conn* c, void* buf, size_t cap, uint32_t timeout_ms,
                    const volatile int* cancel) {
   return guarded("rdmx_conn_recv", [&]() -> int {
     if (!c || (!buf && cap)) return fail(RDMX_EINVAL, "rdmx_conn_recv: NULL argument");
-    auto f = c->ch.expect(endpoint::FrameType::kHello,
-                          c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
+    auto f = c->s.channel().expect(endpoint::FrameType::kHello,
+                                   c_wait(timeout_ms, endpoint::kDefaultExchangeTimeout, cancel));
     if (!f) return fail(f.error(), "rdmx_conn_recv");
     const auto& p = f.value().payload;
     if (!p.empty() && cap) std::memcpy(buf, p.data(), std::min(cap, p.size()));
@@ -1182,7 +1184,7 @@ int rdmx_conn_recv(rdmx_conn* c, void* buf, size_t cap, uint32_t timeout_ms,
 }
 
 int rdmx_conn_peer_gone(const rdmx_conn* c) {
-  return !c || c->ch.peer_gone() ? 1 : 0;
+  return !c || c->s.channel().peer_gone() ? 1 : 0;
 }
 
 void rdmx_conn_close(rdmx_conn* c) {

@@ -12,6 +12,7 @@ Result<std::optional<Door::Arrival>> Door::poll() {
   for (;;) {
     RDMX_TRY_ASSIGN(std::optional<Channel> ch, l_->try_accept());
     if (!ch) break;
+    last_refused_ = ch->peer();
     if (open_.size() >= cfg_.max_half_open)
       return make_error(Errc::kBusy, "peer " + ch->peer() +
                                          " not admitted: " + std::to_string(open_.size()) +
@@ -24,6 +25,7 @@ Result<std::optional<Door::Arrival>> Door::poll() {
     if (f && !f.value() && now < open_[i].deadline) continue;
     HalfOpen h = std::move(open_[i]);
     open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(i));
+    last_refused_ = h.ch.peer();
     if (!f) return f.error();
     if (!f.value())
       return make_error(Errc::kTimeout, "peer " + h.ch.peer() + " sent no hello within " +

@@ -2,10 +2,6 @@
 // Idle connections do not delay a client whose hello is there; each half-open connection has its
 // own deadline; the cap holds; foreign bytes and a frame other than a hello are refused at once;
 // a hello that arrives in pieces is assembled. Every wait is bounded by a budget of its own.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -13,53 +9,14 @@
 #include <string>
 #include <thread>
 #include <vector>
-
 #include <rdmx/endpoint/door.hpp>
-
+#include "fake_peer.hpp"
 namespace {
-
 using namespace rdmx;
 using namespace rdmx::endpoint;
+using namespace rdmx::endpoint::test;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-template <class T>
-T take(Result<T>&& r) {
-  if (!r.ok()) throw std::runtime_error(r.error().message);
-  return std::move(r).value();
-}
-
-// A raw TCP connection to the listener (closed by the destructor).
-struct Raw {
-  int fd = -1;
-  explicit Raw(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-      throw std::runtime_error("connect");
-  }
-  void put(const std::string& b) const {
-    if (::write(fd, b.data(), b.size()) != static_cast<ssize_t>(b.size()))
-      throw std::runtime_error("write");
-  }
-  ~Raw() { ::close(fd); }
-  Raw(const Raw&) = delete;
-  Raw& operator=(const Raw&) = delete;
-};
-
-// A frame as the rendezvous writes it (rendezvous.hpp): "RDXR", version, type, length, payload.
-std::string frame(FrameType t, const std::string& payload) {
-  std::string f = "RDXR";
-  f += static_cast<char>(kRendezvousVersion);
-  f += static_cast<char>(t);
-  f += static_cast<char>(payload.size() >> 8);
-  f += static_cast<char>(payload.size() & 0xff);
-  return f + payload;
-}
-
 // Polls the door until it returns something (a hello or a refusal), or `budget` passes.
 Result<std::optional<Door::Arrival>> next(Door& d, std::chrono::milliseconds budget) {
   const auto end = Clock::now() + budget;
@@ -69,11 +26,9 @@ Result<std::optional<Door::Arrival>> next(Door& d, std::chrono::milliseconds bud
     std::this_thread::sleep_for(1ms);
   }
 }
-
 struct DoorTest : ::testing::Test {
   Listener l = take(Listener::listen(take(parse_listen_address("127.0.0.1:0"))));
 };
-
 TEST_F(DoorTest, FiftyIdleConnectionsDoNotDelayAHello) {
   Door d(&l, {10s, 64});
   std::vector<std::unique_ptr<Raw>> idle;
@@ -91,7 +46,6 @@ TEST_F(DoorTest, FiftyIdleConnectionsDoNotDelayAHello) {
   EXPECT_LT(Clock::now() - t0, 1s);
   EXPECT_EQ(d.half_open(), 50u);  // the idle ones are still held, each with its deadline
 }
-
 TEST_F(DoorTest, EachConnectionHasItsOwnDeadline) {
   Door d(&l, {300ms, 64});
   Raw idle(l.port());
@@ -125,7 +79,6 @@ TEST_F(DoorTest, TheCapHolds) {
   EXPECT_EQ(r.error().code, Errc::kBusy);
   EXPECT_EQ(d.half_open(), 4u);
 }
-
 TEST_F(DoorTest, ForeignBytesAndOtherFramesAreRefusedAtOnce) {
   Door d(&l, {10s, 64});
   Raw http(l.port());

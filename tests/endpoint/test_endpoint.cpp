@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include <rdmx/endpoint/cm.hpp>
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
@@ -249,4 +250,19 @@ TEST(Builder, CoresAndErrors) {
   EXPECT_EQ(none.error().code, Errc::kInvalidArgument);
 }
 
+}  // namespace
+
+// rdma_cm through the library: an emulated device has none, and says so rather than crash.
+namespace {
+TEST(EndpointCm, EmuDeviceIsRefused) {
+  auto d = rdmx::endpoint::open_device("emu-inline");
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  auto c = rdmx::endpoint::CmPeer::client(*d.value().dev);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, rdmx::Errc::kUnsupported);
+  EXPECT_NE(c.error().message.find("needs a real mlx5 device"), std::string::npos);
+  auto l = rdmx::endpoint::CmPeer::listen(*d.value().dev, {"127.0.0.1", 0});
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.error().code, rdmx::Errc::kUnsupported);
+}
 }  // namespace

@@ -5,7 +5,10 @@ Each library directory may include only the rdmx include paths listed for it: li
 device contract (rdmx/mlx5: prm and queue) but never a backend (rdmx/dv, rdmx/emu); a backend
 never includes the other one or lib/ above core; lib/rt knows only core; lib/endpoint (the
 glue) may use both backends and the window layer, not the runtime. The assembly layer
-(lib/capi, apps, tests, examples) is not restricted. Usage: check_layers.py SOURCE_ROOT
+(lib/capi, apps, tests, examples) is not restricted but for the applications below, which reach
+a device only through the library's services (lib/endpoint: opener, sessions, rdma_cm) and never
+through a driver's own header: rdmafwd not the real driver's (rdmx/dv), blockd not a driver at
+all (the C API only). A quoted path into drivers/ counts too. Usage: check_layers.py SOURCE_ROOT
 """
 import pathlib
 import re
@@ -26,6 +29,12 @@ ALLOWED = {
                      'rdmx/dv/') + CONTRACT,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](rdmx/[^>"]+)[>"]')
+# Applications: the include paths they may not use.
+FORBIDDEN = {
+    'apps/rdmafwd': ('rdmx/dv/',),
+    'examples/blockd': ('rdmx/dv/', 'rdmx/emu/'),
+}
+DRIVER_PATH = re.compile(r'^\s*#\s*include\s*[<"]([^>"]*drivers/[^>"]+)[>"]')
 
 
 def main(src):
@@ -39,10 +48,20 @@ def main(src):
                 if m and not m.group(1).startswith(allowed):
                     bad.append(f'{p.relative_to(src)}:{n}: <{m.group(1)}> is outside what {lib} '
                                f'may use ({", ".join(allowed)}; doc/guides/architecture.md)')
+    for app, forbidden in FORBIDDEN.items():
+        for p in sorted((src / app).rglob('*')):
+            if p.suffix not in ('.h', '.hpp', '.cpp', '.c') or not p.is_file():
+                continue
+            for n, line in enumerate(p.read_text(errors='replace').splitlines(), 1):
+                m, d = INCLUDE.match(line), DRIVER_PATH.match(line)
+                if (m and m.group(1).startswith(forbidden)) or d:
+                    bad.append(f'{p.relative_to(src)}:{n}: <{(m or d).group(1)}>: {app} reaches '
+                               f'devices through lib/endpoint, not a driver header')
     for b in bad:
         print(b)
     if not bad:
-        print(f'{len(ALLOWED)} libraries include only what their layer allows')
+        print(f'{len(ALLOWED)} libraries include only what their layer allows; '
+              f'{len(FORBIDDEN)} applications include no driver header they may not')
     return 1 if bad else 0
 
 

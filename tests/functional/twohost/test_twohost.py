@@ -399,6 +399,24 @@ def case_roce(binary, fwd, lossy):
               f"injected faults {injected}")
 
 
+def roce_two_client_server(binary, n, extra):
+    """A second address (10.47.0.3) in namespace b for a second client, and an rdmafwd server
+    for two clients (one lane each, --io-depth 8) over emu RoCE v2 in namespace a, started with
+    `extra`. Returns (that address, the options both sides share, a Popen with pipes, the
+    server)."""
+    addr_c = "10.47.0.3"
+    subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
+                    n.b.replace("-b", "-vb")], check=True, timeout=10)
+    common = ["--json", "--rendezvous-timeout", "40", "--io-depth", "8"]
+    srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
+    popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
+    srv = popen(command(binary, srv_eal, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                          "--clients", "2", "--nb-cores", "2", "--device",
+                                          f"emu@roce:{n.addr_a}"] + extra + common, n.a))
+    return addr_c, common, popen, srv
+
+
 def case_roce_clients(binary):
     """One rdmafwd server serving two clients at once (--clients 2, one lane each) with each
     lane's QP and windows in a protection domain of its own (--isolate peer), over emu RoCE v2
@@ -407,17 +425,7 @@ def case_roce_clients(binary):
     serves client 1 lane for lane, checks client 2's last writes against its goodbye, and both
     clients end verified."""
     with Netns() as n:
-        addr_c = "10.47.0.3"
-        subprocess.run(["ip", "-n", n.b, "addr", "add", f"{addr_c}/24", "dev",
-                        n.b.replace("-b", "-vb")], check=True, timeout=10)
-        common = ["--json", "--rendezvous-timeout", "40", "--io-depth", "8"]
-        srv_eal = ["--lcores", "0@1,1@0,2@1", "--main-lcore", "0"] + MEM
-        popen = lambda cmd: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True)
-        srv = popen(command(binary, srv_eal, ["--role", "server", "--listen", f"{n.addr_a}:7471",
-                                              "--clients", "2", "--isolate", "peer",
-                                              "--nb-cores", "2", "--device",
-                                              f"emu@roce:{n.addr_a}"] + common, n.a))
+        addr_c, common, popen, srv = roce_two_client_server(binary, n, ["--isolate", "peer"])
         clis, outs, seen = [], [], ""
         try:
             seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
@@ -460,6 +468,61 @@ def case_roce_clients(binary):
             check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
         print(f"roce-clients: rpc client {c1['ios']} RPCs, write client {c2['ios']} WRITEs, "
               f"{m.group(1)} slots checked, isolated lanes")
+
+
+def case_roce_client_killed(binary):
+    """One rdmafwd server serving two rpc clients at once over emu RoCE v2 across the veth
+    pair; the second is killed (SIGKILL) in the middle of its run. The server drops it alone,
+    with one line naming it, its lane's QP to the error state; the first client carries on to
+    its goodbye and ends verified with the server's count for its lane equal to its own; the
+    server then ends 1 (a client was lost) with nothing left behind."""
+    with Netns() as n:
+        addr_c, common, popen, srv = roce_two_client_server(binary, n, [])
+        survivor = victim = None
+        seen, out = "", ("", "")
+        try:
+            seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
+            client = lambda a, d: popen(command(binary, CLIENT_EAL,
+                                                ["--role", "client", "--peer",
+                                                 f"{n.addr_a}:7471", "--duration", d, "--device",
+                                                 f"emu@roce:{a}"] + common, n.b))
+            survivor = client(n.addr_b, "4")
+            seen += wait_line(srv, srv.stderr, "client 1 of 2")
+            victim = client(addr_c, "60")
+            seen += wait_line(srv, srv.stderr, "client 2 of 2")
+            time.sleep(1.0)  # in the middle of both runs
+            victim.kill()
+            victim.wait()
+            out = finish(survivor)
+            sout, serr = finish(srv)
+            serr = seen + serr  # the lines wait_line read
+        finally:
+            for p in (srv, survivor, victim):
+                if p:
+                    reap(p)
+        procs = [("server", sout, serr), ("survivor", *out)]
+        check(survivor.returncode == 0, f"survivor exit {survivor.returncode}", *procs)
+        check(srv.returncode == 1, f"server exit {srv.returncode}, want 1 (a client lost)", *procs)
+        cl = clients(sout)
+        check(cl and [r["dropped"] for r in cl["served"]] == [False, True], f"clients: {cl}",
+              *procs)
+        dropped = [l for l in rdmafwd_lines(serr) if " dropped: " in l]
+        check(len(dropped) == 1 and f"client {cl['served'][1]['peer']} dropped" in dropped[0] and
+              "went away during the run" in dropped[0] and "served on" in dropped[0],
+              f"server drop lines {dropped}", *procs)
+        check(not [l for l in rdmafwd_lines(serr) if "rdmafwd: the client" in l],
+              "the server ended at the lost client", *procs)
+        s, c = summary(sout), summary(out[0])["total"]
+        check(c["ios"] > 0 and c["errors"]["total"] == 0, f"survivor: {c}", *procs)
+        check(s["lanes"][0]["ios"] == c["ios"],
+              f"server lane 0 served {s['lanes'][0]['ios']}, the survivor completed {c['ios']}",
+              *procs)
+        # The victim could clean nothing up (SIGKILL); the next rdmafwd removes its runtime
+        # directory (stale-runtime-dir). The others leave nothing.
+        for p in (srv, survivor):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(dropped[0])
+        print(f"roce-client-killed: the survivor's {c['ios']} RPCs served in full")
 
 
 def case_netns_unreachable(binary):
@@ -1035,7 +1098,7 @@ def case_blockd_client_killed(binary, blockd):
 # ---- Hostile clients: a python client speaking the rendezvous (lib/endpoint/rendezvous.hpp) ----
 
 FRAME_HELLO, FRAME_WELCOME, FRAME_INFO, FRAME_READY, FRAME_REFUSE = 1, 2, 3, 4, 5
-# What a default rdmafwd server states in its hello check (setup.cpp sizes_text).
+# What a default rdmafwd server states in its hello check (setup.cpp sizes_fields).
 DEFAULT_HELLO = (b"fwd rpc\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\npages-per-io 16\n"
                  b"page-size 4096\ncm off\n")
 
@@ -1183,6 +1246,7 @@ def case_info_during_run(binary):
         send_frame(c, FRAME_INFO, client_info(info))
         kind, _ = recv_frame(c)
         check(kind == FRAME_READY, f"not served: frame type {kind}")
+        send_frame(c, FRAME_READY, b"")  # READY both ways: the session runs
         t0 = time.monotonic()
         send_frame(c, FRAME_INFO, client_info(info))
         c.settimeout(10)
@@ -1223,6 +1287,7 @@ def hostile_main(host, port, mode, my_ip):
     kind, text = recv_frame(c)
     print(f"answer {kind}", flush=True)
     if mode == "during-run" and kind == FRAME_READY:
+        send_frame(c, FRAME_READY, b"")  # READY both ways: the session runs
         send_frame(c, FRAME_INFO, mine)
         c.settimeout(30)
         try:
@@ -1335,6 +1400,7 @@ CASES = {
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "roce-clients": case_roce_clients,
+    "roce-client-killed": case_roce_client_killed,
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <rdmx/core/result.hpp>
@@ -55,6 +56,8 @@ class Door {
   Result<std::optional<Arrival>> poll();
 
   size_t half_open() const noexcept { return open_.size(); }
+  // The address ("host:port") of the connection the last error of poll() was about.
+  const std::string& last_refused() const noexcept { return last_refused_; }
   const Config& config() const noexcept { return cfg_; }
   // For connections accepted from now on.
   void set_config(Config c) noexcept { cfg_ = c; }
@@ -68,6 +71,7 @@ class Door {
   Listener* l_ = nullptr;
   Config cfg_;
   std::vector<HalfOpen> open_;
+  std::string last_refused_;
 };
 
 }  // namespace rdmx::endpoint

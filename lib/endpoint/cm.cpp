@@ -1,0 +1,67 @@
+// rdma_cm through the library (include/rdmx/endpoint/cm.hpp).
+#include <vector>
+
+#include <rdmx/dv/cm.hpp>
+#include <rdmx/dv/dv_device.hpp>
+#include <rdmx/endpoint/cm.hpp>
+
+namespace rdmx::endpoint {
+
+struct CmPeer::Impl {
+  dv::DvDevice* dev = nullptr;
+  std::unique_ptr<dv::CmListener> listener;
+  std::vector<std::unique_ptr<dv::CmConnection>> conns;
+};
+
+namespace {
+Result<dv::DvDevice*> dv_of(mlx5::Device& d) {
+  auto* dv = dynamic_cast<dv::DvDevice*>(&d);
+  if (!dv)
+    return make_error(Errc::kUnsupported,
+                      "rdma_cm needs a real mlx5 device (" + d.name() + " is not one)");
+  return dv;
+}
+}  // namespace
+
+CmPeer::CmPeer(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+CmPeer::~CmPeer() {
+  if (impl_) {
+    impl_->conns.clear();  // each disconnects
+    impl_->listener.reset();
+  }
+}
+
+Result<std::unique_ptr<CmPeer>> CmPeer::listen(mlx5::Device& dev, const HostPort& at) {
+  auto impl = std::make_unique<Impl>();
+  RDMX_TRY_ASSIGN(impl->dev, dv_of(dev));
+  RDMX_TRY_ASSIGN(impl->listener, dv::CmListener::listen(at.host, at.port),
+                  "rdma_cm listen on " + at.str());
+  return std::unique_ptr<CmPeer>(new CmPeer(std::move(impl)));
+}
+
+Result<std::unique_ptr<CmPeer>> CmPeer::client(mlx5::Device& dev) {
+  auto impl = std::make_unique<Impl>();
+  RDMX_TRY_ASSIGN(impl->dev, dv_of(dev));
+  return std::unique_ptr<CmPeer>(new CmPeer(std::move(impl)));
+}
+
+Status CmPeer::accept(mlx5::QpHandle qp) {
+  if (!impl_->listener) return make_error(Errc::kState, "rdma_cm accept: not listening");
+  RDMX_TRY_ASSIGN(auto c, impl_->listener->accept(*impl_->dev, qp), "rdma_cm accept");
+  impl_->conns.push_back(std::move(c));
+  return {};
+}
+
+Status CmPeer::connect(mlx5::QpHandle qp, const HostPort& to) {
+  RDMX_TRY_ASSIGN(auto c, dv::cm_connect(*impl_->dev, qp, to.host, to.port),
+                  "rdma_cm connect to " + to.str());
+  impl_->conns.push_back(std::move(c));
+  return {};
+}
+
+size_t CmPeer::connections() const noexcept {
+  return impl_->conns.size();
+}
+
+}  // namespace rdmx::endpoint
