@@ -303,6 +303,49 @@ TEST(RpcRdmaEncode, RefusesAndWritesNothing) {
   for (uint8_t b : big) ASSERT_EQ(b, 0xee);
 }
 
+// Encode applies decode's rules to the Header, one by one.
+TEST(RpcRdmaEncode, RefusesWhatDecodeRefuses) {
+  std::vector<uint8_t> buf(1024, 0xee);
+  Header h = full_call_header();
+  h.proc = static_cast<Proc>(7);
+  EXPECT_EQ(encode(h, buf).error, Error::kBadProc);
+  h = error_reply(kXid, 1, ErrCode::kChunk);
+  EXPECT_EQ(encode(h, buf, Role::kCall).error, Error::kWrongDirection);
+  h = error_reply(kXid, 1, ErrCode::kVers);
+  h.vers_low = 3;
+  h.vers_high = 2;
+  EXPECT_EQ(encode(h, buf).error, Error::kBadVersionRange);
+  h.err = static_cast<ErrCode>(9);
+  EXPECT_EQ(encode(h, buf).error, Error::kBadErrorCode);
+  h = full_call_header();
+  h.writes[0].n_segments = kMaxSegments + 1;
+  EXPECT_EQ(encode(h, buf).error, Error::kTooManySegments);
+  h = full_call_header();
+  h.reply.n_segments = 0;
+  EXPECT_EQ(encode(h, buf, Role::kCall).error, Error::kEmptyChunk);
+  EXPECT_TRUE(encode(h, buf, Role::kAny).ok());  // a reply may return it empty
+  std::fill(buf.begin(), buf.end(), 0xee);
+  h = full_call_header();
+  h.writes[0].segments[1].length = 0;
+  EXPECT_EQ(encode(h, buf, Role::kCall).error, Error::kZeroLengthSegment);
+  for (uint8_t b : buf) ASSERT_EQ(b, 0xee);
+}
+
+TEST(RpcRdmaHeader, EqualityLooksAtWhatProcUses) {
+  Header a = error_reply(kXid, 1, ErrCode::kVers), b = a;
+  b.vers_high = 2;
+  EXPECT_FALSE(a == b);
+  b = a;
+  b.n_writes = 1;  // not part of an RDMA_ERROR
+  EXPECT_TRUE(a == b);
+  a = full_call_header();
+  b = a;
+  b.writes[0].segments[5].length = 77;  // past the count
+  EXPECT_TRUE(a == b);
+  b.writes[0].segments[1].length = 77;
+  EXPECT_FALSE(a == b);
+}
+
 // ---- Refusals: one test per rule --------------------------------------------------------------
 
 TEST(RpcRdmaRefuse, TruncatedAtEveryField) {
