@@ -6,7 +6,8 @@
 namespace rdmx::rpcrdma {
 
 Errc CallChunks::map(win::PollCore& core, std::span<const uint64_t> pages, uint32_t access,
-                     uint32_t first_byte_offset, uint64_t length, Segment* out) noexcept {
+                     uint32_t first_byte_offset, uint64_t length, Segment* out,
+                     ChunkStats& stats) noexcept {
   if (retiring_) return Errc::kState;
   if (n_ == kMaxCallWindows) return Errc::kNoRoom;
   if (length > UINT32_MAX) return Errc::kOutOfRange;
@@ -15,6 +16,7 @@ Errc CallChunks::map(win::PollCore& core, std::span<const uint64_t> pages, uint3
   windows_[n_] = m.window;
   rkeys_[n_] = m.rkey;
   ++n_;
+  ++stats.maps;
   out->handle = m.rkey;
   out->length = static_cast<uint32_t>(m.length);
   out->offset = m.iova;

@@ -133,7 +133,7 @@ TEST(RpcRdmaChunks, LocalInvalidateBeforeTheReplyIsHandedUp) {
   ChunkStats st;
   Segment seg;
   const uint64_t pages[3] = {r.a_page(0), r.a_page(1), r.a_page(2)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 100, 3 * 4096 - 200, &seg), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 100, 3 * 4096 - 200, &seg, st), Errc::kOk);
   EXPECT_EQ(seg.length, 3u * 4096 - 200);
   EXPECT_EQ(seg.offset, 0u);  // zero-based window
   r.settle(r.ca());
@@ -150,6 +150,7 @@ TEST(RpcRdmaChunks, LocalInvalidateBeforeTheReplyIsHandedUp) {
   EXPECT_EQ(c.cqe_opcode, MLX5_CQE_RESP_SEND);
   EXPECT_FALSE(r.device_free(seg.handle));
   ASSERT_EQ(ch.retire(r.ca(), &c, true, st), Errc::kOk);
+  EXPECT_EQ(st.maps, 1u);
   EXPECT_EQ(st.local_invalidations, 1u);
   EXPECT_EQ(st.remote_invalidations, 0u);
   // Posted (and, inline, executed), but its completion not yet seen: not done.
@@ -174,7 +175,7 @@ TEST(RpcRdmaChunks, RemoteInvalidationPostsNothing) {
   ChunkStats st;
   Segment seg;
   const uint64_t pages[2] = {r.a_page(3), r.a_page(4)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 8192, &seg), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 8192, &seg, st), Errc::kOk);
   r.settle(r.ca());
   const Header got = r.call(call_with(&seg, 1, nullptr));
   ASSERT_EQ(r.server_write(got.writes[0].segments[0], 8192, 0x5a), 0);
@@ -205,8 +206,8 @@ TEST(RpcRdmaChunks, MixedRemoteAndLocal) {
   Segment w, rep;
   const uint64_t p1[1] = {r.a_page(5)};
   const uint64_t p2[2] = {r.a_page(6), r.a_page(7)};
-  ASSERT_EQ(ch.map(r.ca(), p1, kRw, 0, 4096, &w), Errc::kOk);
-  ASSERT_EQ(ch.map(r.ca(), p2, kRw, 0, 8192, &rep), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), p1, kRw, 0, 4096, &w, st), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), p2, kRw, 0, 8192, &rep, st), Errc::kOk);
   EXPECT_EQ(ch.n_windows(), 2u);
   r.settle(r.ca());
   const Header got = r.call(call_with(&w, 1, &rep));
@@ -233,14 +234,14 @@ TEST(RpcRdmaChunks, UnagreedRemoteInvalidationLeavesTheNextMappingAlone) {
   ChunkStats st;
   Segment seg, seg2;
   const uint64_t pages[1] = {r.a_page(8)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
   r.settle(r.ca());
   (void)r.call(call_with(&seg, 1, nullptr));
   const Completion c = r.reply(true, seg.handle);
   // Before the first call retires, the next call maps: the cache hands back the same window
   // (LIFO) under a new key.
   const uint64_t pages2[1] = {r.a_page(9)};
-  ASSERT_EQ(next.map(r.ca(), pages2, kRw, 0, 4096, &seg2), Errc::kOk);
+  ASSERT_EQ(next.map(r.ca(), pages2, kRw, 0, 4096, &seg2, st), Errc::kOk);
   EXPECT_EQ(seg2.handle >> 8, seg.handle >> 8) << "expected the window to be reused";
   r.settle(r.ca());
   ASSERT_EQ(ch.retire(r.ca(), &c, false, st), Errc::kOk);
@@ -261,7 +262,7 @@ TEST(RpcRdmaChunks, AbandonedCallAndForeignRkey) {
   ChunkStats st;
   Segment seg;
   const uint64_t pages[1] = {r.a_page(10)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
   r.settle(r.ca());
   ASSERT_EQ(ch.retire(r.ca(), nullptr, true, st), Errc::kOk);
   EXPECT_EQ(st.local_invalidations, 1u);
@@ -269,7 +270,7 @@ TEST(RpcRdmaChunks, AbandonedCallAndForeignRkey) {
   EXPECT_TRUE(r.device_free(seg.handle));
   ASSERT_EQ(ch.reset(r.ca()), Errc::kOk);
 
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
   r.settle(r.ca());
   Completion other;
   other.recv = true;
@@ -292,13 +293,13 @@ TEST(RpcRdmaChunks, AlreadyInvalidWindowIsLeftAlone) {
   ChunkStats st;
   Segment seg, seg2;
   const uint64_t pages[1] = {r.a_page(11)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg), Errc::kOk);
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
   r.settle(r.ca());
   (void)r.call(call_with(&seg, 1, nullptr));
   const Completion early = r.reply(true, seg.handle);  // an early SEND_WITH_INV
   ASSERT_TRUE(early.ok());
   const uint64_t pages2[1] = {r.a_page(12)};
-  ASSERT_EQ(next.map(r.ca(), pages2, kRw, 0, 4096, &seg2), Errc::kOk);
+  ASSERT_EQ(next.map(r.ca(), pages2, kRw, 0, 4096, &seg2, st), Errc::kOk);
   ASSERT_EQ(seg2.handle >> 8, seg.handle >> 8) << "expected the window to be reused";
   r.settle(r.ca());
   Completion plain;  // the reply proper: a plain SEND
@@ -320,16 +321,16 @@ TEST(RpcRdmaChunks, Limits) {
   Segment seg;
   for (uint32_t i = 0; i < kMaxCallWindows; ++i) {
     const uint64_t p[1] = {r.a_page(20 + i)};
-    ASSERT_EQ(ch.map(r.ca(), p, kRw, 0, 4096, &seg), Errc::kOk);
+    ASSERT_EQ(ch.map(r.ca(), p, kRw, 0, 4096, &seg, st), Errc::kOk);
   }
   const uint64_t p[1] = {r.a_page(40)};
-  EXPECT_EQ(ch.map(r.ca(), p, kRw, 0, 4096, &seg), Errc::kNoRoom);
+  EXPECT_EQ(ch.map(r.ca(), p, kRw, 0, 4096, &seg, st), Errc::kNoRoom);
   // A map refused by the window layer maps nothing.
   CallChunks other;
-  EXPECT_EQ(other.map(r.ca(), p, kRw, 0, 0, &seg), Errc::kInvalidArgument);
+  EXPECT_EQ(other.map(r.ca(), p, kRw, 0, 0, &seg, st), Errc::kInvalidArgument);
   EXPECT_EQ(other.n_windows(), 0u);
   ASSERT_EQ(ch.retire(r.ca(), nullptr, false, st), Errc::kOk);
-  EXPECT_EQ(ch.map(r.ca(), p, kRw, 0, 4096, &seg), Errc::kState);
+  EXPECT_EQ(ch.map(r.ca(), p, kRw, 0, 4096, &seg, st), Errc::kState);
   EXPECT_EQ(st.local_invalidations, kMaxCallWindows);
   ASSERT_TRUE(r.pump([&] { return ch.done(r.ca()); }));
   r.expect_no_checker_reports();

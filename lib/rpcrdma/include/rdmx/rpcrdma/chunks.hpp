@@ -6,7 +6,7 @@
 //
 //   CallChunks ch;                              // one per call in flight (no allocation)
 //   Segment seg;
-//   ch.map(core, pages, access, off, len, &seg);  // seg -> the header's Write/Reply/Read chunk
+//   ch.map(core, pages, access, off, len, &seg, stats);  // seg -> a Write/Reply/Read chunk
 //   ... send the call; the reply's receive completion `c` arrives through core.poll() ...
 //   ch.retire(core, &c, agreed, stats);         // invalidates what the peer did not
 //   ... keep polling; when ch.done(core): hand the reply up, then ch.reset()
@@ -51,7 +51,7 @@ class CallChunks {
   // kMaxCallWindows windows, kOutOfRange for a length over 4 GiB - 1 (a segment's length is 32
   // bits), kState once retire() was called, and PollCore::map's.
   Errc map(win::PollCore& core, std::span<const uint64_t> pages, uint32_t access,
-           uint32_t first_byte_offset, uint64_t length, Segment* out) noexcept;
+           uint32_t first_byte_offset, uint64_t length, Segment* out, ChunkStats& stats) noexcept;
 
   // The reply came (`reply`: its receive completion from core.poll(); nullptr when the call is
   // abandoned, e.g. it timed out): retires every window of the call. A reply that arrived as
