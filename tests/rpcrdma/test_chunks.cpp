@@ -314,6 +314,36 @@ TEST(RpcRdmaChunks, AlreadyInvalidWindowIsLeftAlone) {
   r.expect_no_checker_reports();
 }
 
+// A QP error between the call and its retirement: retire() reports it and stops; after the core's
+// recover() (which invalidated every window) it resumes, finds the window no longer mapped under
+// the call's rkey, and the call is done.
+TEST(RpcRdmaChunks, RetireAcrossRecovery) {
+  RpcRig r;
+  CallChunks ch;
+  ChunkStats st;
+  Segment seg;
+  const uint64_t pages[1] = {r.a_page(13)};
+  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
+  r.settle(r.ca());
+  // A's own WRITE with a key B never handed out fails: A's QP goes to error.
+  const Sge l{r.a_page(14), 16, r.a.arena().lkey()};
+  ASSERT_EQ(r.ca().post_write({&l, 1}, 0, 0x7fffff00, 9, true), Errc::kOk);
+  r.ca().flush();
+  ASSERT_TRUE(r.pump([&] { return r.find(r.a_done, 9, false) != nullptr; }));
+  EXPECT_NE(r.find(r.a_done, 9, false)->status, 0);
+  ASSERT_TRUE(r.ca().qp().in_error());
+  EXPECT_EQ(ch.retire(r.ca(), nullptr, true, st), Errc::kQpError);
+  EXPECT_FALSE(ch.done(r.ca()));
+  r.recover();
+  EXPECT_TRUE(r.device_free(seg.handle));
+  EXPECT_EQ(ch.retire(r.ca(), nullptr, true, st), Errc::kOk);
+  EXPECT_EQ(st.already_invalid, 1u);
+  EXPECT_EQ(st.local_invalidations, 0u);
+  EXPECT_TRUE(ch.done(r.ca()));
+  EXPECT_EQ(ch.reset(r.ca()), Errc::kOk);
+  r.expect_no_checker_reports();
+}
+
 TEST(RpcRdmaChunks, Limits) {
   RpcRig r;
   CallChunks ch;

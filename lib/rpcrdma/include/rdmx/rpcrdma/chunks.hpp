@@ -35,8 +35,8 @@ struct ChunkStats {
   uint64_t remote_invalidations = 0;  // retired by the reply's SEND_WITH_INV: nothing posted
   uint64_t local_invalidations = 0;   // retired by a local invalidate (PollCore::unmap)
   // The reply's SEND_WITH_INV named one of the call's windows although remote invalidation was
-  // not agreed (RFC 8797 section 4.2): the device freed it all the same, so it is retired
-  // without a local invalidate, and counted here as the peer's protocol error.
+  // not agreed (RFC 8797 private data, Remote Invalidation flag): the device freed it all the
+  // same, so it is retired without a local invalidate, and counted here as the peer's error.
   uint64_t unagreed_remote_invalidations = 0;
   // A window no longer mapped under the call's rkey when the call retired it (the peer
   // invalidated it with an earlier message): nothing posted.
