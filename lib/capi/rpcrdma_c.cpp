@@ -9,6 +9,7 @@
 #include <infiniband/mlx5dv.h>
 
 #include <rdmx/rpcrdma/chunks.hpp>
+#include <rdmx/rpcrdma/cm_private.hpp>
 #include <rdmx/rpcrdma/codec.hpp>
 
 #include "capi_internal.hpp"
@@ -177,6 +178,28 @@ const char* rdmx_rpcrdma_errname(int err) {
   if (e == RDMX_RPCRDMA_EARG) return "bad-argument";
   if (e >= static_cast<int>(rpc::kNumErrors)) return "unknown";
   return rpc::error_name(static_cast<rpc::Error>(e));
+}
+
+int rdmx_rpcrdma_cm_private_encode(const rdmx_rpcrdma_cm_private* p, uint8_t* out) {
+  if (!p || !out) return -RDMX_RPCRDMA_EARG;
+  rpc::CmPrivate c;
+  c.remote_invalidation = p->remote_invalidation != 0;
+  c.inline_send = p->inline_send;
+  c.inline_recv = p->inline_recv;
+  static_assert(RDMX_RPCRDMA_CM_PRIVATE_BYTES == rpc::kCmPrivateBytes);
+  return rpc::encode_cm_private(c,
+                                std::span<uint8_t, rpc::kCmPrivateBytes>(out, rpc::kCmPrivateBytes))
+             ? 0
+             : -RDMX_RPCRDMA_EARG;
+}
+
+void rdmx_rpcrdma_cm_private_decode(const void* in, size_t len, rdmx_rpcrdma_cm_private* out) {
+  if (!out) return;
+  const rpc::CmPrivate c = rpc::decode_cm_private({static_cast<const uint8_t*>(in), in ? len : 0});
+  out->present = c.present;
+  out->remote_invalidation = c.remote_invalidation;
+  out->inline_send = c.inline_send;
+  out->inline_recv = c.inline_recv;
 }
 
 int rdmx_rpcrdma_chunks_create(rdmx_core* core, rdmx_rpcrdma_chunks** out) {

@@ -92,6 +92,21 @@ static void test_codec(void) {
            -RDMX_RPCRDMA_ECHUNKSINERROR);
 }
 
+static void test_cm_private(void) {
+  static const uint8_t linux_client[8] = {0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03};
+  rdmx_rpcrdma_cm_private p;
+  uint8_t out[RDMX_RPCRDMA_CM_PRIVATE_BYTES];
+  rdmx_rpcrdma_cm_private_decode(linux_client, sizeof(linux_client), &p);
+  CHECK(p.present == 1 && p.remote_invalidation == 1);
+  CHECK(p.inline_send == 4096 && p.inline_recv == 4096);
+  CHECK_RC(rdmx_rpcrdma_cm_private_encode(&p, out), 0);
+  CHECK(memcmp(out, linux_client, sizeof(out)) == 0);
+  p.inline_recv = 1000;
+  CHECK_RC(rdmx_rpcrdma_cm_private_encode(&p, out), -RDMX_RPCRDMA_EARG);
+  rdmx_rpcrdma_cm_private_decode(NULL, 0, &p);
+  CHECK(p.present == 0 && p.remote_invalidation == 0 && p.inline_send == 1024);
+}
+
 /* One call whose Write chunk is a window of A; B writes into it and replies with SEND_WITH_INV
  * naming it (`invalidate`) or with SEND. */
 static void test_call(const char* device, int invalidate) {
@@ -229,6 +244,7 @@ static void test_call(const char* device, int invalidate) {
 
 int main(void) {
   test_codec();
+  test_cm_private();
   test_call("emu-inline", 1);
   test_call("emu-inline", 0);
   test_call("emu-threaded", 1);

@@ -126,6 +126,24 @@ RDMX_API int rdmx_rpcrdma_peek_xid(const void* msg, size_t len, uint32_t* xid);
 RDMX_API const char* rdmx_rpcrdma_strerror(int err);
 RDMX_API const char* rdmx_rpcrdma_errname(int err);
 
+/* ---- Connection private data (RFC 8797) ------------------------------------------------------
+ * 8 bytes for rdma_connect/rdma_accept's private_data: magic 0xf6ab0e18, version 1, flags (bit 0:
+ * the sender accepts SEND_WITH_INV), inline send and receive thresholds as (bytes / 1024) - 1. */
+#define RDMX_RPCRDMA_CM_PRIVATE_BYTES 8
+typedef struct rdmx_rpcrdma_cm_private {
+  uint32_t present;             /* decode: 1 when the peer sent RFC 8797 data */
+  uint32_t remote_invalidation; /* 1: the sender accepts SEND_WITH_INV naming its memory */
+  uint32_t inline_send;         /* bytes: a multiple of 1024 in [1024, 262144] */
+  uint32_t inline_recv;
+} rdmx_rpcrdma_cm_private;
+/* [any] Writes p as RDMX_RPCRDMA_CM_PRIVATE_BYTES bytes at out: 0, or -RDMX_RPCRDMA_EARG for a
+ * NULL pointer or a size that is not a multiple of 1024 in range (nothing written). */
+RDMX_API int rdmx_rpcrdma_cm_private_encode(const rdmx_rpcrdma_cm_private* p, uint8_t* out);
+/* [any] Reads a peer's private data (len bytes; NULL/0 for none). Data that is not RFC 8797's
+ * gives present = 0, no remote invalidation and 1024-byte thresholds. */
+RDMX_API void rdmx_rpcrdma_cm_private_decode(const void* in, size_t len,
+                                             rdmx_rpcrdma_cm_private* out);
+
 /* ---- Windows as chunks ---------------------------------------------------------------------- */
 typedef struct rdmx_rpcrdma_chunks rdmx_rpcrdma_chunks;
 
