@@ -23,6 +23,23 @@ constexpr uint64_t kReplyCookie = 77;
 constexpr uint64_t kCallCookie = 78;
 constexpr uint32_t kXid = 0x1000;
 
+Header call_with(const Segment* writes, uint32_t n_writes, const Segment* reply) {
+  Header h;
+  h.xid = kXid;
+  h.credits = 8;
+  h.n_writes = n_writes;
+  for (uint32_t i = 0; i < n_writes; ++i) {
+    h.writes[i].n_segments = 1;
+    h.writes[i].segments[0] = writes[i];
+  }
+  if (reply) {
+    h.has_reply = true;
+    h.reply.n_segments = 1;
+    h.reply.segments[0] = *reply;
+  }
+  return h;
+}
+
 struct RpcRig : EmuRig {
   RpcRig() : EmuRig(/*n_windows=*/16, /*max_pages=*/16) {}
 
@@ -102,25 +119,27 @@ struct RpcRig : EmuRig {
   }
   bool device_free(uint32_t rkey) { return a.emu()->inspect_mkey(rkey).free; }
 
+  // A call whose chunk (one page) the peer invalidates with a SEND_WITH_INV (its receive
+  // completion is returned), then a next call that maps a page: the cache hands back the same
+  // window (LIFO) under a new key.
+  Completion invalidate_then_reuse(CallChunks& ch, CallChunks& next, ChunkStats& st, uint32_t page,
+                                   Segment* seg, Segment* seg2) {
+    post_receives();
+    const uint64_t p1[1] = {a_page(page)};
+    EXPECT_EQ(ch.map(ca(), p1, kRw, 0, 4096, seg, st), Errc::kOk);
+    settle(ca());
+    (void)call(call_with(seg, 1, nullptr));
+    const Completion c = reply(true, seg->handle);
+    EXPECT_TRUE(c.ok());
+    const uint64_t p2[1] = {a_page(page + 1)};
+    EXPECT_EQ(next.map(ca(), p2, kRw, 0, 4096, seg2, st), Errc::kOk);
+    EXPECT_EQ(seg2->handle >> 8, seg->handle >> 8) << "expected the window to be reused";
+    settle(ca());
+    return c;
+  }
+
   std::vector<Completion> a_done, b_done;
 };
-
-Header call_with(const Segment* writes, uint32_t n_writes, const Segment* reply) {
-  Header h;
-  h.xid = kXid;
-  h.credits = 8;
-  h.n_writes = n_writes;
-  for (uint32_t i = 0; i < n_writes; ++i) {
-    h.writes[i].n_segments = 1;
-    h.writes[i].segments[0] = writes[i];
-  }
-  if (reply) {
-    h.has_reply = true;
-    h.reply.n_segments = 1;
-    h.reply.segments[0] = *reply;
-  }
-  return h;
-}
 
 }  // namespace
 
@@ -229,21 +248,11 @@ TEST(RpcRdmaChunks, MixedRemoteAndLocal) {
 // survives.
 TEST(RpcRdmaChunks, UnagreedRemoteInvalidationLeavesTheNextMappingAlone) {
   RpcRig r;
-  r.post_receives();
   CallChunks ch, next;
   ChunkStats st;
   Segment seg, seg2;
-  const uint64_t pages[1] = {r.a_page(8)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
-  r.settle(r.ca());
-  (void)r.call(call_with(&seg, 1, nullptr));
-  const Completion c = r.reply(true, seg.handle);
-  // Before the first call retires, the next call maps: the cache hands back the same window
-  // (LIFO) under a new key.
-  const uint64_t pages2[1] = {r.a_page(9)};
-  ASSERT_EQ(next.map(r.ca(), pages2, kRw, 0, 4096, &seg2, st), Errc::kOk);
-  EXPECT_EQ(seg2.handle >> 8, seg.handle >> 8) << "expected the window to be reused";
-  r.settle(r.ca());
+  // Before the first call retires, the next call gets its window.
+  const Completion c = r.invalidate_then_reuse(ch, next, st, 8, &seg, &seg2);
   ASSERT_EQ(ch.retire(r.ca(), &c, false, st), Errc::kOk);
   EXPECT_EQ(st.remote_invalidations, 1u);
   EXPECT_EQ(st.unagreed_remote_invalidations, 1u);
@@ -288,21 +297,11 @@ TEST(RpcRdmaChunks, AbandonedCallAndForeignRkey) {
 // invalidate the second call's mapping.
 TEST(RpcRdmaChunks, AlreadyInvalidWindowIsLeftAlone) {
   RpcRig r;
-  r.post_receives();
   CallChunks ch, next;
   ChunkStats st;
   Segment seg, seg2;
-  const uint64_t pages[1] = {r.a_page(11)};
-  ASSERT_EQ(ch.map(r.ca(), pages, kRw, 0, 4096, &seg, st), Errc::kOk);
-  r.settle(r.ca());
-  (void)r.call(call_with(&seg, 1, nullptr));
-  const Completion early = r.reply(true, seg.handle);  // an early SEND_WITH_INV
-  ASSERT_TRUE(early.ok());
-  const uint64_t pages2[1] = {r.a_page(12)};
-  ASSERT_EQ(next.map(r.ca(), pages2, kRw, 0, 4096, &seg2, st), Errc::kOk);
-  ASSERT_EQ(seg2.handle >> 8, seg.handle >> 8) << "expected the window to be reused";
-  r.settle(r.ca());
-  Completion plain;  // the reply proper: a plain SEND
+  (void)r.invalidate_then_reuse(ch, next, st, 11, &seg, &seg2);  // an early SEND_WITH_INV
+  Completion plain;                                              // the reply proper: a plain SEND
   plain.recv = true;
   plain.cqe_opcode = MLX5_CQE_RESP_SEND;
   ASSERT_EQ(ch.retire(r.ca(), &plain, true, st), Errc::kOk);
