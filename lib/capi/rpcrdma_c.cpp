@@ -3,6 +3,7 @@
 // counts use), so their layout is the C header's own.
 #include <rdmx/rdmx_rpcrdma.h>
 
+#include <array>
 #include <cstring>
 #include <new>
 
@@ -222,6 +223,21 @@ int rdmx_rpcrdma_chunks_map(rdmx_rpcrdma_chunks* ch, const uint64_t* pages, uint
   rpc::Segment s;
   const Errc e =
       ch->chunks.map(*ch->pc, {pages, n_pages}, access, first_byte_offset, length, &s, ch->stats);
+  if (e != Errc::kOk) return -static_cast<int>(e);
+  *out = to_c(s);
+  return 0;
+}
+
+int rdmx_rpcrdma_chunks_map_interleaved(rdmx_rpcrdma_chunks* ch, const rdmx_interleaved_part* parts,
+                                        uint32_t n_parts, uint32_t blocks, uint32_t access,
+                                        rdmx_rpcrdma_segment* out) {
+  if (!ch || (!parts && n_parts) || !out) return -RDMX_EINVAL;
+  std::array<rdmx::win::InterleavedPart, rdmx::mlx5::prm::kMaxInlineKlm> p;
+  if (n_parts >= p.size()) return -RDMX_ETOOMANYPAGES;  // as rdmx_map_interleaved
+  for (uint32_t i = 0; i < n_parts; ++i) p[i] = {parts[i].addr, parts[i].bytes, parts[i].skip};
+  rpc::Segment s;
+  const Errc e = ch->chunks.map_interleaved(*ch->pc, {p.data(), size_t{n_parts}}, blocks, access,
+                                            &s, ch->stats);
   if (e != Errc::kOk) return -static_cast<int>(e);
   *out = to_c(s);
   return 0;

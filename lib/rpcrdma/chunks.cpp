@@ -8,10 +8,27 @@ namespace rdmx::rpcrdma {
 Errc CallChunks::map(win::PollCore& core, std::span<const uint64_t> pages, uint32_t access,
                      uint32_t first_byte_offset, uint64_t length, Segment* out,
                      ChunkStats& stats) noexcept {
+  if (Errc e = can_map(length); e != Errc::kOk) return e;
+  return hold(core.map(pages, access, first_byte_offset, length), out, stats);
+}
+
+Errc CallChunks::map_interleaved(win::PollCore& core, std::span<const win::InterleavedPart> parts,
+                                 uint32_t blocks, uint32_t access, Segment* out,
+                                 ChunkStats& stats) noexcept {
+  uint64_t per_block = 0;
+  for (const win::InterleavedPart& p : parts) per_block += p.bytes;
+  if (Errc e = can_map(per_block * blocks); e != Errc::kOk) return e;
+  return hold(core.map_interleaved(parts, blocks, access), out, stats);
+}
+
+Errc CallChunks::can_map(uint64_t length) const noexcept {
   if (retiring_) return Errc::kState;
   if (n_ == kMaxCallWindows) return Errc::kNoRoom;
   if (length > UINT32_MAX) return Errc::kOutOfRange;
-  const win::MapResult m = core.map(pages, access, first_byte_offset, length);
+  return Errc::kOk;
+}
+
+Errc CallChunks::hold(const win::MapResult& m, Segment* out, ChunkStats& stats) noexcept {
   if (!m.ok()) return m.errc;
   windows_[n_] = m.window;
   rkeys_[n_] = m.rkey;

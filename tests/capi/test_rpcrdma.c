@@ -215,6 +215,26 @@ static void test_call(const char* device, int invalidate) {
   }
   CHECK_RC(rdmx_rpcrdma_chunks_reset(ch), 0);
   CHECK(rdmx_rpcrdma_chunks_count(ch) == 0);
+  {
+    /* An interleaved chunk (2 blocks of 512 + 8 bytes), given up without a reply. */
+    rdmx_interleaved_part parts[2];
+    rdmx_rpcrdma_segment iseg;
+    parts[0].addr = pages[0];
+    parts[0].bytes = 512;
+    parts[0].skip = 0;
+    parts[1].addr = pages[1];
+    parts[1].bytes = 8;
+    parts[1].skip = 0;
+    CHECK_RC(rdmx_rpcrdma_chunks_map_interleaved(ch, parts, 2, 2, RDMX_ACCESS_REMOTE_RW, &iseg), 0);
+    CHECK(iseg.length == 2 * 520 && rdmx_rpcrdma_chunks_count(ch) == 1);
+    CHECK_RC(rdmx_rpcrdma_chunks_retire(ch, NULL, 1), 0);
+    end = now_s() + 5.0;
+    while (!rdmx_rpcrdma_chunks_done(ch) && now_s() < end) {
+      rdmx_completion x[4];
+      if (rdmx_poll(ca, x, 4) == 0) rdmx_port_progress(pa);
+    }
+    CHECK_RC(rdmx_rpcrdma_chunks_reset(ch), 0);
+  }
   for (i = 0; i < 8192; ++i) {
     const uint8_t* a = (const uint8_t*)(uintptr_t)pages[i / 4096];
     if (a[i % 4096] != 0x5a) {

@@ -343,6 +343,39 @@ TEST(RpcRdmaChunks, RetireAcrossRecovery) {
   r.expect_no_checker_reports();
 }
 
+// An interleaved window as a chunk: 4 blocks of 512 data bytes and 8 metadata bytes behind one
+// rkey, written by the responder in one RDMA WRITE, retired like any other.
+TEST(RpcRdmaChunks, InterleavedChunk) {
+  RpcRig r;
+  r.post_receives();
+  CallChunks ch;
+  ChunkStats st;
+  Segment seg;
+  const uint64_t data = r.a_page(15), meta = r.a_page(16);
+  const InterleavedPart parts[2] = {{data, 512, 0}, {meta, 8, 0}};
+  ASSERT_EQ(ch.map_interleaved(r.ca(), parts, 4, kRw, &seg, st), Errc::kOk);
+  EXPECT_EQ(seg.length, 4u * 520);
+  r.settle(r.ca());
+  const Header got = r.call(call_with(&seg, 1, nullptr));
+  ASSERT_EQ(got.n_writes, 1u);
+  ASSERT_EQ(r.server_write(got.writes[0].segments[0], 4 * 520, 0x6b), 0);
+  for (uint32_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(reinterpret_cast<uint8_t*>(data)[b * 512 + 511], 0x6b) << b;
+    EXPECT_EQ(reinterpret_cast<uint8_t*>(meta)[b * 8 + 7], 0x6b) << b;
+  }
+  const Completion c = r.reply(false, 0);
+  ASSERT_EQ(ch.retire(r.ca(), &c, true, st), Errc::kOk);
+  EXPECT_EQ(st.local_invalidations, 1u);
+  ASSERT_TRUE(r.pump([&] { return ch.done(r.ca()); }));
+  EXPECT_TRUE(r.device_free(seg.handle));
+  // Past the 32-bit segment length: refused before anything is mapped.
+  const InterleavedPart huge[1] = {{data, 65535, 0}};
+  CallChunks other;
+  EXPECT_EQ(other.map_interleaved(r.ca(), huge, 70000, kRw, &seg, st), Errc::kOutOfRange);
+  EXPECT_EQ(other.n_windows(), 0u);
+  r.expect_no_checker_reports();
+}
+
 TEST(RpcRdmaChunks, Limits) {
   RpcRig r;
   CallChunks ch;

@@ -166,6 +166,12 @@ RDMX_API void rdmx_rpcrdma_chunks_destroy(rdmx_rpcrdma_chunks* ch);
 RDMX_API int rdmx_rpcrdma_chunks_map(rdmx_rpcrdma_chunks* ch, const uint64_t* pages,
                                      uint32_t n_pages, uint32_t access, uint32_t first_byte_offset,
                                      uint64_t length, rdmx_rpcrdma_segment* out);
+/* [hot] The same for an interleaved layout (rdmx_map_interleaved()'s parts and blocks: data and
+ * its metadata behind one rkey), with the same errors and rdmx_map_interleaved()'s. */
+RDMX_API int rdmx_rpcrdma_chunks_map_interleaved(rdmx_rpcrdma_chunks* ch,
+                                                 const rdmx_interleaved_part* parts,
+                                                 uint32_t n_parts, uint32_t blocks, uint32_t access,
+                                                 rdmx_rpcrdma_segment* out);
 /* [hot] The reply came (`reply`: its receive completion from rdmx_poll; NULL for a call given up):
  * retires every window. A window whose rkey the reply invalidated (RDMX_WC_INVALIDATED) is not
  * touched; the others are invalidated locally (one doorbell). remote_invalidation: whether the

@@ -53,6 +53,12 @@ class CallChunks {
   Errc map(win::PollCore& core, std::span<const uint64_t> pages, uint32_t access,
            uint32_t first_byte_offset, uint64_t length, Segment* out, ChunkStats& stats) noexcept;
 
+  // The same for an interleaved layout (PollCore::map_interleaved: `blocks` blocks of `parts`,
+  // e.g. a storage target's data and its protection information behind one rkey), with the
+  // same errors, and map_interleaved's.
+  Errc map_interleaved(win::PollCore& core, std::span<const win::InterleavedPart> parts,
+                       uint32_t blocks, uint32_t access, Segment* out, ChunkStats& stats) noexcept;
+
   // The reply came (`reply`: its receive completion from core.poll(); nullptr when the call is
   // abandoned, e.g. it timed out): retires every window of the call. A reply that arrived as
   // SEND_WITH_INV naming one of the windows' rkeys has freed that window on the device (and
@@ -79,6 +85,10 @@ class CallChunks {
   uint32_t rkey(uint32_t i) const noexcept { return rkeys_[i]; }
 
  private:
+  Errc can_map(uint64_t length) const noexcept;  // room, state and the 32-bit length
+  // Records a map's window (counted) and writes its segment; m's Errc when it failed.
+  Errc hold(const win::MapResult& m, Segment* out, ChunkStats& stats) noexcept;
+
   std::array<win::Window*, kMaxCallWindows> windows_{};
   std::array<uint32_t, kMaxCallWindows> rkeys_{};  // each window's rkey as mapped for this call
   uint32_t n_ = 0;
