@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time on its seed corpus.
-#   scripts/fuzz.sh [SECONDS]   (default 48 per target: eight targets in about seven minutes)
+#   scripts/fuzz.sh [SECONDS]   (default 48 per target: nine targets in about eight minutes)
 # Crashes are written to build-fuzz/crashes/; keep each as a regression seed under
 # tests/fuzz/corpus/<target>/ once fixed.
 set -uo pipefail

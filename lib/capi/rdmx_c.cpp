@@ -30,6 +30,8 @@
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
 
+#include "capi_internal.hpp"
+
 namespace {
 
 using rdmx::Errc;
@@ -137,6 +139,10 @@ struct rdmx_port {
     pages.reset();
   }
 };
+
+win::PollCore* rdmx::capi::poll_core_of(rdmx_core* c) noexcept {
+  return c ? c->pc : nullptr;
+}
 
 namespace {
 
