@@ -443,7 +443,8 @@ static int cmp(const void* a, const void* b) {
 }
 
 /* The command line, by the convention of every rdmx tool: getopt_long (`--qd 8` and `--qd=8`
- * alike); a bad argument is one line on stderr, "blockd: error: ...", and exit status 2. */
+ * alike); a bad argument is one line on stderr, "blockd: error: ...", then a pointer to
+ * `blockd --help` (never the whole usage), and exit status 2. */
 struct args {
   const char *device, *wire, *role, *listen_at, *peer, *isolate;
 };
@@ -458,7 +459,7 @@ static int usage_error(const char* fmt, ...) {
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  fputs("\ntry 'blockd --help' for the options\n", stderr);
   return 2;
 }
 /* A whole number in [lo, hi] for --opt, or a usage error. */
@@ -572,7 +573,7 @@ static int parse_args(int argc, char** argv, struct args* a) {
       case ':':
         return usage_error("option '%s' needs a value", argv[optind - 1]);
       default:
-        return usage_error("unknown option '%s' (blockd --help)", argv[optind - 1]);
+        return usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (rc) return rc;

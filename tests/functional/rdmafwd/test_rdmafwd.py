@@ -335,7 +335,13 @@ def case_bad_args(binary):
         first = p.stderr.splitlines()[0] if p.stderr else ""
         err_lines = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd: error:")]
         check(len(err_lines) == 1 and msg in err_lines[0], f"{args}: message {err_lines!r} lacks {msg!r}", p)
-        check("usage:" in p.stderr, f"{args}: no usage", p)
+        # One error line and a pointer to --help, never the whole usage (77 lines).
+        lines = p.stderr.splitlines()
+        at = lines.index(err_lines[0])
+        check(at + 1 < len(lines) and lines[at + 1] == "try 'rdmafwd --help' for the options",
+              f"{args}: no --help pointer after the error line", p)
+        check(not any(l.startswith("usage:") or "--pages-per-io N" in l for l in lines),
+              f"{args}: a usage error prints the whole usage", p)
     p = subprocess.run([binary, "-l", "0-1", "--", "--help"], capture_output=True, text=True, timeout=20)
     check(p.returncode == 0 and "--pages-per-io" in p.stdout, "--help", p)
 
@@ -351,7 +357,8 @@ def case_eal_errors(binary):
                        text=True, timeout=30)
     check(p.returncode == 2, f"bad EAL argument: exit {p.returncode}, want 2", p)
     mine = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd:")]
-    check(len(mine) == 1 and mine[0].count("EAL:") == 1, f"rdmafwd lines: {mine!r}", p)
+    check(len(mine) == 1 and mine[0].count("EAL:") == 1 and
+          mine[0].startswith("rdmafwd: error: EAL:"), f"rdmafwd lines: {mine!r}", p)
     # Two processes with one --file-prefix: the second says who holds it, never "Success".
     prefix = f"fwdpfx{os.getpid()}"
     eal = EAL + ["--file-prefix", prefix]
@@ -432,6 +439,12 @@ def case_no_device(binary):
     q = run(binary, ["--device", "mlx5_0", "--role", "server", "--listen", "127.0.0.1:0",
                      "--cm"], timeout=20)
     check(q.returncode == 3 and "mlx5_0" in q.stderr, f"--cm server: exit {q.returncode}", q)
+    # An unknown emulated device lists the names, the RoCE v2 wire's spelling among them, as
+    # --help does.
+    r = run(binary, ["--device", "emu-bogus", "--fwd", "rpc", "--duration", "1"], timeout=20)
+    check(r.returncode == 3 and "@roce:ADDR" in r.stderr, f"emu-bogus: exit {r.returncode}", r)
+    h = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=20)
+    check("emu@roce:ADDR" in h.stdout, "--help does not name emu@roce:ADDR", h)
 
 
 def case_telemetry(binary):
