@@ -6,6 +6,7 @@ Each case runs the real binary (EAL + threaded emu) for about a second and check
 status and its --json summary (or its text output for the prompt cases)."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -375,6 +376,10 @@ def case_eal_errors(binary):
     finally:
         first.send_signal(2)
         first.communicate(timeout=30)
+        # A --file-prefix the user names is the user's: rdmafwd leaves its runtime directory (only
+        # its own rdmafwd-PID goes with it), so the test removes the one it named.
+        for base in ("/var/run/dpdk", os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")):
+            shutil.rmtree(os.path.join(base, prefix), ignore_errors=True)
 
 
 def case_options(binary):
