@@ -18,7 +18,8 @@ dpdk_base=/var/run/dpdk
 in_use() {  # in_use PATH: some live process has it open or mapped
   local p=$1
   grep -qsF "$p" /proc/[0-9]*/maps 2>/dev/null && return 0
-  ls -l /proc/[0-9]*/fd 2>/dev/null | grep -qF -- "-> $p" && return 0
+  # (find fails on other users' fd directories: under pipefail only grep's verdict may count)
+  { find /proc/[0-9]*/fd -maxdepth 1 -lname "$p" 2>/dev/null || true; } | grep -q . && return 0
   return 1
 }
 
@@ -26,7 +27,8 @@ left=()
 for d in "$dpdk_base"/rdmx-* "$dpdk_base"/rdmafwd-* "$dpdk_base"/fwdpfx* \
   /dev/shm/rdmx-* /dev/shm/rdmafwd-* /dev/shm/blockd-*; do
   [ -e "$d" ] || continue
-  [ "$(stat -c %Y "$d")" -ge "$since" ] || continue
+  mtime=$(stat -c %Y "$d" 2>/dev/null) || continue  # gone meanwhile: its process ended cleanly
+  [ "$mtime" -ge "$since" ] || continue
   name=$(basename "$d")
   pid=${name##*[!0-9]}  # trailing digits: the owner's pid for PREFIX-PID names
   if [ -n "$pid" ] && [ "${#pid}" -le 9 ] && kill -0 "$pid" 2>/dev/null; then continue; fi

@@ -14,7 +14,7 @@
 # overrides); skips, with a message, when there is none. Ends with "N passed, N failed,
 # N skipped"; exits 1 when a file is not clean, and prints the diff clang-format would apply.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 cf=${CLANG_FORMAT:-clang-format}
 baseline=scripts/format-baseline.txt
 if ! command -v "$cf" >/dev/null 2>&1; then

@@ -10,7 +10,7 @@
 # Prints one line per wire: I/O/s, p50 and p99 in µs, goodput, errors, retransmitted packets.
 # TWOHOST_KEEP=1 keeps both sides' output of every wire (the directory is printed).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 secs=${1:-5}
 fwd="${BUILD_DIR:-build}/apps/rdmafwd/rdmafwd"
 netns=tests/functional/twohost/netns.sh
