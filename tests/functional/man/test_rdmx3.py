@@ -7,6 +7,8 @@ function the page names must be declared: a call added to the header without the
 renamed) fails. The page must name the guides where meson installs them (DOCDIR/guides), with
 no placeholder left."""
 import re
+import shutil
+import subprocess
 import sys
 
 
@@ -32,6 +34,14 @@ def main(header, page, docdir):
     if "@" in re.sub(r"\\fB[^\\]*\\fR", "", roff).replace("<rdmx/rdmx.h>", ""):
         if "@DOCDIR@" in roff:
             sys.exit(f"{page}: @DOCDIR@ left unconfigured")
+    # As a reader sees it (man -l, 80 columns): every name whole, none broken by hyphenation.
+    if shutil.which("man"):
+        r = subprocess.run(["man", "-l", "-Tutf8", page], capture_output=True, text=True,
+                           timeout=30, env={"MANWIDTH": "80", "PATH": "/usr/bin:/bin"})
+        text = re.sub(r".\x08", "", r.stdout)
+        broken = sorted(n for n in declared if not re.search(r"\b%s\b" % n, text))
+        if broken:
+            sys.exit(f"{page} rendered at 80 columns does not show {broken} whole")
     want = docdir.rstrip("/") + "/guides"
     if want not in roff:
         sys.exit(f"{page} does not name the installed guides ({want})")
