@@ -138,7 +138,7 @@ WHERE RDMX DIFFERS FROM RDMA-CORE'S BYTES (on purpose)
     max_inline_data to keep it smaller).
   - rdmx's data path rings the doorbell with SqWriter, which signals the last WQE of a burst if
     it is unsignaled (see rdmx_signal_last); rdma-core leaves it unsignaled.
-  - rdmx's window data path (lib/win) does not post these verbs UMRs. Its map
+  - rdmx's window data path (rdmx::win::PollCore) does not post these verbs UMRs. Its map
     (prm::build_umr_map_inline / _pointer) writes one KLM per chunk page of one parent lkey,
     sets CHECK_FREE (the window must be unmapped first), rotates the key byte on every map, may
     carry the device's umr_fence on the UMR itself, and uses a 9-DS pointer-mode UMR for lists
