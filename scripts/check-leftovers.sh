@@ -35,6 +35,14 @@ for d in "$dpdk_base"/rdmx-* "$dpdk_base"/rdmafwd-* "$dpdk_base"/fwdpfx* \
   in_use "$d" && continue
   left+=("$d")
 done
+# A process that is ending removes its own entries last: look again after a moment, and keep
+# only what is still there.
+if [ ${#left[@]} -gt 0 ]; then
+  sleep 2
+  still=()
+  for d in "${left[@]}"; do [ -e "$d" ] && still+=("$d"); done
+  left=("${still[@]}")
+fi
 if [ ${#left[@]} -gt 0 ]; then
   echo "FAIL left behind (their processes are gone):"
   printf '  %s\n' "${left[@]}"
