@@ -32,7 +32,9 @@ build() {
   local dir="${BUILD_DIR:-build}" san="${SANITIZE:-none}"
   if [ ! -f "$dir/build.ninja" ]; then
     meson setup "$dir" -Dsanitize="$san"
-  else
+  elif [ "$(meson introspect --buildoptions "$dir" |
+    python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "sanitize"))')" != "$san" ]; then
+    # Only a changed option reconfigures; ninja re-runs meson by itself when a meson.build changed.
     meson configure "$dir" -Dsanitize="$san" >/dev/null
   fi
   ninja -C "$dir"

@@ -471,7 +471,7 @@ void on_signal(int) {
 }
 
 int fail_usage(const std::string& prog, const std::string& msg) {
-  std::fprintf(stderr, "rdmafwd: error: %s\n%s", msg.c_str(), usage_text(prog).c_str());
+  std::fputs(usage_error_text(prog, msg).c_str(), stderr);
   return kExitUsage;
 }
 
@@ -526,7 +526,7 @@ int main(int argc, char** argv) {
   eo.unique_file_prefix = true;
   auto eal = rt::Eal::init(ea, eo);
   if (!eal) {
-    std::fprintf(stderr, "rdmafwd: EAL: %s\n", eal.error().message.c_str());
+    std::fprintf(stderr, "rdmafwd: error: EAL: %s\n", eal.error().message.c_str());
     return eal.error().code == Errc::kInvalidArgument ? kExitUsage : kExitRuntime;
   }
   rt::Eal eal_owner = std::move(eal).value();

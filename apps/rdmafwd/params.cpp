@@ -31,15 +31,18 @@ const char* role_name(Role r) noexcept {
 
 std::string usage_text(const std::string& prog) {
   std::string u;
-  u += "usage: " + prog + " [EAL options] -- [rdmafwd options]\n";
-  u += "  e.g. " + prog + " -l 0-1 --no-huge -m 256 -- --device emu --fwd rpc --duration 5\n";
+  u += "Usage: " + prog + " [EAL options] -- [rdmafwd options]\n\n";
+  u += "For example: " + prog +
+       " -l 0-1 --no-huge -m 256 -- --device emu --fwd rpc --duration 5\n\n";
   u += "rdmafwd options:\n";
-  u += "  --device NAME          emu (emulated mlx5, default), emu-sink (no data effect) or an\n"
-       "                         mlx5 device name (mlx5_0); emu:PROFILE plays a device profile\n"
-       "                         (the HCA caps emu reports and enforces):\n";
+  u += "  --device NAME          emu (emulated mlx5, default), emu-sink (no data effect),\n"
+       "                         emu@roce:ADDR (emulated mlx5 speaking RoCE v2 over UDP from\n"
+       "                         this host's IPv4 address ADDR: two hosts without RDMA NICs)\n"
+       "                         or an mlx5 device name (mlx5_0); emu:PROFILE plays a device\n"
+       "                         profile (the HCA caps emu reports and enforces):\n";
   for (const rdmx::emu::Profile& pr : rdmx::emu::profiles()) {
     std::string n = std::string("                           ") + pr.name;
-    n.resize(std::max<size_t>(n.size() + 1, 42), ' ');
+    n.resize(std::max<size_t>(n.size() + 2, 44), ' ');  // two spaces at least: help2man's column
     u += n + pr.about + "\n";
   }
   u += "  --fwd MODE             forwarding engine: " + engine_names("|") +
@@ -98,12 +101,20 @@ std::string usage_text(const std::string& prog) {
   u += "  --fault-kinds LIST     error-cqe,qp-error,unreachable,delay (default all)\n";
   u += "  --fault-seed N         seed of the fault schedule (default 1)\n";
   u += "  -h, --help             this text\n";
-  u += "every option takes its value as --opt VALUE or --opt=VALUE\n";
-  u += "exit status: 0 ok, 1 runtime failure (errors, verification, no peer, the peer went\n"
-       "             away), 2 bad arguments (also: the peer runs with other sizes, a\n"
-       "             --cmdline-file line that does not parse), 3 device not found,\n"
-       "             130 interrupted before forwarding started\n";
+  u += "\nEvery option takes its value as --opt VALUE or --opt=VALUE.\n";
+  u += "\nExit status:\n"
+       "  0      ok\n"
+       "  1      runtime failure (errors, verification, no peer, the peer went away)\n"
+       "  2      bad arguments: one line \"rdmafwd: error: ...\" and a pointer to --help on\n"
+       "         stderr; also a peer that runs with other sizes, and a line of the command\n"
+       "         file that does not parse\n"
+       "  3      device not found\n"
+       "  130    interrupted before forwarding started\n";
   return u;
+}
+
+std::string usage_error_text(const std::string& prog, const std::string& msg) {
+  return "rdmafwd: error: " + msg + "\ntry '" + prog + " --help' for the options\n";
 }
 
 namespace {

@@ -114,10 +114,13 @@ uint32_t parse_fault_kinds(const std::string& list) noexcept;
 // What parse_params() decided: run, print help and exit 0, or fail with exit 2.
 struct ParseOutcome {
   bool help = false;
-  std::string error;  // non-empty: one line, printed before the usage
+  std::string error;  // non-empty: one line (usage_error_text())
 };
 ParseOutcome parse_params(const std::vector<std::string>& args, Params& p);
 std::string usage_text(const std::string& prog);
+// What a usage error prints on stderr (exit 2): "rdmafwd: error: MSG" and a line pointing at
+// `PROG --help`, never the whole usage.
+std::string usage_error_text(const std::string& prog, const std::string& msg);
 // Checks that hold between options (also after `set ...`). Empty when fine.
 std::string check_params(const Params& p);
 

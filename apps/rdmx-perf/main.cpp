@@ -27,7 +27,7 @@ namespace {
 
 using namespace rdmx::perf;
 
-const char kHelp[] = R"(usage: rdmx-perf [EAL args] -- --test NAME [options]
+const char kHelp[] = R"(Usage: rdmx-perf [EAL args] -- --test NAME [options]
 
 Per-core microbenchmarks of rdmx. Every rdmx figure is printed beside peers measured in the same
 process run, as a ratio (this / peer, by median ns per op over interleaved rounds).
@@ -87,6 +87,12 @@ op, each op timed alone (the stamped phase); every column names its unit. When t
 the median are more than 2x apart a note under the row says why. The method, the peers and
 the JSON keys are described in the rdmx-perf guide (rdmx-perf.md, installed with rdmx's
 guides).
+
+Exit status:
+  0    the run finished (a missed target is a figure, not a failure)
+  1    a test failed, the EAL did not start, or --json/--histogram could not be written
+  2    a usage error: one line "rdmx-perf: error: ..." on stderr, before anything runs
+  3    --device names no device
 )";
 
 // The benchmarks drive an emulated device (statistics, pinned device threads): a name that names

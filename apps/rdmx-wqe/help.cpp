@@ -5,23 +5,26 @@
 namespace rdmx::wqetool {
 
 std::string_view usage_text() {
-  return R"(usage: rdmx-wqe encode [--input FILE]
-       rdmx-wqe decode [--pretty] [--input FILE] [WQEBB_HEX ...]
-       rdmx-wqe exec [--profile NAME] [--sq-wqe-cnt N]
-                     [--checker-fatal] [--input FILE]
-       rdmx-wqe encode --help | decode --help | exec --help | --help
+  return R"(Usage: rdmx-wqe encode [--input FILE]
+  or:  rdmx-wqe decode [--pretty] [--input FILE] [WQEBB_HEX ...]
+  or:  rdmx-wqe exec [--profile NAME] [--sq-wqe-cnt N] [--checker-fatal] [--input FILE]
+  or:  rdmx-wqe encode --help | decode --help | exec --help | --help
 
 Encodes verbs-shaped work requests to the exact mlx5 send-WQE bytes rdmx writes, and decodes
-WQE bytes back to named fields. Both directions use rdmx's own PRM builders and decoder
-(lib/mlx5/prm), the code of the data path and of the emulated device.
+WQE bytes back to named fields. Both directions use rdmx's own PRM builders and decoder,
+the code of the data path and of the emulated device.
 
   encode   one JSON request per input line -> one JSON result per line
   decode   WQEBBs as hex -> every segment's fields (JSON, or a table with --pretty)
   exec     raw send WQEs (as a real SQ holds them) run by the emulated mlx5 -> the CQEs and
            the PRM checker's reports
 
-Exit status: 0 when every line was accepted, 1 when any line was rejected (the error is on
-that line's output), 2 on a usage error. See encode --help and decode --help.
+See encode --help, decode --help and exec --help for each command's options.
+
+Exit status:
+  0    every line was accepted
+  1    a line was rejected (the error is on that line's output)
+  2    a usage error: one line "rdmx-wqe: error: ..." and a pointer to --help on stderr
 )";
 }
 
@@ -135,7 +138,7 @@ WHERE RDMX DIFFERS FROM RDMA-CORE'S BYTES (on purpose)
     max_inline_data to keep it smaller).
   - rdmx's data path rings the doorbell with SqWriter, which signals the last WQE of a burst if
     it is unsignaled (see rdmx_signal_last); rdma-core leaves it unsignaled.
-  - rdmx's window data path (lib/win) does not post these verbs UMRs. Its map
+  - rdmx's window data path (rdmx::win::PollCore) does not post these verbs UMRs. Its map
     (prm::build_umr_map_inline / _pointer) writes one KLM per chunk page of one parent lkey,
     sets CHECK_FREE (the window must be unmapped first), rotates the key byte on every map, may
     carry the device's umr_fence on the UMR itself, and uses a 9-DS pointer-mode UMR for lists

@@ -22,8 +22,11 @@ using rdmx::wqetool::LineResult;
 
 constexpr const char* kTool = "rdmx-wqe";
 
+// One line "rdmx-wqe: error: ..." and a pointer to the help, never the whole usage; exit 2.
 int usage_error(const std::string& msg) {
-  return rdmx::cli::usage_error(kTool, msg);
+  const int rc = rdmx::cli::usage_error(kTool, msg);
+  std::fputs("try 'rdmx-wqe --help' for the options\n", stderr);
+  return rc;
 }
 
 struct Args {

@@ -22,7 +22,8 @@
  * written block's reference tag (its first 4 metadata bytes = its block number), the client
  * checks data and metadata it reads back),
  * --max-refusals N (server: a client whose out-of-range requests exceed N is dropped; default 16).
- * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...").
+ * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...", and a
+ * pointer to --help).
  *
  * A server never trusts what a client sends (blockd_proto.h checks every request in one place):
  * a request outside the client's part of the volume is refused (-RDMX_ERANGE in the reply,
@@ -443,22 +444,28 @@ static int cmp(const void* a, const void* b) {
 }
 
 /* The command line, by the convention of every rdmx tool: getopt_long (`--qd 8` and `--qd=8`
- * alike); a bad argument is one line on stderr, "blockd: error: ...", and exit status 2. */
+ * alike); a bad argument is one line on stderr, "blockd: error: ...", then a pointer to
+ * `blockd --help` (never the whole usage), and exit status 2. */
 struct args {
   const char *device, *wire, *role, *listen_at, *peer, *isolate;
 };
 static const char kUsage[] =
-    "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]"
-    " | --wire shm:NAME --role server|client] [--device D] [--blocks N] [--requests N]"
-    " [--qd 1..63] [--max-io 1..16] [--clients 1..8] [--isolate peer|none]"
-    " [--metadata 0|4..128] [--max-refusals N]\n";
+    "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]\n"
+    "              | --wire shm:NAME --role server|client] [--device D] [--blocks N]\n"
+    "              [--requests N] [--qd 1..63] [--max-io 1..16] [--clients 1..8]\n"
+    "              [--isolate peer|none] [--metadata 0|4..128] [--max-refusals N]\n"
+    "  --device D   emu (the default: emu-threaded), emu-inline, emu@roce:ADDR (emulated mlx5\n"
+    "               speaking RoCE v2 over UDP from this host's IPv4 address ADDR: two hosts\n"
+    "               without RDMA NICs), mlx5 or mlx5_N\n"
+    "exit status: 0 ok, 1 data, protocol or peer failure, 2 bad arguments (one line\n"
+    "             \"blockd: error: ...\"), 3 no such device, 130 interrupted\n";
 static int usage_error(const char* fmt, ...) {
   va_list ap;
   fputs("blockd: error: ", stderr);
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  fputs("\ntry 'blockd --help' for the options\n", stderr);
   return 2;
 }
 /* A whole number in [lo, hi] for --opt, or a usage error. */
@@ -572,7 +579,7 @@ static int parse_args(int argc, char** argv, struct args* a) {
       case ':':
         return usage_error("option '%s' needs a value", argv[optind - 1]);
       default:
-        return usage_error("unknown option '%s' (blockd --help)", argv[optind - 1]);
+        return usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (rc) return rc;

@@ -163,7 +163,8 @@ Result<OpenedDevice> open_mlx5(const DeviceSpec& s, const DeviceOptions& o) {
 }  // namespace
 
 const char* device_names_help() noexcept {
-  return "emu, emu-threaded, emu-inline, emu-sink, mlx5, mlx5_N";
+  return "emu, emu-threaded, emu-inline, emu-sink (each also as NAME@roce:ADDR on a RoCE v2 wire "
+         "and NAME:PROFILE), mlx5, mlx5_N";
 }
 
 Result<DeviceSpec> parse_device_spec(std::string_view spec, DeviceOptions* opts) {

@@ -43,6 +43,17 @@ for need in -lrte_eal -libverbs -lmlx5 -lrdmacm -lhwloc -lstdc++; do
   case " $(pkg-config --static --libs rdmx) " in *" $need "*) ;; *) fail "pkg-config --static --libs rdmx lacks $need" ;; esac
 done
 
+# rdmx-cpp.pc likewise: the C++ headers need rdmx's include directory only (one header set, the
+# runtime's launcher, includes DPDK's: its user adds DPDK's flags, step 2b), so no Requires and
+# no other package's flags.
+grep -q '^Requires' "$pcdir/rdmx-cpp.pc" && fail "rdmx-cpp.pc has Requires lines: $(grep '^Requires' "$pcdir/rdmx-cpp.pc")"
+for bad in -march -include dpdk libnl dbus; do
+  case " $(pkg-config --cflags rdmx-cpp) " in *"$bad"*) fail "pkg-config --cflags rdmx-cpp carries '$bad': $(pkg-config --cflags rdmx-cpp)" ;; esac
+done
+for need in librdmx.a -lrte_eal -libverbs -lmlx5 -lrdmacm -lhwloc -lcrypto; do
+  case " $(pkg-config --libs rdmx-cpp) " in *"$need "*) ;; *) fail "pkg-config --libs rdmx-cpp lacks $need" ;; esac
+done
+
 libdir=$(pkg-config --variable=libdir rdmx)
 incdir=$(pkg-config --variable=includedir rdmx)
 [ -f "$incdir/rdmx/rdmx.h" ] || fail "rdmx.h not installed in $incdir/rdmx"
@@ -121,4 +132,23 @@ EOF
 $cxx -Wall -Wextra -Werror $san $(pkg-config --cflags rdmx-cpp) "$tmp/cpp_user.cpp" \
   -o "$tmp/cpp_user" $(pkg-config --libs rdmx-cpp) || fail "C++ user does not build"
 "$tmp/cpp_user" || fail "C++ user failed"
-echo "install_test: ok (DESTDIR layout, rdmx.pc, rdmx-cpp.pc, blockd and a C++ user built and run)"
+
+# 2b. Every installed C++ header compiles with rdmx-cpp's flags alone, except the runtime's
+# launcher (DPDK's headers), which compiles once DPDK's flags are added.
+cxxflags=$(pkg-config --cflags rdmx-cpp)
+: >"$tmp/all_headers.cpp"
+: >"$tmp/dpdk_headers.cpp"
+for h in $(cd "$incdir" && find rdmx -name '*.hpp' | sort); do
+  case $h in
+    rdmx/rt/launcher.hpp | rdmx/rt/dpdk.hpp) echo "#include <$h>" >>"$tmp/dpdk_headers.cpp" ;;
+    *) echo "#include <$h>" >>"$tmp/all_headers.cpp" ;;
+  esac
+done
+[ "$(wc -l <"$tmp/all_headers.cpp")" -gt 20 ] || fail "only $(wc -l <"$tmp/all_headers.cpp") C++ headers installed"
+# shellcheck disable=SC2086
+$cxx -Wall -Wextra -Werror $cxxflags -fsyntax-only "$tmp/all_headers.cpp" ||
+  fail "the installed C++ headers need more than pkg-config --cflags rdmx-cpp"
+# shellcheck disable=SC2086
+$cxx -Wall -Wextra -Werror $cxxflags $(pkg-config --cflags libdpdk) -fsyntax-only \
+  "$tmp/dpdk_headers.cpp" || fail "rdmx/rt/launcher.hpp does not compile with DPDK's flags added"
+echo "install_test: ok (DESTDIR layout, rdmx.pc, rdmx-cpp.pc, every C++ header, blockd and a C++ user built and run)"

@@ -4,7 +4,9 @@
 Usage: device_names.py TOOL PATH
 TOOL is rdmafwd, rdmx-perf or blockd (the C API is covered by tests/capi/test_capi.c). Each
 accepts emu-threaded (the meaning of plain "emu") and refuses a name that names no device, an
-unknown emu mode and a verbs name alike: exit 3 and one error line naming the device."""
+unknown emu mode and a verbs name alike: exit 3 and one error line naming the device; the
+unknown emu mode's line lists the names, the RoCE v2 wire's spelling (NAME@roce:ADDR) among
+them, and --help names emu@roce:ADDR (rdmafwd, blockd: the tools that take a wire)."""
 import subprocess
 import sys
 
@@ -34,7 +36,14 @@ def main(tool, path):
         if p.returncode != 3 or len(lines) != 1 or device not in lines[0]:
             raise SystemExit(f"{tool} --device {device}: exit {p.returncode} (want 3) and "
                              f"{len(lines)} error lines (want 1 naming it):\n{p.stderr}")
+        if device == "emu-frob" and "@roce:ADDR" not in lines[0]:
+            raise SystemExit(f"{tool} --device {device}: the list of names lacks the RoCE v2 "
+                             f"wire's spelling (NAME@roce:ADDR): {lines[0]}")
         print(f"{tool} --device {device}: exit 3: {lines[0]}")
+    # rdmx-perf opens its devices as an in-process pair, which takes no wire: not its to name.
+    h = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+    if tool != "rdmx-perf" and "emu@roce:ADDR" not in h.stdout:
+        raise SystemExit(f"{tool} --help does not name emu@roce:ADDR:\n{h.stdout}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tools' argument convention (rdmx/core/cli.hpp; blockd keeps it in C): getopt_long, so
 `--opt value` and `--opt=value` mean the same; a bad argument is one line on stderr,
-"TOOL: error: ...", and exit status 2.
+"TOOL: error: ...", then "try 'TOOL --help' for the options", and exit status 2.
 
 Usage: tool_args.py TOOL PATH   (TOOL: blockd; rdmx-wqe is covered by tests/wqe/test_cli.cpp)"""
 import subprocess
@@ -36,10 +36,12 @@ def main(tool, path):
     for args in CASES[tool]["bad"]:
         p = subprocess.run([path] + args, capture_output=True, text=True, timeout=60)
         lines = p.stderr.splitlines()
-        if p.returncode != 2 or len(lines) != 1 or not lines[0].startswith(f"{tool}: error: "):
+        want_try = f"try '{tool} --help' for the options"
+        if (p.returncode != 2 or len(lines) != 2 or not lines[0].startswith(f"{tool}: error: ")
+                or lines[1] != want_try):
             raise SystemExit(f"{tool} {' '.join(args)}: exit {p.returncode} (want 2) and "
-                             f"{len(lines)} stderr lines (want one '{tool}: error: ...'):\n"
-                             f"{p.stderr}")
+                             f"{len(lines)} stderr lines (want '{tool}: error: ...' and "
+                             f"\"{want_try}\", never the usage):\n{p.stderr}")
         print(f"{tool} {' '.join(args)}: exit 2: {lines[0]}")
 
 

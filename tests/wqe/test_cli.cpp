@@ -182,7 +182,8 @@ TEST_F(WqeCli, HelpAndUsage) {
 }
 
 // The tools' argument convention (getopt_long): `--opt value` and `--opt=value` alike; a bad
-// argument is one line on stderr, "rdmx-wqe: error: ...", and exit status 2.
+// argument is one line on stderr, "rdmx-wqe: error: ...", then a pointer to --help (never the
+// whole usage), and exit status 2.
 TEST_F(WqeCli, OneArgumentConvention) {
   char path[] = "/tmp/rdmx-wqe-test-in-XXXXXX";
   const int fd = mkstemp(path);
@@ -204,6 +205,8 @@ TEST_F(WqeCli, OneArgumentConvention) {
     const Proc p = run(bin() + bad + " 2>&1 >/dev/null");  // stderr only
     EXPECT_EQ(p.status, 2) << bad;
     EXPECT_EQ(p.out.rfind("rdmx-wqe: error: ", 0), 0u) << bad << ": " << p.out;
-    EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 1) << bad << ": " << p.out;
+    EXPECT_EQ(std::count(p.out.begin(), p.out.end(), '\n'), 2) << bad << ": " << p.out;
+    EXPECT_NE(p.out.find("\ntry 'rdmx-wqe --help' for the options\n"), std::string::npos)
+        << bad << ": " << p.out;
   }
 }

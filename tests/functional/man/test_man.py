@@ -33,7 +33,21 @@ def main(binary, page):
     if missing or extra:
         sys.exit(f"{page} and {binary} --help disagree: only in --help {missing}, "
                  f"only in the page {extra}")
-    print(f"{page}: {len(help_opts)} options, same as --help")
+    # A reader of the installed page has no source tree: no path of it.
+    src = re.compile(r"(^|[\s(`\"])(doc|apps|lib|drivers|tests|scripts|examples)/")
+    hits = [l for l in text.splitlines() if src.search(l)]
+    if hits:
+        sys.exit(f"{page} names a source path: {hits[:3]}")
+    # help2man made a SYNOPSIS from "Usage:" and an "Exit status:" subsection whose codes are
+    # paragraphs of their own (not run into the text before them).
+    roff = open(page).read()
+    if '.SH SYNOPSIS' not in roff:
+        sys.exit(f"{page} has no SYNOPSIS (--help's first line must be 'Usage: ...')")
+    if not re.search(r'^\.SS "?Exit status:?"?$', roff, re.M):
+        sys.exit(f"{page} has no 'Exit status:' subsection")
+    if re.search(r"^\S.*[a-z]\s+[Ee]xit status", text, re.M):
+        sys.exit(f"{page}: the exit status runs into the paragraph before it")
+    print(f"{page}: {len(help_opts)} options, same as --help; synopsis, exit status, no paths")
 
 
 if __name__ == "__main__":

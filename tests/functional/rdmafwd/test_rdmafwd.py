@@ -6,6 +6,7 @@ Each case runs the real binary (EAL + threaded emu) for about a second and check
 status and its --json summary (or its text output for the prompt cases)."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -333,7 +334,13 @@ def case_bad_args(binary):
         first = p.stderr.splitlines()[0] if p.stderr else ""
         err_lines = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd: error:")]
         check(len(err_lines) == 1 and msg in err_lines[0], f"{args}: message {err_lines!r} lacks {msg!r}", p)
-        check("usage:" in p.stderr, f"{args}: no usage", p)
+        # One error line and a pointer to --help, never the whole usage (77 lines).
+        lines = p.stderr.splitlines()
+        at = lines.index(err_lines[0])
+        check(at + 1 < len(lines) and lines[at + 1] == "try 'rdmafwd --help' for the options",
+              f"{args}: no --help pointer after the error line", p)
+        check(not any(l.startswith("usage:") or "--pages-per-io N" in l for l in lines),
+              f"{args}: a usage error prints the whole usage", p)
     p = subprocess.run([binary, "-l", "0-1", "--", "--help"], capture_output=True, text=True, timeout=20)
     check(p.returncode == 0 and "--pages-per-io" in p.stdout, "--help", p)
 
@@ -349,7 +356,8 @@ def case_eal_errors(binary):
                        text=True, timeout=30)
     check(p.returncode == 2, f"bad EAL argument: exit {p.returncode}, want 2", p)
     mine = [l for l in p.stderr.splitlines() if l.startswith("rdmafwd:")]
-    check(len(mine) == 1 and mine[0].count("EAL:") == 1, f"rdmafwd lines: {mine!r}", p)
+    check(len(mine) == 1 and mine[0].count("EAL:") == 1 and
+          mine[0].startswith("rdmafwd: error: EAL:"), f"rdmafwd lines: {mine!r}", p)
     # Two processes with one --file-prefix: the second says who holds it, never "Success".
     prefix = f"fwdpfx{os.getpid()}"
     eal = EAL + ["--file-prefix", prefix]
@@ -366,6 +374,10 @@ def case_eal_errors(binary):
     finally:
         first.send_signal(2)
         first.communicate(timeout=30)
+        # A --file-prefix the user names is the user's: rdmafwd leaves its runtime directory (only
+        # its own rdmafwd-PID goes with it), so the test removes the one it named.
+        for base in ("/var/run/dpdk", os.path.join(os.environ.get("XDG_RUNTIME_DIR", "/tmp"), "dpdk")):
+            shutil.rmtree(os.path.join(base, prefix), ignore_errors=True)
 
 
 def case_options(binary):

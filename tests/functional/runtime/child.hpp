@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -26,6 +28,26 @@ struct ChildResult {
   }
   std::string describe() const { return status_text() + "; stderr:\n" + err; }
 };
+
+// A child leaves with _exit (or is killed by its filter), so an EAL it started never ran
+// rte_eal_cleanup: its per-process runtime directory (rdmx-test-PID: the test EAL's unique file
+// prefix, under /var/run/dpdk, or $XDG_RUNTIME_DIR/dpdk when not root) is removed here, by the
+// parent.
+inline void remove_runtime_dirs(pid_t child) {
+  namespace fs = std::filesystem;
+  std::string suffix(1, '-');
+  suffix += std::to_string(child);
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  fs::path bases[2] = {fs::path("/var/run/dpdk"), fs::path(xdg ? xdg : "/tmp")};
+  bases[1] /= "dpdk";
+  for (const fs::path& base : bases) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(base, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.starts_with("rdmx-test") && n.ends_with(suffix)) fs::remove_all(e.path(), ec);
+    }
+  }
+}
 
 // Runs body() in a child process; its return value is the exit code. The child's stderr is
 // captured; with echo it is also printed to stdout so counts and rates appear in the test log.
@@ -51,6 +73,7 @@ inline ChildResult run_child(const std::function<int()>& body, bool echo = false
   while ((n = read(fds[0], buf, sizeof(buf))) > 0) r.err.append(buf, static_cast<size_t>(n));
   close(fds[0]);
   EXPECT_EQ(waitpid(pid, &r.status, 0), pid);
+  remove_runtime_dirs(pid);
   if (echo)
     std::fprintf(stdout, "--- child (%s), its stderr: ---\n%s", r.status_text().c_str(),
                  r.err.c_str());

@@ -100,7 +100,8 @@ Result<std::array<OpenedDevice, 2>> open_device_pair(std::string_view spec, Devi
 // device keeps its wire alive. kUnsupported on mlx5.
 Result<std::unique_ptr<emu::EmuDevice>> take_emu(OpenedDevice&& d);
 
-// "emu, emu-threaded, emu-inline, emu-sink, mlx5, mlx5_N": for messages and usage texts.
+// The device names ("emu, ..., emu-sink (each also as NAME@roce:ADDR ... and NAME:PROFILE),
+// mlx5, mlx5_N"): for messages and usage texts.
 const char* device_names_help() noexcept;
 
 }  // namespace rdmx::endpoint
