@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <rdmx/endpoint/door.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-#include <rdmx/endpoint/door.hpp>
 #include "fake_peer.hpp"
 namespace {
 using namespace rdmx;

@@ -310,7 +310,8 @@ RDMX_API int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b);
  * connection, or sent bad connect info), -RDMX_ESTATE; rdmx_last_error() says which in one
  * line. Bad connect info is answered with a refusal naming the fault (the peer's exchange
  * returns -RDMX_EPROTO, "refused by ADDR: ..."); after an error of the exchange or ready steps
- * the connection is over (its socket closed): close it. Handles are closed by rdmx_listener_close/rdmx_conn_close (NULL is a no-op). */
+ * the connection is over (its socket closed): close it. Handles are closed by
+ * rdmx_listener_close/rdmx_conn_close (NULL is a no-op). */
 typedef struct rdmx_listener rdmx_listener;
 typedef struct rdmx_conn rdmx_conn;
 
