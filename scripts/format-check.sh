@@ -12,7 +12,7 @@
 # In a range, every changed file must be clean, baseline or not: a change that touches a file
 # formats it. Files deleted in the range are skipped. Uses clang-format from PATH (CLANG_FORMAT
 # overrides); skips, with a message, when there is none. Ends with "N passed, N failed,
-# N skipped"; exits 1 when a file is not clean, and prints the diff clang-format would apply.
+# N skipped" for one check; exits 1 when a file is not clean, and prints the diff clang-format would apply.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 cf=${CLANG_FORMAT:-clang-format}
@@ -52,6 +52,6 @@ if [ -z "$range" ] && [ -z "${1:-}" ]; then
       echo "NOTE $f is clean now: remove it from $baseline"
   done <"$baseline"
 fi
-echo "format: ${#files[@]} files $what"
-echo "$pass passed, $fail failed, 0 skipped"
-[ "$fail" -eq 0 ]
+echo "format: ${#files[@]} files $what: $pass clean, $fail not"
+# One check in CI's totals (as check-leftovers.sh), not one per file: the file count is above.
+if [ "$fail" -eq 0 ]; then echo "1 passed, 0 failed, 0 skipped"; else echo "0 passed, 1 failed, 0 skipped"; exit 1; fi
