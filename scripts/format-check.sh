@@ -12,7 +12,8 @@
 # In a range, every changed file must be clean, baseline or not: a change that touches a file
 # formats it. Files deleted in the range are skipped. Uses clang-format from PATH (CLANG_FORMAT
 # overrides); skips, with a message, when there is none. Ends with "N passed, N failed,
-# N skipped" for one check; exits 1 when a file is not clean, and prints the diff clang-format would apply.
+# N skipped" for one check; exits 1 when a file is not clean, and prints the diff clang-format
+# would apply.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 cf=${CLANG_FORMAT:-clang-format}
