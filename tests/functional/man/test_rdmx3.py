@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""rdmx(3) names every function of rdmx.h, and nothing else (suite 'functional').
+"""rdmx(3) names every function of the C headers, and nothing else (suite 'functional').
 
-Usage: test_rdmx3.py RDMX_H RDMX_3 DOCDIR
-Every function declared in the header must appear in the page as \\fBrdmx_name\\fR, and every
+Usage: test_rdmx3.py RDMX_3 DOCDIR HEADER... (rdmx.h and rdmx_rpcrdma.h)
+Every function declared in a header must appear in the page as \\fBrdmx_name\\fR, and every
 function the page names must be declared: a call added to the header without the page (or
 renamed) fails. The page must name the guides where meson installs them (DOCDIR/guides), with
 no placeholder left."""
@@ -20,8 +20,9 @@ def header_functions(path):
     return set(re.findall(r"\b(rdmx_[a-z0-9_]+)\s*\(", s))
 
 
-def main(header, page, docdir):
-    declared = header_functions(header)
+def main(page, docdir, *headers):
+    declared = set().union(*(header_functions(h) for h in headers))
+    header = " and ".join(headers)
     if len(declared) < 10:
         sys.exit(f"{header}: found only {sorted(declared)}: the parser is wrong")
     roff = open(page).read()
@@ -51,4 +52,4 @@ def main(header, page, docdir):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])
