@@ -128,6 +128,8 @@ class RoceWire : public EmuTest {
     return o;
   }
 
+  uint8_t write_across_stall(const Options& o, uint8_t net);
+
   bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true,
                  Options o = {}) {
     ra.local_ipv4 = ip4(127, 0, net, 1);
@@ -347,6 +349,42 @@ TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
   EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
   pair_.a.reset();
   a_.dev = nullptr;
+}
+
+// The QP's RC timers drive the link's retransmission: a responder whose device does not run for
+// 300 ms (its thread stopped; the packets wait in its socket) is survived with rdma_cm's
+// defaults and kills the connection with a 4.2 ms timeout and 3 retries.
+uint8_t RoceWire::write_across_stall(const Options& o, uint8_t net) {
+  if (!open_roce(net, {}, {}, true, o)) return 0xff;
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 1);
+  dst.alloc(*b_.dev, 4096, 2);
+  pair_.b->stop();
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), 64, src.mr.lkey}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(pair_.b->start().ok());
+  const uint8_t st = wait(a_, 1, 20000)[0].status;
+  if (st == 0) {
+    EXPECT_EQ(0, std::memcmp(dst.p, src.p, 64));
+  }
+  return st;
+}
+
+TEST_F(RoceWire, DefaultTimersSurviveAStalledResponder) {
+  const uint8_t st = write_across_stall(Options{}, 12);
+  if (st == 0xff) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  EXPECT_EQ(st, 0);
+  EXPECT_EQ(a_.dev->stats().roce.timeouts, 0u);
+}
+
+TEST_F(RoceWire, ShortTimeoutFailsAcrossTheSameStall) {
+  Options o;
+  o.timers.timeout = 10;
+  o.timers.retry_cnt = 3;
+  const uint8_t st = write_across_stall(o, 13);
+  if (st == 0xff) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  EXPECT_EQ(st, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and 3 retries
 }
 
 // No receive posted: every SEND is answered with an RNR NAK; after rnr_retry retries the WQE
