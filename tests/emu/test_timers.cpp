@@ -103,17 +103,23 @@ TEST_F(Timers, StarvedEmuThreadIsNamedWhenRetriesRunOut) {
 }
 
 // ---- responder class C errors ------------------------------------------------------------------
-class ResponderErrors : public EmuModeTest {};
+class ResponderErrors : public EmuModeTest {
+ protected:
+  // A pair in the test's mode, a source buffer on a_, and b_'s buffer with one receive posted.
+  void open_with_receive(Buf& src, Buf& rb) {
+    open(GetParam());
+    src.alloc(*a_.dev, 4096, 1);
+    rb.alloc(*b_.dev, 4096, 2);
+    recv(b_, 10, {{rb.addr(), 256, rb.mr.lkey}});
+  }
+};
 
 // A WRITE with a bad rkey: the requester completes with REMOTE_ACCESS_ERR as before; the
 // responder's QP is in error, its posted receives flush, a later WQE of its own flushes, and it
 // raised IBV_EVENT_QP_ACCESS_ERR naming its QPN (once).
 TEST_P(ResponderErrors, BadRkeyMovesTheResponderToError) {
-  open(GetParam());
   Buf src, rb;
-  src.alloc(*a_.dev, 4096, 1);
-  rb.alloc(*b_.dev, 4096, 2);
-  recv(b_, 10, {{rb.addr(), 256, rb.mr.lkey}});
+  open_with_receive(src, rb);
   recv(b_, 11, {{rb.addr(256), 256, rb.mr.lkey}});
   rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, rb.addr(), rb.mr.rkey ^ 0x100,
        {{src.addr(), 64, src.mr.lkey}});
@@ -147,11 +153,8 @@ TEST_P(ResponderErrors, ReadOutOfBoundsMovesTheResponderToError) {
 // requester; the responder's receive completes in error and its QP is fatal (QP_FATAL, as the
 // kernel reports a WQ catastrophic error).
 TEST_P(ResponderErrors, BadSendInvalidateIsFatalForTheResponder) {
-  open(GetParam());
   Buf src, rb;
-  src.alloc(*a_.dev, 4096, 1);
-  rb.alloc(*b_.dev, 4096, 2);
-  recv(b_, 10, {{rb.addr(), 256, rb.mr.lkey}});
+  open_with_receive(src, rb);
   send(a_, MLX5_OPCODE_SEND_INVAL, 1, {{src.addr(), 32, src.mr.lkey}}, rb.mr.rkey);
   EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
   EXPECT_EQ(wait(b_, 1)[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);

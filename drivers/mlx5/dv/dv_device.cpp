@@ -915,49 +915,33 @@ Status DvDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
 
 // ibv_event_type -> the library's kinds; the QP kinds carry the QPN, CQ_ERR the CQN, the port
 // kinds the port number.
+namespace {
+constexpr struct {
+  ibv_event_type type;
+  mlx5::AsyncEventKind kind;
+} kEventKinds[] = {
+    {IBV_EVENT_QP_FATAL, mlx5::AsyncEventKind::kQpFatal},
+    {IBV_EVENT_QP_REQ_ERR, mlx5::AsyncEventKind::kQpReqErr},
+    {IBV_EVENT_QP_ACCESS_ERR, mlx5::AsyncEventKind::kQpAccessErr},
+    {IBV_EVENT_COMM_EST, mlx5::AsyncEventKind::kCommEst},
+    {IBV_EVENT_SQ_DRAINED, mlx5::AsyncEventKind::kSqDrained},
+    {IBV_EVENT_QP_LAST_WQE_REACHED, mlx5::AsyncEventKind::kLastWqeReached},
+    {IBV_EVENT_CQ_ERR, mlx5::AsyncEventKind::kCqErr},
+    {IBV_EVENT_PORT_ACTIVE, mlx5::AsyncEventKind::kPortActive},
+    {IBV_EVENT_PORT_ERR, mlx5::AsyncEventKind::kPortErr},
+    {IBV_EVENT_DEVICE_FATAL, mlx5::AsyncEventKind::kDeviceFatal},
+};
+}  // namespace
+
 size_t DvDevice::poll_async_events(std::span<mlx5::AsyncEvent> out) {
-  using K = mlx5::AsyncEventKind;
   size_t n = 0;
   ibv_context* ctx = impl_->ctx.get();
   while (n < out.size()) {
     ibv_async_event ev;
     if (ibv_get_async_event(ctx, &ev) != 0) break;  // EAGAIN: nothing pending
     mlx5::AsyncEvent a;
-    switch (ev.event_type) {
-      case IBV_EVENT_QP_FATAL:
-        a.kind = K::kQpFatal;
-        break;
-      case IBV_EVENT_QP_REQ_ERR:
-        a.kind = K::kQpReqErr;
-        break;
-      case IBV_EVENT_QP_ACCESS_ERR:
-        a.kind = K::kQpAccessErr;
-        break;
-      case IBV_EVENT_COMM_EST:
-        a.kind = K::kCommEst;
-        break;
-      case IBV_EVENT_SQ_DRAINED:
-        a.kind = K::kSqDrained;
-        break;
-      case IBV_EVENT_QP_LAST_WQE_REACHED:
-        a.kind = K::kLastWqeReached;
-        break;
-      case IBV_EVENT_CQ_ERR:
-        a.kind = K::kCqErr;
-        break;
-      case IBV_EVENT_PORT_ACTIVE:
-        a.kind = K::kPortActive;
-        break;
-      case IBV_EVENT_PORT_ERR:
-        a.kind = K::kPortErr;
-        break;
-      case IBV_EVENT_DEVICE_FATAL:
-        a.kind = K::kDeviceFatal;
-        break;
-      default:
-        a.kind = K::kOther;
-        break;
-    }
+    for (const auto& e : kEventKinds)
+      if (e.type == ev.event_type) a.kind = e.kind;
     switch (ev.event_type) {
       case IBV_EVENT_QP_FATAL:
       case IBV_EVENT_QP_REQ_ERR:
