@@ -245,6 +245,7 @@ static void test_map_write_read_unmap(const char* device) {
   {
     /* A refused the request: its responder QP went to error and said so; B raised nothing. */
     rdmx_event ev[4];
+    memset(ev, 0, sizeof(ev));
     CHECK_RC(rdmx_poll_events(r.pa, ev, 4), 1);
     CHECK(ev[0].kind == RDMX_EVENT_QP_ACCESS_ERR && ev[0].qpn == rdmx_core_qpn(r.ca));
     CHECK(strcmp(rdmx_event_name(ev[0].kind), "qp-access-err") == 0);
