@@ -532,6 +532,37 @@ int rdmx_port_progress(rdmx_port* p) {
   });
 }
 
+// ---- Asynchronous events -----------------------------------------------------------------------
+static_assert(RDMX_EVENT_QP_FATAL == int(rdmx::mlx5::AsyncEventKind::kQpFatal) &&
+                  RDMX_EVENT_QP_REQ_ERR == int(rdmx::mlx5::AsyncEventKind::kQpReqErr) &&
+                  RDMX_EVENT_QP_ACCESS_ERR == int(rdmx::mlx5::AsyncEventKind::kQpAccessErr) &&
+                  RDMX_EVENT_COMM_EST == int(rdmx::mlx5::AsyncEventKind::kCommEst) &&
+                  RDMX_EVENT_SQ_DRAINED == int(rdmx::mlx5::AsyncEventKind::kSqDrained) &&
+                  RDMX_EVENT_LAST_WQE_REACHED == int(rdmx::mlx5::AsyncEventKind::kLastWqeReached) &&
+                  RDMX_EVENT_CQ_ERR == int(rdmx::mlx5::AsyncEventKind::kCqErr) &&
+                  RDMX_EVENT_PORT_ACTIVE == int(rdmx::mlx5::AsyncEventKind::kPortActive) &&
+                  RDMX_EVENT_PORT_ERR == int(rdmx::mlx5::AsyncEventKind::kPortErr) &&
+                  RDMX_EVENT_DEVICE_FATAL == int(rdmx::mlx5::AsyncEventKind::kDeviceFatal) &&
+                  RDMX_EVENT_OTHER == int(rdmx::mlx5::AsyncEventKind::kOther),
+              "rdmx_event_kind follows rdmx::mlx5::AsyncEventKind");
+
+int rdmx_poll_events(rdmx_port* p, rdmx_event* out, uint32_t n) {
+  return guarded("rdmx_poll_events", [&]() -> int {
+    if (!p || (!out && n)) return fail(RDMX_EINVAL, "rdmx_poll_events: NULL argument");
+    n = std::min<uint32_t>(n, 64);
+    rdmx::mlx5::AsyncEvent ev[64];
+    const size_t got = p->ep.device().poll_async_events({ev, n});
+    for (size_t i = 0; i < got; ++i) out[i] = rdmx_event{uint32_t(ev[i].kind), ev[i].qpn};
+    return static_cast<int>(got);
+  });
+}
+
+const char* rdmx_event_name(uint32_t kind) {
+  return kind > RDMX_EVENT_OTHER
+             ? "other"
+             : rdmx::mlx5::async_event_name(static_cast<rdmx::mlx5::AsyncEventKind>(kind));
+}
+
 // ---- Chunk pages -----------------------------------------------------------------------------
 
 int rdmx_pages_alloc(rdmx_port* p, uint64_t* pages, uint32_t n) {
@@ -654,6 +685,10 @@ int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b) {
 
 rdmx_port* rdmx_core_port(const rdmx_core* c) {
   return c ? c->port : nullptr;
+}
+
+uint32_t rdmx_core_qpn(const rdmx_core* c) {
+  return c ? c->pc->qp_handle() : 0;
 }
 
 uint32_t rdmx_core_lkey(const rdmx_core* c) {

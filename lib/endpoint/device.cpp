@@ -26,7 +26,7 @@ Result<long> number(std::string_view key, std::string_view v, long lo, long hi) 
 
 constexpr std::string_view kOptionNames =
     "port=N, gid=N, side=0|1, timeout=MS, loss=PCT, reorder=PCT, dup=PCT, seed=N, mtu=N, "
-    "pcap=FILE";
+    "pcap=FILE, ack_timeout=0..31, retry_cnt=0..7";
 
 Result<double> percent(std::string_view key, std::string_view v) {
   double d = 0;
@@ -69,6 +69,12 @@ Status apply_option(std::string_view opt, DeviceOptions& o) {
       return make_error(Errc::kInvalidArgument,
                         "device option mtu=" + std::string(v) + ": not a power of two");
     o.roce.mtu = static_cast<uint32_t>(n);
+  } else if (k == "ack_timeout") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 0, 31));
+    o.emu.timers.timeout = static_cast<uint8_t>(n);
+  } else if (k == "retry_cnt") {
+    RDMX_TRY_ASSIGN(const long n, number(k, v, 0, 7));
+    o.emu.timers.retry_cnt = static_cast<uint8_t>(n);
   } else if (k == "pcap") {
     if (v.empty()) return make_error(Errc::kInvalidArgument, "device option pcap= needs a file");
     o.roce.pcap = std::string(v);
@@ -154,6 +160,7 @@ Result<OpenedDevice> open_mlx5(const DeviceSpec& s, const DeviceOptions& o) {
   dv::DvOptions dopt;
   dopt.port = o.ib_port;
   dopt.gid_index = o.gid_index;
+  dopt.timers = o.emu.timers;  // the RC timers of the device's QPs, on either backend
   OpenedDevice d;
   RDMX_TRY_ASSIGN(d.dev, dv::DvDevice::open(s.verbs_name, dopt));
   d.backend = "mlx5";

@@ -196,6 +196,51 @@ Status connect_qps(Device& da, QpHandle qa, Device& db, QpHandle qb) {
 namespace rdmx::mlx5 {
 
 // Defaults of the protection-domain calls (device.hpp): only the default PD.
+size_t Device::poll_async_events(std::span<AsyncEvent>) {
+  return 0;
+}
+
+const char* async_event_name(AsyncEventKind k) noexcept {
+  switch (k) {
+    case AsyncEventKind::kQpFatal:
+      return "qp-fatal";
+    case AsyncEventKind::kQpReqErr:
+      return "qp-req-err";
+    case AsyncEventKind::kQpAccessErr:
+      return "qp-access-err";
+    case AsyncEventKind::kCommEst:
+      return "comm-est";
+    case AsyncEventKind::kSqDrained:
+      return "sq-drained";
+    case AsyncEventKind::kLastWqeReached:
+      return "last-wqe-reached";
+    case AsyncEventKind::kCqErr:
+      return "cq-err";
+    case AsyncEventKind::kPortActive:
+      return "port-active";
+    case AsyncEventKind::kPortErr:
+      return "port-err";
+    case AsyncEventKind::kDeviceFatal:
+      return "device-fatal";
+    case AsyncEventKind::kOther:
+      break;
+  }
+  return "other";
+}
+
+Status check_rc_timers(const RcTimers& t) {
+  auto bad = [](const char* f, unsigned v, unsigned max) {
+    return make_error(Errc::kInvalidArgument, std::string("RC timers: ") + f + " " +
+                                                  std::to_string(v) + " is above " +
+                                                  std::to_string(max));
+  };
+  if (t.timeout > 31) return bad("timeout", t.timeout, 31);
+  if (t.retry_cnt > 7) return bad("retry_cnt", t.retry_cnt, 7);
+  if (t.rnr_retry > 7) return bad("rnr_retry", t.rnr_retry, 7);
+  if (t.min_rnr_timer > 31) return bad("min_rnr_timer", t.min_rnr_timer, 31);
+  return Status{};
+}
+
 Result<uint32_t> Device::alloc_pd() {
   return make_error(Errc::kUnsupported, name() + ": no protection domains beyond the default one");
 }

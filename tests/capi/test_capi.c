@@ -242,6 +242,17 @@ static void test_map_write_read_unmap(const char* device) {
   memset(r.b_mem, 0x55, 64);
   CHECK(peer_op(&r, 1, 0, 0, 64, msg[0]) == 0x13); /* remote-access */
   CHECK(a_bytes[0][off] == 3);                     /* nothing written */
+  {
+    /* A refused the request: its responder QP went to error and said so; B raised nothing. */
+    rdmx_event ev[4];
+    memset(ev, 0, sizeof(ev));
+    CHECK_RC(rdmx_poll_events(r.pa, ev, 4), 1);
+    CHECK(ev[0].kind == RDMX_EVENT_QP_ACCESS_ERR && ev[0].qpn == rdmx_core_qpn(r.ca));
+    CHECK(strcmp(rdmx_event_name(ev[0].kind), "qp-access-err") == 0);
+    CHECK_RC(rdmx_poll_events(r.pa, ev, 4), 0);
+    CHECK_RC(rdmx_poll_events(r.pb, ev, 4), 0);
+    CHECK_RC(rdmx_poll_events(NULL, ev, 4), -RDMX_EINVAL);
+  }
   CHECK(rdmx_core_in_error(r.cb) == 1);
   CHECK_RC(rdmx_post_write(r.cb, &rb, 1, 0, msg[0], 1, 0), -RDMX_EQPERROR);
   CHECK_RC(rdmx_core_recover_pair(r.ca, r.cb), 0);

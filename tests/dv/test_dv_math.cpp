@@ -280,10 +280,22 @@ TEST(DvMath, RtsAndStateOnlyTransitions) {
   const QpTransition t = rts_transition(p, 0x01000005);  // PSN is 24 bits
   EXPECT_EQ(t.attr.qp_state, IBV_QPS_RTS);
   EXPECT_EQ(t.attr.sq_psn, 5u);
-  EXPECT_EQ(t.attr.timeout, 14);
+  EXPECT_EQ(t.attr.timeout, 18);  // rdma_cm's RoCE default (mlx5::RcTimers)
   EXPECT_EQ(t.attr.retry_cnt, 7);
   EXPECT_EQ(t.attr.rnr_retry, 7);
   EXPECT_EQ(t.attr.max_rd_atomic, 4);
+  // A QP's own timers (QpConfig::timers) reach RTR and RTS.
+  mlx5::RcTimers tm;
+  tm.timeout = 10;
+  tm.retry_cnt = 2;
+  tm.rnr_retry = 3;
+  tm.min_rnr_timer = 5;
+  const QpParams q = with_timers(p, tm);
+  const QpTransition tq = rts_transition(q, 5);
+  EXPECT_EQ(tq.attr.timeout, 10);
+  EXPECT_EQ(tq.attr.retry_cnt, 2);
+  EXPECT_EQ(tq.attr.rnr_retry, 3);
+  EXPECT_EQ(rtr_transition(q, mlx5::ConnectInfo{}).attr.min_rnr_timer, 5);
   EXPECT_EQ(t.mask, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   const QpTransition r = state_only_transition(QpState::kReset);

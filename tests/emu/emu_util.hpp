@@ -194,6 +194,17 @@ class EmuTest : public ::testing::Test {
     ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
   }
 
+  // A class C error at s's responder: its QP is in error and exactly one async event of kind
+  // `k` names it (and nothing else was raised).
+  void expect_responder_error(Side& s, mlx5::AsyncEventKind k) {
+    EXPECT_EQ(s.dev->query_qp(s.desc.qpn).value(), mlx5::QpState::kError);
+    mlx5::AsyncEvent ev[4];
+    const size_t n = s.dev->poll_async_events(ev);
+    ASSERT_EQ(n, 1u) << "async events on " << s.dev->name();
+    EXPECT_EQ(ev[0].qpn, s.desc.qpn);
+    EXPECT_EQ(ev[0].kind, k) << mlx5::async_event_name(ev[0].kind);
+  }
+
   // Polls s until `n` completions arrived (or the time runs out); returns them.
   std::vector<Completion> wait(Side& s, size_t n, int timeout_ms = 5000) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

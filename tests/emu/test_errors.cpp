@@ -204,6 +204,13 @@ TEST_P(Syndromes, Type2WindowIsBoundToItsQp) {
   EXPECT_EQ(wait(a2, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_EQ(std::memcmp(mem.p, before.data(), 8192), 0);
   EXPECT_GE(b_.dev->stats().qp_binding_refusals, 1u);
+  // Class C at b2's responder: b2 is in error; back through RESET to RTS with a2.
+  expect_responder_error(b2, mlx5::AsyncEventKind::kQpAccessErr);
+  for (Side* s : {&a2, &b2}) {
+    ASSERT_TRUE(s->dev->modify_qp(s->desc.qpn, mlx5::QpState::kReset).ok());
+    s->qp.reset();
+  }
+  ASSERT_TRUE(mlx5::connect_qps(*a2.dev, a2.desc.qpn, *b2.dev, b2.desc.qpn).ok());
   // LOCAL_INV from the other QP: CHECK_QPN refuses it (MW_BIND_ERR), the window stays bound.
   post(b2, MLX5_OPCODE_UMR, 4, [&](prm::RingCursor& c, uint16_t idx) {
     return prm::build_local_inv(c, b2.desc.qpn, idx, fm(b2), rkey);

@@ -245,6 +245,8 @@ TEST_P(Ops, WindowLeafFromAnotherPdFails) {
   auto c = wait(a_, 1);
   EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_EQ(0, std::memcmp(before.data(), host.p, host.len));
+  expect_responder_error(b_, mlx5::AsyncEventKind::kQpAccessErr);  // class C: b_ to error
+  reconnect();
   // Local use of the window (gather lkey) on b_: LOCAL_PROT_ERR, nothing sent.
   rdma(b_, MLX5_OPCODE_RDMA_WRITE, 3, src.addr(0), src.mr.rkey, {{0, 64, win}});
   auto cb = wait(b_, 1);
@@ -276,6 +278,8 @@ TEST_P(Ops, WindowLeafOutOfBoundsFails) {
   c = wait(a_, 1);
   EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_EQ(0, std::memcmp(before.data(), host.p, host.len));
+  expect_responder_error(b_, mlx5::AsyncEventKind::kQpAccessErr);
+  reconnect();
   rdma(b_, MLX5_OPCODE_RDMA_WRITE, 4, src.addr(0), src.mr.rkey, {{4096, 64, win}});
   auto cb = wait(b_, 1);
   EXPECT_EQ(cb[0].status, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR);

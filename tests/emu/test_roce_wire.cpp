@@ -118,6 +118,18 @@ class RoceWire : public EmuTest {
   }
 
   // Opens devices on 127.0.<net>.1 and 127.0.<net>.2; false (test skipped) without raw sockets.
+  // Injected loss: a lost tail packet waits one ACK timeout, so lossy tests ask for 33.5 ms
+  // (exponent 13) instead of rdma_cm's 1.07 s; a slow (sanitized, loaded) peer then only
+  // causes retransmissions, 7 in a row before the connection would fail.
+  static Options lossy_timers() {
+    Options o;
+    o.timers.timeout = 13;
+    o.timers.retry_cnt = 7;
+    return o;
+  }
+
+  uint8_t write_across_stall(const Options& o, uint8_t net);
+
   bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true,
                  Options o = {}) {
     ra.local_ipv4 = ip4(127, 0, net, 1);
@@ -213,12 +225,11 @@ TEST_F(RoceWire, LossReorderDuplicationNothingLostOrDoubled) {
   r.loss = 0.01;
   r.reorder = 0.01;
   r.duplicate = 0.01;
-  r.ack_timeout_us = 20000;  // a slow (sanitized, loaded) peer only causes retransmissions
-  r.retry_cnt = 7;
   RoceOptions ra = r, rb = r;
   ra.seed = 11;
   rb.seed = 22;
-  if (!open_roce(2, ra, rb)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  if (!open_roce(2, ra, rb, true, lossy_timers()))
+    GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   all_ops(40);
   // Exactly the completions asked for: nothing duplicated on either side.
   expect_quiet(a_);
@@ -281,12 +292,11 @@ TEST_F(RoceWire, MessagesLongerThanTheWindowWithLoss) {
   r.loss = 0.01;
   r.reorder = 0.01;
   r.duplicate = 0.01;
-  r.ack_timeout_us = 20000;
-  r.retry_cnt = 7;
   RoceOptions ra = r, rb = r;
   ra.seed = 5;
   rb.seed = 6;
-  if (!open_roce(11, ra, rb)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  if (!open_roce(11, ra, rb, true, lossy_timers()))
+    GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   long_messages(true);
 }
 
@@ -301,7 +311,6 @@ TEST_F(RoceWire, NetnsVethPairWithLoss) {
   rb.local_ipv4 = ip4(10, 77, 0, 2);
   for (RoceOptions* r : {&ra, &rb}) {
     r->loss = r->reorder = r->duplicate = 0.01;
-    r->ack_timeout_us = 20000;  // a slow (sanitized, loaded) peer only causes retransmissions
   }
   ra.seed = 5;
   rb.seed = 6;
@@ -311,7 +320,7 @@ TEST_F(RoceWire, NetnsVethPairWithLoss) {
     GTEST_SKIP() << wa.error().message;
   ASSERT_TRUE(wa.ok()) << wa.error().message;
   ASSERT_TRUE(wb.ok()) << wb.error().message;
-  open_on(wa.value(), wb.value());
+  open_on(wa.value(), wb.value(), true, lossy_timers());
   all_ops(20);
   expect_quiet(a_);
   expect_quiet(b_);
@@ -325,10 +334,10 @@ TEST_F(RoceWire, NetnsVethPairWithLoss) {
 }
 
 TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
-  RoceOptions r;
-  r.ack_timeout_us = 2000;
-  r.retry_cnt = 3;
-  if (!open_roce(3, r, r)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Options o;
+  o.timers.timeout = 9;  // 2.1 ms
+  o.timers.retry_cnt = 3;
+  if (!open_roce(3, {}, {}, true, o)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   Buf src;
   src.alloc(*a_.dev, 4096, 1);
   pair_.b.reset();  // the peer's device (and its socket) is gone
@@ -342,11 +351,47 @@ TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
   a_.dev = nullptr;
 }
 
+// The QP's RC timers drive the link's retransmission: a responder whose device does not run for
+// 300 ms (its thread stopped; the packets wait in its socket) is survived with rdma_cm's
+// defaults and kills the connection with a 4.2 ms timeout and 3 retries.
+uint8_t RoceWire::write_across_stall(const Options& o, uint8_t net) {
+  if (!open_roce(net, {}, {}, true, o)) return 0xff;
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 1);
+  dst.alloc(*b_.dev, 4096, 2);
+  pair_.b->stop();
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), 64, src.mr.lkey}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(pair_.b->start().ok());
+  const uint8_t st = wait(a_, 1, 20000)[0].status;
+  if (st == 0) {
+    EXPECT_EQ(0, std::memcmp(dst.p, src.p, 64));
+  }
+  return st;
+}
+
+TEST_F(RoceWire, DefaultTimersSurviveAStalledResponder) {
+  const uint8_t st = write_across_stall(Options{}, 12);
+  if (st == 0xff) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  EXPECT_EQ(st, 0);
+  EXPECT_EQ(a_.dev->stats().roce.timeouts, 0u);
+}
+
+TEST_F(RoceWire, ShortTimeoutFailsAcrossTheSameStall) {
+  Options o;
+  o.timers.timeout = 10;
+  o.timers.retry_cnt = 3;
+  const uint8_t st = write_across_stall(o, 13);
+  if (st == 0xff) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  EXPECT_EQ(st, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and 3 retries
+}
+
 // No receive posted: every SEND is answered with an RNR NAK; after rnr_retry retries the WQE
 // fails with RNR_RETRY_EXC_ERR.
 TEST_F(RoceWire, RnrNakRetriesThenFails) {
   Options o;
-  o.rnr_retry = 3;
+  o.timers.rnr_retry = 3;
   if (!open_roce(8, {}, {}, true, o)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   Buf src;
   src.alloc(*a_.dev, 4096, 1);
@@ -668,20 +713,20 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   EXPECT_EQ(r.psn, P(5));
   t.send(rd, to);
   EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a refused READ executed again";
-  // The same with the duplicate right behind the READ, before the device has decided on it
-  // (a requester's early retransmission): one verdict, one NAK.
+  // The refusal is a class C error (rxe_resp.c: RESPST_ERR_RKEY_VIOLATION on RC goes through
+  // do_class_ac_error to the error state): B's QP is in error and raised IBV_EVENT_QP_ACCESS_ERR;
+  // the next READ, valid or not, gets no answer at all.
+  expect_responder_error(b_, mlx5::AsyncEventKind::kQpAccessErr);
   rd.psn = P(6);
+  rd.reth_rkey = mem.mr.rkey;
   t.send(rd, to);
-  t.send(rd, to);
-  ASSERT_TRUE(t.next(&r, nullptr, 2000));
-  EXPECT_EQ(r.aeth_syndrome, roce::kAethNakRemAccess);
-  EXPECT_EQ(r.psn, P(6));
-  EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a READ still being decided executed again";
+  EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a responder in error answered";
   const EmuStats sb = b_.dev->stats();
   EXPECT_EQ(sb.roce.out_of_seq, 3u);
   EXPECT_EQ(sb.roce.seq_naks_sent, 2u);
-  EXPECT_EQ(sb.roce.duplicates, 6u);     // the WRITE and five READs behind ePSN
-  EXPECT_EQ(sb.remote_access_naks, 2u);  // each refused READ once
+  EXPECT_EQ(sb.roce.duplicates, 5u);     // the WRITE and four READs behind ePSN
+  EXPECT_EQ(sb.remote_access_naks, 1u);  // the refused READ once
+  EXPECT_EQ(sb.responder_errors, 1u);
   // A connection that carried requests states a new initial PSN for the next connect (a
   // reconnect without RESET, as endpoint::recover_core does), stable until then; so does a RESET.
   const uint32_t next_psn = b_.dev->local_info(b_.desc.qpn).psn;

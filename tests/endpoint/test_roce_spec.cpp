@@ -14,7 +14,8 @@ using namespace rdmx::endpoint;
 
 TEST(RoceSpec, WireAndOptions) {
   DeviceOptions o;
-  auto s = parse_device_spec("emu@roce:127.0.9.1,loss=1,reorder=0.5,dup=2,seed=7,mtu=2048", &o);
+  auto s = parse_device_spec(
+      "emu@roce:127.0.9.1,loss=1,reorder=0.5,dup=2,seed=7,mtu=2048,ack_timeout=13,retry_cnt=3", &o);
   ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_EQ(s.value().wire, "roce:127.0.9.1");
   EXPECT_EQ(o.wire, "roce:127.0.9.1");
@@ -23,6 +24,8 @@ TEST(RoceSpec, WireAndOptions) {
   EXPECT_DOUBLE_EQ(o.roce.duplicate, 0.02);
   EXPECT_EQ(o.roce.seed, 7u);
   EXPECT_EQ(o.roce.mtu, 2048u);
+  EXPECT_EQ(o.emu.timers.timeout, 13);  // the QPs' RC timers (rdma_cm's 18 and 7 unless given)
+  EXPECT_EQ(o.emu.timers.retry_cnt, 3);
 }
 
 TEST(RoceSpec, Refusals) {
@@ -34,6 +37,8 @@ TEST(RoceSpec, Refusals) {
       {"emu@roce:127.0.9.1,dup=-1", "dup=-1"},
       {"emu@roce:127.0.9.1,mtu=1000", "not a power of two"},
       {"emu@roce:127.0.9.1,pcap=", "pcap= needs a file"},
+      {"emu@roce:127.0.9.1,ack_timeout=32", "ack_timeout=32: not a number in 0..31"},
+      {"emu,retry_cnt=8", "retry_cnt=8: not a number in 0..7"},
       {"mlx5_0@roce:127.0.9.1", "emu only"},
   };
   for (const auto& c : cases) {

@@ -146,8 +146,8 @@ struct RigConfig {
   uint32_t signal_every = kDefaultSignalEvery;
   bool checker_fatal = false;
   uint32_t a_parent_access = mem::ArenaConfig{}.access;  // A's arena (parent MR): the default
-  uint32_t retry_cnt = 7;                                // emu transport model
-  uint32_t transport_timeout_ms = 2000;
+  mlx5::RcTimers timers;  // emu transport model: the RC timers of every QP (rdma_cm's defaults)
+  bool responder_keeps_rts = false;  // emu::Options::responder_keeps_rts (key statistics only)
 };
 
 class Rig {
@@ -155,8 +155,8 @@ class Rig {
   explicit Rig(const RigConfig& c = RigConfig{}) : cfg(c) {
     endpoint::DeviceOptions o;
     o.emu.checker_fatal = c.checker_fatal;
-    o.emu.retry_cnt = c.retry_cnt;
-    o.emu.transport_timeout_ms = c.transport_timeout_ms;
+    o.emu.timers = c.timers;
+    o.emu.responder_keeps_rts = c.responder_keeps_rts;
     const std::string spec = !c.device.empty()                ? c.device
                              : c.mode == emu::Mode::kThreaded ? "emu-threaded"
                                                               : "emu-inline";
@@ -230,11 +230,16 @@ class Rig {
     return true;
   }
 
-  // Peer B's core i after an error: both of its QP ends back to RTS by connect (the emu keeps
-  // PSNs across it), then PollCore::recover(). Side A is not touched (its QP stayed in RTS: a
-  // responder that NAKs a bad rkey does not leave RTS).
+  // After peer B's request was refused with a remote access error. That is a class C error
+  // that moved A's responder QP to error too (as on a ConnectX and rxe; A's device raised
+  // IBV_EVENT_QP_ACCESS_ERR): core i then reconnects on both sides and both recover. Under
+  // RigConfig::responder_keeps_rts A stayed in RTS and only B's core recovers (its QP ends
+  // back to RTS by connect, the emu keeps PSNs across it), A's windows untouched.
   void recover_peer(uint32_t i = 0) {
-    const Status s = endpoint::recover_core(cb(i), a.device().local_info(ca(i).qp_handle()));
+    auto st = a.device().query_qp(ca(i).qp_handle());
+    const Status s = st.ok() && st.value() == mlx5::QpState::kError
+                         ? endpoint::recover_cores(ca(i), cb(i))
+                         : endpoint::recover_core(cb(i), a.device().local_info(ca(i).qp_handle()));
     if (!s.ok()) throw std::runtime_error("peer recover: " + s.error().message);
   }
 

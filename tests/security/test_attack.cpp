@@ -50,6 +50,7 @@ class Bed {
   Bed(bool isolate, KeyPolicy keys, uint64_t seed, Kind kind = Kind::kWindow) : kind_(kind) {
     emu::Options o;
     o.mode = emu::Mode::kInline;
+    o.responder_keeps_rts = true;  // thousands of guesses on one connection: statistics
     pair = take(emu::make_pair(o, o));
     // Server: one arena; the victim's windows in pool pv. Isolation: the attacker's core gets
     // a pool of its own (own PD, own windows); without it, both cores share pv (one PD).

@@ -110,6 +110,7 @@ class Campaign {
 
   static RigConfig rig_cfg() {
     RigConfig c;
+    c.responder_keeps_rts = true;  // 100,000 refusals on one connection: statistics, not RC
     c.a_windows = 64;
     c.a_max_pages = 16;
     c.a_arena_pages = 512;

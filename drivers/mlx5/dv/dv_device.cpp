@@ -5,6 +5,7 @@
 #include <rdmx/dv/dv_device.hpp>
 
 #include <endian.h>
+#include <fcntl.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -107,6 +109,7 @@ struct QpRec {
   uint32_t psn = 0;
   ConnectInfo remote;
   bool have_remote = false;
+  std::optional<mlx5::RcTimers> timers;  // QpConfig::timers (unset: the device's)
 };
 
 struct DvDevice::Impl {
@@ -188,6 +191,11 @@ struct DvDevice::Impl {
     return verbs_error("ibv_modify_qp(qpn " + hex(r.qp->qp_num) + ", " + step + ")", e, hint);
   }
 
+  // The device's transition attributes with the QP's own RC timers, if it has them.
+  QpParams params_of(const QpRec& r) const noexcept {
+    return r.timers ? with_timers(params, *r.timers) : params;
+  }
+
   // RESET (if needed) -> INIT -> RTR -> RTS towards `remote`.
   Status bring_up(QpRec& r, const ConnectInfo& remote) {
     auto cur = query(r);
@@ -198,8 +206,8 @@ struct DvDevice::Impl {
     if (auto s = modify(r, init_transition(params), "RESET->INIT"); !s) return s;
     r.remote = remote;
     r.have_remote = true;
-    // Path MTU and READ depths: the smaller of ours and what the peer stated.
-    const QpParams np = negotiated_params(params, remote);
+    // Path MTU and READ depths: the smaller of ours and what the peer stated; the QP's timers.
+    const QpParams np = negotiated_params(params_of(r), remote);
     if (auto s = modify(r, rtr_transition(np, remote), "INIT->RTR"); !s) return s;
     return modify(r, rts_transition(np, r.psn), "RTR->RTS");
   }
@@ -283,7 +291,14 @@ Status DvDevice::Impl::open_context(ibv_device* dev, const DeviceInfo& info) {
   dvattr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
   errno = 0;
   ctx.reset(mlx5dv_open_device(dev, &dvattr));
-  if (ctx) return {};
+  if (ctx) {
+    // The async event fd, non-blocking: poll_async_events never waits (ibv_get_async_event(3),
+    // "the caller may change the blocking mode of the async_fd with fcntl").
+    const int fl = ::fcntl(ctx->async_fd, F_GETFL);
+    if (fl < 0 || ::fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
+      return verbs_error("fcntl(async_fd, O_NONBLOCK) on " + info.name, last_errno(), "");
+    return {};
+  }
   const int e = last_errno();
   if (e == EOPNOTSUPP || e == EPROTONOSUPPORT)
     return make_error(Errc::kUnsupported,
@@ -374,10 +389,7 @@ Status DvDevice::Impl::set_qp_params(const DvOptions& opts, ibv_mtu mtu, int gid
       std::min<int>(opts.max_rd_atomic, std::max(attr.orig_attr.max_qp_rd_atom, 1)));
   p.max_rd_atomic = static_cast<uint8_t>(
       std::min<int>(opts.max_rd_atomic, std::max(attr.orig_attr.max_qp_init_rd_atom, 1)));
-  p.min_rnr_timer = opts.min_rnr_timer;
-  p.timeout = opts.timeout;
-  p.retry_cnt = opts.retry_cnt;
-  p.rnr_retry = opts.rnr_retry;
+  p = with_timers(p, opts.timers);
   p.sl = opts.sl;
   p.use_grh = roce || opts.force_grh;
   p.sgid_index = static_cast<uint8_t>(gid_index < 0 ? 0 : gid_index);
@@ -620,6 +632,7 @@ namespace {
 
 // The ring sizes are the caller's promise to QueuePair: refused here, before any verb.
 Status check_qp_config(const mlx5::QpConfig& cfg, const mlx5::DeviceCaps& caps) {
+  if (cfg.timers) RDMX_TRY(mlx5::check_rc_timers(*cfg.timers));
   if (!is_pow2(cfg.sq_wqebbs) || cfg.sq_wqebbs > caps.max_sq_wqebbs)
     return make_error(Errc::kInvalidArgument,
                       "create_qp: sq_wqebbs " + std::to_string(cfg.sq_wqebbs) +
@@ -796,6 +809,7 @@ Result<mlx5::QpDesc> DvDevice::create_qp(const mlx5::QpConfig& cfg) {
   RDMX_TRY(create_rc_qp(ctx, cfg, z, *rec));
   RDMX_TRY_ASSIGN(const mlx5::QpDesc d, describe_rings(cfg, *rec));
   rec->psn = impl_->rng() & 0xffffff;
+  rec->timers = cfg.timers;
   impl_->qps.emplace(d.qpn, std::move(rec));
   return d;
 }
@@ -887,14 +901,77 @@ Status DvDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
       if (!r->have_remote)
         return make_error(Errc::kState, "modify_qp: RTR needs the peer; call connect() first");
       return impl_->modify(
-          *r, rtr_transition(negotiated_params(impl_->params, r->remote), r->remote), "INIT->RTR");
+          *r, rtr_transition(negotiated_params(impl_->params_of(*r), r->remote), r->remote),
+          "INIT->RTR");
     case QpState::kRts:
       if (from != QpState::kRtr) return bad();
-      return impl_->modify(*r, rts_transition(negotiated_params(impl_->params, r->remote), r->psn),
-                           "RTR->RTS");
+      return impl_->modify(
+          *r, rts_transition(negotiated_params(impl_->params_of(*r), r->remote), r->psn),
+          "RTR->RTS");
     default:
       return bad();
   }
+}
+
+// ibv_event_type -> the library's kinds; the QP kinds carry the QPN, CQ_ERR the CQN, the port
+// kinds the port number.
+namespace {
+constexpr struct {
+  ibv_event_type type;
+  mlx5::AsyncEventKind kind;
+} kEventKinds[] = {
+    {IBV_EVENT_QP_FATAL, mlx5::AsyncEventKind::kQpFatal},
+    {IBV_EVENT_QP_REQ_ERR, mlx5::AsyncEventKind::kQpReqErr},
+    {IBV_EVENT_QP_ACCESS_ERR, mlx5::AsyncEventKind::kQpAccessErr},
+    {IBV_EVENT_COMM_EST, mlx5::AsyncEventKind::kCommEst},
+    {IBV_EVENT_SQ_DRAINED, mlx5::AsyncEventKind::kSqDrained},
+    {IBV_EVENT_QP_LAST_WQE_REACHED, mlx5::AsyncEventKind::kLastWqeReached},
+    {IBV_EVENT_CQ_ERR, mlx5::AsyncEventKind::kCqErr},
+    {IBV_EVENT_PORT_ACTIVE, mlx5::AsyncEventKind::kPortActive},
+    {IBV_EVENT_PORT_ERR, mlx5::AsyncEventKind::kPortErr},
+    {IBV_EVENT_DEVICE_FATAL, mlx5::AsyncEventKind::kDeviceFatal},
+};
+}  // namespace
+
+size_t DvDevice::poll_async_events(std::span<mlx5::AsyncEvent> out) {
+  size_t n = 0;
+  ibv_context* ctx = impl_->ctx.get();
+  while (n < out.size()) {
+    ibv_async_event ev;
+    if (ibv_get_async_event(ctx, &ev) != 0) break;  // EAGAIN: nothing pending
+    mlx5::AsyncEvent a;
+    for (const auto& e : kEventKinds)
+      if (e.type == ev.event_type) a.kind = e.kind;
+    switch (ev.event_type) {
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_COMM_EST:
+      case IBV_EVENT_SQ_DRAINED:
+      case IBV_EVENT_PATH_MIG:
+      case IBV_EVENT_PATH_MIG_ERR:
+      case IBV_EVENT_QP_LAST_WQE_REACHED:
+        a.qpn = ev.element.qp ? ev.element.qp->qp_num : 0;
+        break;
+      case IBV_EVENT_CQ_ERR:
+        a.qpn = ev.element.cq ? ev.element.cq->handle : 0;
+        break;
+      case IBV_EVENT_PORT_ACTIVE:
+      case IBV_EVENT_PORT_ERR:
+      case IBV_EVENT_LID_CHANGE:
+      case IBV_EVENT_PKEY_CHANGE:
+      case IBV_EVENT_SM_CHANGE:
+      case IBV_EVENT_CLIENT_REREGISTER:
+      case IBV_EVENT_GID_CHANGE:
+        a.qpn = static_cast<uint32_t>(ev.element.port_num);
+        break;
+      default:
+        break;
+    }
+    ibv_ack_async_event(&ev);  // every event is acknowledged (destroying its object waits)
+    out[n++] = a;
+  }
+  return n;
 }
 
 Result<mlx5::QpState> DvDevice::query_qp(mlx5::QpHandle qp) {

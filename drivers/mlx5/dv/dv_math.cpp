@@ -127,6 +127,14 @@ QpTransition init_transition(const QpParams& p) noexcept {
   return t;
 }
 
+QpParams with_timers(QpParams p, const mlx5::RcTimers& t) noexcept {
+  p.timeout = t.timeout;
+  p.retry_cnt = t.retry_cnt;
+  p.rnr_retry = t.rnr_retry;
+  p.min_rnr_timer = t.min_rnr_timer;
+  return p;
+}
+
 QpParams negotiated_params(const QpParams& local, const mlx5::ConnectInfo& remote) noexcept {
   mlx5::ConnectInfo mine;
   mine.path_mtu = static_cast<uint8_t>(local.mtu);

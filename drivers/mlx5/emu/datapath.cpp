@@ -290,6 +290,8 @@ void Engine::recv_cqe(QpCtx& q, uint32_t counter, uint8_t cqe_op, uint32_t bytes
 }
 
 void Engine::finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept {
+  if (synd == kSynRetry) [[unlikely]]
+    retry_exceeded(q, e);
   e.st = synd ? SendEntry::St::kError : SendEntry::St::kDone;
   e.syndrome = synd;
   e.ready_poll = poll_count_ + q.cqe_delay;
@@ -595,12 +597,12 @@ bool Engine::execute(QpCtx& q) noexcept {
         e.msn = q.next_msn++;
         e.len = total;
         e.byte_cnt = static_cast<uint32_t>(total);
-        e.rnr_left = opt_.rnr_retry;
-        e.retry_left = opt_.retry_cnt;
+        e.rnr_left = q.tm.rnr_retry;
+        e.retry_left = q.tm.retry_cnt;
         e.st = SendEntry::St::kWait;
         if (unreachable_.load(std::memory_order_relaxed) || !q.connected ||
             !wire_->peer_open(side_)) {
-          st_.retries += opt_.retry_cnt;
+          st_.retries += q.tm.retry_cnt;
           synd = kSynRetry;
         }
         break;
@@ -1210,19 +1212,92 @@ bool Engine::transmit(QpCtx& q) noexcept {
   return work;
 }
 
+// The shared-memory wire loses nothing, so a request without a response means the peer does not
+// run: the requester's ACK timer would expire retry_cnt + 1 times in a row (each retry sent
+// again and unanswered), so the WQE fails after timeout x (retry_cnt + 1) of silence, with the
+// retries counted. The RoCE wire's link retransmits on each expiry itself (roce_link.cpp).
 bool Engine::timeouts(QpCtx& q) noexcept {
-  if (opt_.mode != Mode::kThreaded || q.inflight.empty()) return false;
+  if (opt_.mode != Mode::kThreaded || q.inflight.empty() || !q.ack_ns || wire_->roce())
+    return false;
   for (SendEntry& e : q.inflight) {
     if (e.st != SendEntry::St::kWait) continue;
     if (!e.tx_done || !e.sent_ns) return false;
-    if (now_ns() - e.sent_ns > uint64_t{opt_.transport_timeout_ms} * 1000000ull) {
-      st_.retries += opt_.retry_cnt;
+    if (now_ns() - e.sent_ns > q.ack_ns * (uint64_t{q.tm.retry_cnt} + 1)) {
+      st_.retries += q.tm.retry_cnt;
       finish_entry(q, e, kSynRetry);
       return true;
     }
     return false;
   }
   return false;
+}
+
+void Engine::note_poll_time() noexcept {
+  if (opt_.mode != Mode::kThreaded) return;
+  const uint64_t now = now_ns();
+  if (last_poll_ns_ && now - last_poll_ns_ >= 1000000) {
+    const uint64_t gap = now - last_poll_ns_;
+    gaps_[gap_next_++ % gaps_.size()] = Gap{now, gap};
+    st_.max_poll_gap_us = std::max<uint64_t>(st_.max_poll_gap_us, gap / 1000);
+  }
+  last_poll_ns_ = now;
+}
+
+uint64_t Engine::gap_since(uint64_t since) const noexcept {
+  uint64_t m = 0;
+  for (const Gap& g : gaps_)
+    if (g.end_ns > since) m = std::max(m, g.len_ns);
+  return m;
+}
+
+void Engine::retry_exceeded(const QpCtx& q, const SendEntry& e) noexcept {
+  ++st_.retry_exceeded;
+  if (opt_.mode != Mode::kThreaded || !e.sent_ns) return;
+  const uint64_t gap = gap_since(e.sent_ns);
+  if (!gap || gap < q.ack_ns) return;
+  // Not the peer's fault alone: this device was not polled (its thread starved or stopped) for
+  // longer than an ACK timeout while the request waited. A NIC never starves; say so.
+  ++st_.starved_retry_exc;
+  std::fprintf(stderr,
+               "%s: QP 0x%x: transport retry exceeded (timeout %.1f ms x %u retries); the emu "
+               "thread did not run for %llu ms while the request waited\n",
+               opt_.name.c_str(), q.qpn, static_cast<double>(q.ack_ns) / 1e6,
+               static_cast<unsigned>(q.tm.retry_cnt),
+               static_cast<unsigned long long>(gap / 1000000));
+}
+
+// ---- async events and responder errors ---------------------------------------------------------
+void Engine::raise(uint32_t qpn, mlx5::AsyncEventKind k) noexcept {
+  if (events_.size() >= kMaxEvents) {
+    events_.pop_front();
+    ++st_.async_dropped;
+  }
+  events_.push_back(mlx5::AsyncEvent{k, qpn});
+  ++st_.async_events;
+}
+
+size_t Engine::poll_events(std::span<mlx5::AsyncEvent> out) {
+  std::lock_guard<std::mutex> g(mu_);
+  size_t n = 0;
+  while (n < out.size() && !events_.empty()) {
+    out[n++] = events_.front();
+    events_.pop_front();
+  }
+  return n;
+}
+
+// The kernel's mlx5 driver turns the device's WQ_ACCESS_ERROR / WQ_INVAL_REQ_ERROR /
+// WQ_CATAS_ERROR events into IB_EVENT_QP_ACCESS_ERR / IB_EVENT_QP_REQ_ERR / IB_EVENT_QP_FATAL
+// (Linux drivers/infiniband/hw/mlx5/qp.c mlx5_ib_qp_event); a responder's remote access error
+// is the first, an invalid request the second, a remote operational error the third.
+void Engine::responder_error(QpCtx& q, uint8_t nak_synd, bool consumed_receive) noexcept {
+  if (q.state == QpState::kError) return;
+  if (opt_.responder_keeps_rts && !consumed_receive) return;
+  ++st_.responder_errors;
+  raise(q.qpn, nak_synd == kSynRemAccess  ? mlx5::AsyncEventKind::kQpAccessErr
+               : nak_synd == kSynRemInval ? mlx5::AsyncEventKind::kQpReqErr
+                                          : mlx5::AsyncEventKind::kQpFatal);
+  enter_error(q);
 }
 
 // ---- responder --------------------------------------------------------------------------------
@@ -1357,6 +1432,7 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
       return true;
     default:
       req_nak(*q, h, PktOp::kNak, kSynRemInval, true);
+      responder_error(*q, kSynRemInval);
       return true;
   }
 }
@@ -1392,8 +1468,10 @@ void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
   const PktHdr& h = s.h;
   const bool last = (h.flags & kPktLast) != 0;
   const bool first = (h.flags & kPktFirst) != 0;
-  if (first && remote_use_unordered(q, h, h.rkey))
-    return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+  if (first && remote_use_unordered(q, h, h.rkey)) {
+    req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+    return responder_error(q, kSynRemAccess);
+  }
   // The responder validates the RETH (R_Key, VA and the whole DMA length) on the first
   // packet (IBA 9.7.5.1.3), so a multi-packet WRITE that runs past the mkey changes nothing.
   XlateErr xe = first ? check(h.rkey, h.raddr, h.msg_len, kRW, q.pd, q.qpn) : XlateErr::kOk;
@@ -1406,15 +1484,14 @@ void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
         },
         q.pd, q.qpn);
   if (xe != XlateErr::kOk) {
+    // Class C: NAK remote access error, then this QP to error (responder_error). A WRITE with
+    // immediate consumes its receive, which completes in error first.
     refused(q, xe);
     uint32_t counter;
-    if (h.op == PktOp::kWriteImm && rq_take(q, &counter)) {
-      recv_cqe(q, counter, 0, 0, 0, false, kSynLocAccess);
-      req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
-      enter_error(q);
-      return;
-    }
-    return req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+    const bool took = h.op == PktOp::kWriteImm && rq_take(q, &counter);
+    if (took) recv_cqe(q, counter, 0, 0, 0, false, kSynLocAccess);
+    req_nak(q, h, PktOp::kNak, kSynRemAccess, true);
+    return responder_error(q, kSynRemAccess, took);
   }
   if (!last) return;
   if (h.op == PktOp::kWriteImm) {
@@ -1449,7 +1526,7 @@ void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
     recv_cqe(q, q.recv_counter, 0, 0, 0, false, local_synd);
     q.recv_active = false;
     req_nak(q, h, PktOp::kNak, remote_synd, true);
-    enter_error(q);
+    responder_error(q, remote_synd, true);
   };
   if (const uint8_t synd = scatter_recv(q, q.recv_counter, h.offset, s.payload, h.len, h.msg_len))
     return fail(synd, synd == kSynLocLen ? kSynRemInval : kSynRemOp);
@@ -1485,8 +1562,8 @@ void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
   if (q.max_dest_rd_atomic && in_use >= q.max_dest_rd_atomic) {
     // More outstanding READs than this responder's resources (max_dest_rd_atomic): a NAK
     // Invalid Request, REMOTE_INVAL_REQ_ERR at the requester (github.com/spdk/spdk report 2261:
-    // the 9th outstanding READ against 8 resources, on a RoCE trace). The responder stays RTS
-    // (emu's choice, as for remote access errors).
+    // the 9th outstanding READ against 8 resources, on a RoCE trace). A class C error: the
+    // responder goes to error when the NAK leaves (responder_error).
     ++st_.read_depth_naks;
     nak = kSynRemInval;
   } else if (remote_use_unordered(q, h, h.rkey)) {
@@ -1498,7 +1575,10 @@ void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
     refused(q, xe);
     nak = kSynRemAccess;
   }
-  if (nak && q.reads.empty()) return req_nak(q, h, PktOp::kNak, nak, true);
+  if (nak && q.reads.empty()) {
+    req_nak(q, h, PktOp::kNak, nak, true);
+    return responder_error(q, nak);
+  }
   // Behind earlier READs, its response (or NAK) leaves after theirs (stream_reads).
   q.reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0, nak});
   ++q.epsn;
@@ -1527,6 +1607,7 @@ bool Engine::stream_reads() noexcept {
         wire_->tx_commit(side_, WireClass::kResp);
         ++st_.tx_packets;
         work = true;
+        responder_error(q, h.syndrome);  // clears q.reads: the loop ends
         continue;
       }
       uint32_t got = 0;
@@ -1537,7 +1618,8 @@ bool Engine::stream_reads() noexcept {
             got += static_cast<uint32_t>(k);
           },
           q.pd, q.qpn);
-      if (xe != XlateErr::kOk) {
+      const bool refuse = xe != XlateErr::kOk;
+      if (refuse) {
         refused(q, xe);
         h.op = PktOp::kNak;
         h.syndrome = kSynRemAccess;
@@ -1557,6 +1639,7 @@ bool Engine::stream_reads() noexcept {
       wire_->tx_commit(side_, WireClass::kResp);
       ++st_.tx_packets;
       work = true;
+      if (refuse) responder_error(q, kSynRemAccess);
     }
   }
   return work;
@@ -1692,6 +1775,7 @@ bool Engine::poll(bool* pending) {
 }
 
 bool Engine::poll_locked(bool* pending) {
+  note_poll_time();
   ++poll_count_;
   ++st_.polls;
   bool work = false;

@@ -385,6 +385,9 @@ Result<mlx5::QpDesc> Engine::create_qp(const mlx5::QpConfig& cfg) {
     return make_error(Errc::kInvalidArgument, "emu: cq_cqes must be a power of two <= 2^22");
   if (cfg.rq_wqes && (cfg.rq_sges == 0 || cfg.rq_sges > 64))
     return make_error(Errc::kInvalidArgument, "emu: rq_sges must be 1..64");
+  if (cfg.timers)
+    if (Status t = mlx5::check_rc_timers(*cfg.timers); !t.ok())
+      return make_error(t.error().code, "emu: create_qp: " + t.error().message);
   if (cfg.pd != 0) {
     std::lock_guard<std::mutex> g(mu_);
     if (std::find(pds_.begin(), pds_.end(), cfg.pd) == pds_.end())
@@ -529,9 +532,10 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
       q->max_rd_atomic = n.max_rd_atomic;
       q->max_dest_rd_atomic = n.max_dest_rd_atomic;
+      apply_timers(*q);
       q->connected = true;
       q->state = QpState::kRts;
-      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, q->epsn);
+      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, q->epsn, q->tm);
       return Status{};
     }
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
@@ -548,10 +552,18 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
     q->mtu = mlx5::mtu_bytes(n.path_mtu);
     q->max_rd_atomic = n.max_rd_atomic;
     q->max_dest_rd_atomic = n.max_dest_rd_atomic;
+    apply_timers(*q);
     q->connected = true;
     q->state = QpState::kRts;
   }
   return Status{};
+}
+
+// RTR/RTS: the QP's own timers, else the device's (ibv_modify_qp(3) timeout, retry_cnt,
+// rnr_retry, min_rnr_timer).
+void Engine::apply_timers(QpCtx& q) noexcept {
+  q.tm = q.cfg.timers.value_or(opt_.timers);
+  q.ack_ns = mlx5::ack_timeout_ns(q.tm.timeout);
 }
 
 void Engine::reset_qp_locked(QpCtx& q) {
@@ -769,6 +781,8 @@ Result<std::unique_ptr<EmuDevice>> EmuDevice::open(std::shared_ptr<Wire> wire, i
   if (opt.max_klm_list == 0 || opt.max_inline_klm == 0 ||
       opt.max_inline_klm > mlx5::prm::kMaxInlineKlm)
     return make_error(Errc::kInvalidArgument, "emu: bad max_klm_list / max_inline_klm");
+  if (Status t = mlx5::check_rc_timers(opt.timers); !t.ok())
+    return make_error(t.error().code, "emu: open: " + t.error().message);
   const std::string profile = resolve_profile_name(opt.profile);
   if (!profile_by_name(profile))
     return make_error(Errc::kInvalidArgument,
@@ -843,6 +857,9 @@ Status EmuDevice::modify_qp(mlx5::QpHandle qp, mlx5::QpState to) {
 }
 Result<mlx5::QpState> EmuDevice::query_qp(mlx5::QpHandle qp) {
   return eng_->query_qp(qp);
+}
+size_t EmuDevice::poll_async_events(std::span<mlx5::AsyncEvent> out) {
+  return eng_->poll_events(out);
 }
 Mode EmuDevice::mode() const noexcept {
   return eng_->opt().mode;

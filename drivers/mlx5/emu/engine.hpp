@@ -3,7 +3,7 @@
 #pragma once
 
 #include <algorithm>
-
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -164,6 +164,9 @@ struct QpCtx {
   uint32_t mtu = 0;
   uint32_t max_rd_atomic = 0;
   uint32_t max_dest_rd_atomic = 0;
+  // RC timers applied at connect (QpConfig::timers, else Options::timers).
+  mlx5::RcTimers tm;
+  uint64_t ack_ns = 0;  // mlx5::ack_timeout_ns(tm.timeout); 0 = infinite
   // faults
   uint64_t fault_nth = 0;
   uint8_t fault_synd = 0;
@@ -224,6 +227,7 @@ class Engine {
   QpCtx* find_qp(uint32_t qpn) noexcept;
   uint32_t alloc_mkey_index();
   void reset_qp_locked(QpCtx& q);
+  void apply_timers(QpCtx& q) noexcept;
   void pump_inline() noexcept;
 
   // --- mkeys (datapath.cpp)
@@ -279,6 +283,22 @@ class Engine {
   void enter_error(QpCtx& q) noexcept;
   bool flush_new(QpCtx& q) noexcept;
   bool timeouts(QpCtx& q) noexcept;
+  // A WQE that ran out of transport retries (either wire): counted, and when the device itself
+  // was not polled for longer than the QP's timeout while it waited, logged as such.
+  [[gnu::cold]] void retry_exceeded(const QpCtx& q, const SendEntry& e) noexcept;
+  // The longest poll gap that ended after `since` (ns; 0 when none was recorded).
+  uint64_t gap_since(uint64_t since) const noexcept;
+  void note_poll_time() noexcept;
+
+  // --- async events and responder errors
+  void raise(uint32_t qpn, mlx5::AsyncEventKind k) noexcept;
+  // A class C error at the responder (IBTA vol. 1 9.9.3; Linux rxe_resp.c rxe_responder: the
+  // RC cases of RESPST_ERR_RKEY_VIOLATION, _LENGTH, _UNSUPPORTED_OPCODE, ... go through
+  // do_class_ac_error and rxe_qp_error): the NAK leaves (the requester completes with the
+  // matching error as before), then this QP goes to error and an async event is raised.
+  // `consumed_receive`: a receive WQE completed in error first (that QP goes to error even
+  // under Options::responder_keeps_rts).
+  void responder_error(QpCtx& q, uint8_t nak_synd, bool consumed_receive = false) noexcept;
 
   // --- wire (datapath.cpp)
   bool rx_requests() noexcept;
@@ -356,6 +376,17 @@ class Engine {
 
   EmuStats st_;
   uint64_t poll_count_ = 0;
+  // Asynchronous events not yet polled (the newest kMaxEvents).
+  static constexpr size_t kMaxEvents = 256;
+  std::deque<mlx5::AsyncEvent> events_;
+  // Threaded mode: the last poll's time and the recent gaps (>= 1 ms) between two polls.
+  uint64_t last_poll_ns_ = 0;
+  struct Gap {
+    uint64_t end_ns = 0, len_ns = 0;
+  };
+  std::array<Gap, 8> gaps_{};
+  uint32_t gap_next_ = 0;
+  size_t poll_events(std::span<mlx5::AsyncEvent> out);
   prm::DecodedWqe dw_;   // scratch decode buffer (one per device)
   prm::DecodedWqe dw2_;  // second scratch (transmit / response paths)
   std::vector<uint8_t> scratch_;

@@ -189,7 +189,7 @@ uint32_t RoceLink::sq_psn(uint32_t qpn) {
 }
 
 void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu,
-                       uint32_t rq_psn, uint32_t first_msn) {
+                       uint32_t rq_psn, uint32_t first_msn, const mlx5::RcTimers& tm) {
   auto q = std::make_unique<Qp>();
   q->qpn = qpn;
   q->peer_qpn = peer_qpn;
@@ -209,7 +209,9 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   q->msgs.resize(opt_.window);
   q->rmsgs.resize(size_t{opt_.window} * 2);
   q->rmsn = q->rmsn0 = first_msn;
-  q->retry_left = opt_.retry_cnt;
+  q->ack_ns = mlx5::ack_timeout_ns(tm.timeout);
+  q->retry_cnt = tm.retry_cnt;
+  q->retry_left = q->retry_cnt;
   qps_[qpn] = std::move(q);
 }
 
@@ -406,7 +408,7 @@ void RoceLink::ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept 
     progress = true;
   }
   if (progress) {
-    q.retry_left = opt_.retry_cnt;
+    q.retry_left = q.retry_cnt;
     q.timer_ns = q.tx_count ? now_ : 0;
     q.last_seq_nak = 0xFFFFFFFF;
   }
@@ -499,7 +501,7 @@ void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   if (p.payload_len) std::memcpy(s->payload, p.payload, p.payload_len);
   w.tx_commit(1, WireClass::kResp);
   ++m.rd_pkts;
-  q.retry_left = opt_.retry_cnt;
+  q.retry_left = q.retry_cnt;
   q.timer_ns = now_;
   if (m.rd_pkts == npk) {
     const uint32_t first = m.first_psn;
@@ -813,8 +815,8 @@ bool RoceLink::rx_network(Wire& w) noexcept {
 }
 
 void RoceLink::timers(Wire& w, Qp& q) noexcept {
-  if (!q.tx_count || !q.timer_ns || now_ - q.timer_ns < uint64_t{opt_.ack_timeout_us} * 1000)
-    return;
+  // The QP's local ACK timeout (4.096 us x 2^timeout, IBTA 9.7.6.1.3); 0 never expires.
+  if (!q.tx_count || !q.timer_ns || !q.ack_ns || now_ - q.timer_ns < q.ack_ns) return;
   ++st_.timeouts;
   if (q.retry_left == 0) {  // the peer is gone: TRANSPORT_RETRY_EXC_ERR (rxe_comp.c)
     kill(w, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);

@@ -52,8 +52,9 @@ class RoceLink {
   // rq_psn: the peer's initial send PSN (its ConnectInfo psn), the first PSN this QP expects;
   // first_msn: the engine's number for the first request message it will be handed (responder
   // side; the wire's MSN counts from 0 at connect, IBTA 9.7.5.1.x / rxe_qp.c resp.msn = 0).
+  // `tm`: the QP's RC timers (retransmission timer and retries).
   void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t rq_psn,
-               uint32_t first_msn);
+               uint32_t first_msn, const mlx5::RcTimers& tm);
   void forget(uint32_t qpn);
   // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
   // Returns true when it did work; *pending |= something awaits an answer.
@@ -96,7 +97,9 @@ class RoceLink {
     uint32_t tx_head = 0, tx_count = 0;
     std::vector<Msg> msgs;  // ring
     uint32_t m_head = 0, m_count = 0;
-    uint64_t timer_ns = 0;  // oldest unacked packet's (re)send time; 0 = idle
+    uint64_t timer_ns = 0;   // oldest unacked packet's (re)send time; 0 = idle
+    uint64_t ack_ns = 0;     // the QP's local ACK timeout (RcTimers::timeout); 0 = infinite
+    uint32_t retry_cnt = 0;  // the QP's RcTimers::retry_cnt
     uint32_t retry_left = 0;
     bool skip_gen_valid = false;  // after an RNR NAK: engine packets of gen <= skip_gen are stale
     uint32_t skip_gen = 0;

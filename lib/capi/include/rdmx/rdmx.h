@@ -214,6 +214,35 @@ RDMX_API int rdmx_port_check(rdmx_port* port);
  * this releases delayed work). Returns 1 if it did work, 0 if not; 0 on mlx5. */
 RDMX_API int rdmx_port_progress(rdmx_port* port);
 
+/* ---- Asynchronous events -----------------------------------------------------------------------
+ * What the port's device reports outside any completion (ibv_get_async_event(3) on mlx5, emu's
+ * own). Above all: a peer's request this side refused (a wrong, stale or foreign rkey: QP_ACCESS
+ * _ERR; an invalid request: QP_REQ_ERR) moved this side's QP, the responder, to the error state
+ * as on any RC device; the core must be recovered (rdmx_core_recover_pair) or the peer dropped. */
+enum rdmx_event_kind {
+  RDMX_EVENT_QP_FATAL = 0,     /* IBV_EVENT_QP_FATAL */
+  RDMX_EVENT_QP_REQ_ERR,       /* IBV_EVENT_QP_REQ_ERR */
+  RDMX_EVENT_QP_ACCESS_ERR,    /* IBV_EVENT_QP_ACCESS_ERR */
+  RDMX_EVENT_COMM_EST,         /* IBV_EVENT_COMM_EST */
+  RDMX_EVENT_SQ_DRAINED,       /* IBV_EVENT_SQ_DRAINED */
+  RDMX_EVENT_LAST_WQE_REACHED, /* IBV_EVENT_QP_LAST_WQE_REACHED */
+  RDMX_EVENT_CQ_ERR,           /* IBV_EVENT_CQ_ERR (qpn: the CQ number) */
+  RDMX_EVENT_PORT_ACTIVE,      /* IBV_EVENT_PORT_ACTIVE (qpn: the port) */
+  RDMX_EVENT_PORT_ERR,         /* IBV_EVENT_PORT_ERR (qpn: the port) */
+  RDMX_EVENT_DEVICE_FATAL,     /* IBV_EVENT_DEVICE_FATAL */
+  RDMX_EVENT_OTHER             /* any other event */
+};
+typedef struct rdmx_event {
+  uint32_t kind; /* enum rdmx_event_kind */
+  uint32_t qpn;  /* the QP (rdmx_core_qpn); the CQ or the port for those kinds */
+} rdmx_event;
+/* [setup] Up to n events of the port's device, oldest first; returns how many (0: none). Never
+ * waits (mlx5: the async fd is non-blocking; every event read is acknowledged). -RDMX_EINVAL for
+ * NULL. Call it from the control thread, e.g. after rdmx_poll reported an error. */
+RDMX_API int rdmx_poll_events(rdmx_port* port, rdmx_event* out, uint32_t n);
+/* [any] "qp-access-err", "qp-req-err", "qp-fatal", ...; "other" for an unknown kind. */
+RDMX_API const char* rdmx_event_name(uint32_t kind);
+
 /* ---- Chunk pages -----------------------------------------------------------------------------
  * A chunk page is named by its address (uint64_t, page_size aligned, inside the data part).
  * The port's page allocator hands out pages of the whole data part: use it, or carve the arena
@@ -379,6 +408,8 @@ RDMX_API void rdmx_conn_close(rdmx_conn* c);
 
 /* [hot] The core's port. */
 RDMX_API rdmx_port* rdmx_core_port(const rdmx_core* core);
+/* [any] The number of the core's queue pair: what rdmx_event.qpn names. */
+RDMX_API uint32_t rdmx_core_qpn(const rdmx_core* core);
 /* [any] The local key of the port's arena for SGEs posted on this core: rdmx_port_lkey() of its
  * port, or, for an isolated core (rdmx_core_opts.isolate), the arena's key in the core's own
  * protection domain (the port's key there is a local protection error). */

@@ -30,6 +30,9 @@
 //             | "seed=N"         roce wire: seed of the injections
 //             | "mtu=N"          roce wire: path MTU (256..4096, default 1024)
 //             | "pcap=FILE"      roce wire: write every packet sent to FILE
+//             | "ack_timeout=T"  RC local ACK timeout exponent of the device's QPs (4.096 us x
+//                                2^T; default 18 = 1.07 s, rdma_cm's)  -- DeviceOptions::emu.timers
+//             | "retry_cnt=N"    RC transport retries 0..7 (default 7)  -- DeviceOptions::emu.timers
 //
 // Options in the spec override the DeviceOptions passed with it. Errors: kNoDevice for a name
 // that names no device (an unknown emu mode, a missing verbs device: the message lists the
@@ -74,7 +77,8 @@ struct DeviceOptions {
   const std::atomic<bool>* cancel = nullptr;  // side 1's attach wait stops when this is true
   emu::RoceOptions roce;  // emu@roce: link options (local_ipv4 comes from the wire)
   emu::Options emu;       // emu tuning (checker, idle backoff, transport model); its mode, name and
-                          // start_thread come from the spec, emu_name and start_thread above
+                          // start_thread come from the spec, emu_name and start_thread above.
+                          // emu.timers are the RC timers of the device's QPs on mlx5 too.
 };
 
 struct OpenedDevice {

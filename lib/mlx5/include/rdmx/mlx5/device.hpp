@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 
 #include <rdmx/core/result.hpp>
@@ -66,6 +68,38 @@ struct MrInfo {
 // create_window_mkey and a QpConfig without `pd` use it.
 inline constexpr uint32_t kDefaultPd = 0;
 
+// The RC transport timers of a QP (ibv_modify_qp(3): RTS timeout, retry_cnt, rnr_retry; RTR
+// min_rnr_timer), applied when the QP is connected. The defaults are what rdma_cm gives a RoCE
+// connection:
+//   timeout 18: Linux drivers/infiniband/core/cma.c routes RoCE with CMA_IBOE_PACKET_LIFETIME
+//     (16) and drivers/infiniband/core/cm.c cm_ack_timeout() turns that packet life time and the
+//     HCA's local_ca_ack_delay (16 on mlx5) into the local ACK timeout: 16 + 1, rounded up once
+//     = 18, 4.096 us x 2^18 = 1.07 s (rdma_set_ack_timeout(3) overrides it);
+//   retry_cnt 7, rnr_retry 7: rdma_connect(3)'s conn_param as librdmacm's examples and most
+//     users (UCX, SPDK) fill it; rnr_retry 7 means "for ever" on hardware (IBTA 9.7.5.2.8);
+//   min_rnr_timer 12 (0.64 ms, IBTA table 45), what rdma-core's ibv_rc_pingpong states.
+// A requester waits `timeout` for an ACK, sends again, and after retry_cnt retries in a row
+// (retry_cnt + 1 timeouts, about 8.6 s with the defaults) completes the WQE with
+// TRANSPORT_RETRY_EXC_ERR. Tests that want a dead peer noticed fast set small values.
+struct RcTimers {
+  uint8_t timeout = 18;        // local ACK timeout exponent: 4.096 us x 2^timeout; 0 = infinite
+  uint8_t retry_cnt = 7;       // transport retries, 0..7
+  uint8_t rnr_retry = 7;       // receiver-not-ready retries, 0..7 (7: infinite on hardware)
+  uint8_t min_rnr_timer = 12;  // responder: RNR NAK timer code, 0..31 (IBTA table 45)
+};
+// The local ACK timeout in nanoseconds (0: infinite, exponent 0); exponents above 31 are 31.
+constexpr uint64_t ack_timeout_ns(uint8_t timeout) noexcept {
+  return timeout ? 4096ull << (timeout > 31 ? 31 : timeout) : 0;
+}
+// The smallest exponent whose timeout is at least `ns` (1..31).
+constexpr uint8_t ack_timeout_exp(uint64_t ns) noexcept {
+  uint8_t t = 1;
+  while (t < 31 && ack_timeout_ns(t) < ns) ++t;
+  return t;
+}
+// Checks the ranges above: kInvalidArgument naming the field. Setup path.
+Status check_rc_timers(const RcTimers& t);
+
 struct QpConfig {
   uint32_t sq_wqebbs = 1024;     // power of two
   uint32_t rq_wqes = 256;        // power of two; 0 = no receive queue
@@ -74,6 +108,33 @@ struct QpConfig {
   uint32_t max_inline_data = 0;  // bytes; also bounds inline UMR translation lists
   int numa_node = -1;            // -1: the device's node
   uint32_t pd = kDefaultPd;      // protection domain of the QP (Device::alloc_pd)
+  // The QP's RC timers, applied by Device::connect; unset: the device's default (the backend's
+  // options: dv::DvOptions::timers, emu::Options::timers), rdma_cm's unless changed there.
+  std::optional<RcTimers> timers;
+};
+
+// Asynchronous events (ibv_get_async_event(3)): what the device tells the control path outside
+// any completion. A responder that meets a class C error (IBTA 9.9.3, a remote access error or
+// an invalid request) moves its QP to the error state and raises kQpAccessErr / kQpReqErr on
+// ITS side; the requester only sees the NAK's error CQE.
+enum class AsyncEventKind : uint8_t {
+  kQpFatal,         // IBV_EVENT_QP_FATAL: the QP went to error (catastrophic / remote op error)
+  kQpReqErr,        // IBV_EVENT_QP_REQ_ERR: invalid request (the responder went to error)
+  kQpAccessErr,     // IBV_EVENT_QP_ACCESS_ERR: remote access violation (responder to error)
+  kCommEst,         // IBV_EVENT_COMM_EST
+  kSqDrained,       // IBV_EVENT_SQ_DRAINED
+  kLastWqeReached,  // IBV_EVENT_QP_LAST_WQE_REACHED
+  kCqErr,           // IBV_EVENT_CQ_ERR (qpn holds the CQ number)
+  kPortActive,      // IBV_EVENT_PORT_ACTIVE (qpn holds the port)
+  kPortErr,         // IBV_EVENT_PORT_ERR (qpn holds the port)
+  kDeviceFatal,     // IBV_EVENT_DEVICE_FATAL
+  kOther,           // any other ibv_event_type
+};
+const char* async_event_name(AsyncEventKind k) noexcept;
+
+struct AsyncEvent {
+  AsyncEventKind kind = AsyncEventKind::kOther;
+  uint32_t qpn = 0;  // the QP (CQ or port for those kinds; 0 for device events)
 };
 
 // Opaque per-backend QP handle.
@@ -117,6 +178,12 @@ class Device {
   // it may not touch. Control path (may lock). kUnsupported where the backend cannot count
   // per QP.
   virtual Result<uint64_t> refused_remote_accesses(QpHandle qp) const;
+
+  // Up to out.size() asynchronous events, oldest first; returns how many. Never blocks (dv reads
+  // the context's non-blocking async fd and acks each event; emu hands over its own queue,
+  // which keeps the latest 256 and counts what it dropped). Control thread only, not hot path.
+  // The default (a backend without events) returns 0.
+  virtual size_t poll_async_events(std::span<AsyncEvent> out);
 
   // Creates an RC QP and its CQ in the reset state; the descriptor is what QueuePair::init takes.
   virtual Result<QpDesc> create_qp(const QpConfig& cfg) = 0;

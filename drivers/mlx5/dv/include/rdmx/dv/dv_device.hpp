@@ -42,19 +42,18 @@ std::vector<DeviceInfo> probe();
 // Run-time options, parsed once at open (the defaults are tied together in one place). Defaults
 // suit one RC connection per poll core on InfiniBand or RoCE v2.
 struct DvOptions {
-  uint8_t port = 1;             // HCA port
-  int gid_index = -1;           // GID table index; -1 = RoCE: first RoCE v2 IPv4 GID, IB: none
-  bool force_grh = false;       // InfiniBand: use a GRH even inside the subnet
-  uint32_t mtu = 0;             // path MTU bytes (256..4096); 0 = the port's active MTU
-  uint8_t sl = 0;               // service level
-  uint8_t traffic_class = 0;    // RoCE: DSCP << 2
-  uint8_t hop_limit = 64;       // GRH hop limit
-  uint8_t timeout = 14;         // local ACK timeout exponent (4.096 us << 14 = 67 ms)
-  uint8_t retry_cnt = 7;        // transport retries
-  uint8_t rnr_retry = 7;        // 7 = retry for ever on receiver-not-ready
-  uint8_t min_rnr_timer = 12;   // 0.64 ms
-  uint8_t max_rd_atomic = 16;   // outstanding RDMA READs (clamped to the device's limit)
-  uint32_t max_inline_klm = 0;  // KLMs per inline UMR the QPs are sized for; 0 = device max
+  uint8_t port = 1;           // HCA port
+  int gid_index = -1;         // GID table index; -1 = RoCE: first RoCE v2 IPv4 GID, IB: none
+  bool force_grh = false;     // InfiniBand: use a GRH even inside the subnet
+  uint32_t mtu = 0;           // path MTU bytes (256..4096); 0 = the port's active MTU
+  uint8_t sl = 0;             // service level
+  uint8_t traffic_class = 0;  // RoCE: DSCP << 2
+  uint8_t hop_limit = 64;     // GRH hop limit
+  // RC timers of every QP whose QpConfig::timers is unset (ibv_modify_qp RTR min_rnr_timer, RTS
+  // timeout, retry_cnt, rnr_retry): rdma_cm's RoCE defaults (mlx5::RcTimers: 1.07 s, 7, 7).
+  mlx5::RcTimers timers;
+  uint8_t max_rd_atomic = 16;         // outstanding RDMA READs (clamped to the device's limit)
+  uint32_t max_inline_klm = 0;        // KLMs per inline UMR the QPs are sized for; 0 = device max
   bool require_thread_domain = true;  // fail when ibv_alloc_td fails instead of sharing a UAR
   bool allow_fixed_tag = false;       // no effect (kept for source compatibility): windows are
                                       // created without UPDATE_TAG where the kernel lacks it, and
@@ -105,6 +104,8 @@ class DvDevice final : public mlx5::Device {
   // two need a remote from an earlier connect/recover_qp).
   Status modify_qp(mlx5::QpHandle qp, mlx5::QpState to) override;
   Result<mlx5::QpState> query_qp(mlx5::QpHandle qp) override;
+  // ibv_get_async_event on the context's async fd (non-blocking since open), each event acked.
+  size_t poll_async_events(std::span<mlx5::AsyncEvent> out) override;
 
   // Recovery after a QP error (doc/guides/mlx5-facts.md §4, §8.6). The caller
   // first drains: it posts nothing more and polls until the CQE of the last posted WQE (a flush

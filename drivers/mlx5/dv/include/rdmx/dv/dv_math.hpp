@@ -134,7 +134,7 @@ struct QpParams {
   uint8_t max_dest_rd_atomic = 16;  // responder resources (RTR)
   uint8_t max_rd_atomic = 16;       // initiator depth (RTS)
   uint8_t min_rnr_timer = 12;       // 0.64 ms
-  uint8_t timeout = 14;             // 4.096 us * 2^14 = 67 ms
+  uint8_t timeout = 18;             // 4.096 us * 2^18 = 1.07 s (mlx5::RcTimers)
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;  // 7 = infinite
   uint8_t sl = 0;
@@ -153,6 +153,8 @@ struct QpTransition {
 // (connect_info.hpp negotiate: the smaller of what each side stated; an unstated field keeps the
 // local value). Before this, dv used its local active_mtu and max_rd_atomic whatever the peer.
 QpParams negotiated_params(const QpParams& local, const mlx5::ConnectInfo& remote) noexcept;
+// `p` with a QP's own RC timers (QpConfig::timers) in place of the device's.
+QpParams with_timers(QpParams p, const mlx5::RcTimers& t) noexcept;
 
 // rdma_cm: the READ depths the CM exchanged (REQ/REP) bound what the peer's connect info
 // states. The event's values are already from our side (Linux core/cm.c cm_req_handler and

@@ -48,11 +48,17 @@ struct Options {
   uint32_t max_klm_list = 1024;  // most translation entries per window (at most the profile's)
   uint32_t max_inline_klm = 52;  // most KLMs an inline UMR may carry (at most the profile's)
   int numa_node = 0;
-  // Transport (RC) model.
-  uint32_t retry_cnt = 7;      // transport retries before TRANSPORT_RETRY_EXC_ERR
-  uint32_t rnr_retry = 7;      // RNR retries before RNR_RETRY_EXC_ERR (7 is NOT infinite here)
+  // Transport (RC) model. The RC timers of every QP whose QpConfig::timers is unset (rdma_cm's
+  // RoCE defaults: 1.07 s ACK timeout, 7 retries). Threaded mode (either wire): a request with
+  // no response for timeout x (retry_cnt + 1) completes with TRANSPORT_RETRY_EXC_ERR; the RoCE
+  // wire retransmits on every timeout. rnr_retry counts RNR retries (7 is NOT infinite here).
+  mlx5::RcTimers timers;
   uint32_t rnr_timer_us = 50;  // threaded mode: wait before an RNR retry (inline: none)
-  uint32_t transport_timeout_ms = 2000;  // threaded mode: no response at all for this long
+  // NOT hardware behaviour, for key-guessing statistics only: a responder that refuses a remote
+  // access or an invalid request NAKs and stays in RTS (no error state, no async event), so one
+  // connection can be hammered with thousands of bad keys. A real responder goes to error
+  // (class C, see doc/guides/emu.md "Responder errors"); leave this false everywhere else.
+  bool responder_keeps_rts = false;
   // Threaded mode: idle polls before the device thread starts sleeping idle_sleep_us per poll.
   uint32_t idle_spin = 256;
   uint32_t idle_sleep_us = 20;
@@ -111,7 +117,8 @@ class DeviceThread {
   DeviceThread& operator=(const DeviceThread&) = delete;
 
   // Stops and joins the thread; the devices stay bound to it and do not run (their doorbells
-  // wait; a request outstanding longer than Options::transport_timeout_ms fails on restart).
+  // wait; a request outstanding longer than its QP's timeout x (retry_cnt + 1) fails on
+  // restart, and the log says the emu thread did not run).
   void stop();
   // Runs the thread again after stop() (same devices, same options, pinned again).
   Status restart();
@@ -149,11 +156,12 @@ struct RoceOptions {
   double reorder = 0;       // fraction of sent packets held back behind the next one
   double duplicate = 0;     // fraction of sent packets sent twice
   uint64_t seed = 1;
-  std::string pcap;                 // non-empty: every packet put on the network goes to this pcap
-  uint32_t ack_timeout_us = 20000;  // retransmission timer (go-back-N) of each QP
-  uint32_t retry_cnt = 7;           // timeouts in a row before TRANSPORT_RETRY_EXC_ERR
-  uint32_t window = 64;             // unacknowledged request packets per QP
-  uint32_t mtu = 1024;  // path MTU of every QP (bytes): 1024 fits a 1500-byte Ethernet MTU
+  std::string pcap;  // non-empty: every packet put on the network goes to this pcap
+  // The retransmission timer (go-back-N) and the retries of each QP are its RC timers
+  // (QpConfig::timers, else Options::timers): timeout, then retry_cnt timeouts in a row before
+  // TRANSPORT_RETRY_EXC_ERR.
+  uint32_t window = 64;  // unacknowledged request packets per QP
+  uint32_t mtu = 1024;   // path MTU of every QP (bytes): 1024 fits a 1500-byte Ethernet MTU
 };
 Result<std::shared_ptr<Wire>> make_roce_wire(const RoceOptions& opt);
 // Parses "A.B.C.D" (host order result) for the device opener and tests.
@@ -261,8 +269,15 @@ struct EmuStats {
                                     // rights, bounds or another PD's mkey)
   uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD
   uint64_t qp_binding_refusals =
-      0;                         // ... because the mkey (a type-2 window) is bound to another QP
-  uint64_t read_depth_naks = 0;  // READs beyond the responder's max_dest_rd_atomic, NAKed
+      0;                           // ... because the mkey (a type-2 window) is bound to another QP
+  uint64_t read_depth_naks = 0;    // READs beyond the responder's max_dest_rd_atomic, NAKed
+  uint64_t responder_errors = 0;   // class C errors that moved a responder QP to error
+  uint64_t async_events = 0;       // asynchronous events raised (poll_async_events)
+  uint64_t async_dropped = 0;      // ... lost because nobody polled (the queue keeps 256)
+  uint64_t retry_exceeded = 0;     // requests that ran out of transport retries (either wire)
+  uint64_t starved_retry_exc = 0;  // ... of them while the emu thread itself had not run for
+                                   // longer than the QP's timeout (the log says so)
+  uint64_t max_poll_gap_us = 0;    // the longest time the device was not polled (threaded)
   // RoCE v2 wire only (zero on the other wires).
   struct Roce {
     uint64_t tx_packets = 0, rx_packets = 0;
@@ -310,6 +325,7 @@ class EmuDevice final : public mlx5::Device {
   Status connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) override;
   Status modify_qp(mlx5::QpHandle qp, mlx5::QpState to) override;
   Result<mlx5::QpState> query_qp(mlx5::QpHandle qp) override;
+  size_t poll_async_events(std::span<mlx5::AsyncEvent> out) override;
 
   Mode mode() const noexcept;
   Faults& faults() noexcept { return faults_; }
