@@ -32,7 +32,8 @@
 //             | "pcap=FILE"      roce wire: write every packet sent to FILE
 //             | "ack_timeout=T"  RC local ACK timeout exponent of the device's QPs (4.096 us x
 //                                2^T; default 18 = 1.07 s, rdma_cm's)  -- DeviceOptions::emu.timers
-//             | "retry_cnt=N"    RC transport retries 0..7 (default 7)  -- DeviceOptions::emu.timers
+//             | "retry_cnt=N"    RC transport retries 0..7 (default 7)  --
+//             DeviceOptions::emu.timers
 //
 // Options in the spec override the DeviceOptions passed with it. Errors: kNoDevice for a name
 // that names no device (an unknown emu mode, a missing verbs device: the message lists the
