@@ -214,7 +214,7 @@ TestResult test_umr(Ctx& ctx) {
   core_inc.quiesce();
   rte_mempool_free(mp);
 
-  const auto st = core.stats();
+  const win::CoreCounts st = win::snapshot(core.stats());
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "inline KLM limit %u pages; maps %llu (inline %llu, pointer %llu), map errors "

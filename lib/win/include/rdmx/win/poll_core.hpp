@@ -83,7 +83,10 @@ class PollCore {
     return w->state_ == WindowState::kUnmapping && umrs_done(w) && !w->dirty_ ? WindowState::kCache
                                                                               : w->state_;
   }
+  // This core's counters. Any thread may read them (win::snapshot(); rdmx/win/stats.hpp).
   const CoreStats& stats() const noexcept { return stats_; }
+  // This core's index in the process (telemetry /rdmx/stats,<index>; rdmx/win/stats_registry.hpp).
+  uint32_t stats_index() const noexcept { return stats_index_; }
   const KeyGen& keys() const noexcept { return keys_; }
   // The KLM writer variant chosen at create (CPU features, DPDK's SIMD width limit).
   mlx5::prm::KlmVariant klm_variant() const noexcept { return klm_variant_; }
@@ -421,6 +424,8 @@ class PollCore {
   uint32_t mw_free_len_ = 0;
   std::unique_ptr<Window*[]> scratch_;  // depot bursts
   CoreStats stats_;
+  static constexpr uint32_t kNoStatsIndex = UINT32_MAX;
+  uint32_t stats_index_ = kNoStatsIndex;
 };
 
 }  // namespace rdmx::win
