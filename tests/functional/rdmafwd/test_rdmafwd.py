@@ -450,18 +450,25 @@ def case_telemetry(binary):
         s.connect(path)
         json.loads(s.recv(16384).decode())  # the greeting
         got = {}
-        for cmd in ["/rdmx/stats", "/rdmx/config", "/rdmx/windows"]:
+        for cmd in ["/rdmafwd/stats", "/rdmafwd/config", "/rdmafwd/windows", "/rdmx/stats",
+                    "/rdmx/cores"]:
             s.send(cmd.encode())
             got[cmd] = json.loads(s.recv(65536).decode())[cmd]
         s.close()
-        st = got["/rdmx/stats"]
+        st = got["/rdmafwd/stats"]
         check(st["ios"] > 0, f"stats: {st}")
         # While forwarding, what is in flight is not an error (it was counted as lost once).
         check(st["errors"] == 0 and st["lost_ios"] == 0 and "in_flight" in st, f"stats: {st}")
         check(st["since"] == "start" and st["bytes_kind"] == "moved", f"stats: {st}")
-        check(got["/rdmx/config"]["fwd"] == "rpc", f"config: {got['/rdmx/config']}")
-        check(got["/rdmx/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmx/windows']}")
-        print("telemetry:", got["/rdmx/stats"])
+        check(got["/rdmafwd/config"]["fwd"] == "rpc", f"config: {got['/rdmafwd/config']}")
+        check(got["/rdmafwd/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmafwd/windows']}")
+        # The library's own commands: every poll core of the process (at least the client and
+        # the peer of the lane), and its window counters, read after rdmafwd's (they only grow).
+        lib = got["/rdmx/stats"]
+        check(len(got["/rdmx/cores"]) >= 2, f"cores: {got['/rdmx/cores']}")
+        check(lib["maps"] >= st["maps"] > 0 and lib["pages_mapped"] >= st["pages_mapped"],
+              f"/rdmx/stats {lib} behind /rdmafwd/stats {st}")
+        print("telemetry:", got["/rdmafwd/stats"], got["/rdmx/stats"]["maps"])
     finally:
         out, err = p.communicate(timeout=30)
     check(p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}")
