@@ -57,6 +57,12 @@ struct ArrayNames {
       std::snprintf(buf, sizeof buf, "0x%02x", i);
       syndrome[i] = "syndrome_" + (n == "unknown" ? std::string(buf) : std::string(n));
     }
+    // DPDK telemetry refuses a dict name with a '-' in it (lib/telemetry/telemetry_data.c,
+    // valid_name: rte_tel_data_add_dict_u64 fails and the entry is missing): '_' instead.
+    for (std::string* v : {rejected, syndrome})
+      for (size_t k = 0; k < (v == rejected ? kNumErrc : 256u); ++k)
+        for (char& ch : v[k])
+          if (ch == '-' || ch == ' ') ch = '_';
   }
 };
 const ArrayNames& array_names() {

@@ -44,7 +44,7 @@ TEST(Stats, TableDescribesEveryCounterOnce) {
   }
   if (kStatsEnabled) {
     EXPECT_EQ(n, t.size() + kNumErrc);  // no syndrome seen
-    EXPECT_STREQ(out[t.size() + static_cast<uint32_t>(Errc::kNoWindow)].name, "rejected_no-window");
+    EXPECT_STREQ(out[t.size() + static_cast<uint32_t>(Errc::kNoWindow)].name, "rejected_no_window");
   }
   // Sizing call.
   EXPECT_EQ(xstats(c, nullptr, 0), n);
