@@ -220,6 +220,15 @@ Snapshot App::stats() const {
 Labels App::labels() const {
   Labels lb;
   lb.fwd = prm.fwd;
+  // A server answers what its clients run (negotiated at the rendezvous): name that, not its
+  // own --fwd (always rpc).
+  if (prm.role == Role::kServer && tb && !tb->peers.empty()) {
+    lb.fwd.clear();
+    for (const auto& pr : tb->peers)
+      if (!pr.fwd.empty() && ("," + lb.fwd + ",").find("," + pr.fwd + ",") == std::string::npos)
+        lb.fwd += (lb.fwd.empty() ? "" : ",") + pr.fwd;
+    if (lb.fwd.empty()) lb.fwd = prm.fwd;
+  }
   lb.device = prm.device;
   if (prm.role != Role::kBoth) lb.device += std::string(" (") + role_name(prm.role) + ")";
   lb.lcores = lcores;

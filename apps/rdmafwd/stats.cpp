@@ -2,7 +2,9 @@
 #include "stats.hpp"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -143,9 +145,11 @@ using K = StatKind;
 #define U(expr) [](const LaneSnap& s) -> uint64_t { return expr; }, nullptr
 #define D(expr) nullptr, [](const LaneSnap& s) -> double { return expr; }
 
+// NaN when the lane mapped nothing: text "-", JSON null (there is no rate of nothing).
 double hit_rate(const LaneSnap& s) {
   const uint64_t n = s.win.cache_hits + s.win.cache_misses;
-  return n ? static_cast<double>(s.win.cache_hits) / static_cast<double>(n) : 0.0;
+  return n ? static_cast<double>(s.win.cache_hits) / static_cast<double>(n)
+           : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace
@@ -265,7 +269,10 @@ std::string text_cell(const StatField& f, const LaneSnap& s, double secs, const 
                       human_bytes(rate(v, secs)).c_str());
       break;
     case StatKind::kRatio:
-      std::snprintf(buf, sizeof buf, "%s %.1f%%", f.text, 100.0 * v);
+      if (std::isnan(v))
+        std::snprintf(buf, sizeof buf, "%s -", f.text);
+      else
+        std::snprintf(buf, sizeof buf, "%s %.1f%%", f.text, 100.0 * v);
       break;
     case StatKind::kLatency:
       std::snprintf(buf, sizeof buf, "%s %.1f", f.text, us(v));
