@@ -129,6 +129,8 @@ void PollCore::init_templates() noexcept {
   t.fast_pages = max_pages_;
   t.inline_pages = std::min(max_pages_, inline_limit_);
   t.max_length = uint64_t{t.fast_pages} * ps;
+  t.page_shift = arena_.page_shift();
+  t.page_mask = ps - 1;
   // The access masks validate() accepts and the device can grant by UMR.
   t.access_ok = 0;
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a) {

@@ -85,6 +85,22 @@ TEST(Stats, SnapshotMatchesTheCoreAndTheRegistry) {
   EXPECT_GE(stats_total().maps, before.maps);
 }
 
+// An interleaved map has no page list: it counts its length in pages, rounded up (it counted
+// none, so --metadata runs showed "pages mapped 0").
+TEST(Stats, InterleavedMapsCountTheirPages) {
+  if (!kStatsEnabled) GTEST_SKIP() << "-Dstats=false";
+  EmuRig r(16, 16);
+  const uint64_t base = r.a.arena().base();
+  // Two blocks of 4096 data bytes and 8 metadata bytes: 8208 bytes, 3 pages' worth.
+  const InterleavedPart parts[] = {{base, 4096, 4096}, {base + 64 * 4096, 8, 0}};
+  const uint64_t before = snapshot(r.ca().stats()).pages_mapped;
+  MapResult m = r.ca().map_interleaved(parts, 2, kRw);
+  ASSERT_TRUE(m.ok()) << rdmx::errc_name(m.errc);
+  EXPECT_EQ(snapshot(r.ca().stats()).pages_mapped - before, 3u);
+  ASSERT_EQ(r.ca().unmap(m.window), Errc::kOk);
+  r.settle(r.ca());
+}
+
 // A reader thread snapshots while the core's thread maps and unmaps: every snapshot keeps causes
 // before effects and never goes backwards. Under TSan (build-tsan) a plain counter here is a
 // reported data race.

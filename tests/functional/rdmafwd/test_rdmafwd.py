@@ -64,6 +64,7 @@ def mode(binary, fwd, extra=()):
     if fwd == "rpc":
         check(t["remote_invalidations"] == t["ios"], "rpc: replies did not invalidate every window", p)
     print(f"fwd {fwd}: {t['ios']} I/Os, {t['ios_per_s']:.0f}/s, p50 {t['latency_us']['p50']:.1f} us")
+    return s
 
 
 def case_corrupt(binary):
@@ -78,7 +79,11 @@ def case_corrupt(binary):
 
 def case_metadata(binary):
     # --metadata 8: data and metadata of every block through interleaved windows on both sides.
-    mode(binary, "rpc", ["--metadata", "8"])
+    t = mode(binary, "rpc", ["--metadata", "8"])["total"]
+    # Interleaved maps count their pages too (length in pages): each I/O maps 16 blocks of
+    # 4096 + 8 bytes on both sides, 17 pages' worth each.
+    check(t["pages_mapped"] >= 16 * t["maps"], f"--metadata: maps {t['maps']}, pages mapped "
+          f"{t['pages_mapped']}")
     # A flipped metadata byte (the data stays intact) is caught by the metadata check alone.
     p = run(binary, ["--fwd", "rpc", "--metadata", "8", "--duration", "1", "--json",
                      "--corrupt-every", "200"])

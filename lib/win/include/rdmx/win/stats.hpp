@@ -93,7 +93,8 @@ enum class StatKind : uint8_t {
   X(unmaps, Stat, kCounter, "unmaps", "invalidate UMRs posted by unmap()")                      \
   X(fenced_unmaps, Stat, kCounter, "unmaps",                                                    \
     "... that waited for a READ/WRITE/SEND still using the window")                             \
-  X(pages_mapped, Stat, kCounter, "pages", "sum of pages over all maps")                        \
+  X(pages_mapped, Stat, kCounter, "pages",                                                      \
+    "sum of pages over all maps (interleaved: length in pages, rounded up)")                    \
   X(cache_hits, Stat, kCounter, "maps", "map served from the core's cache without a refill")    \
   X(cache_misses, Stat, kCounter, "maps", "cache was empty (a depot refill was tried)")         \
   X(depot_refills, Stat, kCounter, "bursts", "bursts taken from the depot")                     \
