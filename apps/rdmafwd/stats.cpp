@@ -35,11 +35,23 @@ void HistSnapshot::take(const LatencyHist& h) noexcept {
 void HistSnapshot::subtract(const HistSnapshot& base) noexcept {
   for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b) counts[b] -= base.counts[b];
   sum -= base.sum;
-  // The extremes cannot be un-merged: keep them when anything was added since the base.
-  if (total() == 0) {
+  // The extremes cannot be un-merged. The all-time ones hold for the period only when they fell
+  // in it: bound them by the lowest and highest bucket the period has samples in (exact when the
+  // extreme was in the period, within the bucket's width otherwise), so that a `start` or
+  // `clear stats` does not carry an earlier run's maximum into the next run's figures.
+  uint32_t lo = LatencyHist::kBuckets, hi = 0;
+  for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b)
+    if (counts[b]) {
+      if (lo == LatencyHist::kBuckets) lo = b;
+      hi = b;
+    }
+  if (lo == LatencyHist::kBuckets) {
     max = 0;
     min = UINT64_MAX;
+    return;
   }
+  max = std::min(max, LatencyHist::Buckets::upper(hi) - 1);
+  min = std::max(min, LatencyHist::Buckets::lower(lo));
 }
 
 void HistSnapshot::merge(const HistSnapshot& o) noexcept {
