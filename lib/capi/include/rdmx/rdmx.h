@@ -600,8 +600,8 @@ RDMX_API int rdmx_core_quiesce(rdmx_core* core, uint64_t timeout_ms);
  * Per core, written only by its poll thread and readable from any thread: each value is one the
  * poll thread stored, a snapshot never shows an effect without its cause (unmaps and remote
  * invalidations never exceed maps), and snapshots taken in turn never go backwards. Built with
- * -Dstats=false, every counter but maps and mw_binds reads 0. The same counters are served to
- * dpdk-telemetry.py as /rdmx/stats (doc/guides/embedding.md "Statistics"). */
+ * -Dstats=false, every counter but maps, mw_binds and umr_completions reads 0. The same counters
+ * are served to dpdk-telemetry.py as /rdmx/stats (doc/guides/embedding.md "Statistics"). */
 typedef struct rdmx_core_stats {
   uint64_t maps, inline_maps, pointer_maps, unmaps, pages_mapped;
   uint64_t cache_hits, cache_misses, depot_refills, depot_flushes;

@@ -23,9 +23,9 @@
 // joined) is exact.
 //
 // Compile-out: meson -Dstats=false (RDMX_STATS 0) turns every counter into a no-op that reads 0,
-// as DPDK's RTE_LIBRTE_MEMPOOL_STATS does for the mempool's, except `maps` and `mw_binds`: the
-// key generator numbers its draws with them (KeyGen), so they always count. kStatsEnabled says
-// which build this is; core_stat_table() lists only the counters that count.
+// as DPDK's RTE_LIBRTE_MEMPOOL_STATS does for the mempool's, except the AlwaysStat ones: `maps`
+// and `mw_binds` (the key generator numbers its draws with them) and `umr_completions`.
+// kStatsEnabled says which build this is; core_stat_table() lists only the counters that count.
 #pragma once
 
 #include <array>
@@ -76,7 +76,9 @@ class StatCounter {
   std::atomic<uint64_t> v_{0};
 };
 using Stat = StatCounter<false>;
-using KeyStat = StatCounter<true>;  // numbers the key generator's draws: never compiled out
+// Never compiled out: maps and mw_binds number the key generator's draws; umr_completions is how
+// a caller that posts UMRs without waiting on each learns how many completed (rdmafwd's umr).
+using AlwaysStat = StatCounter<true>;
 
 enum class StatKind : uint8_t {
   kCounter,  // events since the core was created; readers subtract a base for a period
@@ -86,7 +88,7 @@ enum class StatKind : uint8_t {
 // The scalar counters of CoreStats, in declaration order: X(name, type, kind, unit, help).
 // Each is declared after the counters of the events that precede its own (see above).
 #define RDMX_CORE_COUNTERS(X)                                                                   \
-  X(maps, KeyStat, kCounter, "maps", "successful maps")                                         \
+  X(maps, AlwaysStat, kCounter, "maps", "successful maps")                                      \
   X(inline_maps, Stat, kCounter, "maps", "... with the translation list inline in the WQE")     \
   X(pointer_maps, Stat, kCounter, "maps",                                                       \
     "... with the list in the window's KLM array (pointer mode)")                               \
@@ -109,11 +111,11 @@ enum class StatKind : uint8_t {
     "SEND_WITH_INV for a key no longer mapped here (ignored)")                                  \
   X(foreign_invalidations, Stat, kCounter, "messages",                                          \
     "SEND_WITH_INV naming a window of another core")                                            \
-  X(umr_completions, Stat, kCounter, "UMRs", "map/unmap UMRs seen completed")                   \
+  X(umr_completions, AlwaysStat, kCounter, "UMRs", "map/unmap UMRs seen completed")             \
   X(umr_errors, Stat, kCounter, "UMRs", "map/unmap UMRs completed in error (flushed included)") \
   X(wqe_errors, Stat, kCounter, "completions", "error completions of any kind")                 \
   X(recoveries, Stat, kCounter, "calls", "recover() calls that succeeded")                      \
-  X(mw_binds, KeyStat, kCounter, "binds", "type-2 memory window binds posted by bind_mw()")     \
+  X(mw_binds, AlwaysStat, kCounter, "binds", "type-2 memory window binds posted by bind_mw()")  \
   X(mw_invalidates, Stat, kCounter, "invalidates",                                              \
     "memory window invalidates posted by invalidate_mw()")                                      \
   X(mw_remote_invalidations, Stat, kCounter, "windows",                                         \
