@@ -178,7 +178,7 @@ void do_set_fwd(void* parsed, cmdline* cl, void*) {
     return;
   }
   {
-    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmx/config reads prm
+    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmafwd/config reads prm
     a.prm.fwd = p.fwd;
   }
   say(cl, "fwd set to " + p.fwd + " (" + find_engine(p.fwd)->what + ")\n");
@@ -226,7 +226,7 @@ void do_set_num(void* parsed, cmdline* cl, void*) {
     return;
   }
   {
-    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmx/config reads prm
+    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmafwd/config reads prm
     a.prm = p;
   }
   say(cl, what + " set to " + std::to_string(c->n) + "\n");

@@ -76,7 +76,6 @@ int lane_main(rt::CoreContext& ctx) {
         const bool busy = e->fwd(l);
         if ((++l.iter & 63) == 0) {
           if (!l.failed && lane_in_error(l)) l.failed = true;
-          l.publish();
           l.st.issued.set(l.issued_base + l.issued);
           if (l.dead || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
         }
@@ -115,7 +114,6 @@ int lane_main(rt::CoreContext& ctx) {
         }
         return false;
       });
-  l.publish();
   l.st.issued.set(l.issued_base + l.issued);
   l.st.issuing.set(0);
   l.st.active.store(false, std::memory_order_release);
@@ -222,6 +220,15 @@ Snapshot App::stats() const {
 Labels App::labels() const {
   Labels lb;
   lb.fwd = prm.fwd;
+  // A server answers what its clients run (negotiated at the rendezvous): name that, not its
+  // own --fwd (always rpc).
+  if (prm.role == Role::kServer && tb && !tb->peers.empty()) {
+    lb.fwd.clear();
+    for (const auto& pr : tb->peers)
+      if (!pr.fwd.empty() && ("," + lb.fwd + ",").find("," + pr.fwd + ",") == std::string::npos)
+        lb.fwd += (lb.fwd.empty() ? "" : ",") + pr.fwd;
+    if (lb.fwd.empty()) lb.fwd = prm.fwd;
+  }
   lb.device = prm.device;
   if (prm.role != Role::kBoth) lb.device += std::string(" (") + role_name(prm.role) + ")";
   lb.lcores = lcores;
@@ -647,7 +654,9 @@ int main(int argc, char** argv) {
                "(each lane polls %s)%s\n",
                a.main_lcore, polls.c_str(), who, dev_threads.c_str());
   if (!a.telemetry_path.empty())
-    std::fprintf(out, "rdmafwd: telemetry: %s (/rdmx/stats, /rdmx/config, /rdmx/windows)\n",
+    std::fprintf(out,
+                 "rdmafwd: telemetry: %s (/rdmafwd/stats, /rdmafwd/config, /rdmafwd/windows, "
+                 "/rdmx/stats)\n",
                  a.telemetry_path.c_str());
   std::fflush(out);
 

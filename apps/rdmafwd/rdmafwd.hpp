@@ -4,7 +4,7 @@
 //   setup.cpp      devices, arenas, window pools, poll cores, QP connections (Testbed, Lane)
 //   engines/*.cpp  forwarding engines, one table entry each (engines.cpp holds the table)
 //   stats.cpp      latency histogram, counters, snapshots, text and JSON output
-//   telemetry.cpp  /rdmx/stats, /rdmx/config, /rdmx/windows for dpdk-telemetry.py
+//   telemetry.cpp  /rdmafwd/stats, /rdmafwd/config, /rdmafwd/windows (the library adds /rdmx/*)
 //   cmdline.cpp    the interactive prompt (DPDK cmdline)
 //   main.cpp       EAL start, run control (start/stop), signals, exit codes
 //
@@ -178,14 +178,6 @@ struct HistSnapshot {
   void merge(const HistSnapshot& o) noexcept;
 };
 
-// The window-layer counters of a lane's PollCores, published by the poll lcore (the PollCore's
-// own CoreStats are plain fields its owner writes; other threads read these copies).
-struct WinCounters {
-  Counter maps, unmaps, pages_mapped, cache_hits, cache_misses, remote_invalidations, umr_errors,
-      wqe_errors, recoveries, exhausted;
-  std::array<Counter, 256> syndromes{};
-};
-
 struct alignas(64) LaneCounters {
   Counter ios;          // completed I/Os (RPCs, messages relayed, map+unmap pairs, ...)
   Counter bytes;        // payload bytes of the completed I/Os
@@ -211,7 +203,8 @@ struct alignas(64) LaneCounters {
   Counter faults_recovered;
   Counter fault_ios;  // I/Os that failed because of a recovered fault (counted, not lost)
   LatencyHist lat;
-  WinCounters win;
+  // The window counters are the lane's PollCores' own (win::CoreStats, read with win::snapshot
+  // from any thread): nothing to copy here.
 };
 
 // ---- Testbed ---------------------------------------------------------------------------------
@@ -350,7 +343,6 @@ struct Lane {
   } fault;
   uint64_t drain_deadline = 0;
   uint64_t iter = 0;
-  void publish() noexcept;  // copies PollCore stats into st.win (poll lcore)
 };
 
 // ---- Engines ---------------------------------------------------------------------------------

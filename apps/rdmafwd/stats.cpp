@@ -2,7 +2,9 @@
 #include "stats.hpp"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -33,11 +35,23 @@ void HistSnapshot::take(const LatencyHist& h) noexcept {
 void HistSnapshot::subtract(const HistSnapshot& base) noexcept {
   for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b) counts[b] -= base.counts[b];
   sum -= base.sum;
-  // The extremes cannot be un-merged: keep them when anything was added since the base.
-  if (total() == 0) {
+  // The extremes cannot be un-merged. The all-time ones hold for the period only when they fell
+  // in it: bound them by the lowest and highest bucket the period has samples in (exact when the
+  // extreme was in the period, within the bucket's width otherwise), so that a `start` or
+  // `clear stats` does not carry an earlier run's maximum into the next run's figures.
+  uint32_t lo = LatencyHist::kBuckets, hi = 0;
+  for (uint32_t b = 0; b < LatencyHist::kBuckets; ++b)
+    if (counts[b]) {
+      if (lo == LatencyHist::kBuckets) lo = b;
+      hi = b;
+    }
+  if (lo == LatencyHist::kBuckets) {
     max = 0;
     min = UINT64_MAX;
+    return;
   }
+  max = std::min(max, LatencyHist::Buckets::upper(hi) - 1);
+  min = std::max(min, LatencyHist::Buckets::lower(lo));
 }
 
 void HistSnapshot::merge(const HistSnapshot& o) noexcept {
@@ -58,16 +72,6 @@ void LaneSnap::take(const Lane& l) {
   verify_fail = c.verify_fail.get();
   rejected = c.rejected.get();
   corrupted = c.corrupted.get();
-  maps = c.win.maps.get();
-  unmaps = c.win.unmaps.get();
-  pages_mapped = c.win.pages_mapped.get();
-  cache_hits = c.win.cache_hits.get();
-  cache_misses = c.win.cache_misses.get();
-  remote_inv = c.win.remote_invalidations.get();
-  umr_errors = c.win.umr_errors.get();
-  wqe_errors = c.win.wqe_errors.get();
-  recoveries = c.win.recoveries.get();
-  exhausted = c.win.exhausted.get();
   issued = c.issued.get();
   abandoned = c.abandoned.get();
   faults_injected = c.faults_injected.get();
@@ -76,26 +80,27 @@ void LaneSnap::take(const Lane& l) {
   dead = c.failed.get();
   refused_requests = c.refused_requests.get();
   refused = 0;
+  win = {};
   for (auto [dev, k] : {std::pair{l.dev_a, l.c}, std::pair{l.dev_a, l.s}, std::pair{l.dev_b, l.p},
-                        std::pair{l.dev_b, l.r}})
-    if (dev && k)
+                        std::pair{l.dev_b, l.r}}) {
+    if (!k) continue;
+    win += win::snapshot(k->stats());
+    if (dev)
       if (auto n = dev->refused_remote_accesses(k->qp_handle())) refused += *n;
+  }
   // After the drain, whatever is unaccounted is lost; before, it is in flight. st.issued is
   // published every 64 loop iterations, so ios may run ahead of it for a moment: clamp.
   const uint64_t accounted = ios + fault_ios + abandoned;
   const uint64_t open = issued > accounted ? issued - accounted : 0;
   in_flight = running ? open : 0;
   lost = running ? 0 : open;
-  for (uint32_t i = 0; i < 256; ++i) synd[i] = c.win.syndromes[i].get();
   hist.take(c.lat);
 }
 
 // clang-format off
 #define RDMAFWD_FIELDS(X)                                                                       \
-  X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(maps) X(unmaps)        \
-  X(pages_mapped) X(cache_hits) X(cache_misses) X(remote_inv) X(umr_errors) X(wqe_errors)       \
-  X(recoveries) X(exhausted) X(issued) X(abandoned) X(faults_injected) X(faults_recovered)      \
-  X(fault_ios) X(dead) X(refused) X(refused_requests)
+  X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(issued) X(abandoned)  \
+  X(faults_injected) X(faults_recovered) X(fault_ios) X(dead) X(refused) X(refused_requests)
 // clang-format on
 
 #define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
@@ -104,7 +109,7 @@ void LaneSnap::subtract(const LaneSnap& b) {
 #define X(f) f -= b.f;
   RDMAFWD_FIELDS(X)
 #undef X
-  for (uint32_t i = 0; i < 256; ++i) synd[i] -= b.synd[i];
+  win -= b.win;
   hist.subtract(b.hist);
 }
 
@@ -113,7 +118,7 @@ void LaneSnap::merge(const LaneSnap& o) {
   RDMAFWD_FIELDS(X)
   RDMAFWD_GAUGES(X)
 #undef X
-  for (uint32_t i = 0; i < 256; ++i) synd[i] += o.synd[i];
+  win += o.win;
   hist.merge(o.hist);
 }
 
@@ -152,9 +157,11 @@ using K = StatKind;
 #define U(expr) [](const LaneSnap& s) -> uint64_t { return expr; }, nullptr
 #define D(expr) nullptr, [](const LaneSnap& s) -> double { return expr; }
 
+// NaN when the lane mapped nothing: text "-", JSON null (there is no rate of nothing).
 double hit_rate(const LaneSnap& s) {
-  const uint64_t n = s.cache_hits + s.cache_misses;
-  return n ? static_cast<double>(s.cache_hits) / static_cast<double>(n) : 0.0;
+  const uint64_t n = s.win.cache_hits + s.win.cache_misses;
+  return n ? static_cast<double>(s.win.cache_hits) / static_cast<double>(n)
+           : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace
@@ -165,17 +172,17 @@ const std::vector<StatField>& stat_fields() {
       {"/ios", "/ios_per_s", "ios", "I/Os", "io", K::kCounter, U(s.ios)},
       {"/in_flight", nullptr, "in_flight", "in flight", "io", K::kGauge, U(s.in_flight)},
       {"/bytes", "/bytes_per_s", "bytes", "bytes", "io", K::kBytes, U(s.bytes)},
-      {"/maps", nullptr, "maps", "maps", "windows", K::kCounter, U(s.maps)},
-      {"/unmaps", nullptr, "unmaps", "unmaps", "windows", K::kCounter, U(s.unmaps)},
+      {"/maps", nullptr, "maps", "maps", "windows", K::kCounter, U(s.win.maps)},
+      {"/unmaps", nullptr, "unmaps", "unmaps", "windows", K::kCounter, U(s.win.unmaps)},
       {"/remote_invalidations", nullptr, "remote_invalidations", "remote-invalidated", "windows",
-       K::kCounter, U(s.remote_inv)},
+       K::kCounter, U(s.win.remote_invalidations)},
       {"/pages_mapped", nullptr, "pages_mapped", "pages mapped", "windows", K::kCounter,
-       U(s.pages_mapped)},
-      {"/cache_hits", nullptr, "cache_hits", nullptr, "windows", K::kCounter, U(s.cache_hits)},
+       U(s.win.pages_mapped)},
+      {"/cache_hits", nullptr, "cache_hits", nullptr, "windows", K::kCounter, U(s.win.cache_hits)},
       {"/cache_misses", nullptr, "cache_misses", nullptr, "windows", K::kCounter,
-       U(s.cache_misses)},
+       U(s.win.cache_misses)},
       {"/cache_hit_rate", nullptr, nullptr, "cache hit", "windows", K::kRatio, D(hit_rate(s))},
-      {"/exhausted", nullptr, nullptr, nullptr, "windows", K::kCounter, U(s.exhausted)},
+      {"/exhausted", nullptr, nullptr, nullptr, "windows", K::kCounter, U(s.win.exhausted)},
       {"/latency_us/count", nullptr, "latency_samples", nullptr, "latency", K::kCounter,
        U(s.hist.total())},
       {"/latency_us/min", nullptr, "latency_min_ns", "min", "latency", K::kLatency,
@@ -197,8 +204,9 @@ const std::vector<StatField>& stat_fields() {
       {"/errors/verify", nullptr, "verify_failures", "verify", "errors", K::kCounter,
        U(s.verify_fail)},
       {"/errors/rejected", nullptr, nullptr, "rejected", "errors", K::kCounter, U(s.rejected)},
-      {"/errors/wqe", nullptr, "error_cqes", "error CQEs", "errors", K::kCounter, U(s.wqe_errors)},
-      {"/errors/umr", nullptr, nullptr, "UMR", "errors", K::kCounter, U(s.umr_errors)},
+      {"/errors/wqe", nullptr, "error_cqes", "error CQEs", "errors", K::kCounter,
+       U(s.win.wqe_errors)},
+      {"/errors/umr", nullptr, nullptr, "UMR", "errors", K::kCounter, U(s.win.umr_errors)},
       {"/errors/refused_remote", nullptr, "refused_remote_accesses", "refused remote", "errors",
        K::kCounter, U(s.refused)},
       {"/errors/refused_requests", nullptr, "refused_requests", "refused requests", "errors",
@@ -218,7 +226,7 @@ const std::vector<StatField>& stat_fields() {
       {"/faults/unrecovered_lanes", nullptr, "unrecovered_lanes", "lanes not recovered", "faults",
        K::kCounter, U(s.dead)},
       {"/faults/core_recoveries", nullptr, nullptr, nullptr, "faults", K::kCounter,
-       U(s.recoveries)},
+       U(s.win.recoveries)},
       {"/corrupted", nullptr, nullptr, nullptr, "faults", K::kCounter, U(s.corrupted)},
   };
   return t;
@@ -273,7 +281,10 @@ std::string text_cell(const StatField& f, const LaneSnap& s, double secs, const 
                       human_bytes(rate(v, secs)).c_str());
       break;
     case StatKind::kRatio:
-      std::snprintf(buf, sizeof buf, "%s %.1f%%", f.text, 100.0 * v);
+      if (std::isnan(v))
+        std::snprintf(buf, sizeof buf, "%s -", f.text);
+      else
+        std::snprintf(buf, sizeof buf, "%s %.1f%%", f.text, 100.0 * v);
       break;
     case StatKind::kLatency:
       std::snprintf(buf, sizeof buf, "%s %.1f", f.text, us(v));
@@ -323,7 +334,8 @@ nlohmann::ordered_json json_lane(const LaneSnap& s, double secs) {
   }
   nlohmann::ordered_json by = nlohmann::ordered_json::object();
   for (uint32_t i = 0; i < 256; ++i)
-    if (s.synd[i]) by[std::string(mlx5::prm::syndrome_name(static_cast<uint8_t>(i)))] = s.synd[i];
+    if (s.win.syndromes[i])
+      by[std::string(mlx5::prm::syndrome_name(static_cast<uint8_t>(i)))] = s.win.syndromes[i];
   j["errors"]["by_syndrome"] = std::move(by);
   return j;
 }
@@ -334,10 +346,10 @@ std::string syndrome_list(const LaneSnap& s, bool json) {
   if (json) return json_lane(s, 0)["errors"]["by_syndrome"].dump();
   std::string o;
   for (uint32_t i = 0; i < 256; ++i) {
-    if (!s.synd[i]) continue;
+    if (!s.win.syndromes[i]) continue;
     if (!o.empty()) o += ", ";
     o += std::string(mlx5::prm::syndrome_name(static_cast<uint8_t>(i))) + " " +
-         std::to_string(s.synd[i]);
+         std::to_string(s.win.syndromes[i]);
   }
   return o.empty() ? "none" : o;
 }
@@ -387,7 +399,7 @@ std::string format_period(const Snapshot& d, double secs, double at, const Label
                   "in flight %" PRIu64 "  errors %" PRIu64 "\n",
                   at, who, rate(static_cast<double>(s.ios), secs),
                   human_bytes(rate(static_cast<double>(s.bytes), secs)).c_str(),
-                  rate(static_cast<double>(s.maps), secs), us(static_cast<double>(h.p50)),
+                  rate(static_cast<double>(s.win.maps), secs), us(static_cast<double>(h.p50)),
                   us(static_cast<double>(h.p99)), s.in_flight, s.errors());
     o += buf;
   };

@@ -11,8 +11,6 @@ namespace rdmafwd {
 
 struct LaneSnap {
   uint64_t ios = 0, bytes = 0, io_errors = 0, verify_fail = 0, rejected = 0, corrupted = 0;
-  uint64_t maps = 0, unmaps = 0, pages_mapped = 0, cache_hits = 0, cache_misses = 0;
-  uint64_t remote_inv = 0, umr_errors = 0, wqe_errors = 0, recoveries = 0, exhausted = 0;
   uint64_t issued = 0, abandoned = 0, faults_injected = 0, faults_recovered = 0, fault_ios = 0;
   uint64_t dead = 0;  // lanes that could not recover
   // Remote accesses the lane's QPs refused as responders (a bad or foreign rkey, another PD, out
@@ -26,7 +24,8 @@ struct LaneSnap {
   // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where
   // nothing is issued (two-process server).
   uint64_t in_flight = 0, lost = 0;
-  std::array<uint64_t, 256> synd{};
+  // The library's window counters of the lane's PollCores, summed (rdmx/win/stats.hpp).
+  win::CoreCounts win;
   HistSnapshot hist;
 
   void take(const Lane& l);
@@ -68,7 +67,7 @@ enum class StatKind {
 struct StatField {
   const char* json;       // JSON pointer inside a lane object ("/errors/io")
   const char* per_s;      // JSON pointer of its rate, or nullptr
-  const char* telemetry;  // key in /rdmx/stats, or nullptr
+  const char* telemetry;  // key in /rdmafwd/stats, or nullptr
   const char* text;       // label in the text block, or nullptr
   const char* group;      // text line: "io", "windows", "latency", "errors", "faults"
   StatKind kind;

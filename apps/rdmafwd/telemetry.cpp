@@ -1,6 +1,9 @@
-// DPDK telemetry commands (dpdk-telemetry.py): /rdmx/stats, /rdmx/config, /rdmx/windows.
-// Callbacks run on the telemetry thread and only read lock-free counters (and the last window
-// census, taken by the main lcore while no lane runs, under a mutex).
+// rdmafwd's own DPDK telemetry commands (dpdk-telemetry.py): /rdmafwd/stats (I/Os, latency,
+// errors and the window counters per lane, as the final statistics show them), /rdmafwd/config,
+// /rdmafwd/windows. The window library registers /rdmx/cores and /rdmx/stats itself, for any
+// process that links it (lib/win/stats.cpp). Callbacks run on the telemetry thread and only read
+// lock-free counters (and the last window census, taken by the main lcore while no lane runs,
+// under a mutex).
 #include <rte_telemetry.h>
 
 #include <cinttypes>
@@ -104,10 +107,10 @@ int cmd_windows(const char*, const char*, rte_tel_data* d) {
 
 void register_telemetry() {
   App& a = app();
-  rte_telemetry_register_cmd("/rdmx/stats", cmd_stats,
+  rte_telemetry_register_cmd("/rdmafwd/stats", cmd_stats,
                              "rdmafwd I/O, window and latency statistics. Parameters: [lane]");
-  rte_telemetry_register_cmd("/rdmx/config", cmd_config, "rdmafwd configuration");
-  rte_telemetry_register_cmd("/rdmx/windows", cmd_windows,
+  rte_telemetry_register_cmd("/rdmafwd/config", cmd_config, "rdmafwd configuration");
+  rte_telemetry_register_cmd("/rdmafwd/windows", cmd_windows,
                              "Window census (cache/unmapping/depot/mapped) of the last stop");
   a.telemetry_path = std::string(rte_eal_get_runtime_dir()) + "/dpdk_telemetry.v2";
 }

@@ -213,15 +213,15 @@ TestResult test_io(Ctx& ctx, bool bw) {
   }
   core.quiesce();
   const auto es = a.emu->stats();
+  const win::CoreCounts cs = win::snapshot(core.stats());
   t.notes.push_back("depth " + std::to_string(depth) +
                     "; device threads (both sides) pinned to "
                     "CPU " +
                     std::to_string(ctx.device_cpu) + ", measuring lcore on CPU " +
                     std::to_string(ctx.measure_cpu) + "; app completion errors " +
                     std::to_string(app_errors) + ", map retries " + std::to_string(map_errors) +
-                    ", fenced unmaps " + std::to_string(core.stats().fenced_unmaps) + " of " +
-                    std::to_string(core.stats().unmaps) + ", device WQEs " +
-                    std::to_string(es.wqes));
+                    ", fenced unmaps " + std::to_string(cs.fenced_unmaps) + " of " +
+                    std::to_string(cs.unmaps) + ", device WQEs " + std::to_string(es.wqes));
   t.notes.push_back(
       "window_overhead_ns = map_unmap - register_once (per I/O); the emulated "
       "device moves bytes with memcpy on another CPU, so absolute I/O times are "

@@ -214,7 +214,7 @@ TestResult test_umr(Ctx& ctx) {
   core_inc.quiesce();
   rte_mempool_free(mp);
 
-  const auto st = core.stats();
+  const win::CoreCounts st = win::snapshot(core.stats());
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "inline KLM limit %u pages; maps %llu (inline %llu, pointer %llu), map errors "
@@ -291,13 +291,11 @@ TestResult test_umr_lat(Ctx& ctx) {
   std::span<const uint64_t> pg(n.pages.data(), pages);
   uint64_t errors = 0;
 
-  // UMRs posted (maps + unmaps) minus those completed is what is in flight; wait until the
-  // completions reach what was posted (unsignaled UMRs are reported when a later CQE covers them).
+  // Waits until every UMR posted completed (unsignaled UMRs are reported when a later CQE covers
+  // them). The core's in-flight count, not its statistics: those read 0 with -Dstats=false.
   core.quiesce();
-  const uint64_t base = core.stats().maps + core.stats().unmaps - core.stats().umr_completions;
-  auto wait_posted = [&core, base] {
-    const uint64_t want = core.stats().maps + core.stats().unmaps - base;
-    while (core.stats().umr_completions < want) core.poll(16, [](const mlx5::Completion&) {});
+  auto wait_posted = [&core] {
+    while (core.umrs_in_flight()) core.poll(16, [](const mlx5::Completion&) {});
   };
   std::vector<std::unique_ptr<Bench>> g;
   CaseResult m;

@@ -28,6 +28,7 @@
 #include <rdmx/mlx5/prm/defs.hpp>
 #include <rdmx/win/peer_guard.hpp>
 #include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/stats_registry.hpp>
 #include <rdmx/win/window_pool.hpp>
 
 #include "capi_internal.hpp"
@@ -954,8 +955,8 @@ int rdmx_core_quiesce(rdmx_core* c, uint64_t timeout_ms) {
 int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
   if (!c || !out) return -RDMX_EINVAL;
   rdmx_core_stats s{};
-  const win::CoreStats& k = c->pc->stats();
-#define RDMX_COPY_COUNTER(name, meaning) s.name = k.name;
+  const win::CoreCounts k = win::snapshot(c->pc->stats());
+#define RDMX_COPY_COUNTER(name, type, kind, unit, help) s.name = k.name;
   RDMX_CORE_COUNTERS(RDMX_COPY_COUNTER)
 #undef RDMX_COPY_COUNTER
   const auto& q = const_cast<rdmx_core*>(c)->pc->qp().stats();
@@ -969,6 +970,17 @@ int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
       s.refused_remote_accesses = *n;
   std::memcpy(out, &s, std::min(size, sizeof(s)));
   return 0;
+}
+
+int rdmx_stats_snapshot(const rdmx_core* c, rdmx_stat* out, size_t n) {
+  if (!out && n) return -RDMX_EINVAL;
+  static_assert(sizeof(rdmx_stat) == sizeof(win::NamedValue) &&
+                offsetof(rdmx_stat, value) == offsetof(win::NamedValue, value));
+  const win::CoreCounts k = c ? win::snapshot(c->pc->stats()) : win::stats_total();
+  win::NamedValue v[win::kMaxXstats];
+  const size_t total = win::xstats(k, v, win::kMaxXstats);
+  for (size_t i = 0; i < n && i < total; ++i) out[i] = {v[i].name, v[i].value};
+  return static_cast<int>(total);
 }
 
 }  // extern "C"

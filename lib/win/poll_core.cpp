@@ -16,6 +16,7 @@ extern "C" {  // DPDK 22.11's rte_vect.h declares its functions without C linkag
 #include <rdmx/core/log.hpp>
 #include <rdmx/mlx5/prm/defs.hpp>
 #include <rdmx/win/poll_core.hpp>
+#include <rdmx/win/stats_registry.hpp>
 
 namespace rdmx::win {
 
@@ -35,6 +36,7 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   if (!id) return std::move(id).error();
   c->id_ = id.value();
   c->attached_ = true;
+  c->stats_index_ = stats_register(&c->stats_);
 
   mlx5::Device& dev = pool.device();
   mlx5::QpConfig qc = cfg.qp;
@@ -127,6 +129,8 @@ void PollCore::init_templates() noexcept {
   t.fast_pages = max_pages_;
   t.inline_pages = std::min(max_pages_, inline_limit_);
   t.max_length = uint64_t{t.fast_pages} * ps;
+  t.page_shift = arena_.page_shift();
+  t.page_mask = ps - 1;
   // The access masks validate() accepts and the device can grant by UMR.
   t.access_ok = 0;
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a) {
@@ -334,6 +338,8 @@ PollCore::~PollCore() {
     if (!s) RDMX_LOG_WARN("poll core: destroy_qp: %s", s.error().message.c_str());
   }
   if (attached_) pool_.detach_core(id_);
+  // Last: the process total keeps what this core counted, its shutdown unmaps included.
+  if (stats_index_ != kNoStatsIndex) stats_unregister(stats_index_);
 }
 
 }  // namespace rdmx::win

@@ -462,10 +462,10 @@ Window* PollCore::map_interleaved_fast(std::span<const InterleavedPart> parts, u
   set_key(w, key, ctrl1_mkey, mkc0_key);
   w->state_ = WindowState::kMapped;
   w->local_use_ = 0;
-  w->n_pages_ = 0;  // no chunk pages: pages_mapped unchanged
+  w->n_pages_ = 0;  // no chunk page list
   w->length_ = length;
   w->umr_end_ = s.pi + s.nbb;
-  fast_maps_done(1, 0, 0);
+  fast_maps_done(1, 0, interleaved_pages(length));
   return w;
 }
 
@@ -516,7 +516,8 @@ MapResult PollCore::map_interleaved_general(std::span<const InterleavedPart> par
   stats_.cache_hits += top;  // get_window_slow counted its own
   sq.commit(ds, MLX5_OPCODE_UMR, cookie_of(kOpMap, w));
   ++umrs_in_flight_;
-  return mapped(w, key, 0, length);  // no chunk pages: pages_mapped unchanged
+  stats_.pages_mapped += interleaved_pages(length);
+  return mapped(w, key, 0, length);  // no chunk page list
 }
 
 Errc PollCore::post_umr_invalidate(Window* w, uint8_t fence) noexcept {

@@ -161,10 +161,10 @@ class Workload {
                     uint64_t dup) {
     std::printf("  %-40s ops %5zu completed %5" PRIu64 " failed %5" PRIu64 " lost %" PRIu64
                 " dup %" PRIu64 " (A: %" PRIu64 " UMR errors, syndromes:",
-                what, ops_.size(), completed, failed, lost, dup, r_.ca().stats().umr_errors);
+                what, ops_.size(), completed, failed, lost, dup, r_.ca().stats().umr_errors.get());
     const auto& syn = r_.ca().stats().syndromes;
     for (size_t i = 0; i < syn.size(); ++i)
-      if (syn[i]) std::printf(" 0x%02zx x%" PRIu64, i, syn[i]);
+      if (syn[i]) std::printf(" 0x%02zx x%" PRIu64, i, syn[i].get());
     std::printf(")\n");
   }
 

@@ -70,11 +70,15 @@ inline void retry_unmaps(win::PollCore& k, Lane& l) noexcept {
   l.unmap_n -= done;
 }
 
-inline void io_done(Lane& l, uint64_t start_tsc, uint64_t now, uint64_t bytes) noexcept {
-  l.st.lat.add(now - start_tsc);
+// An I/O completed without a latency sample (a relay server has no clock of the source).
+inline void io_done_untimed(Lane& l, uint64_t bytes) noexcept {
   l.st.ios.add(1);
   l.st.bytes.add(bytes);
   ++l.completed;
+}
+inline void io_done(Lane& l, uint64_t start_tsc, uint64_t now, uint64_t bytes) noexcept {
+  l.st.lat.add(now - start_tsc);
+  io_done_untimed(l, bytes);
 }
 
 // A completion in error: the QP is in error: stop issuing; the lane runner recovers both ends

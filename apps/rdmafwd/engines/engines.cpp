@@ -78,42 +78,4 @@ uint8_t* byte_at(const uint64_t* pages, uint32_t page_size, uint64_t off) noexce
   return reinterpret_cast<uint8_t*>(pages[off / page_size] + off % page_size);
 }
 
-void Lane::publish() noexcept {
-  uint64_t maps = 0, unmaps = 0, pages = 0, hits = 0, misses = 0, rinv = 0, uerr = 0, werr = 0,
-           rec = 0, exh = 0;
-  win::PollCore* cores[4] = {c, p, r, s};
-  for (win::PollCore* k : cores) {
-    if (!k) continue;
-    const win::CoreStats& cs = k->stats();
-    maps += cs.maps;
-    unmaps += cs.unmaps;
-    pages += cs.pages_mapped;
-    hits += cs.cache_hits;
-    misses += cs.cache_misses;
-    rinv += cs.remote_invalidations;
-    uerr += cs.umr_errors;
-    rec += cs.recoveries;
-    exh += cs.exhausted;
-    werr += cs.wqe_errors;
-  }
-  st.win.maps.set(maps);
-  st.win.unmaps.set(unmaps);
-  st.win.pages_mapped.set(pages);
-  st.win.cache_hits.set(hits);
-  st.win.cache_misses.set(misses);
-  st.win.remote_invalidations.set(rinv);
-  st.win.umr_errors.set(uerr);
-  st.win.recoveries.set(rec);
-  st.win.exhausted.set(exh);
-  if (werr != st.win.wqe_errors.get()) {  // rare: copy the syndrome table only when it moved
-    st.win.wqe_errors.set(werr);
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint64_t n = 0;
-      for (win::PollCore* k : cores)
-        if (k) n += k->stats().syndromes[i];
-      st.win.syndromes[i].set(n);
-    }
-  }
-}
-
 }  // namespace rdmafwd

@@ -121,8 +121,8 @@ bool relay_poll(Lane& l, uint32_t cap) {
     const auto* h = reinterpret_cast<const PayloadHdr*>(l.p_recv.slot(k)[0]);
     if (!l.remote_client)
       release(l, h->seq);
-    else if (x.ok())  // forwarded (the server has no clock of the source); the bytes it
-      io_done(l, h->tsc, h->tsc, l.srv[k].len);  // received, not what the client's header says
+    else if (x.ok())  // forwarded: no latency sample (the server has no clock of the source);
+      io_done_untimed(l, l.srv[k].len);  // the bytes it received, not the client's header's
     if (l.relay_w[k]) {
       if (r.unmap(l.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
       l.relay_w[k] = nullptr;
@@ -156,6 +156,9 @@ bool relay_poll(Lane& l, uint32_t cap) {
       return;
     }
     l.srv[k].len = x.byte_len;
+    // Two processes: a message accepted is the server's I/O, so that issued = completed +
+    // failed + abandoned holds on this side too (doc/guides/rdmafwd.md, statistics).
+    if (l.remote_client) ++l.issued;
     backlog_push(l, k);
   });
   while (l.backlog_n && !l.failed) {

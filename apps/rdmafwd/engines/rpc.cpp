@@ -160,6 +160,9 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   v.len = req.len;
   v.op = req.op;
   v.tsc = now;
+  // Two processes: a request accepted is the server's I/O (served by server_reply), so that
+  // issued = completed + failed + abandoned holds on this side too.
+  if (l.remote_client) ++l.issued;
   v.expect_a = req.csum_a;
   v.expect_b = req.csum_b;
   const uint32_t md = l.cfg.metadata;  // req.md == md (check_rpc_request)

@@ -65,6 +65,7 @@ def mode(binary, fwd, extra=()):
     if fwd == "rpc":
         check(t["remote_invalidations"] == t["ios"], "rpc: replies did not invalidate every window", p)
     print(f"fwd {fwd}: {t['ios']} I/Os, {t['ios_per_s']:.0f}/s, p50 {t['latency_us']['p50']:.1f} us")
+    return s
 
 
 def case_corrupt(binary):
@@ -79,7 +80,11 @@ def case_corrupt(binary):
 
 def case_metadata(binary):
     # --metadata 8: data and metadata of every block through interleaved windows on both sides.
-    mode(binary, "rpc", ["--metadata", "8"])
+    t = mode(binary, "rpc", ["--metadata", "8"])["total"]
+    # Interleaved maps count their pages too (length in pages): each I/O maps 16 blocks of
+    # 4096 + 8 bytes on both sides, 17 pages' worth each.
+    check(t["pages_mapped"] >= 16 * t["maps"], f"--metadata: maps {t['maps']}, pages mapped "
+          f"{t['pages_mapped']}")
     # A flipped metadata byte (the data stays intact) is caught by the metadata check alone.
     p = run(binary, ["--fwd", "rpc", "--metadata", "8", "--duration", "1", "--json",
                      "--corrupt-every", "200"])
@@ -218,6 +223,23 @@ def case_hugepage_notice(binary):
     check(p.returncode == 0, f"exit {p.returncode}", p)
     n = sum("no free hugepages" in l for l in (p.stdout + p.stderr).splitlines())
     check(n == (0 if free else 1), f"the no-hugepage notice appeared {n} times (free {free})", p)
+
+
+def case_prompt_latency_reset(binary):
+    # A run's latency extremes do not survive `start`: a 16-page run (warm-up included), then a
+    # 1-page run of 300 RPCs. With fewer than 1000 samples p99.9 is the top bucket's value, so
+    # the second run's max must equal it (it read the first run's max, from a higher bucket).
+    script = "start\nsleep 1\nset pages 1\nstart\nsleep 1\nshow stats\nquit\n"
+    p = run(binary, ["--io-count", "300", "-i", "--json"], stdin=script)
+    check(p.returncode == 0, f"exit {p.returncode}", p)
+    docs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    stats = [d for d in docs if d["type"] in ("stats", "summary")]
+    check(len(stats) >= 2, f"want the second run's statistics, got {len(stats)} documents", p)
+    lat = stats[-1]["total"]["latency_us"]
+    check(stats[-1]["total"]["ios"] == 300 and lat["count"] == 300, f"second run: {lat}", p)
+    check(lat["min"] <= lat["p50"] <= lat["max"] <= lat["p99_9"] + 1e-6,
+          f"the second run shows a maximum no sample of it reached: {lat}", p)
+    print(f"latency after start: p99.9 {lat['p99_9']:.1f} us, max {lat['max']:.1f} us")
 
 
 def case_prompt_reset(binary):
@@ -460,18 +482,25 @@ def case_telemetry(binary):
         s.connect(path)
         json.loads(s.recv(16384).decode())  # the greeting
         got = {}
-        for cmd in ["/rdmx/stats", "/rdmx/config", "/rdmx/windows"]:
+        for cmd in ["/rdmafwd/stats", "/rdmafwd/config", "/rdmafwd/windows", "/rdmx/stats",
+                    "/rdmx/cores"]:
             s.send(cmd.encode())
             got[cmd] = json.loads(s.recv(65536).decode())[cmd]
         s.close()
-        st = got["/rdmx/stats"]
+        st = got["/rdmafwd/stats"]
         check(st["ios"] > 0, f"stats: {st}")
         # While forwarding, what is in flight is not an error (it was counted as lost once).
         check(st["errors"] == 0 and st["lost_ios"] == 0 and "in_flight" in st, f"stats: {st}")
         check(st["since"] == "start" and st["bytes_kind"] == "moved", f"stats: {st}")
-        check(got["/rdmx/config"]["fwd"] == "rpc", f"config: {got['/rdmx/config']}")
-        check(got["/rdmx/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmx/windows']}")
-        print("telemetry:", got["/rdmx/stats"])
+        check(got["/rdmafwd/config"]["fwd"] == "rpc", f"config: {got['/rdmafwd/config']}")
+        check(got["/rdmafwd/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmafwd/windows']}")
+        # The library's own commands: every poll core of the process (at least the client and
+        # the peer of the lane), and its window counters, read after rdmafwd's (they only grow).
+        lib = got["/rdmx/stats"]
+        check(len(got["/rdmx/cores"]) >= 2, f"cores: {got['/rdmx/cores']}")
+        check(lib["maps"] >= st["maps"] > 0 and lib["pages_mapped"] >= st["pages_mapped"],
+              f"/rdmx/stats {lib} behind /rdmafwd/stats {st}")
+        print("telemetry:", got["/rdmafwd/stats"], got["/rdmx/stats"]["maps"])
     finally:
         out, err = p.communicate(timeout=30)
     check(p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}")
@@ -624,6 +653,7 @@ CASES = {
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,
     "prompt-reset": case_prompt_reset,
+    "prompt-latency-reset": case_prompt_latency_reset,
     "prompt-terminal": case_prompt_terminal,
     "hugepage-notice": case_hugepage_notice,
     "two-process": case_two_process,

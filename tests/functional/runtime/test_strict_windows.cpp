@@ -428,7 +428,7 @@ int windows_child(bool add_getpid) {
   const double secs = static_cast<double>(local.tsc_run_end - local.tsc_run_begin) /
                       static_cast<double>(rte_get_tsc_hz());
   const uint64_t done = local.done.load();
-  const win::CoreStats& cs = local.side.core().stats();
+  const win::CoreCounts cs = win::snapshot(local.side.core().stats());
   std::fprintf(stderr,
                "counts: iterations %" PRIu64 " writes_ok %" PRIu64 " write_errors %" PRIu64
                " post_errors %" PRIu64 " maps %" PRIu64 " unmaps %" PRIu64

@@ -1385,6 +1385,42 @@ HOSTILE_CASES = {
 }
 BLOCKD_CASES["blockd-client-killed"] = case_blockd_client_killed
 
+def case_server_stats(binary):
+    """A server's statistics block names what its client runs and reads true on the server's
+    side: relay (issued = I/Os served, no latency samples: it has no clock of the source, so
+    "latency: -" as everywhere else without samples) and write (it maps nothing during the run:
+    "cache hit -", not 0.0 %)."""
+    import re
+    for fwd in ("relay", "write"):
+        port = free_port()
+        srv, cli, procs = serve(
+            command(binary, SERVER_EAL, ["--role", "server", "--listen", str(port)]),
+            command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--fwd", fwd, "--duration", "1", "--json"]))
+        (_, sout, serr), (_, cout, cerr) = procs
+        both_ok(srv, cli, procs)
+        c = summary(cout)["total"]
+        header = [l for l in sout.splitlines() if "rdmafwd statistics since" in l]
+        check(len(header) == 1 and f"fwd {fwd} on " in header[0],
+              f"{fwd}: server header {header!r} does not name the client's mode", *procs)
+        ios = int(re.search(r"I/Os (\d+) ", sout).group(1))
+        issued = int(re.search(r" issued (\d+) ", sout).group(1))
+        lost = int(re.search(r" lost (\d+) ", sout).group(1))
+        abandoned = int(re.search(r" abandoned (\d+) ", sout).group(1))
+        failed = int(re.search(r"I/Os failed by faults (\d+) ", sout).group(1))
+        check(issued == ios + failed + abandoned and lost == 0,
+              f"{fwd}: server issued {issued} != I/Os {ios} + failed {failed} + abandoned "
+              f"{abandoned}", *procs)
+        if fwd == "relay":
+            check(ios == c["ios"] > 0, f"relay: server {ios}, client {c['ios']}", *procs)
+            check("    latency: -" in sout and "latency us:" not in sout,
+                  "relay server: latency figures without samples", *procs)
+        else:
+            check("cache hit -" in sout and "cache hit 0.0%" not in sout,
+                  "write server: a cache hit rate of no maps", *procs)
+    print("server statistics: relay and write servers name the mode, identity holds")
+
+
 CASES = {
     "loopback": case_loopback,
     "lanes": case_lanes,
@@ -1404,6 +1440,7 @@ CASES = {
     "roce-clients": case_roce_clients,
     "roce-client-killed": case_roce_client_killed,
     "relay": case_relay,
+    "server-stats": case_server_stats,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,

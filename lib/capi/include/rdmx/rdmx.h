@@ -631,8 +631,11 @@ RDMX_API int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b);
 RDMX_API int rdmx_core_quiesce(rdmx_core* core, uint64_t timeout_ms);
 
 /* ---- Statistics ------------------------------------------------------------------------------
- * Per core, written only by its poll thread: a reader on another thread sees slightly stale
- * values. */
+ * Per core, written only by its poll thread and readable from any thread: each value is one the
+ * poll thread stored, a snapshot never shows an effect without its cause (unmaps and remote
+ * invalidations never exceed maps), and snapshots taken in turn never go backwards. Built with
+ * -Dstats=false, every counter but maps, mw_binds and umr_completions reads 0. The same counters
+ * are served to dpdk-telemetry.py as /rdmx/stats (doc/guides/embedding.md "Statistics"). */
 typedef struct rdmx_core_stats {
   uint64_t maps, inline_maps, pointer_maps, unmaps, pages_mapped;
   uint64_t cache_hits, cache_misses, depot_refills, depot_flushes;
@@ -664,6 +667,20 @@ typedef struct rdmx_core_stats {
 /* [any thread; see above] Copies the core's counters into *out; `size` = sizeof(*out) of the
  * caller (fields past it are not written). */
 RDMX_API int rdmx_core_stats_get(const rdmx_core* core, rdmx_core_stats* out, size_t size);
+
+/* One counter by name (xstats, as DPDK's rte_eth_xstat_name + rte_eth_xstat). */
+typedef struct rdmx_stat {
+  const char* name; /* static: valid while the library is loaded */
+  uint64_t value;
+} rdmx_stat;
+
+/* [any] A snapshot of the window counters as name/value pairs: of `core`, or with core NULL the
+ * sum over every core the process had (destroyed ones included). The names are those of
+ * rdmx_core_stats ("maps", "pages_mapped", "cache_hits", ...), then "rejected_<errname>" (with "_" for "-") per
+ * RDMX_E* code, then "syndrome_<name>" for each CQE syndrome seen. Writes min(n, count) pairs
+ * to out and returns count (call with n = 0 to size the array); -RDMX_EINVAL when out is NULL
+ * and n is not 0. Not hot-path (with core NULL it takes a lock shared with core creation). */
+RDMX_API int rdmx_stats_snapshot(const rdmx_core* core, rdmx_stat* out, size_t n);
 
 #ifdef __cplusplus
 } /* extern "C" */

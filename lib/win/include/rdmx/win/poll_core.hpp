@@ -83,7 +83,10 @@ class PollCore {
     return w->state_ == WindowState::kUnmapping && umrs_done(w) && !w->dirty_ ? WindowState::kCache
                                                                               : w->state_;
   }
+  // This core's counters. Any thread may read them (win::snapshot(); rdmx/win/stats.hpp).
   const CoreStats& stats() const noexcept { return stats_; }
+  // This core's index in the process (telemetry /rdmx/stats,<index>; rdmx/win/stats_registry.hpp).
+  uint32_t stats_index() const noexcept { return stats_index_; }
   const KeyGen& keys() const noexcept { return keys_; }
   // The KLM writer variant chosen at create (CPU features, DPDK's SIMD width limit).
   mlx5::prm::KlmVariant klm_variant() const noexcept { return klm_variant_; }
@@ -301,6 +304,11 @@ class PollCore {
     w->inv_ctrl1_ = ctrl1_mkey;
     w->inv_mkc0_ = mkc0_key | MLX5_WQE_MKEY_CONTEXT_FREE;
   }
+  // What an interleaved map adds to CoreStats::pages_mapped: its length in chunk pages, rounded
+  // up (it has no page list; the layout reaches that many pages' worth of the arena).
+  uint64_t interleaved_pages(uint64_t length) const noexcept {
+    return (length + tpl_.page_mask) >> tpl_.page_shift;
+  }
   // The bookkeeping of a map whose UMR was committed: the window's new state and the result.
   MapResult mapped(Window* w, uint8_t key, uint32_t n_pages, uint64_t length) noexcept;
   // What a map of `w` hands back (its state already updated).
@@ -406,6 +414,8 @@ class PollCore {
     uint32_t fast_pages = 0;       // map's fast path: at most this many pages (the pool's max)
     uint32_t inline_pages = 0;     // up to this many inline, more in pointer mode
     uint16_t access_ok = 0;        // bit a: access mask a passes validate() and the atomic cap
+    uint32_t page_shift = 0;       // the arena's chunk page (interleaved_pages)
+    uint64_t page_mask = 0;        // page size - 1
   } tpl_;
   bool rq_posted_ = false;
   uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
@@ -421,6 +431,8 @@ class PollCore {
   uint32_t mw_free_len_ = 0;
   std::unique_ptr<Window*[]> scratch_;  // depot bursts
   CoreStats stats_;
+  static constexpr uint32_t kNoStatsIndex = UINT32_MAX;
+  uint32_t stats_index_ = kNoStatsIndex;
 };
 
 }  // namespace rdmx::win
