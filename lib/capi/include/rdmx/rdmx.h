@@ -676,10 +676,11 @@ typedef struct rdmx_stat {
 
 /* [any] A snapshot of the window counters as name/value pairs: of `core`, or with core NULL the
  * sum over every core the process had (destroyed ones included). The names are those of
- * rdmx_core_stats ("maps", "pages_mapped", "cache_hits", ...), then "rejected_<errname>" (with "_" for "-") per
- * RDMX_E* code, then "syndrome_<name>" for each CQE syndrome seen. Writes min(n, count) pairs
- * to out and returns count (call with n = 0 to size the array); -RDMX_EINVAL when out is NULL
- * and n is not 0. Not hot-path (with core NULL it takes a lock shared with core creation). */
+ * rdmx_core_stats ("maps", "pages_mapped", "cache_hits", ...), then "rejected_<errname>" (with "_"
+ * for "-") per RDMX_E* code, then "syndrome_<name>" for each CQE syndrome seen. Writes min(n,
+ * count) pairs to out and returns count (call with n = 0 to size the array); -RDMX_EINVAL when out
+ * is NULL and n is not 0. Not hot-path (with core NULL it takes a lock shared with core creation).
+ */
 RDMX_API int rdmx_stats_snapshot(const rdmx_core* core, rdmx_stat* out, size_t n);
 
 #ifdef __cplusplus
