@@ -63,7 +63,9 @@ struct App {
   void print_roce_stats();  // emu@roce: the RoCE v2 link's counters (summary only)
   void print_period();
   double period() const;  // seconds between periodic lines; 0 = none
-  int exit_status();
+  // 0 or 1 and the lines that say why: over every run of the session, or (this_run) only the
+  // run since the last start (--serve-clients: each client's run on its own).
+  int exit_status(bool this_run = false);
   FILE* text_out() const { return prm.json ? stderr : stdout; }
 };
 

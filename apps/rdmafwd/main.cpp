@@ -361,9 +361,9 @@ void App::print_period() {
   last_period_tsc = now;
 }
 
-int App::exit_status() {
+int App::exit_status(bool this_run) {
   // Every run of the session counts, whatever `start` or `clear stats` reset for display.
-  const LaneSnap t = take_snapshot(tb->lanes).total();
+  const LaneSnap t = this_run ? stats().total() : take_snapshot(tb->lanes).total();
   std::string dump;
   const uint64_t reports = tb->checker_reports(&dump);
   int st = kExitOk;
@@ -670,83 +670,122 @@ int main(int argc, char** argv) {
     }
   } else {
     if (g_signal.load()) return interrupted("before forwarding started");
-    if (Status s = a.start(); !s) {
-      std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
-      return kExitRuntime;
-    }
-    if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
-      std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
-    // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye
-    // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
-    bool peer_lost = false;
-    uint64_t bye_deadline = 0;
-    // --max-refusals: one guard per lane's QP (each watches the client behind it).
-    std::vector<win::PeerGuard> guards;
-    bool refused_out = false;
-    if (a.prm.max_refusals)
-      for (const auto& l : a.tb->lanes)
-        if (l->dev_b && l->p) {
-          const win::RefusalPolicy pol{a.prm.max_refusals,
-                                       std::chrono::milliseconds(static_cast<int64_t>(
-                                           std::max(1.0, a.prm.refusal_window * 1e3)))};
-          guards.emplace_back(*l->dev_b, l->p->qp_handle(),
-                              a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")",
-                              pol);
-          if (auto g = guards.back().check(); !g) {
-            std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
-            (void)a.stop();
-            return kExitNoDevice;
+    // --serve-clients: a server of one client at a time serves the next once a client's run is
+    // over (its goodbye, its death, its drop), until N were served or Ctrl-C.
+    const bool serve_on = a.prm.role == Role::kServer && a.prm.serve_clients != 1;
+    unsigned served = 0;
+    int worst = kExitOk;
+    for (;;) {
+      if (Status s = a.start(); !s) {
+        std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
+        return kExitRuntime;
+      }
+      if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
+        std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
+      // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye
+      // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
+      bool peer_lost = false;
+      uint64_t bye_deadline = 0;
+      // --max-refusals: one guard per lane's QP (each watches the client behind it).
+      std::vector<win::PeerGuard> guards;
+      bool refused_out = false;
+      if (a.prm.max_refusals)
+        for (const auto& l : a.tb->lanes)
+          if (l->dev_b && l->p) {
+            const win::RefusalPolicy pol{a.prm.max_refusals,
+                                         std::chrono::milliseconds(static_cast<int64_t>(
+                                             std::max(1.0, a.prm.refusal_window * 1e3)))};
+            guards.emplace_back(*l->dev_b, l->p->qp_handle(),
+                                a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")",
+                                pol);
+            if (auto g = guards.back().check(); !g) {
+              std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
+              (void)a.stop();
+              return kExitNoDevice;
+            }
           }
-        }
-    unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
-    while (a.running && !g_signal.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      background_tick(a);
-      for (win::PeerGuard& g : guards)
-        if (auto r = g.check(); r && *r && !refused_out) {
-          refused_out = true;  // the guard logged the line naming the peer
+      unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
+      while (a.running && !g_signal.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        background_tick(a);
+        for (win::PeerGuard& g : guards)
+          if (auto r = g.check(); r && *r && !refused_out) {
+            refused_out = true;  // the guard logged the line naming the peer
+            (void)a.stop();
+          }
+        if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
+        const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
+        if (ps == PeerState::kGone) {
+          (void)a.stop();
+          peer_lost = true;
+        } else if (ps == PeerState::kBye && !bye_deadline) {
+          bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
+        } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
           (void)a.stop();
         }
-      if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
-      const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
-      if (ps == PeerState::kGone) {
-        (void)a.stop();
-        peer_lost = true;
-      } else if (ps == PeerState::kBye && !bye_deadline) {
-        bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
-      } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
-        (void)a.stop();
+      }
+      if (a.running) (void)a.stop();
+      if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
+      if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
+      if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !peer_lost &&
+          !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
+        std::string note;
+        (void)check_client_writes(*a.tb, a.prm, note);
+        std::fprintf(out, "rdmafwd: %s\n", note.c_str());
+      }
+      int st = a.exit_status(serve_on);
+      if (refused_out || dropped) st = kExitRuntime;
+      const bool more = serve_on && !g_signal.load() &&
+                        (a.prm.serve_clients == 0 || served + 1 < a.prm.serve_clients);
+      if (peer_lost && serve_on) {
+        // One line for the client: its death ends its run, not this server (nor is it a failure
+        // of this server: what its run left in flight is counted in its summary).
+        Testbed::Peer& pr = a.tb->peers.at(std::max(a.tb->lost_peer, 0));
+        pr.dropped = true;
+        std::fprintf(stderr,
+                     "rdmafwd: server: client %s dropped: went away during the run (connection "
+                     "closed without a goodbye)%s\n",
+                     pr.name.c_str(), more ? "; waiting for the next client" : "");
+        st = kExitOk;
+      } else if (peer_lost) {
+        std::fprintf(stderr,
+                     "rdmafwd: the %s %s went away during the run (connection closed "
+                     "without a goodbye)\n",
+                     a.prm.role == Role::kServer ? "client" : "server",
+                     a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
+        st = kExitRuntime;
+      }
+      const bool nothing_to_serve =
+          a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
+      if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve && !peer_lost) {
+        std::fprintf(stderr, "rdmafwd: no I/O completed\n");
+        st = kExitRuntime;
+        if (!serve_on) {
+          a.print_stats("summary", kExitRuntime);
+          return kExitRuntime;
+        }
+      }
+      a.print_stats("summary", st);
+      worst = std::max(worst, st);
+      ++served;
+      if (!more) break;
+      // The next client: the lanes released (QPs drained, run state cleared), then the wait.
+      Status rs = release_lanes(*a.tb);
+      if (rs) rs = next_client(a.prm, *a.tb, say, warn);
+      if (!rs) {
+        if (rs.error().code == Errc::kState || g_signal.load())
+          std::fprintf(out, "rdmafwd: stopped while waiting for the next client (%u served)\n",
+                       served);
+        else
+          std::fprintf(stderr, "rdmafwd: %s (%u client(s) served)\n", rs.error().message.c_str(),
+                       served);
+        if (rs.error().code != Errc::kState && rs.error().code != Errc::kTimeout)
+          worst = kExitRuntime;
+        break;
       }
     }
-    if (a.running) (void)a.stop();
-    if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
-    if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
-    if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !peer_lost &&
-        !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
-      std::string note;
-      (void)check_client_writes(*a.tb, a.prm, note);
-      std::fprintf(out, "rdmafwd: %s\n", note.c_str());
-    }
-    int st = a.exit_status();
-    if (refused_out || dropped) st = kExitRuntime;
-    if (peer_lost) {
-      std::fprintf(stderr,
-                   "rdmafwd: the %s %s went away during the run (connection closed "
-                   "without a goodbye)\n",
-                   a.prm.role == Role::kServer ? "client" : "server",
-                   a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
-      st = kExitRuntime;
-    }
-    const bool nothing_to_serve =
-        a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
-    if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve) {
-      std::fprintf(stderr, "rdmafwd: no I/O completed\n");
-      a.print_stats("summary", kExitRuntime);
-      return kExitRuntime;
-    }
-    a.print_stats("summary", st);
     print_clients(a);
-    return st;
+    return worst;
   }
   return a.exit_status();
 }

@@ -79,6 +79,11 @@ std::string usage_text(const std::string& prog) {
        "                         accesses are refused within SEC seconds (default off)\n";
   u += "  --clients N            server: serve N clients at once, --nb-cores / N lanes each\n"
        "                         (needs a device on a network: emu@roce:ADDR or mlx5)\n";
+  u += "  --serve-clients N      server (one client at a time): serve N clients one after the\n"
+       "                         other, then exit; 0: until Ctrl-C (default 1: the first\n"
+       "                         client's end ends the server). A client that dies or is\n"
+       "                         dropped counts as served; the server waits for the next\n"
+       "                         (needs a device on a network: emu@roce:ADDR or mlx5)\n";
   u += "  --isolate peer|none    server: each lane's QP and windows in a protection domain of\n"
        "                         its own: no client's rkey works on another's QP (default none)\n";
   u += "  --cm                   mlx5: connect the QPs through rdma_cm (route-resolved device,\n"
@@ -156,6 +161,7 @@ enum : int {
   kRendezvousTimeout,
   kMaxRefusals,
   kClients,
+  kServeClients,
   kIsolate,
   kCm,
   kWire,
@@ -202,6 +208,7 @@ constexpr option kOptions[] = {
     {"rendezvous-timeout", required_argument, nullptr, kRendezvousTimeout},
     {"max-refusals", required_argument, nullptr, kMaxRefusals},
     {"clients", required_argument, nullptr, kClients},
+    {"serve-clients", required_argument, nullptr, kServeClients},
     {"isolate", required_argument, nullptr, kIsolate},
     {"cm", no_argument, nullptr, kCm},
     {"wire", required_argument, nullptr, kWire},
@@ -316,6 +323,8 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
       return "";
     case kClients:
       return num(1, 64, p.clients);
+    case kServeClients:
+      return num(0, 1000000, p.serve_clients);
     case kCm:
       p.cm = true;
       return "";
@@ -468,6 +477,17 @@ std::string check_params(const Params& p) {
   if (p.cm && dk != DeviceKind::kMlx5)
     return "--cm connects the QPs through rdma_cm: an mlx5 device only (--device mlx5_N); emu "
            "devices meet over the TCP rendezvous alone";
+  if (p.serve_clients != 1 && p.listen.empty())
+    return "--serve-clients is for a server that listens (--role server --listen [ADDR:]PORT)";
+  if (p.serve_clients != 1 && p.clients > 1)
+    return "--serve-clients is for a server of one client at a time (not with --clients)";
+  // emu's shared-memory wire is one link to one client process: a client killed holds its side
+  // of the wire to the end. Over a network the next client reaches the same QPs.
+  if (p.serve_clients != 1 && dk != DeviceKind::kMlx5 &&
+      p.device.find("@roce:") == std::string::npos)
+    return "--serve-clients " + std::to_string(p.serve_clients) +
+           " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
+           "joins one client process";
   if (p.clients > 1 && p.listen.empty())
     return "--clients is for a server that listens (--role server --listen [ADDR:]PORT)";
   if (p.clients > 1 && dk != DeviceKind::kMlx5 && p.device.find("@roce:") == std::string::npos)

@@ -525,6 +525,64 @@ def case_roce_client_killed(binary):
         print(f"roce-client-killed: the survivor's {c['ios']} RPCs served in full")
 
 
+def case_serve_next_client(binary):
+    """A one-client server asked to serve on (--serve-clients 0), over emu RoCE v2 across the
+    veth pair: its client is killed (SIGKILL) in the middle of its run; the server says so in one
+    line and waits for the next client (its lane's QP drained, RESET, reconnected with a new
+    initial PSN, its windows invalidated); a second client is served to the end, verified, with
+    the server's count equal to its own; the server is still up, and Ctrl-C ends it with exit 0,
+    leaving nothing behind."""
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40"]
+        srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                         "--serve-clients", "0", "--device",
+                                         f"emu@roce:{n.addr_a}"] + common, n.a)
+        client = lambda extra: start(binary, CLIENT_EAL,
+                                     ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                      "--device", f"emu@roce:{n.addr_b}"] + common + extra, n.b)
+        victim = cli = None
+        seen, sout, serr, cout, cerr = "", "", "", "", ""
+        try:
+            seen += wait_line(srv, srv.stderr, "waiting for a client")
+            victim = client(["--stats-period", "0.2"])
+            wait_line(victim, victim.stdout, '"type":"periodic"')
+            victim.kill()
+            victim.communicate()
+            seen += wait_line(srv, srv.stderr, "waiting for the next client", 20)
+            cli = client(["--duration", "1.5"])
+            cout, cerr = finish(cli)
+            # Served, and still up: it waits for a third.
+            seen += wait_line(srv, srv.stderr, "waiting for the next client", 20)
+            up = srv.poll() is None
+            srv.send_signal(signal.SIGINT)
+            sout, serr = finish(srv, 20)
+            serr = seen + serr
+        finally:
+            for p in (srv, victim, cli):
+                if p:
+                    reap(p)
+        procs = [("server", sout, serr), ("client 2", cout, cerr)]
+        check(up, "the server ended after the second client", *procs)
+        check(cli.returncode == 0 and srv.returncode == 0,
+              f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+        drops = [l for l in rdmafwd_lines(serr) if "dropped" in l]
+        check(len(drops) == 1 and "went away during the run" in drops[0] and
+              "waiting for the next client" in drops[0], f"drop lines {drops}", *procs)
+        c, s = summary(cout)["total"], summary(sout)["total"]
+        check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0 and
+              s["ios"] == c["ios"], f"client {c['ios']} / server {s['ios']} I/Os, errors "
+              f"{c['errors']} / {s['errors']}", *procs)
+        cl = clients(sout)
+        check(cl and [r["dropped"] for r in cl["served"]] == [True, False], f"clients: {cl}",
+              *procs)
+        check("stopped while waiting for the next client (2 served)" in serr, "no end line",
+              *procs)
+        for p in (srv, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(drops[0])
+        print(f"serve-next-client: the second client's {c['ios']} RPCs served in full")
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -1401,6 +1459,7 @@ CASES = {
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "roce-clients": case_roce_clients,
     "roce-client-killed": case_roce_client_killed,
+    "serve-next-client": case_serve_next_client,
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
