@@ -47,7 +47,12 @@ struct App {
   Snapshot last_period;
 
   // Main lcore.
-  Status start();
+  // resume: the lanes start again after a reconnect (--reconnect-for), the statistics and the
+  // forwarding time carry on from the run they continue.
+  Status start(bool resume = false);
+  // Errors of runs cut short by a lost connection that the client re-established: the I/Os in
+  // flight then (abandoned, counted) and the lanes that failed; not failures of this process.
+  uint64_t excused_errors = 0;
   Status stop();
   void refresh_census();
   void reset_stats(const char* why);  // `start`, `clear stats`

@@ -132,7 +132,7 @@ void io_failed_public(Lane& l) {
   l.st.failed.set(1);
 }
 
-Status App::start() {
+Status App::start(bool resume) {
   if (running) return make_error(Errc::kState, "forwarding is already running");
   for (auto& lp : tb->lanes) {
     if (lp->dead)
@@ -163,9 +163,11 @@ Status App::start() {
     l.st.runs.add(1);
   }
   // Statistics are those of this run (as testpmd's `start` does); the text says "since start".
-  reset_stats("start");
-  last_period = base;
-  last_period_tsc = rte_rdtsc();
+  if (!resume) {
+    reset_stats("start");
+    last_period = base;
+    last_period_tsc = rte_rdtsc();
+  }
   run_start_tsc = rte_rdtsc();
   if (Status s = launcher->start(lane_main); !s) return s;
   running = true;
@@ -373,7 +375,7 @@ int App::exit_status(bool this_run) {
                  t.verify_fail);
     st = kExitRuntime;
   }
-  if (t.errors() > t.verify_fail) {
+  if (t.errors() > t.verify_fail + excused_errors) {
     std::fprintf(o,
                  "rdmafwd: %" PRIu64 " error(s) during the run (I/O errors %" PRIu64
                  ", abandoned I/Os %" PRIu64 ", lost I/Os %" PRIu64 ", rejected %" PRIu64
@@ -450,8 +452,8 @@ void background_tick(App& a) {
   if (period > 0 &&
       static_cast<double>(now - a.last_period_tsc) >= period * static_cast<double>(hz))
     a.print_period();
-  const bool timed_out = a.prm.duration > 0 && static_cast<double>(now - a.run_start_tsc.load()) >=
-                                                   a.prm.duration * static_cast<double>(hz);
+  // The forwarding time of the run, a reconnect's resumed parts included (App::seconds).
+  const bool timed_out = a.prm.duration > 0 && a.seconds() >= a.prm.duration;
   if (timed_out || a.finished()) {
     (void)a.stop();
     if (a.prm.interactive || !a.prm.cmdline_file.empty())
@@ -675,8 +677,26 @@ int main(int argc, char** argv) {
     const bool serve_on = a.prm.role == Role::kServer && a.prm.serve_clients != 1;
     unsigned served = 0;
     int worst = kExitOk;
+    // --reconnect-for: a client whose connection fails during the run meets the server again.
+    const bool on_network =
+        device_kind(a.prm) == DeviceKind::kMlx5 || a.prm.device.find("@roce:") != std::string::npos;
+    const double reconnect_for = a.prm.role != Role::kClient ? 0
+                                 : a.prm.reconnect_for >= 0  ? a.prm.reconnect_for
+                                                             : (on_network ? 10.0 : 0.0);
+    bool resume = false;
+    uint64_t seg_errors = 0;  // errors() - verify_fail when this part of the run began
+    auto excusable = [&] {
+      const LaneSnap t = take_snapshot(a.tb->lanes).total();
+      return t.errors() - t.verify_fail;
+    };
+    auto cut_qps = [&] {
+      for (const auto& l : a.tb->lanes)
+        for (win::PollCore* k : {l->c, l->s})
+          if (k && a.tb->dev_a) (void)a.tb->dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kError);
+    };
+    uint64_t seg_abandoned = 0;  // abandoned I/Os when this part of the run began
     for (;;) {
-      if (Status s = a.start(); !s) {
+      if (Status s = a.start(resume); !s) {
         std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
         return kExitRuntime;
       }
@@ -716,6 +736,9 @@ int main(int argc, char** argv) {
         if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
         const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
         if (ps == PeerState::kGone) {
+          // A client that will reconnect: what is in flight completes now, as flushed (its QPs
+          // to the error state), rather than at the stop's drain deadline.
+          if (reconnect_for > 0) cut_qps();
           (void)a.stop();
           peer_lost = true;
         } else if (ps == PeerState::kBye && !bye_deadline) {
@@ -723,6 +746,43 @@ int main(int argc, char** argv) {
         } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
           (void)a.stop();
         }
+      }
+      // The client's connection failed (the server went away, or a lane's QP failed: transport
+      // retry exceeded...): meet the server again within --reconnect-for and carry on.
+      bool lane_failed = false;
+      for (const auto& l : a.tb->lanes) lane_failed = lane_failed || l->st.failed.get() != 0;
+      if (reconnect_for > 0 && !g_signal.load() && (peer_lost || lane_failed)) {
+        // What is in flight completes now, as flushed (failed): the QPs to the error state.
+        cut_qps();
+        if (a.running) (void)a.stop();
+        const LaneSnap end = take_snapshot(a.tb->lanes).total();
+        const std::string was = a.tb->peers.empty() ? "" : a.tb->peers[0].name;
+        std::fprintf(stderr,
+                     "rdmafwd: client: the connection to the server %s failed (%s) after %" PRIu64
+                     " I/O(s); %" PRIu64
+                     " in flight abandoned (counted); reconnecting (up to "
+                     "%.0f s)\n",
+                     was.c_str(),
+                     peer_lost ? "connection closed without a goodbye" : "a queue pair error",
+                     end.ios, end.abandoned - seg_abandoned, reconnect_for);
+        std::fflush(stderr);
+        const auto t0 = std::chrono::steady_clock::now();
+        Status rs =
+            reconnect_client(a.prm, *a.tb, {},
+                             std::chrono::milliseconds(static_cast<int64_t>(reconnect_for * 1000)));
+        if (rs) {
+          a.excused_errors += excusable() - seg_errors;
+          seg_errors = excusable();
+          seg_abandoned = take_snapshot(a.tb->lanes).total().abandoned;
+          std::fprintf(
+              stderr, "rdmafwd: client: reconnected to %s after %.1f s; carrying on\n",
+              a.tb->peers[0].name.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          std::fflush(stderr);
+          resume = true;
+          continue;
+        }
+        std::fprintf(stderr, "rdmafwd: client: no reconnect: %s\n", rs.error().message.c_str());
       }
       if (a.running) (void)a.stop();
       if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");

@@ -531,7 +531,7 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
     for (win::PollCore* k : lane_qps(*tb.lanes[i], server, relay)) {
       // A QP that served a client before: drained, RESET and reconnected, its windows
       // invalidated (their mappings belonged to the last client) and back in the cache.
-      if (server && tb.lanes_used)
+      if (tb.lanes_used)
         RDMX_TRY(endpoint::recover_core(*k, remote[j++]),
                  "lane " + std::to_string(i) + ": recover for the next peer");
       else
@@ -1081,6 +1081,40 @@ Status release_lanes(Testbed& tb) {
   tb.lanes_used = true;
   tb.lost_peer = -1;
   return {};
+}
+
+Status reconnect_client(Params& p, Testbed& tb, const Say& say, std::chrono::milliseconds budget) {
+  if (tb.peers.empty()) return make_error(Errc::kState, "no server to reconnect to");
+  Testbed::Peer& pr = tb.peers[0];
+  if (pr.s.state() != endpoint::SessionState::kDropped &&
+      pr.s.state() != endpoint::SessionState::kClosed)
+    pr.s.drop(Errc::kState, "reconnecting");
+  // The lanes' QPs: to the error state (whatever is still posted completes as flushed), drained,
+  // to RESET: a new incarnation whose connect info carries a new initial PSN; recover_core at the
+  // connect reconnects them and invalidates every window (back in the cache).
+  for (auto& lp : tb.lanes) {
+    Lane& l = *lp;
+    for (win::PollCore* k : {l.c, l.s}) {
+      if (!k || !tb.dev_a) continue;
+      RDMX_TRY(tb.dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kError),
+               "lane " + std::to_string(l.index) + ": QP to the error state");
+      RDMX_TRY(endpoint::drain_core(*k), "lane " + std::to_string(l.index));
+      RDMX_TRY(tb.dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kReset),
+               "lane " + std::to_string(l.index) + ": QP to RESET");
+    }
+    l.failed = l.dead = false;
+    l.st.failed.set(0);
+    l.remote_rkeys.clear();
+    l.remote_csums.clear();
+  }
+  tb.lanes_used = true;
+  tb.lost_peer = -1;
+  Params q = p;
+  q.rendezvous_timeout =
+      std::max(0.001, std::chrono::duration<double>(budget).count());  // the whole bound
+  RDMX_TRY_ASSIGN(pr.s, tcp_client_hello(q, static_cast<unsigned>(tb.lanes.size()), say));
+  pr.name = pr.s.peer();
+  return tcp_client_finish(p, tb);
 }
 
 Status next_client(const Params& p, Testbed& tb, const Say& say, const Say& warn) {

@@ -123,6 +123,13 @@ Status release_lanes(Testbed& tb);
 // none came.
 Status next_client(const Params& p, Testbed& tb, const Say& say, const Say& warn);
 
+// Client with --reconnect-for, its lanes stopped after the connection failed (the server went
+// away, a QP error): its session dropped, each lane's QPs to the error state, drained and to
+// RESET, then a new session with the server at --peer (retried within `budget`), the QPs
+// recovered towards the new infos (recover_core: reconnected, every window invalidated) and the
+// receives posted, as at start-up.
+Status reconnect_client(Params& p, Testbed& tb, const Say& say, std::chrono::milliseconds budget);
+
 // The client's goodbye over TCP, after its run (the server then stops without an error); for
 // --fwd write it carries the sequence number and checksum of each slot's last write.
 void say_bye(Testbed& tb, const Params& p, uint64_t ios);

@@ -583,6 +583,68 @@ def case_serve_next_client(binary):
         print(f"serve-next-client: the second client's {c['ios']} RPCs served in full")
 
 
+def case_roce_server_restart(binary, extra=()):
+    """A client over emu RoCE v2 across the veth pair whose server is killed (SIGKILL) in the
+    middle of the run and started again 1 s later on the same port: the client says so in one
+    line (the I/Os it completed, those in flight abandoned and counted), reconnects within its
+    --reconnect-for (a new session; its QP drained, RESET, reconnected with a new initial PSN,
+    its windows invalidated) in one more line, and finishes verified with exit 0: the new
+    server served exactly the I/Os the client completed after the reconnect (nothing lost or
+    twice), and nothing is left behind."""
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40"]
+        server = lambda: start(binary, SERVER_EAL,
+                               ["--role", "server", "--listen", f"{n.addr_a}:7471", "--device",
+                                f"emu@roce:{n.addr_a}"] + common, n.a)
+        srv1 = server()
+        srv2 = cli = None
+        sout = serr = cout = cerr = ""
+        try:
+            wait_line(srv1, srv1.stderr, "waiting for a client")
+            cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                             "--duration", "4", "--stats-period", "0.2",
+                                             "--device", f"emu@roce:{n.addr_b}"] + common +
+                        list(extra), n.b)
+            wait_line(cli, cli.stdout, '"type":"periodic"')
+            srv1.kill()
+            srv1.communicate()
+            time.sleep(1.0)
+            srv2 = server()
+            cout, cerr = finish(cli)
+            sout, serr = finish(srv2, 20)
+        finally:
+            for p in (srv1, srv2, cli):
+                if p:
+                    reap(p)
+        procs = [("server 2", sout, serr), ("client", cout, cerr)]
+        check(cli.returncode == 0 and srv2.returncode == 0,
+              f"exit: client {cli.returncode}, server 2 {srv2.returncode}", *procs)
+        lines = rdmafwd_lines(cerr)
+        lost = [l for l in lines if "failed (" in l]
+        back = [l for l in lines if "reconnected to" in l]
+        check(len(lost) == 1 and len(back) == 1, f"client lines {lines}", *procs)
+        m = re.search(r"after (\d+) I/O\(s\); (\d+) in flight abandoned", lost[0])
+        check(m, f"{lost[0]!r}", *procs)
+        before, abandoned = int(m.group(1)), int(m.group(2))
+        c, s = summary(cout)["total"], summary(sout)["total"]
+        # Every I/O issued completed once: served and verified, or abandoned at the failure.
+        f = c["faults"]
+        check(c["errors"]["verify"] == 0 and f["abandoned_ios"] == abandoned and
+              f["issued"] == c["ios"] + abandoned and f["lost_ios"] == 0,
+              f"client: issued {f['issued']}, completed {c['ios']}, abandoned "
+              f"{f['abandoned_ios']} (the line said {abandoned}), errors {c['errors']}", *procs)
+        check(before > 0 and c["ios"] > before and s["ios"] == c["ios"] - before and
+              s["errors"]["total"] == 0,
+              f"client {c['ios']} I/Os ({before} before the reconnect), server 2 served "
+              f"{s['ios']}, its errors {s['errors']}", *procs)
+        for p in (srv2, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(lost[0])
+        print(back[0])
+        print(f"roce-server-restart: {before} RPCs before, {s['ios']} after, {abandoned} "
+              "abandoned and counted, verified")
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -1460,6 +1522,7 @@ CASES = {
     "roce-clients": case_roce_clients,
     "roce-client-killed": case_roce_client_killed,
     "serve-next-client": case_serve_next_client,
+    "roce-server-restart": case_roce_server_restart,
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
