@@ -725,7 +725,24 @@ int main(int argc, char** argv) {
             }
           }
       unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
-      while (a.running && !g_signal.load()) {
+      // Ctrl-C on a server with clients: a goodbye to each (BYE on its session) and the lanes
+      // serve on until the clients have finished what they have in flight and said goodbye
+      // too (their RDMA goodbye stops the lanes), for at most 5 s.
+      bool said_bye = false;
+      uint64_t said_bye_deadline = 0;
+      while (a.running) {
+        if (g_signal.load()) {
+          if (a.prm.role != Role::kServer || a.tb->peers.empty()) break;
+          if (!said_bye) {
+            said_bye = true;
+            said_bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
+            for (Testbed::Peer& pr : a.tb->peers)
+              if (!pr.retired && !pr.dropped && pr.s.state() == endpoint::SessionState::kRunning)
+                (void)pr.s.close("the server is stopping");
+          } else if (rte_rdtsc() > said_bye_deadline) {
+            break;
+          }
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         background_tick(a);
         for (win::PeerGuard& g : guards)
@@ -741,6 +758,15 @@ int main(int argc, char** argv) {
           if (reconnect_for > 0) cut_qps();
           (void)a.stop();
           peer_lost = true;
+        } else if (ps == PeerState::kBye && a.prm.role == Role::kClient && !said_bye) {
+          // The server said goodbye first (it is stopping): no new I/O; the stop completes the
+          // ones in flight (the server serves them until this client's goodbye).
+          said_bye = true;
+          std::fprintf(stderr,
+                       "rdmafwd: client: the server %s said goodbye (it is stopping); finishing "
+                       "the I/Os in flight\n",
+                       a.tb->peers.at(0).name.c_str());
+          (void)a.stop();
         } else if (ps == PeerState::kBye && !bye_deadline) {
           bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
         } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {

@@ -645,6 +645,53 @@ def case_roce_server_restart(binary, extra=()):
               "abandoned and counted, verified")
 
 
+def sigint_mid_run(binary, who):
+    """Ctrl-C (SIGINT) to the server or the client in the middle of a run: that side says
+    goodbye; the other finishes its I/Os in flight (the server serves them) and ends too, both
+    with exit 0 within a few seconds, the client with one line when it was the server that
+    stopped; every I/O the client completed was served (the counts agree), nothing failed, and
+    nothing is left in /dev/shm or /var/run/dpdk."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--json", "--rendezvous-timeout", "30"])
+    cli = None
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--json", "--stats-period", "0.2"])
+        wait_line(cli, cli.stdout, '"type":"periodic"')
+        t0 = time.monotonic()
+        (srv if who == "server" else cli).send_signal(signal.SIGINT)
+        cout, cerr = finish(cli, 20)
+        sout, serr = finish(srv, 20)
+        took = time.monotonic() - t0
+    finally:
+        for p in (srv, cli):
+            if p:
+                reap(p)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    check(took < 8, f"the ends took {took:.1f} s", *procs)
+    stopped = "rdmafwd: signal received, stopped"
+    check(stopped in (serr if who == "server" else cerr + cout), "no stop line", *procs)
+    quiet = [l for l in rdmafwd_lines(cerr if who == "server" else serr)
+             if re.search(r"goodbye|went away|error|dropped|abandoned", l)]
+    if who == "server":
+        check(len(quiet) == 1 and "said goodbye (it is stopping)" in quiet[0],
+              f"client lines {quiet}", *procs)
+    else:
+        check(not quiet, f"server lines {quiet}", *procs)
+    c, s = summary(cout)["total"], summary(sout)["total"]
+    check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0 and
+          s["ios"] == c["ios"], f"client {c['ios']} / server {s['ios']} I/Os, errors "
+          f"{c['errors']} / {s['errors']}", *procs)
+    for p in (srv, cli):
+        check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+    print(f"Ctrl-C to the {who} mid-run: both exit 0 in {took:.1f} s, {c['ios']} RPCs served "
+          "and counted on both sides" + (f"; client: {quiet[0]}" if quiet else ""))
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -1523,6 +1570,8 @@ CASES = {
     "roce-client-killed": case_roce_client_killed,
     "serve-next-client": case_serve_next_client,
     "roce-server-restart": case_roce_server_restart,
+    "sigint-server-run": lambda b: sigint_mid_run(b, "server"),
+    "sigint-client-run": lambda b: sigint_mid_run(b, "client"),
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
