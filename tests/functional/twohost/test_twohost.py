@@ -692,6 +692,49 @@ def sigint_mid_run(binary, who):
           "and counted on both sides" + (f"; client: {quiet[0]}" if quiet else ""))
 
 
+def idle_door(binary, n_idle):
+    """n_idle TCP connections to the rendezvous port that send nothing, then a real client: the
+    server admits without waiting on any connection (the Door), so the client is served at once
+    and finishes in its normal time, verified; the idle ones are refused when their hello
+    deadline passes (or the server ends first). Returns (seconds the client took, server
+    stderr)."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--json", "--rendezvous-timeout", "30"])
+    idle = []
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        for _ in range(n_idle):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        t0 = time.monotonic()
+        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
+                                                   f"127.0.0.1:{port}", "--duration", "1.5",
+                                                   "--json"])
+        took = time.monotonic() - t0
+        sout, serr = finish(srv, 30)
+    finally:
+        for c in idle:
+            c.close()
+        reap(srv)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    c, s = summary(cout)["total"], summary(sout)["total"]
+    check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["ios"] == c["ios"],
+          f"client {c['ios']} / server {s['ios']} I/Os, errors {c['errors']}", *procs)
+    # A client alone takes about 1.5 s of run and a second or two of start-up; one that queued
+    # behind the silent connections would wait out their 10 s hello deadline.
+    check(took < 8, f"the client took {took:.1f} s behind {n_idle} idle connections", *procs)
+    for p in (srv, cli):
+        check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+    return took, serr
+
+
+def case_idle_door(binary):
+    took, _ = idle_door(binary, 50)
+    print(f"50 idle connections: the real client served in {took:.1f} s, verified")
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -1572,6 +1615,7 @@ CASES = {
     "roce-server-restart": case_roce_server_restart,
     "sigint-server-run": lambda b: sigint_mid_run(b, "server"),
     "sigint-client-run": lambda b: sigint_mid_run(b, "client"),
+    "idle-door": case_idle_door,
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
