@@ -735,6 +735,39 @@ def case_idle_door(binary):
     print(f"50 idle connections: the real client served in {took:.1f} s, verified")
 
 
+def case_server_dies_mid_run(binary):
+    """kill -9 of the server while forwarding, the client on emu's shared-memory wire (which a
+    restarted server cannot join: no reconnect): the client sees the rendezvous connection close
+    without a goodbye, stops at once and says so in one line (not one per window or I/O), exit
+    1, leaving nothing behind."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}"])
+    cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--json",
+                                     "--stats-period", "0.2"])
+    try:
+        wait_line(cli, cli.stdout, '"type":"periodic"')
+        srv.kill()
+        srv.communicate()
+        t0 = time.monotonic()
+        cout, cerr = finish(cli, 30)
+        took = time.monotonic() - t0
+    finally:
+        for p in (srv, cli):
+            reap(p)
+    procs = [("client", cout, cerr)]
+    lines = [l for l in rdmafwd_lines(cerr) if "Ctrl-C" not in l and "fwd rpc" not in l and
+             not re.search(r"device:|windows:|cores:|telemetry:|client: server 127|forwarding;",
+                           l)]
+    check(cli.returncode == 1, f"client exit {cli.returncode}", *procs)
+    # The event in one line, and the I/Os it cut off counted in one more.
+    check(len(lines) == 2 and "went away during the run" in lines[1] and
+          re.search(r"abandoned I/Os \d+", lines[0]), f"client lines {lines}", *procs)
+    check(took < 10, f"the client took {took:.1f} s to end", *procs)
+    check(not leftovers(cli.pid), f"left: {leftovers(cli.pid)}", *procs)
+    print(f"server killed: the client ended in {took:.1f} s with: " +
+          " | ".join(lines))
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -1616,6 +1649,7 @@ CASES = {
     "sigint-server-run": lambda b: sigint_mid_run(b, "server"),
     "sigint-client-run": lambda b: sigint_mid_run(b, "client"),
     "idle-door": case_idle_door,
+    "server-dies-mid-run": case_server_dies_mid_run,
     "relay": case_relay,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
