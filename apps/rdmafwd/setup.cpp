@@ -1060,18 +1060,10 @@ Status release_lanes(Testbed& tb) {
   }
   for (auto& lp : tb.lanes) {
     Lane& l = *lp;
-    for (win::PollCore* k : {l.p, l.r}) {
-      if (!k || !tb.dev_b) continue;
-      // ERR first: whatever the last client left posted completes now (flushed), so the drain
-      // does not wait on a peer that is gone.
-      RDMX_TRY(tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kError),
-               "lane " + std::to_string(l.index) + ": QP to the error state");
-      RDMX_TRY(endpoint::drain_core(*k), "lane " + std::to_string(l.index));
-      // RESET before the next client's INFO goes out: a new incarnation, whose connect info
-      // carries a new initial PSN (emu's RoCE v2 link draws one per incarnation).
-      RDMX_TRY(tb.dev_b->modify_qp(k->qp_handle(), mlx5::QpState::kReset),
-               "lane " + std::to_string(l.index) + ": QP to RESET");
-    }
+    // Whatever the last client left posted completes now (flushed); RESET before the next
+    // client's INFO goes out: a new incarnation, with a new initial PSN.
+    for (win::PollCore* k : {l.p, l.r})
+      if (k) RDMX_TRY(endpoint::disconnect_core(*k), "lane " + std::to_string(l.index));
     l.failed = l.dead = l.refusing = false;
     l.peer_dropped.store(false, std::memory_order_release);
     l.st.peer_bye.set(0);
@@ -1094,14 +1086,8 @@ Status reconnect_client(Params& p, Testbed& tb, const Say& say, std::chrono::mil
   // connect reconnects them and invalidates every window (back in the cache).
   for (auto& lp : tb.lanes) {
     Lane& l = *lp;
-    for (win::PollCore* k : {l.c, l.s}) {
-      if (!k || !tb.dev_a) continue;
-      RDMX_TRY(tb.dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kError),
-               "lane " + std::to_string(l.index) + ": QP to the error state");
-      RDMX_TRY(endpoint::drain_core(*k), "lane " + std::to_string(l.index));
-      RDMX_TRY(tb.dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kReset),
-               "lane " + std::to_string(l.index) + ": QP to RESET");
-    }
+    for (win::PollCore* k : {l.c, l.s})
+      if (k) RDMX_TRY(endpoint::disconnect_core(*k), "lane " + std::to_string(l.index));
     l.failed = l.dead = false;
     l.st.failed.set(0);
     l.remote_rkeys.clear();

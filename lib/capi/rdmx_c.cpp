@@ -888,35 +888,19 @@ int rdmx_core_disconnect(rdmx_core* c, uint32_t timeout_ms, rdmx_completion_fn f
   return guarded("rdmx_core_disconnect", [&]() -> int {
     if (!c) return fail(RDMX_EINVAL, "rdmx_core_disconnect: NULL core");
     std::lock_guard lk(c->port->mu);
-    rdmx::mlx5::Device& dev = c->port->ep.device();
-    // The error state first: every work request still posted completes, as flushed (IB spec
-    // 10.3.1 "QP Error state"; rdma-core providers/mlx5/cq.c: IBV_WC_WR_FLUSH_ERR), once.
-    if (auto s = dev.modify_qp(c->pc->qp_handle(), rdmx::mlx5::QpState::kError); !s)
-      return fail(s.error(), "rdmx_core_disconnect");
     while (c->pend_count) {
       const rdmx_completion x = pend_pop(c);
       if (fn) fn(arg, &x);
     }
-    // Sends and receives alike: drain_core stops at an empty send queue while the QP is not
-    // yet known to be in error, and the receives' flush completions are the application's too.
-    const auto budget =
-        timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultDrainBudget;
-    const auto deadline = std::chrono::steady_clock::now() + budget;
-    rdmx::mlx5::QueuePair& q = c->pc->qp();
-    while (q.sq().in_flight() != 0 || q.rq().posted_not_completed() != 0) {
-      const uint32_t got = c->pc->poll(64, [&](const Completion& x) {
-        const rdmx_completion y = to_c(x);
-        if (fn) fn(arg, &y);
-      });
-      if (got) continue;
-      if (std::chrono::steady_clock::now() >= deadline)
-        return fail(RDMX_ETIMEDOUT, "rdmx_core_disconnect: work requests still outstanding after " +
-                                        std::to_string(budget.count()) + " ms");
-      std::this_thread::yield();  // the device writes the flush completions
-    }
-    // RESET: a new incarnation, whose connect info carries a new initial PSN.
-    if (auto r = dev.modify_qp(c->pc->qp_handle(), rdmx::mlx5::QpState::kReset); !r)
-      return fail(r.error(), "rdmx_core_disconnect");
+    // Every work request still posted completes once, as flushed (IB spec 10.3.1 "QP Error
+    // state"; rdma-core providers/mlx5/cq.c: IBV_WC_WR_FLUSH_ERR); the QP ends in RESET.
+    auto s = endpoint::disconnect_core(
+        *c->pc, timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultDrainBudget,
+        [&](const Completion& x) {
+          const rdmx_completion y = to_c(x);
+          if (fn) fn(arg, &y);
+        });
+    if (!s) return fail(s.error(), "rdmx_core_disconnect");
     c->used = true;
     return 0;
   });

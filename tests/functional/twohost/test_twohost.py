@@ -740,20 +740,7 @@ def case_server_dies_mid_run(binary):
     restarted server cannot join: no reconnect): the client sees the rendezvous connection close
     without a goodbye, stops at once and says so in one line (not one per window or I/O), exit
     1, leaving nothing behind."""
-    port = free_port()
-    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}"])
-    cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--json",
-                                     "--stats-period", "0.2"])
-    try:
-        wait_line(cli, cli.stdout, '"type":"periodic"')
-        srv.kill()
-        srv.communicate()
-        t0 = time.monotonic()
-        cout, cerr = finish(cli, 30)
-        took = time.monotonic() - t0
-    finally:
-        for p in (srv, cli):
-            reap(p)
+    _, cli, cout, cerr, took = killed_mid_run(binary, "server")
     procs = [("client", cout, cerr)]
     lines = [l for l in rdmafwd_lines(cerr) if "Ctrl-C" not in l and "fwd rpc" not in l and
              not re.search(r"device:|windows:|cores:|telemetry:|client: server 127|forwarding;",
@@ -979,23 +966,32 @@ def case_sigint_client(binary):
                      "Ctrl-C to stop", "while waiting for the peer")
 
 
-def case_client_dies_mid_run(binary):
-    # kill -9 of the client while forwarding: the server sees the rendezvous connection close
-    # without a goodbye, stops at once and says so (exit 1), leaving nothing behind.
+def killed_mid_run(binary, victim):
+    """A server and a client over loopback; once the client forwards, `victim` ("server" or
+    "client") is killed (SIGKILL). Returns (server, client, the survivor's stdout and stderr,
+    seconds it took to end after the kill)."""
     port = free_port()
     srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}"])
     cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--json",
                                      "--stats-period", "0.2"])
+    dead, survivor = (srv, cli) if victim == "server" else (cli, srv)
     try:
         wait_line(cli, cli.stdout, '"type":"periodic"')
-        cli.kill()
-        cli.communicate()
+        dead.kill()
+        dead.communicate()
         t0 = time.monotonic()
-        sout, serr = finish(srv, 30)
+        out, err = finish(survivor, 30)
         took = time.monotonic() - t0
     finally:
         for p in (srv, cli):
             reap(p)
+    return srv, cli, out, err, took
+
+
+def case_client_dies_mid_run(binary):
+    # kill -9 of the client while forwarding: the server sees the rendezvous connection close
+    # without a goodbye, stops at once and says so (exit 1), leaving nothing behind.
+    srv, cli, sout, serr, took = killed_mid_run(binary, "client")
     lines = rdmafwd_lines(serr)
     check(srv.returncode == 1, f"server exit {srv.returncode}", ("server", sout, serr))
     check(any("went away during the run" in l for l in lines), f"lines {lines}",
