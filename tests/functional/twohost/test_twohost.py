@@ -128,6 +128,53 @@ def wait_line(p, stream, text, timeout=BUDGET):
     fail(f"never saw {text!r}", ("it", "".join(seen), ""))
 
 
+class Tail:
+    """Reads a process's stdout and stderr on threads, line by line, as they come: a test can
+    wait for several lines of one stream in turn (wait_line's select cannot see lines already
+    read into the stream's buffer, so a second wait on a stream may miss a line that came in
+    the same burst as the first)."""
+
+    def __init__(self, p):
+        self.p = p
+        self.lines = {"out": [], "err": []}
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, args=(k, st), daemon=True)
+                        for k, st in (("out", p.stdout), ("err", p.stderr))]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, key, stream):
+        for line in stream:
+            with self.cond:
+                self.lines[key].append(line)
+                self.cond.notify_all()
+
+    def wait(self, key, text, after=0, timeout=BUDGET):
+        """The index of the first line of stream `key` from line `after` on that holds text."""
+        end = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i in range(after, len(self.lines[key])):
+                    if text in self.lines[key][i]:
+                        return i
+                left = end - time.monotonic()
+                if left <= 0 or not any(t.is_alive() for t in self.threads):
+                    fail(f"never saw {text!r}", ("it", "".join(self.lines["out"]),
+                                                 "".join(self.lines[key])))
+                self.cond.wait(min(left, 0.2))
+
+    def finish(self, timeout=BUDGET):
+        try:
+            self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            reap(self.p)
+            fail(f"pid {self.p.pid} still running after {timeout} s",
+                 ("it", "".join(self.lines["out"]), "".join(self.lines["err"])))
+        for t in self.threads:
+            t.join(10)
+        return "".join(self.lines["out"]), "".join(self.lines["err"])
+
+
 def command(binary, eal, args, ns=None):
     cmd = [binary] + (eal + ["--"] if eal is not None else []) + args
     return [NETNS, "exec", ns] + cmd if ns else cmd  # exec: the process is the program itself
@@ -541,22 +588,22 @@ def case_serve_next_client(binary):
                                      ["--role", "client", "--peer", f"{n.addr_a}:7471",
                                       "--device", f"emu@roce:{n.addr_b}"] + common + extra, n.b)
         victim = cli = None
-        seen, sout, serr, cout, cerr = "", "", "", "", ""
+        sout, serr, cout, cerr = "", "", "", ""
+        tail = Tail(srv)
         try:
-            seen += wait_line(srv, srv.stderr, "waiting for a client")
+            tail.wait("err", "waiting for a client")
             victim = client(["--stats-period", "0.2"])
             wait_line(victim, victim.stdout, '"type":"periodic"')
             victim.kill()
             victim.communicate()
-            seen += wait_line(srv, srv.stderr, "waiting for the next client", 20)
+            at = tail.wait("err", "waiting for the next client", 0, 20)
             cli = client(["--duration", "1.5"])
             cout, cerr = finish(cli)
             # Served, and still up: it waits for a third.
-            seen += wait_line(srv, srv.stderr, "waiting for the next client", 20)
+            tail.wait("err", "waiting for the next client", at + 1, 20)
             up = srv.poll() is None
             srv.send_signal(signal.SIGINT)
-            sout, serr = finish(srv, 20)
-            serr = seen + serr
+            sout, serr = tail.finish(20)
         finally:
             for p in (srv, victim, cli):
                 if p:
