@@ -47,7 +47,12 @@ struct App {
   Snapshot last_period;
 
   // Main lcore.
-  Status start();
+  // resume: the lanes start again after a reconnect (--reconnect-for), the statistics and the
+  // forwarding time carry on from the run they continue.
+  Status start(bool resume = false);
+  // Errors of runs cut short by a lost connection that the client re-established: the I/Os in
+  // flight then (abandoned, counted) and the lanes that failed; not failures of this process.
+  uint64_t excused_errors = 0;
   Status stop();
   void refresh_census();
   void reset_stats(const char* why);  // `start`, `clear stats`
@@ -63,7 +68,9 @@ struct App {
   void print_roce_stats();  // emu@roce: the RoCE v2 link's counters (summary only)
   void print_period();
   double period() const;  // seconds between periodic lines; 0 = none
-  int exit_status();
+  // 0 or 1 and the lines that say why: over every run of the session, or (this_run) only the
+  // run since the last start (--serve-clients: each client's run on its own).
+  int exit_status(bool this_run = false);
   FILE* text_out() const { return prm.json ? stderr : stdout; }
 };
 

@@ -130,7 +130,7 @@ void io_failed_public(Lane& l) {
   l.st.failed.set(1);
 }
 
-Status App::start() {
+Status App::start(bool resume) {
   if (running) return make_error(Errc::kState, "forwarding is already running");
   for (auto& lp : tb->lanes) {
     if (lp->dead)
@@ -161,9 +161,11 @@ Status App::start() {
     l.st.runs.add(1);
   }
   // Statistics are those of this run (as testpmd's `start` does); the text says "since start".
-  reset_stats("start");
-  last_period = base;
-  last_period_tsc = rte_rdtsc();
+  if (!resume) {
+    reset_stats("start");
+    last_period = base;
+    last_period_tsc = rte_rdtsc();
+  }
   run_start_tsc = rte_rdtsc();
   if (Status s = launcher->start(lane_main); !s) return s;
   running = true;
@@ -368,9 +370,9 @@ void App::print_period() {
   last_period_tsc = now;
 }
 
-int App::exit_status() {
+int App::exit_status(bool this_run) {
   // Every run of the session counts, whatever `start` or `clear stats` reset for display.
-  const LaneSnap t = take_snapshot(tb->lanes).total();
+  const LaneSnap t = this_run ? stats().total() : take_snapshot(tb->lanes).total();
   std::string dump;
   const uint64_t reports = tb->checker_reports(&dump);
   int st = kExitOk;
@@ -380,7 +382,7 @@ int App::exit_status() {
                  t.verify_fail);
     st = kExitRuntime;
   }
-  if (t.errors() > t.verify_fail) {
+  if (t.errors() > t.verify_fail + excused_errors) {
     std::fprintf(o,
                  "rdmafwd: %" PRIu64 " error(s) during the run (I/O errors %" PRIu64
                  ", abandoned I/Os %" PRIu64 ", lost I/Os %" PRIu64 ", rejected %" PRIu64
@@ -457,8 +459,8 @@ void background_tick(App& a) {
   if (period > 0 &&
       static_cast<double>(now - a.last_period_tsc) >= period * static_cast<double>(hz))
     a.print_period();
-  const bool timed_out = a.prm.duration > 0 && static_cast<double>(now - a.run_start_tsc.load()) >=
-                                                   a.prm.duration * static_cast<double>(hz);
+  // The forwarding time of the run, a reconnect's resumed parts included (App::seconds).
+  const bool timed_out = a.prm.duration > 0 && a.seconds() >= a.prm.duration;
   if (timed_out || a.finished()) {
     (void)a.stop();
     if (a.prm.interactive || !a.prm.cmdline_file.empty())
@@ -679,83 +681,206 @@ int main(int argc, char** argv) {
     }
   } else {
     if (g_signal.load()) return interrupted("before forwarding started");
-    if (Status s = a.start(); !s) {
-      std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
-      return kExitRuntime;
-    }
-    if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
-      std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
-    // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye
-    // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
-    bool peer_lost = false;
-    uint64_t bye_deadline = 0;
-    // --max-refusals: one guard per lane's QP (each watches the client behind it).
-    std::vector<win::PeerGuard> guards;
-    bool refused_out = false;
-    if (a.prm.max_refusals)
+    // --serve-clients: a server of one client at a time serves the next once a client's run is
+    // over (its goodbye, its death, its drop), until N were served or Ctrl-C.
+    const bool serve_on = a.prm.role == Role::kServer && a.prm.serve_clients != 1;
+    unsigned served = 0;
+    int worst = kExitOk;
+    // --reconnect-for: a client whose connection fails during the run meets the server again.
+    const bool on_network =
+        device_kind(a.prm) == DeviceKind::kMlx5 || a.prm.device.find("@roce:") != std::string::npos;
+    const double reconnect_for = a.prm.role != Role::kClient ? 0
+                                 : a.prm.reconnect_for >= 0  ? a.prm.reconnect_for
+                                                             : (on_network ? 10.0 : 0.0);
+    bool resume = false;
+    uint64_t seg_errors = 0;  // errors() - verify_fail when this part of the run began
+    auto excusable = [&] {
+      const LaneSnap t = take_snapshot(a.tb->lanes).total();
+      return t.errors() - t.verify_fail;
+    };
+    auto cut_qps = [&] {
       for (const auto& l : a.tb->lanes)
-        if (l->dev_b && l->p) {
-          const win::RefusalPolicy pol{a.prm.max_refusals,
-                                       std::chrono::milliseconds(static_cast<int64_t>(
-                                           std::max(1.0, a.prm.refusal_window * 1e3)))};
-          guards.emplace_back(*l->dev_b, l->p->qp_handle(),
-                              a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")",
-                              pol);
-          if (auto g = guards.back().check(); !g) {
-            std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
-            (void)a.stop();
-            return kExitNoDevice;
+        for (win::PollCore* k : {l->c, l->s})
+          if (k && a.tb->dev_a) (void)a.tb->dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kError);
+    };
+    uint64_t seg_abandoned = 0;  // abandoned I/Os when this part of the run began
+    for (;;) {
+      if (Status s = a.start(resume); !s) {
+        std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
+        return kExitRuntime;
+      }
+      if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
+        std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
+      // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye
+      // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
+      bool peer_lost = false;
+      uint64_t bye_deadline = 0;
+      // --max-refusals: one guard per lane's QP (each watches the client behind it).
+      std::vector<win::PeerGuard> guards;
+      bool refused_out = false;
+      if (a.prm.max_refusals)
+        for (const auto& l : a.tb->lanes)
+          if (l->dev_b && l->p) {
+            const win::RefusalPolicy pol{a.prm.max_refusals,
+                                         std::chrono::milliseconds(static_cast<int64_t>(
+                                             std::max(1.0, a.prm.refusal_window * 1e3)))};
+            guards.emplace_back(*l->dev_b, l->p->qp_handle(),
+                                a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")",
+                                pol);
+            if (auto g = guards.back().check(); !g) {
+              std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
+              (void)a.stop();
+              return kExitNoDevice;
+            }
+          }
+      unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
+      // Ctrl-C on a server with clients: a goodbye to each (BYE on its session) and the lanes
+      // serve on until the clients have finished what they have in flight and said goodbye
+      // too (their RDMA goodbye stops the lanes), for at most 5 s.
+      bool said_bye = false;
+      uint64_t said_bye_deadline = 0;
+      while (a.running) {
+        if (g_signal.load()) {
+          if (a.prm.role != Role::kServer || a.tb->peers.empty()) break;
+          if (!said_bye) {
+            said_bye = true;
+            said_bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
+            for (Testbed::Peer& pr : a.tb->peers)
+              if (!pr.retired && !pr.dropped && pr.s.state() == endpoint::SessionState::kRunning)
+                (void)pr.s.close("the server is stopping");
+          } else if (rte_rdtsc() > said_bye_deadline) {
+            break;
           }
         }
-    unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
-    while (a.running && !g_signal.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      background_tick(a);
-      for (win::PeerGuard& g : guards)
-        if (auto r = g.check(); r && *r && !refused_out) {
-          refused_out = true;  // the guard logged the line naming the peer
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        background_tick(a);
+        for (win::PeerGuard& g : guards)
+          if (auto r = g.check(); r && *r && !refused_out) {
+            refused_out = true;  // the guard logged the line naming the peer
+            (void)a.stop();
+          }
+        if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
+        const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
+        if (ps == PeerState::kGone) {
+          // A client that will reconnect: what is in flight completes now, as flushed (its QPs
+          // to the error state), rather than at the stop's drain deadline.
+          if (reconnect_for > 0) cut_qps();
+          (void)a.stop();
+          peer_lost = true;
+        } else if (ps == PeerState::kBye && a.prm.role == Role::kClient && !said_bye) {
+          // The server said goodbye first (it is stopping): no new I/O; the stop completes the
+          // ones in flight (the server serves them until this client's goodbye).
+          said_bye = true;
+          std::fprintf(stderr,
+                       "rdmafwd: client: the server %s said goodbye (it is stopping); finishing "
+                       "the I/Os in flight\n",
+                       a.tb->peers.at(0).name.c_str());
+          (void)a.stop();
+        } else if (ps == PeerState::kBye && !bye_deadline) {
+          bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
+        } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
           (void)a.stop();
         }
-      if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
-      const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
-      if (ps == PeerState::kGone) {
-        (void)a.stop();
-        peer_lost = true;
-      } else if (ps == PeerState::kBye && !bye_deadline) {
-        bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
-      } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
-        (void)a.stop();
+      }
+      // The client's connection failed (the server went away, or a lane's QP failed: transport
+      // retry exceeded...): meet the server again within --reconnect-for and carry on.
+      bool lane_failed = false;
+      for (const auto& l : a.tb->lanes) lane_failed = lane_failed || l->st.failed.get() != 0;
+      if (reconnect_for > 0 && !g_signal.load() && (peer_lost || lane_failed)) {
+        // What is in flight completes now, as flushed (failed): the QPs to the error state.
+        cut_qps();
+        if (a.running) (void)a.stop();
+        const LaneSnap end = take_snapshot(a.tb->lanes).total();
+        const std::string was = a.tb->peers.empty() ? "" : a.tb->peers[0].name;
+        std::fprintf(stderr,
+                     "rdmafwd: client: the connection to the server %s failed (%s) after %" PRIu64
+                     " I/O(s); %" PRIu64
+                     " in flight abandoned (counted); reconnecting (up to "
+                     "%.0f s)\n",
+                     was.c_str(),
+                     peer_lost ? "connection closed without a goodbye" : "a queue pair error",
+                     end.ios, end.abandoned - seg_abandoned, reconnect_for);
+        std::fflush(stderr);
+        const auto t0 = std::chrono::steady_clock::now();
+        Status rs =
+            reconnect_client(a.prm, *a.tb, {},
+                             std::chrono::milliseconds(static_cast<int64_t>(reconnect_for * 1000)));
+        if (rs) {
+          a.excused_errors += excusable() - seg_errors;
+          seg_errors = excusable();
+          seg_abandoned = take_snapshot(a.tb->lanes).total().abandoned;
+          std::fprintf(
+              stderr, "rdmafwd: client: reconnected to %s after %.1f s; carrying on\n",
+              a.tb->peers[0].name.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          std::fflush(stderr);
+          resume = true;
+          continue;
+        }
+        std::fprintf(stderr, "rdmafwd: client: no reconnect: %s\n", rs.error().message.c_str());
+      }
+      if (a.running) (void)a.stop();
+      if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
+      if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
+      if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !peer_lost &&
+          !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
+        std::string note;
+        (void)check_client_writes(*a.tb, a.prm, note);
+        std::fprintf(out, "rdmafwd: %s\n", note.c_str());
+      }
+      int st = a.exit_status(serve_on);
+      if (refused_out || dropped) st = kExitRuntime;
+      const bool more = serve_on && !g_signal.load() &&
+                        (a.prm.serve_clients == 0 || served + 1 < a.prm.serve_clients);
+      if (peer_lost && serve_on) {
+        // One line for the client: its death ends its run, not this server (nor is it a failure
+        // of this server: what its run left in flight is counted in its summary).
+        Testbed::Peer& pr = a.tb->peers.at(std::max(a.tb->lost_peer, 0));
+        pr.dropped = true;
+        std::fprintf(stderr,
+                     "rdmafwd: server: client %s dropped: went away during the run (connection "
+                     "closed without a goodbye)%s\n",
+                     pr.name.c_str(), more ? "; waiting for the next client" : "");
+        st = kExitOk;
+      } else if (peer_lost) {
+        std::fprintf(stderr,
+                     "rdmafwd: the %s %s went away during the run (connection closed "
+                     "without a goodbye)\n",
+                     a.prm.role == Role::kServer ? "client" : "server",
+                     a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
+        st = kExitRuntime;
+      }
+      const bool nothing_to_serve =
+          a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
+      if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve && !peer_lost) {
+        std::fprintf(stderr, "rdmafwd: no I/O completed\n");
+        st = kExitRuntime;
+        if (!serve_on) {
+          a.print_stats("summary", kExitRuntime);
+          return kExitRuntime;
+        }
+      }
+      a.print_stats("summary", st);
+      worst = std::max(worst, st);
+      ++served;
+      if (!more) break;
+      // The next client: the lanes released (QPs drained, run state cleared), then the wait.
+      Status rs = release_lanes(*a.tb);
+      if (rs) rs = next_client(a.prm, *a.tb, say, warn);
+      if (!rs) {
+        if (rs.error().code == Errc::kState || g_signal.load())
+          std::fprintf(out, "rdmafwd: stopped while waiting for the next client (%u served)\n",
+                       served);
+        else
+          std::fprintf(stderr, "rdmafwd: %s (%u client(s) served)\n", rs.error().message.c_str(),
+                       served);
+        if (rs.error().code != Errc::kState && rs.error().code != Errc::kTimeout)
+          worst = kExitRuntime;
+        break;
       }
     }
-    if (a.running) (void)a.stop();
-    if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
-    if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
-    if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !peer_lost &&
-        !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
-      std::string note;
-      (void)check_client_writes(*a.tb, a.prm, note);
-      std::fprintf(out, "rdmafwd: %s\n", note.c_str());
-    }
-    int st = a.exit_status();
-    if (refused_out || dropped) st = kExitRuntime;
-    if (peer_lost) {
-      std::fprintf(stderr,
-                   "rdmafwd: the %s %s went away during the run (connection closed "
-                   "without a goodbye)\n",
-                   a.prm.role == Role::kServer ? "client" : "server",
-                   a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
-      st = kExitRuntime;
-    }
-    const bool nothing_to_serve =
-        a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
-    if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve) {
-      std::fprintf(stderr, "rdmafwd: no I/O completed\n");
-      a.print_stats("summary", kExitRuntime);
-      return kExitRuntime;
-    }
-    a.print_stats("summary", st);
     print_clients(a);
-    return st;
+    return worst;
   }
   return a.exit_status();
 }

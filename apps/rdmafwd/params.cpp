@@ -82,6 +82,15 @@ std::string usage_text(const std::string& prog) {
        "                         accesses are refused within SEC seconds (default off)\n";
   u += "  --clients N            server: serve N clients at once, --nb-cores / N lanes each\n"
        "                         (needs a device on a network: emu@roce:ADDR or mlx5)\n";
+  u += "  --serve-clients N      server (one client at a time): serve N clients one after the\n"
+       "                         other, then exit; 0: until Ctrl-C (default 1: the first\n"
+       "                         client's end ends the server). A client that dies or is\n"
+       "                         dropped counts as served; the server waits for the next\n"
+       "                         (needs a device on a network: emu@roce:ADDR or mlx5)\n";
+  u += "  --reconnect-for SEC    client: when the connection fails during the run (the server\n"
+       "                         went away, a QP error), meet the server again within SEC\n"
+       "                         seconds and carry on (default 10 on a network device:\n"
+       "                         emu@roce:ADDR or mlx5; 0: off, the failure ends the client)\n";
   u += "  --isolate peer|none    server: each lane's QP and windows in a protection domain of\n"
        "                         its own: no client's rkey works on another's QP (default none)\n";
   u += "  --cm                   mlx5: connect the QPs through rdma_cm (route-resolved device,\n"
@@ -167,6 +176,8 @@ enum : int {
   kRendezvousTimeout,
   kMaxRefusals,
   kClients,
+  kServeClients,
+  kReconnectFor,
   kIsolate,
   kCm,
   kWire,
@@ -213,6 +224,8 @@ constexpr option kOptions[] = {
     {"rendezvous-timeout", required_argument, nullptr, kRendezvousTimeout},
     {"max-refusals", required_argument, nullptr, kMaxRefusals},
     {"clients", required_argument, nullptr, kClients},
+    {"serve-clients", required_argument, nullptr, kServeClients},
+    {"reconnect-for", required_argument, nullptr, kReconnectFor},
     {"isolate", required_argument, nullptr, kIsolate},
     {"cm", no_argument, nullptr, kCm},
     {"wire", required_argument, nullptr, kWire},
@@ -327,6 +340,12 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
       return "";
     case kClients:
       return num(1, 64, p.clients);
+    case kServeClients:
+      return num(0, 1000000, p.serve_clients);
+    case kReconnectFor:
+      if (!to_seconds(v, p.reconnect_for) || p.reconnect_for < 0 || p.reconnect_for > 86400)
+        return "option --reconnect-for: '" + v + "' is not a number of seconds in [0, 86400]";
+      return "";
     case kCm:
       p.cm = true;
       return "";
@@ -479,6 +498,25 @@ std::string check_params(const Params& p) {
   if (p.cm && dk != DeviceKind::kMlx5)
     return "--cm connects the QPs through rdma_cm: an mlx5 device only (--device mlx5_N); emu "
            "devices meet over the TCP rendezvous alone";
+  if (p.reconnect_for > 0 && p.peer.empty())
+    return "--reconnect-for is for a client that meets its server over TCP (--role client "
+           "--peer HOST[:PORT])";
+  // A server that restarts makes a new shared-memory wire: only a client on a network finds it.
+  const bool on_network = dk == DeviceKind::kMlx5 || p.device.find("@roce:") != std::string::npos;
+  if (p.reconnect_for > 0 && !on_network)
+    return "--reconnect-for needs a device on a network (emu@roce:ADDR or mlx5): a restarted "
+           "server makes a new emu shared-memory wire";
+  if (p.serve_clients != 1 && p.listen.empty())
+    return "--serve-clients is for a server that listens (--role server --listen [ADDR:]PORT)";
+  if (p.serve_clients != 1 && p.clients > 1)
+    return "--serve-clients is for a server of one client at a time (not with --clients)";
+  // emu's shared-memory wire is one link to one client process: a client killed holds its side
+  // of the wire to the end. Over a network the next client reaches the same QPs.
+  if (p.serve_clients != 1 && dk != DeviceKind::kMlx5 &&
+      p.device.find("@roce:") == std::string::npos)
+    return "--serve-clients " + std::to_string(p.serve_clients) +
+           " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
+           "joins one client process";
   if (p.clients > 1 && p.listen.empty())
     return "--clients is for a server that listens (--role server --listen [ADDR:]PORT)";
   if (p.clients > 1 && dk != DeviceKind::kMlx5 && p.device.find("@roce:") == std::string::npos)

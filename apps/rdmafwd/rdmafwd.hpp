@@ -79,6 +79,15 @@ struct Params {
   // per lane). --isolate peer (server): each lane's QP and windows in a protection domain of
   // its own (endpoint::Endpoint::add_isolated_core), so no client's rkey works on another's QP.
   uint32_t clients = 1;
+  // --serve-clients N (server of one client at a time): N clients one after the other, each
+  // lane recovered (QP to RESET and reconnected, windows invalidated) between them; 0 = until
+  // Ctrl-C. 1 (the default): the first client's end ends the server.
+  uint32_t serve_clients = 1;
+  // --reconnect-for SEC (client over TCP on a network device: emu@roce or mlx5): when the
+  // connection fails during the run (the server went away, a QP error), meet the server again
+  // within SEC seconds (new session, QPs recovered) and carry on. -1 = the default: 10 s for such
+  // a client, off otherwise; 0 = off.
+  double reconnect_for = -1;
   bool isolate = false;
   // --cm (mlx5, with --listen/--peer): the lanes' QPs are connected through rdma_cm (a
   // route-resolved device, port and GID; drivers/mlx5/dv/cm.hpp) on the rendezvous port of the

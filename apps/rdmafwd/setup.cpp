@@ -528,9 +528,16 @@ Status connect_lanes(Testbed& tb, bool server, const std::vector<mlx5::ConnectIn
                                            (relay ? " of two QPs each" : ""));
   size_t j = 0;
   for (unsigned i = r.first; i < r.first + r.n; ++i)
-    for (win::PollCore* k : lane_qps(*tb.lanes[i], server, relay))
-      RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect(k->qp_handle(), remote[j++]),
-               "lane " + std::to_string(i) + ": connect to the peer");
+    for (win::PollCore* k : lane_qps(*tb.lanes[i], server, relay)) {
+      // A QP that served a client before: drained, RESET and reconnected, its windows
+      // invalidated (their mappings belonged to the last client) and back in the cache.
+      if (tb.lanes_used)
+        RDMX_TRY(endpoint::recover_core(*k, remote[j++]),
+                 "lane " + std::to_string(i) + ": recover for the next peer");
+      else
+        RDMX_TRY((server ? *tb.dev_b : *tb.dev_a).connect(k->qp_handle(), remote[j++]),
+                 "lane " + std::to_string(i) + ": connect to the peer");
+    }
   return {};
 }
 
@@ -704,9 +711,11 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
   const auto deadline = std::chrono::steady_clock::now() + total.timeout;
   const unsigned n_clients = p.clients ? p.clients : 1;
   const unsigned per = static_cast<unsigned>(tb.lanes.size()) / n_clients;
+  const size_t first = tb.peers.size();  // --serve-clients: the clients served before
   if (say)
     say("server: waiting for " +
-        (n_clients == 1 ? std::string("a client") : std::to_string(n_clients) + " clients") +
+        (n_clients == 1 ? std::string(first ? "the next client" : "a client")
+                        : std::to_string(n_clients) + " clients") +
         " on " + lis.address() + " (up to " + std::to_string((total.timeout.count() + 999) / 1000) +
         " s), Ctrl-C to stop");
   struct LogCtx {
@@ -728,7 +737,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
     slot_busy[pd.slot] = false;
   };
-  while (tb.peers.size() < n_clients) {
+  while (tb.peers.size() < first + n_clients) {
     if (g_signal.load())
       return make_error(Errc::kState, "interrupted while waiting for a client on " + lis.address());
     if (std::chrono::steady_clock::now() >= deadline)
@@ -777,7 +786,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
         continue;
       }
       if (e == endpoint::SessionEvent::kReady) {
-        const unsigned k = static_cast<unsigned>(tb.peers.size());
+        const unsigned k = static_cast<unsigned>(tb.peers.size() - first);
         const std::string lanes = n_clients == 1
                                       ? ""
                                       : ", lanes " + std::to_string(pd.pr.first_lane) + ".." +
@@ -787,7 +796,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
                            lanes +
                            (pd.pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
         for (unsigned li = pd.pr.first_lane; li < pd.pr.first_lane + per; ++li)
-          tb.lanes[li]->client = k;
+          tb.lanes[li]->client = static_cast<unsigned>(tb.peers.size());
         if (say && n_clients > 1)
           say("server: client " + std::to_string(k + 1) + " of " + std::to_string(n_clients) +
               " (" + pd.pr.name + ") connected" +
@@ -858,7 +867,7 @@ std::string Testbed::peer_name(const Lane& l) const {
 
 bool Testbed::any_client_runs(const std::string& fwd) const {
   for (const Peer& pr : peers)
-    if (fwd.empty() ? !pr.fwd.empty() : pr.fwd == fwd) return true;
+    if (!pr.retired && (fwd.empty() ? !pr.fwd.empty() : pr.fwd == fwd)) return true;
   return false;
 }
 
@@ -883,7 +892,7 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
   const std::string others = tb.peers.size() > 1 ? "; the other clients are served on" : "";
   for (size_t i = 0; i < tb.peers.size(); ++i) {
     Testbed::Peer& pr = tb.peers[i];
-    if (pr.dropped) continue;
+    if (pr.dropped || pr.retired) continue;
     if (pr.lost || !pr.violation.empty()) {
       const std::string why = pr.lost ? "went away during the run (connection closed without a "
                                         "goodbye)"
@@ -913,7 +922,8 @@ unsigned police_peers(Testbed& tb, const Say& warn) {
 namespace {
 // One peer, without waiting: its session stepped (a goodbye is answered at once).
 PeerState watch_one(Testbed::Peer& pr) {
-  if (pr.dropped) return PeerState::kBye;  // done with: it ends nothing for the others
+  if (pr.dropped || pr.retired)
+    return PeerState::kBye;  // done with: it ends nothing for the others
   using S = endpoint::SessionState;
   if (pr.s.step() == endpoint::SessionEvent::kBye) (void)pr.s.close();
   switch (pr.s.state()) {
@@ -943,8 +953,9 @@ PeerState watch_peer(Testbed& tb) {
     const PeerState s = watch_one(tb.peers[i]);
     bool others = false;
     for (size_t j = 0; j < tb.peers.size(); ++j)
-      others = others || (j != i && !tb.peers[j].dropped && !tb.peers[j].lost &&
-                          tb.peers[j].s.state() == endpoint::SessionState::kRunning);
+      others =
+          others || (j != i && !tb.peers[j].dropped && !tb.peers[j].lost && !tb.peers[j].retired &&
+                     tb.peers[j].s.state() == endpoint::SessionState::kRunning);
     if (s == PeerState::kGone && others && tb.peers.size() > 1) {
       tb.peers[i].lost = true;
       all_bye = false;
@@ -963,7 +974,7 @@ bool await_bye(Testbed& tb, std::chrono::milliseconds within) {
   const auto end = std::chrono::steady_clock::now() + within;
   bool all = !tb.peers.empty();
   for (Testbed::Peer& pr : tb.peers) {
-    if (pr.s.peer_said_bye()) continue;
+    if (pr.retired || pr.s.peer_said_bye()) continue;
     if (pr.dropped || pr.s.state() != endpoint::SessionState::kRunning) {
       all = false;
       continue;
@@ -1032,11 +1043,68 @@ void check_writes_of(Testbed& tb, const Params& p, const Testbed::Peer& pr, uint
 uint64_t check_client_writes(Testbed& tb, const Params& p, std::string& note) {
   uint64_t checked = 0, bad = 0;
   for (const Testbed::Peer& pr : tb.peers)
-    if (pr.fwd == "write") check_writes_of(tb, p, pr, checked, bad);
+    if (!pr.retired && pr.fwd == "write") check_writes_of(tb, p, pr, checked, bad);
   note = "server: checked the last write of " + std::to_string(checked) +
          " slot(s) against the client's goodbye: " +
          (bad ? std::to_string(bad) + " differ" : std::string("all match"));
   return bad;
+}
+
+Status release_lanes(Testbed& tb) {
+  for (Testbed::Peer& pr : tb.peers) {
+    if (pr.retired) continue;
+    pr.retired = true;
+    if (pr.s.state() != endpoint::SessionState::kDropped &&
+        pr.s.state() != endpoint::SessionState::kClosed)
+      pr.s.drop(Errc::kState, "served");
+  }
+  for (auto& lp : tb.lanes) {
+    Lane& l = *lp;
+    // Whatever the last client left posted completes now (flushed); RESET before the next
+    // client's INFO goes out: a new incarnation, with a new initial PSN.
+    for (win::PollCore* k : {l.p, l.r})
+      if (k) RDMX_TRY(endpoint::disconnect_core(*k), "lane " + std::to_string(l.index));
+    l.failed = l.dead = l.refusing = false;
+    l.peer_dropped.store(false, std::memory_order_release);
+    l.st.peer_bye.set(0);
+    l.st.failed.set(0);
+    l.targets_unmapped = false;
+  }
+  tb.lanes_used = true;
+  tb.lost_peer = -1;
+  return {};
+}
+
+Status reconnect_client(Params& p, Testbed& tb, const Say& say, std::chrono::milliseconds budget) {
+  if (tb.peers.empty()) return make_error(Errc::kState, "no server to reconnect to");
+  Testbed::Peer& pr = tb.peers[0];
+  if (pr.s.state() != endpoint::SessionState::kDropped &&
+      pr.s.state() != endpoint::SessionState::kClosed)
+    pr.s.drop(Errc::kState, "reconnecting");
+  // The lanes' QPs: to the error state (whatever is still posted completes as flushed), drained,
+  // to RESET: a new incarnation whose connect info carries a new initial PSN; recover_core at the
+  // connect reconnects them and invalidates every window (back in the cache).
+  for (auto& lp : tb.lanes) {
+    Lane& l = *lp;
+    for (win::PollCore* k : {l.c, l.s})
+      if (k) RDMX_TRY(endpoint::disconnect_core(*k), "lane " + std::to_string(l.index));
+    l.failed = l.dead = false;
+    l.st.failed.set(0);
+    l.remote_rkeys.clear();
+    l.remote_csums.clear();
+  }
+  tb.lanes_used = true;
+  tb.lost_peer = -1;
+  Params q = p;
+  q.rendezvous_timeout =
+      std::max(0.001, std::chrono::duration<double>(budget).count());  // the whole bound
+  RDMX_TRY_ASSIGN(pr.s, tcp_client_hello(q, static_cast<unsigned>(tb.lanes.size()), say));
+  pr.name = pr.s.peer();
+  return tcp_client_finish(p, tb);
+}
+
+Status next_client(const Params& p, Testbed& tb, const Say& say, const Say& warn) {
+  return tcp_server(p, tb, tb.listener, say, warn);
 }
 
 // Devices, then per side an arena and a pool, then the lanes with their cores and buffers, then
@@ -1087,9 +1155,10 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   for (unsigned i = 0; i < n_lanes; ++i) RDMX_TRY(lb.lane(i, lcores[i]));
   if (p.role == Role::kBoth)
     RDMX_TRY(post_all_recvs(*tb));
-  else if (!p.listen.empty())
-    RDMX_TRY(tcp_server(p, *tb, lis, say, warn), "rendezvous");
-  else
+  else if (!p.listen.empty()) {
+    tb->listener = std::move(lis);
+    RDMX_TRY(tcp_server(p, *tb, tb->listener, say, warn), "rendezvous");
+  } else
     RDMX_TRY(tcp_client_finish(p, *tb), "rendezvous");
 
   if (p.isolate)

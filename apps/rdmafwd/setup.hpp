@@ -57,11 +57,18 @@ struct Testbed {
     // Server: the client went away without a goodbye while others are served: police_peers
     // drops it alone (a server left with no client ends instead: watch_peer's kGone).
     bool lost = false;
+    // Server with --serve-clients: a client whose run is over (goodbye, gone or dropped); kept
+    // for the per-client statistics, watched no more.
+    bool retired = false;
   };
   std::vector<Peer> peers;
   // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
   std::vector<std::pair<std::string, std::string>> refused_clients;
   int lost_peer = -1;  // the peer watch_peer saw go away
+  // Server: the rendezvous listener, kept for the next client (--serve-clients), and whether
+  // the lanes' QPs served a client before (the next one's connect recovers them first).
+  endpoint::Listener listener;
+  bool lanes_used = false;
   // --cm: rdma_cm through the library (the server's listener, every lane's connection;
   // disconnected at teardown).
   std::unique_ptr<endpoint::CmPeer> cm;
@@ -105,6 +112,23 @@ unsigned police_peers(Testbed& tb, const Say& warn);
 // without counting a failure of this process), its rendezvous socket closed (the client sees
 // the server gone). The other clients are served on.
 void drop_peer(Testbed& tb, size_t i);
+
+// Server with --serve-clients, after a client's run (its goodbye, its death or its drop): its
+// session retired, each lane's QPs to the error state and drained (bounded), the lanes' run
+// state cleared; the next client's connect recovers the QPs (lib/endpoint recover_core: RESET,
+// reconnected, every window invalidated and back in the cache).
+Status release_lanes(Testbed& tb);
+// Server with --serve-clients: waits (Params::rendezvous_timeout, Ctrl-C) for the next client
+// and connects it on the released lanes, as at start-up. kState when interrupted, kTimeout when
+// none came.
+Status next_client(const Params& p, Testbed& tb, const Say& say, const Say& warn);
+
+// Client with --reconnect-for, its lanes stopped after the connection failed (the server went
+// away, a QP error): its session dropped, each lane's QPs to the error state, drained and to
+// RESET, then a new session with the server at --peer (retried within `budget`), the QPs
+// recovered towards the new infos (recover_core: reconnected, every window invalidated) and the
+// receives posted, as at start-up.
+Status reconnect_client(Params& p, Testbed& tb, const Say& say, std::chrono::milliseconds budget);
 
 // The client's goodbye over TCP, after its run (the server then stops without an error); for
 // --fwd write it carries the sequence number and checksum of each slot's last write.

@@ -126,6 +126,9 @@ struct rdmx_core {
   std::unique_ptr<rdmx_completion[]> pend;
   uint32_t pend_cap = 0, pend_head = 0, pend_count = 0;
   std::unique_ptr<win::PeerGuard> guard;  // rdmx_core_guard: made on its first call
+  // The QP was connected to a peer before (rdmx_core_disconnect): the next exchange recovers it
+  // (reconnected, every window invalidated) rather than connecting a fresh QP.
+  bool used = false;
 };
 
 struct rdmx_port {
@@ -923,6 +926,28 @@ int rdmx_core_recover(rdmx_core* c, const rdmx_connect_info* remote) {
   });
 }
 
+int rdmx_core_disconnect(rdmx_core* c, uint32_t timeout_ms, rdmx_completion_fn fn, void* arg) {
+  return guarded("rdmx_core_disconnect", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_core_disconnect: NULL core");
+    std::lock_guard lk(c->port->mu);
+    while (c->pend_count) {
+      const rdmx_completion x = pend_pop(c);
+      if (fn) fn(arg, &x);
+    }
+    // Every work request still posted completes once, as flushed (IB spec 10.3.1 "QP Error
+    // state"; rdma-core providers/mlx5/cq.c: IBV_WC_WR_FLUSH_ERR); the QP ends in RESET.
+    auto s = endpoint::disconnect_core(
+        *c->pc, timeout_ms ? std::chrono::milliseconds(timeout_ms) : endpoint::kDefaultDrainBudget,
+        [&](const Completion& x) {
+          const rdmx_completion y = to_c(x);
+          if (fn) fn(arg, &y);
+        });
+    if (!s) return fail(s.error(), "rdmx_core_disconnect");
+    c->used = true;
+    return 0;
+  });
+}
+
 int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b) {
   return guarded("rdmx_core_recover_pair", [&]() -> int {
     if (!a || !b || a == b) return fail(RDMX_EINVAL, "rdmx_core_recover_pair: bad cores");
@@ -995,6 +1020,7 @@ struct rdmx_listener {
 // (rdmx_conn_send/recv): it starts in INFO; the exchange and ready steps are the session's.
 struct rdmx_conn {
   endpoint::Session s;
+  std::string peer_address;  // rdmx_connect_to's "HOST[:PORT]": where rdmx_conn_reconnect goes
 };
 
 namespace {
@@ -1025,7 +1051,12 @@ int connect_all(rdmx_core* const* cores, uint32_t n,
                                  std::to_string(n));
   for (uint32_t i = 0; i < n; ++i) {
     std::unique_lock lk(cores[i]->port->mu);
-    auto s = cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs[i]);
+    // A core that served another peer (rdmx_core_disconnect): drained, reconnected as a new
+    // incarnation, its windows invalidated (their mappings belonged to the last peer).
+    auto s = cores[i]->used
+                 ? endpoint::recover_core(*cores[i]->pc, theirs[i])
+                 : cores[i]->port->ep.device().connect(cores[i]->pc->qp_handle(), theirs[i]);
+    if (s) cores[i]->used = false;
     if (!s) {
       lk.unlock();
       // Nothing of a refused peer stays connected: the cores connected so far back to RESET.
@@ -1121,7 +1152,24 @@ int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volatile int* c
     auto ch = endpoint::Channel::connect(
         to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_connect_to");
-    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value())};
+    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value()), peer};
+    return 0;
+  });
+}
+
+int rdmx_conn_reconnect(rdmx_conn* c, uint32_t timeout_ms, const volatile int* cancel) {
+  return guarded("rdmx_conn_reconnect", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_conn_reconnect: NULL argument");
+    if (c->peer_address.empty())
+      return fail(RDMX_ESTATE, "rdmx_conn_reconnect: not a connection made by rdmx_connect_to");
+    auto to = endpoint::parse_peer_address(c->peer_address);
+    if (!to) return fail(to.error(), "rdmx_conn_reconnect");
+    // The old connection ends here (the peer, if alive, sees it closed).
+    c->s.drop(Errc::kState, "reconnecting");
+    auto ch = endpoint::Channel::connect(
+        to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
+    if (!ch) return fail(ch.error(), "rdmx_conn_reconnect");
+    c->s = endpoint::Session::after_hello(std::move(ch).value());
     return 0;
   });
 }

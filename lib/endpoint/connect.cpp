@@ -66,6 +66,31 @@ Status drain_core(win::PollCore& c, std::chrono::nanoseconds budget,
                                         std::to_string(budget.count() / 1000000) + " ms");
 }
 
+Status disconnect_core(win::PollCore& c, std::chrono::nanoseconds budget,
+                       const std::function<void(const mlx5::Completion&)>& on) {
+  mlx5::Device& dev = device_of(c);
+  RDMX_TRY(dev.modify_qp(c.qp_handle(), mlx5::QpState::kError), "disconnect: QP to ERR");
+  // Sends and receives alike (drained() counts receives only once the software QP has seen an
+  // error CQE; here the flush completions of the receives are the application's too).
+  const Clock::time_point deadline = Clock::now() + budget;
+  mlx5::QueuePair& q = c.qp();
+  while (q.sq().in_flight() != 0 || q.rq().posted_not_completed() != 0) {
+    const uint32_t n = c.poll(64, [&](const mlx5::Completion& x) {
+      if (on) on(x);
+    });
+    if (n) continue;
+    if (Clock::now() >= deadline)
+      return make_error(Errc::kTimeout, "disconnect: " + std::to_string(q.sq().in_flight()) +
+                                            " send WQEBBs and " +
+                                            std::to_string(q.rq().posted_not_completed()) +
+                                            " receives still outstanding after " +
+                                            std::to_string(budget.count() / 1000000) + " ms");
+    std::this_thread::yield();  // the device writes the flush completions
+  }
+  RDMX_TRY(dev.modify_qp(c.qp_handle(), mlx5::QpState::kReset), "disconnect: QP to RESET");
+  return {};
+}
+
 Status recover_core(win::PollCore& c, const mlx5::ConnectInfo& remote) {
   RDMX_TRY(drain_core(c), "recover");
   RDMX_TRY(device_of(c).connect(c.qp_handle(), remote), "recover: reconnect");

@@ -57,6 +57,69 @@ static void door_ready(struct server* s, rdmx_conn* c, double end) {
   CHECK(strstr(rdmx_last_error(), "sent no hello within 300 ms") != NULL);
 }
 
+/* rdmx_core_disconnect's on_done: counts the completions, and those that did not succeed. */
+struct flushed {
+  int n, failed;
+  uint64_t cookie;
+};
+static void count_flushed(void* arg, const rdmx_completion* x) {
+  struct flushed* f = (struct flushed*)arg;
+  f->n++;
+  f->failed += x->status != 0;
+  f->cookie = x->cookie;
+}
+
+/* The reconnect round's server: serves a client to READY with a receive posted, then "dies" (its
+ * connection closed without a goodbye), disconnects its core (the receive completes once, as
+ * flushed), serves the client that comes back on the same core, and checks its SEND. */
+static void* server_reconnect(void* arg) {
+  struct server* s = (struct server*)arg;
+  rdmx_conn* c = NULL;
+  uint64_t page;
+  rdmx_sge sg;
+  rdmx_completion wc = {0};
+  struct flushed f = {0, 0, 0};
+  char msg[64];
+  int round, n;
+  CHECK_RC(rdmx_pages_alloc(s->port, &page, 1), 0);
+  sg.addr = page;
+  sg.length = 4096;
+  sg.lkey = rdmx_port_lkey(s->port);
+  for (round = 0; round < 2; ++round) {
+    CHECK_RC(rdmx_accept(s->l, 10000, NULL, &c), 0);
+    if (!c) return NULL;
+    n = rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL);
+    CHECK(n == 6 && memcmp(msg, "hello", 6) == 0);
+    CHECK_RC(rdmx_conn_send(c, "welcome", 8, 5000, NULL), 0);
+    CHECK_RC(rdmx_conn_exchange(c, &s->core, 1, 5000, NULL), 0);
+    memset((void*)(uintptr_t)page, 0, 4096);
+    CHECK_RC(rdmx_post_recv(s->core, &sg, 1, 40 + (uint64_t)round), 0);
+    rdmx_flush(s->core);
+    CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
+    if (round == 0) {
+      CHECK_RC(rdmx_conn_reconnect(c, 100, NULL), -RDMX_ESTATE); /* accepted: not ours */
+      rdmx_conn_close(c);                                        /* "dies" */
+      CHECK_RC(rdmx_core_disconnect(s->core, 0, count_flushed, &f), 0);
+      CHECK(f.n == 1 && f.failed == 1 && f.cookie == 40);
+      continue;
+    }
+    CHECK(wait_cookie(s->core, 41, &wc));
+    CHECK(wc.status == 0 && wc.bytes == 1000);
+    for (n = 0; n < 1000; ++n)
+      if (((const unsigned char*)(uintptr_t)page)[n] != (unsigned char)(n * 3 + 2)) {
+        CHECK(!"received bytes differ after the reconnect");
+        break;
+      }
+    {
+      const double end = now_s() + 10.0;
+      while (!rdmx_conn_peer_gone(c) && now_s() < end) {
+      }
+    }
+    rdmx_conn_close(c);
+  }
+  return NULL;
+}
+
 static void* server_main(void* arg) {
   struct server* s = (struct server*)arg;
   rdmx_conn* c = NULL;
@@ -186,6 +249,55 @@ int main(void) {
     }
     pthread_join(t, NULL);
     rdmx_conn_close(idle);
+  }
+
+  /* A connection that fails and is made again: the server goes away after READY (the client's
+   * receive in flight); the client disconnects its core (the receive completes once, flushed),
+   * reconnects to the same address, exchanges again (the cores recovered: new incarnations)
+   * and its SEND arrives intact. */
+  {
+    struct flushed f = {0, 0, 0};
+    const double end = now_s() + 10.0;
+    /* Fresh cores (the rounds before connected theirs to other peers). */
+    rdmx_core* const cb_before = srv.core;
+    rdmx_core *ca2 = NULL, *cb2 = NULL;
+    REQUIRE(rdmx_core_create(a, NULL, &ca2) == 0 && rdmx_core_create(b, NULL, &cb2) == 0);
+    srv.core = cb2;
+    pthread_create(&t, NULL, server_reconnect, &srv);
+    CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &c), 0);
+    if (c) {
+      CHECK_RC(rdmx_conn_send(c, "hello", 6, 5000, NULL), 0);
+      CHECK_RC(rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL), 8);
+      CHECK_RC(rdmx_conn_exchange(c, &ca2, 1, 5000, NULL), 0);
+      CHECK_RC(rdmx_pages_alloc(a, &page, 1), 0);
+      sg.addr = page;
+      sg.length = 4096;
+      sg.lkey = rdmx_port_lkey(a);
+      CHECK_RC(rdmx_post_recv(ca2, &sg, 1, 99), 0);
+      rdmx_flush(ca2);
+      CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
+      while (!rdmx_conn_peer_gone(c) && now_s() < end) {
+      }
+      CHECK(rdmx_conn_peer_gone(c));
+      CHECK_RC(rdmx_core_disconnect(ca2, 0, count_flushed, &f), 0);
+      CHECK(f.n == 1 && f.failed == 1 && f.cookie == 99);
+      CHECK_RC(rdmx_conn_reconnect(c, 10000, NULL), 0);
+      CHECK_RC(rdmx_conn_send(c, "hello", 6, 5000, NULL), 0);
+      CHECK_RC(rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL), 8);
+      CHECK_RC(rdmx_conn_exchange(c, &ca2, 1, 5000, NULL), 0);
+      CHECK_RC(rdmx_conn_ready(c, 5000, NULL), 0);
+      for (i = 0; i < 1000; ++i) ((unsigned char*)(uintptr_t)page)[i] = (unsigned char)(i * 3 + 2);
+      sg.length = 1000;
+      CHECK_RC(rdmx_post_send(ca2, &sg, 1, 8, RDMX_POST_SIGNALED), 0);
+      rdmx_flush(ca2);
+      CHECK(wait_cookie(ca2, 8, &wc) && wc.status == 0);
+      rdmx_conn_close(c);
+      c = NULL;
+    }
+    pthread_join(t, NULL);
+    rdmx_core_destroy(ca2);
+    rdmx_core_destroy(cb2);
+    srv.core = cb_before;
   }
 
   /* Core counts that differ: both sides refuse. */

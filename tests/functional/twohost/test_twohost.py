@@ -128,6 +128,53 @@ def wait_line(p, stream, text, timeout=BUDGET):
     fail(f"never saw {text!r}", ("it", "".join(seen), ""))
 
 
+class Tail:
+    """Reads a process's stdout and stderr on threads, line by line, as they come: a test can
+    wait for several lines of one stream in turn (wait_line's select cannot see lines already
+    read into the stream's buffer, so a second wait on a stream may miss a line that came in
+    the same burst as the first)."""
+
+    def __init__(self, p):
+        self.p = p
+        self.lines = {"out": [], "err": []}
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._read, args=(k, st), daemon=True)
+                        for k, st in (("out", p.stdout), ("err", p.stderr))]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, key, stream):
+        for line in stream:
+            with self.cond:
+                self.lines[key].append(line)
+                self.cond.notify_all()
+
+    def wait(self, key, text, after=0, timeout=BUDGET):
+        """The index of the first line of stream `key` from line `after` on that holds text."""
+        end = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i in range(after, len(self.lines[key])):
+                    if text in self.lines[key][i]:
+                        return i
+                left = end - time.monotonic()
+                if left <= 0 or not any(t.is_alive() for t in self.threads):
+                    fail(f"never saw {text!r}", ("it", "".join(self.lines["out"]),
+                                                 "".join(self.lines[key])))
+                self.cond.wait(min(left, 0.2))
+
+    def finish(self, timeout=BUDGET):
+        try:
+            self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            reap(self.p)
+            fail(f"pid {self.p.pid} still running after {timeout} s",
+                 ("it", "".join(self.lines["out"]), "".join(self.lines["err"])))
+        for t in self.threads:
+            t.join(10)
+        return "".join(self.lines["out"]), "".join(self.lines["err"])
+
+
 def command(binary, eal, args, ns=None):
     cmd = [binary] + (eal + ["--"] if eal is not None else []) + args
     return [NETNS, "exec", ns] + cmd if ns else cmd  # exec: the process is the program itself
@@ -527,6 +574,236 @@ def case_roce_client_killed(binary):
         print(f"roce-client-killed: the survivor's {c['ios']} RPCs served in full")
 
 
+def case_serve_next_client(binary):
+    """A one-client server asked to serve on (--serve-clients 0), over emu RoCE v2 across the
+    veth pair: its client is killed (SIGKILL) in the middle of its run; the server says so in one
+    line and waits for the next client (its lane's QP drained, RESET, reconnected with a new
+    initial PSN, its windows invalidated); a second client is served to the end, verified, with
+    the server's count equal to its own; the server is still up, and Ctrl-C ends it with exit 0,
+    leaving nothing behind."""
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40"]
+        srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                         "--serve-clients", "0", "--device",
+                                         f"emu@roce:{n.addr_a}"] + common, n.a)
+        client = lambda extra: start(binary, CLIENT_EAL,
+                                     ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                      "--device", f"emu@roce:{n.addr_b}"] + common + extra, n.b)
+        victim = cli = None
+        sout, serr, cout, cerr = "", "", "", ""
+        tail = Tail(srv)
+        try:
+            tail.wait("err", "waiting for a client")
+            victim = client(["--stats-period", "0.2"])
+            wait_line(victim, victim.stdout, '"type":"periodic"')
+            victim.kill()
+            victim.communicate()
+            at = tail.wait("err", "waiting for the next client", 0, 20)
+            cli = client(["--duration", "1.5"])
+            cout, cerr = finish(cli)
+            # Served, and still up: it waits for a third.
+            tail.wait("err", "waiting for the next client", at + 1, 20)
+            up = srv.poll() is None
+            srv.send_signal(signal.SIGINT)
+            sout, serr = tail.finish(20)
+        finally:
+            for p in (srv, victim, cli):
+                if p:
+                    reap(p)
+        procs = [("server", sout, serr), ("client 2", cout, cerr)]
+        check(up, "the server ended after the second client", *procs)
+        check(cli.returncode == 0 and srv.returncode == 0,
+              f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+        drops = [l for l in rdmafwd_lines(serr) if "dropped" in l]
+        check(len(drops) == 1 and "went away during the run" in drops[0] and
+              "waiting for the next client" in drops[0], f"drop lines {drops}", *procs)
+        c, s = summary(cout)["total"], summary(sout)["total"]
+        check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0 and
+              s["ios"] == c["ios"], f"client {c['ios']} / server {s['ios']} I/Os, errors "
+              f"{c['errors']} / {s['errors']}", *procs)
+        cl = clients(sout)
+        check(cl and [r["dropped"] for r in cl["served"]] == [True, False], f"clients: {cl}",
+              *procs)
+        check("stopped while waiting for the next client (2 served)" in serr, "no end line",
+              *procs)
+        for p in (srv, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(drops[0])
+        print(f"serve-next-client: the second client's {c['ios']} RPCs served in full")
+
+
+def case_roce_server_restart(binary, extra=()):
+    """A client over emu RoCE v2 across the veth pair whose server is killed (SIGKILL) in the
+    middle of the run and started again 1 s later on the same port: the client says so in one
+    line (the I/Os it completed, those in flight abandoned and counted), reconnects within its
+    --reconnect-for (a new session; its QP drained, RESET, reconnected with a new initial PSN,
+    its windows invalidated) in one more line, and finishes verified with exit 0: the new
+    server served exactly the I/Os the client completed after the reconnect (nothing lost or
+    twice), and nothing is left behind."""
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40"]
+        server = lambda: start(binary, SERVER_EAL,
+                               ["--role", "server", "--listen", f"{n.addr_a}:7471", "--device",
+                                f"emu@roce:{n.addr_a}"] + common, n.a)
+        srv1 = server()
+        srv2 = cli = None
+        sout = serr = cout = cerr = ""
+        try:
+            wait_line(srv1, srv1.stderr, "waiting for a client")
+            cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                             "--duration", "4", "--stats-period", "0.2",
+                                             "--device", f"emu@roce:{n.addr_b}"] + common +
+                        list(extra), n.b)
+            wait_line(cli, cli.stdout, '"type":"periodic"')
+            srv1.kill()
+            srv1.communicate()
+            time.sleep(1.0)
+            srv2 = server()
+            cout, cerr = finish(cli)
+            sout, serr = finish(srv2, 20)
+        finally:
+            for p in (srv1, srv2, cli):
+                if p:
+                    reap(p)
+        procs = [("server 2", sout, serr), ("client", cout, cerr)]
+        check(cli.returncode == 0 and srv2.returncode == 0,
+              f"exit: client {cli.returncode}, server 2 {srv2.returncode}", *procs)
+        lines = rdmafwd_lines(cerr)
+        lost = [l for l in lines if "failed (" in l]
+        back = [l for l in lines if "reconnected to" in l]
+        check(len(lost) == 1 and len(back) == 1, f"client lines {lines}", *procs)
+        m = re.search(r"after (\d+) I/O\(s\); (\d+) in flight abandoned", lost[0])
+        check(m, f"{lost[0]!r}", *procs)
+        before, abandoned = int(m.group(1)), int(m.group(2))
+        c, s = summary(cout)["total"], summary(sout)["total"]
+        # Every I/O issued completed once: served and verified, or abandoned at the failure.
+        f = c["faults"]
+        check(c["errors"]["verify"] == 0 and f["abandoned_ios"] == abandoned and
+              f["issued"] == c["ios"] + abandoned and f["lost_ios"] == 0,
+              f"client: issued {f['issued']}, completed {c['ios']}, abandoned "
+              f"{f['abandoned_ios']} (the line said {abandoned}), errors {c['errors']}", *procs)
+        check(before > 0 and c["ios"] > before and s["ios"] == c["ios"] - before and
+              s["errors"]["total"] == 0,
+              f"client {c['ios']} I/Os ({before} before the reconnect), server 2 served "
+              f"{s['ios']}, its errors {s['errors']}", *procs)
+        for p in (srv2, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(lost[0])
+        print(back[0])
+        print(f"roce-server-restart: {before} RPCs before, {s['ios']} after, {abandoned} "
+              "abandoned and counted, verified")
+
+
+def sigint_mid_run(binary, who):
+    """Ctrl-C (SIGINT) to the server or the client in the middle of a run: that side says
+    goodbye; the other finishes its I/Os in flight (the server serves them) and ends too, both
+    with exit 0 within a few seconds, the client with one line when it was the server that
+    stopped; every I/O the client completed was served (the counts agree), nothing failed, and
+    nothing is left in /dev/shm or /var/run/dpdk."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--json", "--rendezvous-timeout", "30"])
+    cli = None
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--json", "--stats-period", "0.2"])
+        wait_line(cli, cli.stdout, '"type":"periodic"')
+        t0 = time.monotonic()
+        (srv if who == "server" else cli).send_signal(signal.SIGINT)
+        cout, cerr = finish(cli, 20)
+        sout, serr = finish(srv, 20)
+        took = time.monotonic() - t0
+    finally:
+        for p in (srv, cli):
+            if p:
+                reap(p)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    check(took < 8, f"the ends took {took:.1f} s", *procs)
+    stopped = "rdmafwd: signal received, stopped"
+    check(stopped in (serr if who == "server" else cerr + cout), "no stop line", *procs)
+    quiet = [l for l in rdmafwd_lines(cerr if who == "server" else serr)
+             if re.search(r"goodbye|went away|error|dropped|abandoned", l)]
+    if who == "server":
+        check(len(quiet) == 1 and "said goodbye (it is stopping)" in quiet[0],
+              f"client lines {quiet}", *procs)
+    else:
+        check(not quiet, f"server lines {quiet}", *procs)
+    c, s = summary(cout)["total"], summary(sout)["total"]
+    check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0 and
+          s["ios"] == c["ios"], f"client {c['ios']} / server {s['ios']} I/Os, errors "
+          f"{c['errors']} / {s['errors']}", *procs)
+    for p in (srv, cli):
+        check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+    print(f"Ctrl-C to the {who} mid-run: both exit 0 in {took:.1f} s, {c['ios']} RPCs served "
+          "and counted on both sides" + (f"; client: {quiet[0]}" if quiet else ""))
+
+
+def idle_door(binary, n_idle):
+    """n_idle TCP connections to the rendezvous port that send nothing, then a real client: the
+    server admits without waiting on any connection (the Door), so the client is served at once
+    and finishes in its normal time, verified; the idle ones are refused when their hello
+    deadline passes (or the server ends first). Returns (seconds the client took, server
+    stderr)."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--json", "--rendezvous-timeout", "30"])
+    idle = []
+    try:
+        wait_line(srv, srv.stderr, "waiting for a client")
+        for _ in range(n_idle):
+            idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        t0 = time.monotonic()
+        cli, cout, cerr = run(binary, CLIENT_EAL, ["--role", "client", "--peer",
+                                                   f"127.0.0.1:{port}", "--duration", "1.5",
+                                                   "--json"])
+        took = time.monotonic() - t0
+        sout, serr = finish(srv, 30)
+    finally:
+        for c in idle:
+            c.close()
+        reap(srv)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    check(cli.returncode == 0 and srv.returncode == 0,
+          f"exit: server {srv.returncode}, client {cli.returncode}", *procs)
+    c, s = summary(cout)["total"], summary(sout)["total"]
+    check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["ios"] == c["ios"],
+          f"client {c['ios']} / server {s['ios']} I/Os, errors {c['errors']}", *procs)
+    # A client alone takes about 1.5 s of run and a second or two of start-up; one that queued
+    # behind the silent connections would wait out their 10 s hello deadline.
+    check(took < 8, f"the client took {took:.1f} s behind {n_idle} idle connections", *procs)
+    for p in (srv, cli):
+        check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+    return took, serr
+
+
+def case_idle_door(binary):
+    took, _ = idle_door(binary, 50)
+    print(f"50 idle connections: the real client served in {took:.1f} s, verified")
+
+
+def case_server_dies_mid_run(binary):
+    """kill -9 of the server while forwarding, the client on emu's shared-memory wire (which a
+    restarted server cannot join: no reconnect): the client sees the rendezvous connection close
+    without a goodbye, stops at once and says so in one line (not one per window or I/O), exit
+    1, leaving nothing behind."""
+    _, cli, cout, cerr, took = killed_mid_run(binary, "server")
+    procs = [("client", cout, cerr)]
+    lines = [l for l in rdmafwd_lines(cerr) if "Ctrl-C" not in l and "fwd rpc" not in l and
+             not re.search(r"device:|windows:|cores:|telemetry:|client: server 127|forwarding;",
+                           l)]
+    check(cli.returncode == 1, f"client exit {cli.returncode}", *procs)
+    # The event in one line, and the I/Os it cut off counted in one more.
+    check(len(lines) == 2 and "went away during the run" in lines[1] and
+          re.search(r"abandoned I/Os \d+", lines[0]), f"client lines {lines}", *procs)
+    check(took < 10, f"the client took {took:.1f} s to end", *procs)
+    check(not leftovers(cli.pid), f"left: {leftovers(cli.pid)}", *procs)
+    print(f"server killed: the client ended in {took:.1f} s with: " +
+          " | ".join(lines))
+
+
 def case_netns_unreachable(binary):
     # Across the veth pair: a wrong port (refused at once, retried until the timeout) and a
     # host nobody has (no answer): each one line within the client's timeout, exit 1. (Inside
@@ -738,23 +1015,32 @@ def case_sigint_client(binary):
                      "Ctrl-C to stop", "while waiting for the peer")
 
 
-def case_client_dies_mid_run(binary):
-    # kill -9 of the client while forwarding: the server sees the rendezvous connection close
-    # without a goodbye, stops at once and says so (exit 1), leaving nothing behind.
+def killed_mid_run(binary, victim):
+    """A server and a client over loopback; once the client forwards, `victim` ("server" or
+    "client") is killed (SIGKILL). Returns (server, client, the survivor's stdout and stderr,
+    seconds it took to end after the kill)."""
     port = free_port()
     srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}"])
     cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}", "--json",
                                      "--stats-period", "0.2"])
+    dead, survivor = (srv, cli) if victim == "server" else (cli, srv)
     try:
         wait_line(cli, cli.stdout, '"type":"periodic"')
-        cli.kill()
-        cli.communicate()
+        dead.kill()
+        dead.communicate()
         t0 = time.monotonic()
-        sout, serr = finish(srv, 30)
+        out, err = finish(survivor, 30)
         took = time.monotonic() - t0
     finally:
         for p in (srv, cli):
             reap(p)
+    return srv, cli, out, err, took
+
+
+def case_client_dies_mid_run(binary):
+    # kill -9 of the client while forwarding: the server sees the rendezvous connection close
+    # without a goodbye, stops at once and says so (exit 1), leaving nothing behind.
+    srv, cli, sout, serr, took = killed_mid_run(binary, "client")
     lines = rdmafwd_lines(serr)
     check(srv.returncode == 1, f"server exit {srv.returncode}", ("server", sout, serr))
     check(any("went away during the run" in l for l in lines), f"lines {lines}",
@@ -1439,6 +1725,12 @@ CASES = {
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "roce-clients": case_roce_clients,
     "roce-client-killed": case_roce_client_killed,
+    "serve-next-client": case_serve_next_client,
+    "roce-server-restart": case_roce_server_restart,
+    "sigint-server-run": lambda b: sigint_mid_run(b, "server"),
+    "sigint-client-run": lambda b: sigint_mid_run(b, "client"),
+    "idle-door": case_idle_door,
+    "server-dies-mid-run": case_server_dies_mid_run,
     "relay": case_relay,
     "server-stats": case_server_stats,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),

@@ -624,6 +624,30 @@ RDMX_API int rdmx_core_guard(rdmx_core* core, uint32_t max_refused, uint32_t win
                              const char* peer);
 /* [setup] Both cores of one process: reconnects them and recovers both. */
 RDMX_API int rdmx_core_recover_pair(rdmx_core* a, rdmx_core* b);
+/* [setup] Re-establishing a connection that failed (the peer went away: rdmx_conn_peer_gone; or
+ * a core's queue pair failed, e.g. transport retry exceeded):
+ *
+ *   rdmx_core_disconnect(core, 0, on_done, arg)   each core of the connection: every work request
+ *                                                 still posted completes once, to on_done, as
+ *                                                 flushed; the QP ends in RESET (a new
+ *                                                 incarnation: a new initial PSN)
+ *   rdmx_conn_reconnect(c, 10000, &stop)          a client: the same peer again (a refused
+ *                                                 connect is retried until timeout_ms, 0 = 30000)
+ *   ... your hello again (rdmx_conn_send) ...
+ *   rdmx_conn_exchange(c, cores, n, 0, NULL)      a disconnected core is recovered towards the
+ *                                                 peer's new info: reconnected, every window
+ *                                                 freed (mappings are gone: map again)
+ *   ... post the receives, rdmx_conn_ready ...
+ *
+ * A server disconnects its client's cores the same way and gives them to the next client it
+ * accepts. rdmx_core_disconnect: timeout_ms bounds the drain (0 = 5000; -RDMX_ETIMEDOUT past
+ * it); on_done may be NULL (the completions are dropped) and must not call setup functions.
+ * rdmx_conn_reconnect: only for a connection made by rdmx_connect_to (-RDMX_ESTATE otherwise);
+ * the old socket is closed first; on success c is a new connection in the exchange step; on an
+ * error (the rdmx_connect_to errors) close it. */
+RDMX_API int rdmx_core_disconnect(rdmx_core* core, uint32_t timeout_ms, rdmx_completion_fn on_done,
+                                  void* arg);
+RDMX_API int rdmx_conn_reconnect(rdmx_conn* c, uint32_t timeout_ms, const volatile int* cancel);
 /* [setup] Waits (by polling rdmx's own completions only; application completions read meanwhile
  * are dropped) until none of this core's window operations is in flight. 0, or
  * -RDMX_ETIMEDOUT when timeout_ms milliseconds (steady clock; 0 = the default, 5000) passed

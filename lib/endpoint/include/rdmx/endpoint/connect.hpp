@@ -42,6 +42,15 @@ Status connect_core(win::PollCore& c, std::span<const uint8_t> remote);
 Status drain_core(win::PollCore& c, std::chrono::nanoseconds budget = kDefaultDrainBudget,
                   const std::function<void(const mlx5::Completion&)>& on = {});
 
+// Ending a connection whose peer went away, so the core can serve the next one: the QP to the
+// error state (every WQE still posted completes once, flushed: IB spec 10.3.1), polled until
+// every send and receive has completed (application completions go to `on`), then to RESET: a
+// new incarnation (emu's RoCE v2 link draws a new initial PSN for its next connect info). The
+// next connect must be recover_core (reconnected, every window invalidated). kTimeout past
+// `budget`.
+Status disconnect_core(win::PollCore& c, std::chrono::nanoseconds budget = kDefaultDrainBudget,
+                       const std::function<void(const mlx5::Completion&)>& on = {});
+
 // Steps 1-3 for one core towards `remote` (the peer recovers on its side).
 Status recover_core(win::PollCore& c, const mlx5::ConnectInfo& remote);
 // Steps 1-3 for two connected cores of this process: both drained before either is reset.
