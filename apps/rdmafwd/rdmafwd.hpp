@@ -24,6 +24,7 @@
 #include <rdmx/core/result.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/device.hpp>
+#include <rdmx/rpcrdma/chunks.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
 
@@ -330,6 +331,16 @@ struct Lane {
   uint32_t backlog_head = 0, backlog_n = 0;
   bool targets_unmapped = false;
   std::vector<Csum> csums;  // per slot checksums computed at start
+  // rpc client (engines/rpc.cpp): each slot's call chunks and their counters; the slots whose
+  // reply came, their windows being retired (FIFO, `retiring_n` from `retiring_head`); the
+  // credits the server granted and the calls sent without a reply yet. Server: calls received
+  // and not answered yet.
+  std::vector<rpcrdma::CallChunks> calls;
+  rpcrdma::ChunkStats chunk_stats;
+  std::vector<uint32_t> retiring;
+  uint32_t retiring_head = 0, retiring_n = 0;
+  uint32_t granted = 1, outstanding = 0, srv_outstanding = 0;
+  uint64_t rpc_errors_sent = 0;  // server: calls answered with RDMA_ERROR (header refused)
   bool draining = false;
   bool failed = false;  // a QP went to error: issue nothing more until recovered
   bool dead = false;    // recovery impossible or failed: the lane stays stopped

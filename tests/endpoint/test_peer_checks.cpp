@@ -1,130 +1,282 @@
-// rdmafwd's server-side checks of a client's requests (apps/rdmafwd/engines/peer_checks.hpp):
-// each field at 0, its limit, limit - 1, limit + 1 and the top of its width (where a sum or a
-// product of a careless check would wrap).
+// rdmafwd's server-side checks of a client's calls (apps/rdmafwd/engines/peer_checks.hpp): each
+// field at 0, its limit, limit - 1, limit + 1 and the top of its width (where a sum or a product
+// of a careless check would wrap). The calls are bytes, encoded as the client encodes them and
+// decoded as the server decodes them (rpcrdma::decode, then check_rpc_call).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <vector>
+
+#include <rdmx/rpcrdma/codec.hpp>
 
 #include "engines/peer_checks.hpp"
 
 using namespace rdmafwd;
+namespace rr = rdmx::rpcrdma;
 
 namespace {
 
-constexpr RpcLimits kLim{32, 16 * 4096, 4096, 0};
-constexpr RpcLimits kLimMd{32, 16 * 4096, 4096, 8};
+constexpr uint32_t kIo = 16 * 4096;
+constexpr RpcLimits kLim{32, kIo, 4096, 0, 32};
+constexpr RpcLimits kLimMd{32, kIo, 4096, 8, 32};
+constexpr uint32_t kXid = 0x01020304;
 
-RpcReq good() {
-  RpcReq q{};
-  q.magic = kReqMagic;
-  q.op = kOpRead;
-  q.slot = 3;
-  q.len = 16 * 4096;
-  return q;
+// A call as the client builds it: the header with `h`'s chunks, the RPC message of `c`.
+struct Msg {
+  rr::Header h;
+  nfs::Call c;
+};
+
+Msg good(uint32_t proc = nfs::kProcRead, const RpcLimits& lim = kLim) {
+  Msg m;
+  m.h.xid = kXid;
+  m.h.credits = 32;
+  m.c.xid = kXid;
+  m.c.proc = proc;
+  m.c.offset = 3ull * lim.max_len;
+  m.c.count = lim.max_len;
+  const rr::Segment seg{0x1234, static_cast<uint32_t>(rpc_wire_bytes(lim.max_len, lim)), 0};
+  if (proc == nfs::kProcRead) {
+    m.h.n_writes = 1;
+    m.h.writes[0].n_segments = 1;
+    m.h.writes[0].segments[0] = seg;
+  } else if (proc == nfs::kProcWrite) {
+    m.c.data_len = m.c.count;
+    m.h.n_reads = 1;
+    m.h.reads[0] = {nfs::kWriteDataPosition, seg};
+  }
+  return m;
 }
 
-RpcVerdict check(const RpcReq& q, const RpcLimits& lim = kLim, uint32_t byte_len = kSmall,
-                 uint32_t busy_slot = UINT32_MAX) {
-  return check_rpc_request(q, byte_len, lim, [&](uint32_t s) { return s == busy_slot; });
+std::vector<uint8_t> bytes(const Msg& m) {
+  std::vector<uint8_t> b(1024);
+  const rr::CodecResult r = rr::encode(m.h, b, rr::Role::kCall);
+  EXPECT_TRUE(r.ok()) << rr::error_name(r.error);
+  const uint32_t n = nfs::encode_call(m.c, std::span<uint8_t>(b).subspan(r.length));
+  EXPECT_NE(n, 0u);
+  b.resize(r.length + n);
+  return b;
+}
+
+// What the server does with the bytes: decode the header, check the rest.
+RpcVerdict check_bytes(const std::vector<uint8_t>& b, const RpcLimits& lim = kLim,
+                       uint32_t busy_slot = UINT32_MAX, uint32_t outstanding = 0,
+                       uint32_t* slot_out = nullptr) {
+  rr::Header h;
+  const rr::CodecResult r = rr::decode(b, h, rr::Role::kCall);
+  EXPECT_TRUE(r.ok()) << rr::error_name(r.error);
+  nfs::Call c;
+  uint32_t slot = UINT32_MAX;
+  const RpcVerdict v = check_rpc_call(
+      h, std::span<const uint8_t>(b).subspan(r.length), lim, outstanding,
+      [&](uint32_t s) { return s == busy_slot; }, c, slot);
+  if (slot_out) *slot_out = slot;
+  return v;
+}
+RpcVerdict check(const Msg& m, const RpcLimits& lim = kLim, uint32_t busy_slot = UINT32_MAX,
+                 uint32_t outstanding = 0) {
+  return check_bytes(bytes(m), lim, busy_slot, outstanding);
+}
+
+// Big-endian word i of the RPC message (after the transport header) of `b`.
+void poke(std::vector<uint8_t>& b, uint32_t rpc_word, uint32_t v) {
+  rr::Header h;
+  const uint32_t at = rr::decode(b, h, rr::Role::kCall).length + 4 * rpc_word;
+  b[at] = uint8_t(v >> 24);
+  b[at + 1] = uint8_t(v >> 16);
+  b[at + 2] = uint8_t(v >> 8);
+  b[at + 3] = uint8_t(v);
 }
 
 }  // namespace
 
+// kSmall (engines/common.hpp) holds every message --fwd rpc sends: measured here.
+TEST(PeerChecks, RpcMessageSizes) {
+  EXPECT_EQ(bytes(good(nfs::kProcRead)).size(), 116u);
+  EXPECT_EQ(bytes(good(nfs::kProcWrite)).size(), 124u);
+  EXPECT_EQ(bytes(good(nfs::kProcNull)).size(), 28u + nfs::kCallHeaderBytes);
+  for (uint32_t proc : {nfs::kProcRead, nfs::kProcWrite}) {
+    rr::Header h;
+    if (proc == nfs::kProcRead) {
+      h.n_writes = 1;
+      h.writes[0].n_segments = 1;
+    }
+    std::array<uint8_t, kSmall> buf{};
+    const rr::CodecResult r = rr::encode(h, buf, rr::Role::kReply);
+    ASSERT_TRUE(r.ok());
+    const uint32_t n = nfs::encode_reply(proc, nfs::Reply{}, std::span(buf).subspan(r.length));
+    ASSERT_NE(n, 0u);
+    EXPECT_EQ(r.length + n, proc == nfs::kProcRead ? 96u : 80u);
+    nfs::Reply back;
+    EXPECT_TRUE(nfs::decode_reply(proc, std::span(buf).subspan(r.length, n), back));
+  }
+  EXPECT_LE(bytes(good(nfs::kProcWrite)).size(), kSmall);
+}
+
 TEST(PeerChecks, RpcGoodAndBye) {
-  EXPECT_EQ(check(good()), RpcVerdict::kOk);
-  RpcReq q = good();
-  q.op = kOpWrite;
-  EXPECT_EQ(check(q), RpcVerdict::kOk);
-  // A goodbye: nothing but the magic is read (its slot and length are zero).
-  RpcReq bye{};
-  bye.magic = kReqMagic;
-  bye.op = kOpBye;
-  bye.slot = UINT32_MAX;
-  EXPECT_EQ(check(bye), RpcVerdict::kBye);
+  uint32_t slot = 0;
+  EXPECT_EQ(check_bytes(bytes(good()), kLim, UINT32_MAX, 0, &slot), RpcVerdict::kOk);
+  EXPECT_EQ(slot, 3u);
+  EXPECT_EQ(check(good(nfs::kProcWrite)), RpcVerdict::kOk);
+  EXPECT_EQ(check(good(nfs::kProcRead, kLimMd), kLimMd), RpcVerdict::kOk);
+  EXPECT_EQ(check(good(nfs::kProcWrite, kLimMd), kLimMd), RpcVerdict::kOk);
+  // The goodbye: an NFSv3 NULL call, nothing else read; rpc_goodbye recognises it alone.
+  EXPECT_EQ(check(good(nfs::kProcNull)), RpcVerdict::kBye);
+  EXPECT_TRUE(rpc_goodbye(bytes(good(nfs::kProcNull))));
+  EXPECT_FALSE(rpc_goodbye(bytes(good(nfs::kProcRead))));
+  std::vector<uint8_t> b = bytes(good(nfs::kProcNull));
+  b.pop_back();
+  EXPECT_FALSE(rpc_goodbye(b));
 }
 
-TEST(PeerChecks, RpcByteLen) {
-  for (uint32_t n : {0u, 1u, uint32_t(sizeof(RpcReq)) - 1})
-    EXPECT_EQ(check(good(), kLim, n), RpcVerdict::kShort) << n;
-  for (uint32_t n : {uint32_t(sizeof(RpcReq)), kSmall, UINT32_MAX})
-    EXPECT_EQ(check(good(), kLim, n), RpcVerdict::kOk) << n;
+TEST(PeerChecks, RpcCredits) {
+  EXPECT_EQ(check(good(), kLim, UINT32_MAX, kLim.credits - 1), RpcVerdict::kOk);
+  for (uint32_t n : {kLim.credits, kLim.credits + 1, UINT32_MAX})
+    EXPECT_EQ(check(good(), kLim, UINT32_MAX, n), RpcVerdict::kCredits) << n;
+  RpcLimits none = kLim;
+  none.credits = 0;
+  EXPECT_EQ(check(good(), none), RpcVerdict::kCredits);
 }
 
-TEST(PeerChecks, RpcMagicAndOp) {
-  RpcReq q = good();
-  for (uint64_t m : {uint64_t{0}, kReqMagic - 1, kReqMagic + 1, ~uint64_t{0}, kReplyMagic}) {
-    q.magic = m;
-    EXPECT_EQ(check(q), RpcVerdict::kMagic);
+TEST(PeerChecks, RpcHeader) {
+  // Word by word: msg_type, rpcvers, prog, vers, then cred/verf flavors and lengths.
+  const std::array<std::pair<uint32_t, uint32_t>, 8> bad = {
+      {{1, nfs::kMsgReply}, {2, 3}, {3, 100005}, {4, 4}, {6, 1}, {7, 4}, {8, 6}, {9, 1}}};
+  for (auto [word, v] : bad) {
+    std::vector<uint8_t> b = bytes(good());
+    poke(b, word, v);
+    EXPECT_EQ(check_bytes(b), RpcVerdict::kRpc) << word;
   }
-  q = good();
-  for (int op = 0; op < 256; ++op) {
-    q.op = static_cast<uint8_t>(op);
-    const RpcVerdict v = check(q);
-    if (op == kOpRead || op == kOpWrite)
-      EXPECT_EQ(v, RpcVerdict::kOk) << op;
-    else if (op == kOpBye)
-      EXPECT_EQ(v, RpcVerdict::kBye);
-    else
-      EXPECT_EQ(v, RpcVerdict::kOp) << op;
-  }
+  Msg m = good();
+  m.c.xid = kXid + 1;  // RFC 8166 4.1: the transport header's xid is the RPC message's
+  EXPECT_EQ(check(m), RpcVerdict::kRpc);
+  std::vector<uint8_t> b = bytes(good(nfs::kProcWrite));
+  b.pop_back();  // cut short
+  EXPECT_EQ(check_bytes(b), RpcVerdict::kRpc);
+  b = bytes(good(nfs::kProcWrite));
+  b.insert(b.end(), {0, 0, 0, 0});  // the WRITE data inline: it belongs in the Read chunk
+  EXPECT_EQ(check_bytes(b), RpcVerdict::kRpc);
 }
 
-TEST(PeerChecks, RpcSlot) {
-  RpcReq q = good();
-  for (uint32_t s : {0u, 1u, kLim.depth - 1}) {
-    q.slot = s;
-    EXPECT_EQ(check(q), RpcVerdict::kOk) << s;
+TEST(PeerChecks, RpcProcAndHandle) {
+  for (uint32_t proc : {1u, 5u, 8u, 21u, 22u, UINT32_MAX}) {
+    Msg m = good(proc);
+    EXPECT_EQ(check(m), RpcVerdict::kOp) << proc;
   }
-  for (uint32_t s : {kLim.depth, kLim.depth + 1, UINT32_MAX - 1, UINT32_MAX}) {
-    q.slot = s;
-    EXPECT_EQ(check(q), RpcVerdict::kSlot) << s;
-  }
-  // A slot still serving an earlier write request: refused; the others are not.
-  q.slot = 5;
-  EXPECT_EQ(check(q, kLim, kSmall, 5), RpcVerdict::kSlotBusy);
-  EXPECT_EQ(check(q, kLim, kSmall, 4), RpcVerdict::kOk);
-  // No slot at all (depth 0): every slot is beyond.
-  q.slot = 0;
-  EXPECT_EQ(check(q, RpcLimits{0, 4096, 4096, 0}), RpcVerdict::kSlot);
+  std::vector<uint8_t> b = bytes(good());
+  poke(b, 11, 0x72646d79);  // "rdmy": another handle of the same length
+  EXPECT_EQ(check_bytes(b), RpcVerdict::kHandle);
+  b = bytes(good());
+  poke(b, 10, 4);  // a 4-byte handle: the server's is 8
+  EXPECT_NE(check_bytes(b), RpcVerdict::kOk);
+  b = bytes(good());
+  poke(b, 10, 65);  // past NFS3_FHSIZE
+  EXPECT_EQ(check_bytes(b), RpcVerdict::kRpc);
+  b = bytes(good());
+  poke(b, 10, UINT32_MAX);  // a length that wraps a careless pad
+  EXPECT_EQ(check_bytes(b), RpcVerdict::kRpc);
 }
 
-TEST(PeerChecks, RpcLen) {
-  RpcReq q = good();
-  for (uint32_t n : {1u, 64u, kLim.max_len - 1, kLim.max_len}) {
-    q.len = n;
-    EXPECT_EQ(check(q), RpcVerdict::kOk) << n;
+TEST(PeerChecks, RpcOffset) {
+  Msg m = good();
+  for (uint64_t s : {uint64_t{0}, uint64_t{1}, uint64_t{kLim.depth} - 1}) {
+    m.c.offset = s * kIo;
+    EXPECT_EQ(check(m), RpcVerdict::kOk) << s;
   }
-  for (uint32_t n : {0u, kLim.max_len + 1, UINT32_MAX - kLim.max_len + 1, UINT32_MAX}) {
-    q.len = n;
-    EXPECT_EQ(check(q), RpcVerdict::kLen) << n;
+  for (uint64_t off : {uint64_t{1}, uint64_t{kIo} - 1, uint64_t{kIo} + 4096,
+                       uint64_t{kLim.depth} * kIo, uint64_t{kLim.depth + 1} * kIo,
+                       (uint64_t{1} << 32) * kIo, ~uint64_t{0}, ~uint64_t{0} - kIo + 1}) {
+    m.c.offset = off;
+    EXPECT_EQ(check(m), RpcVerdict::kSlot) << off;
   }
+  // A slot still serving an earlier WRITE: refused; the others are not.
+  m = good();
+  EXPECT_EQ(check(m, kLim, 3), RpcVerdict::kSlotBusy);
+  EXPECT_EQ(check(m, kLim, 4), RpcVerdict::kOk);
+  // No slot at all (depth 0, or a slot of no bytes): every offset is beyond.
+  EXPECT_EQ(check(good(), RpcLimits{0, kIo, 4096, 0, 32}), RpcVerdict::kSlot);
+  EXPECT_EQ(check(good(), RpcLimits{32, 0, 4096, 0, 32}), RpcVerdict::kSlot);
 }
 
-TEST(PeerChecks, RpcMetadata) {
-  RpcReq q = good();
-  q.md = 8;
-  EXPECT_EQ(check(q, kLimMd), RpcVerdict::kOk);
-  for (uint16_t md : {uint16_t{0}, uint16_t{7}, uint16_t{9}, uint16_t{0xffff}}) {
-    q.md = md;
-    EXPECT_EQ(check(q, kLimMd), RpcVerdict::kMetadata) << md;
+TEST(PeerChecks, RpcCount) {
+  for (uint32_t proc : {nfs::kProcRead, nfs::kProcWrite}) {
+    Msg m = good(proc);
+    for (uint32_t n : {1u, 64u, kIo - 1, kIo}) {
+      m.c.count = n;
+      m.c.data_len = proc == nfs::kProcWrite ? n : 0;
+      if (proc == nfs::kProcWrite) m.h.reads[0].target.length = n;
+      EXPECT_EQ(check(m), RpcVerdict::kOk) << n;
+    }
+    for (uint32_t n : {0u, kIo + 1, UINT32_MAX - kIo + 1, UINT32_MAX}) {
+      m.c.count = n;
+      m.c.data_len = proc == nfs::kProcWrite ? n : 0;
+      EXPECT_EQ(check(m), RpcVerdict::kLen) << n;
+    }
   }
-  q = good();
-  q.md = 1;
-  EXPECT_EQ(check(q), RpcVerdict::kMetadata);  // metadata to a server without
-  // With metadata a length is whole blocks: its block count sizes the metadata the server moves.
-  q.md = 8;
-  for (uint32_t n : {4096u, 8192u, kLimMd.max_len}) {
-    q.len = n;
-    EXPECT_EQ(check(q, kLimMd), RpcVerdict::kOk) << n;
-  }
-  for (uint32_t n : {1u, 4095u, 4097u, kLimMd.max_len - 1}) {
-    q.len = n;
-    EXPECT_EQ(check(q, kLimMd), RpcVerdict::kLen) << n;
+  // With metadata a count is whole blocks: its block count sizes the metadata the server moves.
+  Msg m = good(nfs::kProcRead, kLimMd);
+  for (uint32_t n : {1u, 4095u, 4097u, kIo - 1}) {
+    m.c.count = n;
+    EXPECT_EQ(check(m, kLimMd), RpcVerdict::kLen) << n;
   }
   // A page size of 0 cannot divide: refused, not a crash.
-  q.len = 4096;
-  EXPECT_EQ(check(q, RpcLimits{32, 65536, 0, 8}), RpcVerdict::kLen);
+  EXPECT_EQ(check(good(nfs::kProcRead, kLimMd), RpcLimits{32, kIo, 0, 8, 32}), RpcVerdict::kLen);
+}
+
+TEST(PeerChecks, RpcChunks) {
+  // READ: one Write chunk of one segment, long enough for data and metadata.
+  Msg m = good();
+  m.h.writes[0].segments[0].length = kIo - 1;
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m.h.writes[0].segments[0].length = UINT32_MAX;  // longer is fine: the server writes count
+  EXPECT_EQ(check(m), RpcVerdict::kOk);
+  m = good(nfs::kProcRead, kLimMd);
+  m.h.writes[0].segments[0].length = kIo;  // without the metadata
+  EXPECT_EQ(check(m, kLimMd), RpcVerdict::kChunk);
+  m = good();
+  m.h.writes[0].n_segments = 2;
+  m.h.writes[0].segments[1] = m.h.writes[0].segments[0];
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m = good();
+  m.h.n_writes = 2;
+  m.h.writes[1] = m.h.writes[0];
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m = good();
+  m.h.has_reply = true;
+  m.h.reply = m.h.writes[0];
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m = good();
+  m.h.n_reads = 1;
+  m.h.reads[0] = {nfs::kWriteDataPosition, m.h.writes[0].segments[0]};
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m = good();
+  m.h.n_writes = 0;  // no chunk for the data
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  // WRITE: one Read segment at the data's position, exactly the bytes to move.
+  for (uint32_t pos : {0u, nfs::kWriteDataPosition - 4, nfs::kWriteDataPosition + 4}) {
+    m = good(nfs::kProcWrite);
+    m.h.reads[0].position = pos;
+    EXPECT_EQ(check(m), RpcVerdict::kChunk) << pos;
+  }
+  for (uint32_t len : {kIo - 1, kIo + 1, UINT32_MAX}) {
+    m = good(nfs::kProcWrite);
+    m.h.reads[0].target.length = len;
+    EXPECT_EQ(check(m), RpcVerdict::kChunk) << len;
+  }
+  m = good(nfs::kProcWrite);
+  m.c.data_len = kIo - 4;
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m = good(nfs::kProcWrite);
+  m.h.n_reads = 2;
+  m.h.reads[1] = {nfs::kWriteDataPosition, {0x99, 4096, 0}};
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
+  m = good(nfs::kProcWrite);
+  m.h.n_writes = 1;
+  m.h.writes[0].n_segments = 1;
+  m.h.writes[0].segments[0] = m.h.reads[0].target;
+  EXPECT_EQ(check(m), RpcVerdict::kChunk);
 }
 
 TEST(PeerChecks, RelayMessage) {
@@ -139,6 +291,6 @@ TEST(PeerChecks, RelayMessage) {
 }
 
 TEST(PeerChecks, VerdictNames) {
-  for (int v = 0; v <= static_cast<int>(RpcVerdict::kMetadata); ++v)
+  for (int v = 0; v <= static_cast<int>(RpcVerdict::kChunk); ++v)
     EXPECT_STRNE(rpc_verdict_name(static_cast<RpcVerdict>(v)), "unknown") << v;
 }

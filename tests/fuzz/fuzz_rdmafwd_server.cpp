@@ -1,20 +1,26 @@
 // libFuzzer target: a hostile client against rdmafwd's server-side handling of what clients send,
 // driven without a poll loop. The first input byte picks the part:
 //
-// even: the engines' requests (apps/rdmafwd/engines/peer_checks.hpp, the checks rpc.cpp and
-//   relay.cpp run on every request). A server with two clients (lane 0 and lane 1; limits from the
-//   next four bytes: io-depth, pages-per-io, page size, metadata) receives a sequence of events,
-//   each one byte of kind and lane, then its fields:
-//     0 rpc request: 1 byte byte_len, then sizeof(RpcReq) bytes of request
+// even: the engines' requests (apps/rdmafwd/engines/peer_checks.hpp, what rpc.cpp and relay.cpp
+//   run on every message). A server with two clients (lane 0 and lane 1; limits from the next
+//   four bytes: io-depth, pages-per-io, page size, metadata) receives a sequence of events, each
+//   one byte of kind and lane, then its fields:
+//     0 rpc call: 1 byte n, then n bytes of message (RPC-over-RDMA header, ONC RPC call, NFSv3
+//       arguments), decoded as rpc.cpp's server_request does: a header rpcrdma::decode refuses
+//       is answered with RDMA_ERROR (the client served on; dropped only without an xid), the
+//       rest goes through check_rpc_call
 //     1 completion of the RDMA READ of slot N (1 byte): only when that READ is in flight
 //     2, 3 relay message: 4 bytes byte_len (little-endian)
 //   (kind: the event byte & 3, lane: bit 4)
-//   For each accepted request the target does what rpc.cpp's server_request does with the values
-//   (the data bytes [slot base, + len) of the sender's lane, its metadata [md base, + blocks x
-//   md), the reply header) and checks each range against an independent model of the server's
-//   memory: the bytes a client may touch are its own lane's slots, one slot per request, and not
-//   a slot whose READ is still in flight. A refused request drops its sender (its later events
-//   are ignored, as the lane does); the other lane must go on being served.
+//   For each accepted call the target does what server_request does with the values (the data
+//   bytes [slot base, + count) of the sender's lane, its metadata [md base, + blocks x md), the
+//   bytes moved through the client's segment) and checks each against an independent model:
+//   the bytes a client may touch are its own lane's slots, one slot per call, never a slot whose
+//   READ is still in flight; the server moves no more than the segment holds (a READ) and
+//   exactly what it holds (a WRITE); a client never has more calls unanswered than the credits
+//   granted (a READ is answered at once, a WRITE when its RDMA READ completed). A refused call
+//   drops its sender (its later events are ignored, as the lane does); the other lane must go on
+//   being served.
 // odd: the rendezvous (lib/endpoint/rendezvous.cpp) as rdmafwd's server runs it: the rest of the
 //   input arrives on a TCP-like socket (a socketpair) as the client's bytes; the server expects a
 //   HELLO, then the INFO of (byte 0 >> 1) % 4 + 1 QPs (recv_info(expected)), then reads frames
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include <rdmx/endpoint/rendezvous.hpp>
+#include <rdmx/rpcrdma/codec.hpp>
 
 #include "engines/peer_checks.hpp"
 
@@ -62,9 +69,10 @@ struct Server {
   uint32_t depth, pages, page_size, md, slot_bytes, md_slot_bytes, recv_slot_bytes;
   // The model: each lane's data region is [lane * depth * slot_bytes, +depth * slot_bytes), its
   // metadata region likewise; byte offsets in 64 bits (no product of two 32-bit values wraps).
-  std::array<std::vector<bool>, kLanes> reading;  // a write request's READ in flight, by slot
+  std::array<std::vector<bool>, kLanes> reading;  // a WRITE's RDMA READ in flight, by slot
   std::array<bool, kLanes> dropped{};
-  std::array<uint64_t, kLanes> served{};
+  std::array<uint64_t, kLanes> served{}, errors{};
+  std::array<uint32_t, kLanes> outstanding{};  // calls accepted and not answered
 };
 
 [[noreturn]] void fail() {
@@ -76,33 +84,61 @@ void within(uint64_t off, uint64_t len, uint64_t lo, uint64_t hi) {
   if (off < lo || off > hi || len > hi - off) fail();
 }
 
-void rpc_request(Server& s, unsigned lane, const RpcReq& q, uint32_t byte_len) {
-  const RpcLimits lim{s.depth, s.pages * s.page_size, s.page_size, s.md};
-  const RpcVerdict v =
-      check_rpc_request(q, byte_len, lim, [&](uint32_t slot) { return s.reading[lane][slot]; });
+void rpc_call(Server& s, unsigned lane, std::span<const uint8_t> msg) {
+  namespace rr = rdmx::rpcrdma;
+  rr::Header h;
+  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kCall);
+  if (!r.ok()) {  // RDMA_ERROR to the xid, or dropped when there is none
+    uint32_t xid = 0;
+    if (rr::peek_xid(msg, &xid))
+      ++s.errors[lane];
+    else
+      s.dropped[lane] = true;
+    return;
+  }
+  const RpcLimits lim{s.depth, s.pages * s.page_size, s.page_size, s.md, s.depth};
+  nfs::Call call;
+  uint32_t slot = UINT32_MAX;
+  const RpcVerdict v = check_rpc_call(
+      h, msg.subspan(r.length), lim, s.outstanding[lane],
+      [&](uint32_t k) { return s.reading[lane][k]; }, call, slot);
   if (v == RpcVerdict::kBye) return;
   if (v != RpcVerdict::kOk) {
     s.dropped[lane] = true;
     return;
   }
   // Accepted: what server_request touches, against the model of what this client may touch.
+  if (s.outstanding[lane] >= s.depth) fail();  // past the credits granted
+  if (call.proc != nfs::kProcRead && call.proc != nfs::kProcWrite) fail();
   const uint64_t lane_data = uint64_t{lane} * s.depth * s.slot_bytes;
   const uint64_t lane_md = uint64_t{lane} * s.depth * s.md_slot_bytes;
-  if (q.slot >= s.depth || s.reading[lane][q.slot]) fail();
-  const uint64_t slot_lo = lane_data + uint64_t{q.slot} * s.slot_bytes;
-  within(slot_lo, q.len, slot_lo, slot_lo + s.slot_bytes);               // payload
+  if (slot >= s.depth || s.reading[lane][slot]) fail();
+  if (call.offset != uint64_t{slot} * s.slot_bytes) fail();
+  const uint64_t slot_lo = lane_data + uint64_t{slot} * s.slot_bytes;
+  if (call.count == 0) fail();
+  within(slot_lo, call.count, slot_lo, slot_lo + s.slot_bytes);          // payload
   within(slot_lo, sizeof(PayloadHdr), slot_lo, slot_lo + s.slot_bytes);  // its header
-  within(lane_data, uint64_t{q.slot + 1} * s.slot_bytes, lane_data,      // the lane
+  within(lane_data, uint64_t{slot + 1} * s.slot_bytes, lane_data,        // the lane
          lane_data + uint64_t{s.depth} * s.slot_bytes);
+  uint64_t md_bytes = 0;
   if (s.md) {
-    if (q.md != s.md || q.len % s.page_size != 0) fail();
-    const uint64_t md_lo = lane_md + uint64_t{q.slot} * s.md_slot_bytes;
-    within(md_lo, uint64_t{q.len / s.page_size} * s.md, md_lo, md_lo + s.md_slot_bytes);
-  } else if (q.md != 0) {
-    fail();
+    if (call.count % s.page_size != 0) fail();
+    md_bytes = uint64_t{call.count / s.page_size} * s.md;
+    const uint64_t md_lo = lane_md + uint64_t{slot} * s.md_slot_bytes;
+    within(md_lo, md_bytes, md_lo, md_lo + s.md_slot_bytes);
   }
-  if (q.len == 0 || (q.op != kOpRead && q.op != kOpWrite)) fail();
-  if (q.op == kOpWrite) s.reading[lane][q.slot] = true;
+  // The bytes moved through the client's segment: count and its metadata.
+  const uint64_t wire = call.count + md_bytes;
+  if (call.proc == nfs::kProcRead) {
+    if (h.n_writes != 1 || h.writes[0].n_segments != 1 || wire > h.writes[0].segments[0].length)
+      fail();
+  } else {
+    if (h.n_reads != 1 || wire != h.reads[0].target.length ||
+        h.reads[0].position != nfs::kWriteDataPosition)
+      fail();
+    s.reading[lane][slot] = true;
+    ++s.outstanding[lane];  // answered when its READ completes
+  }
   ++s.served[lane];
 }
 
@@ -125,16 +161,20 @@ void engines(Cursor c) {
     switch (ev & 3) {
       case 0: {
         uint8_t len = 0;
-        RpcReq q{};
-        if (!c.byte(len) || !c.take(&q, sizeof q)) return;
-        if (!s.dropped[lane]) rpc_request(s, lane, q, len);
+        if (!c.byte(len) || c.n < len) return;
+        const std::span<const uint8_t> msg(c.p, len);
+        c.p += len;
+        c.n -= len;
+        if (!s.dropped[lane]) rpc_call(s, lane, msg);
         break;
       }
       case 1: {
         uint8_t slot = 0;
         if (!c.byte(slot)) return;
-        if (!s.dropped[lane] && slot < s.depth && s.reading[lane][slot])
-          s.reading[lane][slot] = false;  // server_read_done
+        if (!s.dropped[lane] && slot < s.depth && s.reading[lane][slot]) {
+          s.reading[lane][slot] = false;  // server_read_done: the reply goes
+          --s.outstanding[lane];
+        }
         break;
       }
       default: {

@@ -2,31 +2,39 @@
 // requests, relay messages): every field the server reads from a peer, checked before any of it
 // is used (the engines, the unit test and the fuzzer call these).
 //
-// ---- rpc (engines/rpc.cpp): check_rpc_request ---- Hot path:
-// no allocation, no system call; every comparison on the field's own width, nothing computed
-// from a peer's value before it passed (no sum or product that could wrap).
+// ---- rpc (engines/rpc.cpp): check_rpc_call ---- Hot path: no allocation, no system call;
+// every comparison on the field's own width, nothing computed from a peer's value before it
+// passed (no sum or product that could wrap). The RPC-over-RDMA transport header was decoded
+// first (rpcrdma::decode, Role::kCall: a header it refuses is answered with RDMA_ERROR, not
+// checked here); this checks the RPC message and the chunks against what the server serves:
 //
-//   field     rule                                                  verdict when broken
-//   byte_len  >= sizeof(RpcReq): the request was received whole     kShort
-//             (a shorter SEND leaves the previous request's bytes
-//             in the receive slot)
-//   magic     kReqMagic                                             kMagic
-//   op        kOpRead, kOpWrite or kOpBye (bye: nothing else read)  kOp
-//   slot      < depth (the server's slots)                          kSlot
-//   slot      not waiting for the RDMA READ of an earlier write     kSlotBusy
-//             request (its window and buffer are in use)
-//   len       1 .. max_len (the slot's bytes: pages-per-io pages)   kLen
-//   md        == the server's metadata bytes per block              kMetadata
-//   len       with metadata: a whole number of page-sized blocks    kLen
-//   rkey, iova, seq, csum_a, csum_b: not the server's to check. The rkey and IOVA name the
-//             client's own window, and the client's device refuses what they do not open (the
-//             responder checks the rkey); seq and the checksums are echoed or compared, never
-//             used as an index or a size.
+//   what                rule                                                  verdict
+//   outstanding calls   < the credits the server granted (RFC 8166 3.3.1)     kCredits
+//   RPC message         an ONC RPC v2 call of NFSv3, AUTH_NONE, whole, with   kRpc
+//                       the transport header's xid (RFC 8166 4.1)
+//   proc                NULL (the client's goodbye: nothing else read),       kOp
+//                       READ or WRITE
+//   file handle         the server's one file's                               kHandle
+//   offset              a slot's start: a multiple of max_len, slot < depth   kSlot
+//   slot                not waiting for the RDMA READ of an earlier WRITE     kSlotBusy
+//   count               1 .. max_len; with metadata whole page-sized blocks   kLen
+//   READ chunks         no Read list, no Reply chunk, one Write chunk of one  kChunk
+//                       segment at least count + blocks x metadata long
+//   WRITE chunks        no Write list, no Reply chunk, one Read segment at    kChunk
+//                       kWriteDataPosition exactly count + blocks x metadata
+//                       long; the data's XDR length == count
+//   segment handle, offset: not the server's to check. They name the client's own window, and
+//             the client's device refuses what they do not open (the responder checks the
+//             rkey, the IOVA range and the access); the server moves exactly the bytes above.
 #pragma once
 
 #include <cstdint>
+#include <span>
+
+#include <rdmx/rpcrdma/codec.hpp>
 
 #include "common.hpp"
+#include "nfs_wire.hpp"
 
 namespace rdmafwd {
 
@@ -35,18 +43,20 @@ struct RpcLimits {
   uint32_t max_len = 0;    // bytes a slot holds (pages-per-io x page size)
   uint32_t page_size = 0;  // a block of --metadata
   uint32_t metadata = 0;   // bytes of metadata per block (0: none)
+  uint32_t credits = 0;    // calls the server granted the client
 };
 
 enum class RpcVerdict : uint8_t {
   kOk,
   kBye,
-  kShort,
-  kMagic,
+  kCredits,
+  kRpc,
   kOp,
+  kHandle,
   kSlot,
   kSlotBusy,
   kLen,
-  kMetadata
+  kChunk
 };
 
 inline const char* rpc_verdict_name(RpcVerdict v) noexcept {
@@ -55,39 +65,76 @@ inline const char* rpc_verdict_name(RpcVerdict v) noexcept {
       return "ok";
     case RpcVerdict::kBye:
       return "goodbye";
-    case RpcVerdict::kShort:
-      return "a request shorter than its header";
-    case RpcVerdict::kMagic:
-      return "no request magic";
+    case RpcVerdict::kCredits:
+      return "more calls than the credits granted";
+    case RpcVerdict::kRpc:
+      return "not an NFSv3 ONC RPC call with AUTH_NONE and the header's xid";
     case RpcVerdict::kOp:
-      return "an unknown operation";
+      return "an NFSv3 procedure other than NULL, READ or WRITE";
+    case RpcVerdict::kHandle:
+      return "another file handle than the server's";
     case RpcVerdict::kSlot:
-      return "a slot beyond the server's io-depth";
+      return "an offset that is not a slot within the server's io-depth";
     case RpcVerdict::kSlotBusy:
       return "a slot whose previous request is still in progress";
     case RpcVerdict::kLen:
-      return "a length outside the slot";
-    case RpcVerdict::kMetadata:
-      return "another metadata size than the server's";
+      return "a count outside the slot";
+    case RpcVerdict::kChunk:
+      return "chunks that do not carry the data as RFC 8267 binds it";
   }
   return "unknown";
 }
 
-// `busy(slot)`: is the server slot still serving an earlier request (only asked for slot <
-// depth).
+// Bytes a call's segment moves for `count` data bytes: with metadata each page-sized block's too
+// (count already checked: <= max_len, whole blocks).
+inline uint64_t rpc_wire_bytes(uint32_t count, const RpcLimits& lim) noexcept {
+  return lim.metadata ? uint64_t{count} + uint64_t{count / lim.page_size} * lim.metadata : count;
+}
+
+// `h`: the decoded transport header; `msg`: the RPC message after it; `outstanding`: the
+// client's calls the server has received and not yet answered, this one excluded; `busy(slot)`:
+// is the server slot still serving an earlier request (only asked for slot < depth). On kOk,
+// `call` holds the decoded call and `slot` its slot.
 template <class Busy>
-inline RpcVerdict check_rpc_request(const RpcReq& q, uint32_t byte_len, const RpcLimits& lim,
-                                    Busy&& busy) noexcept {
-  if (byte_len < sizeof(RpcReq)) return RpcVerdict::kShort;
-  if (q.magic != kReqMagic) return RpcVerdict::kMagic;
-  if (q.op == kOpBye) return RpcVerdict::kBye;
-  if (q.op != kOpRead && q.op != kOpWrite) return RpcVerdict::kOp;
-  if (q.slot >= lim.depth) return RpcVerdict::kSlot;
-  if (busy(q.slot)) return RpcVerdict::kSlotBusy;
-  if (q.len == 0 || q.len > lim.max_len) return RpcVerdict::kLen;
-  if (q.md != lim.metadata) return RpcVerdict::kMetadata;
-  if (lim.metadata && (lim.page_size == 0 || q.len % lim.page_size != 0)) return RpcVerdict::kLen;
+inline RpcVerdict check_rpc_call(const rpcrdma::Header& h, std::span<const uint8_t> msg,
+                                 const RpcLimits& lim, uint32_t outstanding, Busy&& busy,
+                                 nfs::Call& call, uint32_t& slot) noexcept {
+  if (outstanding >= lim.credits) return RpcVerdict::kCredits;
+  if (h.proc != rpcrdma::Proc::kMsg || !nfs::decode_call(msg, call) || call.xid != h.xid)
+    return RpcVerdict::kRpc;
+  if (call.proc == nfs::kProcNull) return RpcVerdict::kBye;
+  if (call.proc != nfs::kProcRead && call.proc != nfs::kProcWrite) return RpcVerdict::kOp;
+  if (!call.our_handle) return RpcVerdict::kHandle;
+  if (lim.max_len == 0 || call.offset % lim.max_len != 0 || call.offset / lim.max_len >= lim.depth)
+    return RpcVerdict::kSlot;
+  slot = static_cast<uint32_t>(call.offset / lim.max_len);
+  if (busy(slot)) return RpcVerdict::kSlotBusy;
+  if (call.count == 0 || call.count > lim.max_len) return RpcVerdict::kLen;
+  if (lim.metadata && (lim.page_size == 0 || call.count % lim.page_size != 0))
+    return RpcVerdict::kLen;
+  const uint64_t wire = rpc_wire_bytes(call.count, lim);
+  if (h.has_reply) return RpcVerdict::kChunk;
+  if (call.proc == nfs::kProcRead) {
+    if (h.n_reads != 0 || h.n_writes != 1 || h.writes[0].n_segments != 1 ||
+        h.writes[0].segments[0].length < wire)
+      return RpcVerdict::kChunk;
+  } else {
+    if (h.n_writes != 0 || h.n_reads != 1 || h.reads[0].position != nfs::kWriteDataPosition ||
+        h.reads[0].target.length != wire || call.data_len != call.count)
+      return RpcVerdict::kChunk;
+  }
   return RpcVerdict::kOk;
+}
+
+// The two-process client's goodbye (engines/rpc.cpp, rpc_send_bye): an NFSv3 NULL call in an
+// RDMA_MSG without chunks. Any engine's server lane recognises it (relay too).
+inline bool rpc_goodbye(std::span<const uint8_t> msg) noexcept {
+  rpcrdma::Header h;
+  const rpcrdma::CodecResult r = rpcrdma::decode(msg, h, rpcrdma::Role::kCall);
+  nfs::Call c;
+  return r.ok() && h.proc == rpcrdma::Proc::kMsg && h.n_reads == 0 && h.n_writes == 0 &&
+         !h.has_reply && nfs::decode_call(msg.subspan(r.length), c) && c.xid == h.xid &&
+         c.proc == nfs::kProcNull;
 }
 
 // ---- relay (engines/relay.cpp): check_relay_message ----
@@ -95,7 +142,7 @@ inline RpcVerdict check_rpc_request(const RpcReq& q, uint32_t byte_len, const Rp
 //             a zero-length SEND would map an empty window, which the window layer refuses, and
 //             stall relay-out behind it)
 // The payload itself is the client's: relayed to its own sink untouched, never read by the
-// server but for the goodbye (a whole RpcReq with kReqMagic and kOpBye) and the byte count.
+// server but for the goodbye (rpc_goodbye) and the byte count.
 inline bool check_relay_message(uint32_t byte_len, uint32_t slot_bytes) noexcept {
   return byte_len != 0 && byte_len <= slot_bytes;
 }

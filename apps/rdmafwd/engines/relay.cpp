@@ -138,9 +138,9 @@ bool relay_poll(Lane& l, uint32_t cap) {
     }
     if (!x.recv) return;
     const uint32_t k = cookie_slot(x.cookie);
-    // Two processes: the client's goodbye (an rpc bye request) ends this lane.
-    const auto* q = reinterpret_cast<const RpcReq*>(l.p_recv.slot(k)[0]);
-    if (l.remote_client && x.byte_len <= kSmall && q->magic == kReqMagic && q->op == kOpBye) {
+    // Two processes: the client's goodbye (an rpc NFSv3 NULL call) ends this lane.
+    if (l.remote_client && x.byte_len <= kSmall &&
+        rpc_goodbye({reinterpret_cast<const uint8_t*>(l.p_recv.slot(k)[0]), x.byte_len})) {
       l.st.peer_bye.set(1);
       if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv);
           e != Errc::kOk)

@@ -1,37 +1,63 @@
-// --fwd rpc: the 2006 NFS/RDMA scenario.
+// --fwd rpc: NFSv3 READ and WRITE over RPC-over-RDMA version 1 (RFC 8166, lib/rpcrdma), bound
+// as RFC 8267 says, each message an ONC RPC v2 call or reply (engines/nfs_wire.hpp).
 //
-// Client (core c), per RPC: take a slot, map its chunk pages into a window (one UMR), SEND a
-// request carrying {rkey, iova, length, op} on the same SQ (ordered after the UMR). Operations
-// alternate: a READ request asks the server to RDMA-WRITE a payload into the window, a WRITE
-// request asks it to RDMA-READ the client's payload out of it. The server answers with
-// SEND_WITH_INV naming the window's rkey: the client's NIC frees the window on receipt and the
-// window layer puts it back in the core's cache while polling that receive — no unmap WQE.
+// Client (core c), per call: take a slot, map its chunk pages into a window (one UMR) as the
+// call's chunk (rpcrdma::CallChunks), SEND the call on the same SQ (ordered after the UMR).
+// Calls alternate: a READ offers the window as a Write chunk (the server RDMA-WRITEs the file's
+// bytes into it), a WRITE as a Read chunk at the data's XDR position (the server RDMA-READs
+// them). xid = the call's sequence number (low 32 bits); credits asked = io-depth; the client
+// never has more calls without a reply than the server granted (RFC 8166 3.3.1: one until the
+// first reply). On the reply: decode, match the xid to its slot, retire the call's windows
+// (CallChunks::retire: nothing to post when the reply came as SEND_WITH_INV naming the window,
+// a local invalidate otherwise), and complete the I/O only once they are invalid on the device
+// (CallChunks::done): until then the server could still reach the slot's memory.
 //
-// Server (core p): receives requests into its receive slots, moves the payload between its
-// registered per-slot buffers (parent lkey) and the client's window, replies.
+// Server (core p): the "file" is its memory, a client slot s at offset s x io bytes (READ reads
+// its source buffers, WRITE lands in its destination buffers). A call's transport header is
+// decoded (Role::kCall); one the codec refuses is answered with RDMA_ERROR (ERR_VERS for another
+// version, ERR_CHUNK otherwise) and the client served on; a call that breaks peer_checks.hpp's
+// rules drops the client. The server moves exactly count (+ metadata) bytes between the file and
+// the client's segment, and replies, as SEND_WITH_INV naming the segment's handle when the peers
+// agreed on remote invalidation (RFC 8797), granting credits from its receive depth.
 //
-// Verification (unless --no-verify): the payload header carries the sequence number and the
-// rest is checksummed: the server puts the checksum of what it wrote in the reply, the client
-// puts the checksum of what the server must read in the request; a mismatch on the client side
-// or a failure status in the reply counts as a verification failure. --corrupt-every N (tests)
-// makes the server flip one payload byte every N requests.
+// Verification (unless --no-verify): each payload's first kHdr bytes (outside the checksum)
+// carry the sequence number and the checksum of the rest: the client's for a WRITE (the server
+// checks what it read, and answers NFS3ERR_IO on a mismatch), the server's for a READ (the
+// client checks what landed). --corrupt-every N (tests) makes the server flip one payload byte
+// every N calls.
 //
 // --metadata BYTES: every page-sized block of a slot carries BYTES of metadata kept in an array
 // of its own (as a storage target keeps protection information). The client maps the slot's data
-// and metadata into one interleaved window (block, its metadata, next block, ...); the server
-// maps its own buffers the same way and moves both with the one WRITE or READ. The metadata of
-// block r is tagged {r, seq} (and a pattern): the server checks what it read, the client what the
-// server wrote.
+// and metadata into one interleaved window (block, its metadata, next block, ...) as one chunk
+// segment; the server maps its own buffers the same way and moves both with the one WRITE or
+// READ. The metadata of block r is tagged {r, seq} (and a pattern): the server checks what it
+// read, the client what the server wrote.
+#include <algorithm>
 #include <cstring>
 
+#include <rdmx/rpcrdma/cm_private.hpp>
+
 #include "common.hpp"
+#include "nfs_wire.hpp"
 #include "peer_checks.hpp"
 
 namespace rdmafwd {
 namespace {
 
+namespace rr = rdmx::rpcrdma;
+
 constexpr uint32_t kRpcAccess =
     mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
+
+// RFC 8797: what each side would put in its connection private data. The rendezvous does not
+// carry it (yet): both ends run this build, so each takes the other's to be its own: RFC 8166's
+// 1024-byte inline thresholds, and remote invalidation offered by the requester.
+constexpr rr::CmPrivate kPrivate{true, true, rr::kDefaultInlineThreshold,
+                                 rr::kDefaultInlineThreshold};
+const rr::CmAgreement kAgreed = rr::agree(kPrivate, kPrivate);
+
+// What a finished call's reply said (Lane::Slot::expect_a on the client).
+constexpr uint8_t kReplyGood = 0, kReplyNfsError = 1, kReplyBad = 2, kCallAbandoned = 3;
 
 uint64_t req_buf(const Lane& l, uint32_t slot) {
   return l.c_small + uint64_t{slot} * kSmall;
@@ -41,6 +67,14 @@ uint64_t reply_recv_buf(const Lane& l, uint32_t k) {
 }
 uint64_t srv_reply_buf(const Lane& l, uint32_t slot) {
   return l.p_small + uint64_t{slot} * kSmall;
+}
+// A reply that belongs to no slot (RDMA_ERROR, the goodbye's): the second half of p_small, by
+// the receive slot of the call it answers.
+uint64_t srv_extra_buf(const Lane& l, uint32_t k) {
+  return l.p_small + uint64_t{l.depth + k % l.depth} * kSmall;
+}
+std::span<uint8_t> small_span(uint64_t addr) {
+  return {reinterpret_cast<uint8_t*>(addr), kSmall};
 }
 
 // ---- metadata (--metadata) ----------------------------------------------------------------------
@@ -81,10 +115,16 @@ bool start(Lane& l) {
   if (l.c) {
     for (uint32_t i = 0; i < l.depth; ++i)
       l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
+    l.calls.assign(l.depth, rr::CallChunks{});  // setup path: allocates on the first run only
+    l.retiring.assign(l.depth, 0);
+    l.retiring_head = l.retiring_n = 0;
+    l.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
+    l.outstanding = 0;
   }
   if (l.p) {
     for (uint32_t i = 0; i < l.depth; ++i)
       l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], len);
+    l.srv_outstanding = 0;
   }
   return true;
 }
@@ -102,22 +142,55 @@ void flip(Lane& l, uint32_t s, bool dst) {
   *b ^= 0x5a;
 }
 
-void server_reply(Lane& l, uint32_t s, uint8_t status, Csum cs) {
-  Lane::Slot& v = l.srv[s];
-  auto* rep = reinterpret_cast<RpcReply*>(srv_reply_buf(l, s));
-  rep->magic = kReplyMagic;
-  rep->seq = v.seq;
-  rep->slot = s;
-  rep->status = status;
-  rep->csum_a = cs.a;
-  rep->csum_b = cs.b;
-  const mlx5::prm::Sge sg = sge(srv_reply_buf(l, s), kSmall, l.lkey_b);
-  const Errc e = l.p->post_send_inv({&sg, 1}, v.rkey, cookie(kCkSrvReply, s));
+// The credits the server grants: its receive depth for the client (RFC 8166 3.3.1).
+uint32_t grant(const Lane& l) {
+  return std::min(l.depth, l.p_recv_n);
+}
+
+// SENDs `bytes` of `buf`: as SEND_WITH_INV naming `inv_rkey` when it is not 0.
+bool server_send(Lane& l, uint64_t buf, uint32_t bytes, uint32_t inv_rkey, uint64_t ck) {
+  const mlx5::prm::Sge sg = sge(buf, bytes, l.lkey_b);
+  const Errc e =
+      inv_rkey ? l.p->post_send_inv({&sg, 1}, inv_rkey, ck) : l.p->post_send({&sg, 1}, ck);
   if (e != Errc::kOk) {
     note_reject(l, e);
     io_failed(l);
+    return false;
+  }
+  return true;
+}
+
+// The reply to slot s's call: RDMA_MSG echoing the Write chunk with the bytes written (READ,
+// RFC 8166 3.6), the ONC RPC accepted reply and the NFSv3 results.
+void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* written) {
+  Lane::Slot& v = l.srv[s];
+  rr::Header h;
+  h.xid = static_cast<uint32_t>(v.seq);
+  h.credits = grant(l);
+  h.proc = rr::Proc::kMsg;
+  if (written) {
+    h.n_writes = 1;
+    h.writes[0].n_segments = 1;
+    h.writes[0].segments[0] = *written;
+  }
+  const std::span<uint8_t> buf = small_span(srv_reply_buf(l, s));
+  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kReply, kAgreed.inline_send);
+  nfs::Reply rep;
+  rep.xid = h.xid;
+  rep.status = status;
+  rep.count = v.len;
+  rep.eof = false;
+  rep.data_len = v.len;
+  rep.committed = nfs::kFileSync;
+  const uint32_t m = r.ok() ? nfs::encode_reply(v.op, rep, buf.subspan(r.length)) : 0;
+  --l.srv_outstanding;
+  if (m == 0) {  // the sizes are fixed (kSmall fits every reply): never here
+    l.st.io_errors.add(1);
     return;
   }
+  // The segment's handle names the client's window: invalidated by the reply when agreed.
+  const uint32_t inv = kAgreed.peer_may_invalidate ? v.rkey : 0;
+  if (!server_send(l, srv_reply_buf(l, s), r.length + m, inv, cookie(kCkSrvReply, s))) return;
   if (l.remote_client) io_done(l, v.tsc, rte_rdtsc(), v.len);  // served (two-process server)
 }
 
@@ -125,8 +198,8 @@ bool corrupt_now(Lane& l) {
   return l.cfg.corrupt_every && (++l.srv_count % l.cfg.corrupt_every) == 0;
 }
 
-// A request that breaks peer_checks.hpp's rules: counted and the lane serves its client no more
-// (it stops reposting receives and reading requests); the main thread names the client in one
+// A call that breaks peer_checks.hpp's rules: counted and the lane serves its client no more
+// (it stops reposting receives and reading calls); the main thread names the client in one
 // line and cuts its QP off (main.cpp, police_peers).
 void refuse_request(Lane& l, RpcVerdict v) {
   l.st.refused_requests.add(1);
@@ -134,46 +207,83 @@ void refuse_request(Lane& l, RpcVerdict v) {
   l.refusing = true;
 }
 
+// A header the codec refused (RFC 8166 4.5): RDMA_ERROR to its xid, ERR_VERS for another
+// version, ERR_CHUNK for anything else; the client is served on.
+void server_error_reply(Lane& l, uint32_t k, std::span<const uint8_t> msg, rr::Error why) {
+  uint32_t xid = 0;
+  if (!rr::peek_xid(msg, &xid)) {  // not even an xid to answer
+    refuse_request(l, RpcVerdict::kRpc);
+    return;
+  }
+  if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
+    note_reject(l, e);
+  const rr::Header h = rr::error_reply(
+      xid, grant(l), why == rr::Error::kBadVersion ? rr::ErrCode::kVers : rr::ErrCode::kChunk);
+  const rr::CodecResult r = rr::encode(h, small_span(srv_extra_buf(l, k)), rr::Role::kReply);
+  if (!r.ok()) return;
+  ++l.rpc_errors_sent;
+  (void)server_send(l, srv_extra_buf(l, k), r.length, 0, cookie(kCkSrvReply, l.depth + k));
+}
+
 void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   win::PollCore& p = *l.p;
   if (l.refusing) return;  // its client is being dropped: nothing more of it is read
-  RpcReq req = *reinterpret_cast<const RpcReq*>(l.p_recv.slot(k)[0]);
-  const RpcLimits lim{l.depth, io_len(l), l.page_size, l.cfg.metadata};
-  const RpcVerdict verdict =
-      check_rpc_request(req, byte_len, lim, [&](uint32_t s) { return l.srv[s].busy; });
+  const std::span<const uint8_t> msg(reinterpret_cast<const uint8_t*>(l.p_recv.slot(k)[0]),
+                                     std::min(byte_len, l.p_recv.per_slot * l.page_size));
+  rr::Header h;
+  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kCall, kAgreed.inline_recv);
+  if (!r.ok()) {
+    server_error_reply(l, k, msg, r.error);
+    return;
+  }
+  const RpcLimits lim{l.depth, io_len(l), l.page_size, l.cfg.metadata, grant(l)};
+  nfs::Call call;
+  uint32_t s = 0;
+  const RpcVerdict verdict = check_rpc_call(
+      h, msg.subspan(r.length), lim, l.srv_outstanding,
+      [&](uint32_t slot) { return l.srv[slot].busy; }, call, s);
   if (verdict != RpcVerdict::kOk && verdict != RpcVerdict::kBye) {
     refuse_request(l, verdict);
     return;
   }
-  // The receive slot is free again: the request is copied.
+  // The receive slot is free again: the call is decoded.
   if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
   if (verdict == RpcVerdict::kBye) {
     l.st.peer_bye.set(1);
+    // NULL's reply: the accepted header, no results.
+    rr::Header rh;
+    rh.xid = h.xid;
+    rh.credits = grant(l);
+    const std::span<uint8_t> buf = small_span(srv_extra_buf(l, k));
+    const rr::CodecResult e = rr::encode(rh, buf, rr::Role::kReply);
+    nfs::Reply rep;
+    rep.xid = h.xid;
+    const uint32_t m = e.ok() ? nfs::encode_reply(nfs::kProcNull, rep, buf.subspan(e.length)) : 0;
+    if (m) (void)server_send(l, srv_extra_buf(l, k), e.length + m, 0, cookie(kCkSrvReply, 0));
     return;
   }
-  const uint32_t s = req.slot;
+  ++l.srv_outstanding;
   Lane::Slot& v = l.srv[s];
   if (v.op == 0xff) flip(l, s, false);  // undo the previous corruption of this slot's source
-  v.seq = req.seq;
-  v.rkey = req.rkey;
-  v.len = req.len;
-  v.op = req.op;
+  const bool rd = call.proc == nfs::kProcRead;
+  const rr::Segment seg = rd ? h.writes[0].segments[0] : h.reads[0].target;
+  v.seq = call.xid;
+  v.rkey = seg.handle;
+  v.len = call.count;
+  v.op = static_cast<uint8_t>(call.proc);
   v.tsc = now;
   // Two processes: a request accepted is the server's I/O (served by server_reply), so that
   // issued = completed + failed + abandoned holds on this side too.
   if (l.remote_client) ++l.issued;
-  v.expect_a = req.csum_a;
-  v.expect_b = req.csum_b;
-  const uint32_t md = l.cfg.metadata;  // req.md == md (check_rpc_request)
-  const uint32_t blocks = req.len / l.page_size;
+  const uint32_t md = l.cfg.metadata;
+  const uint32_t blocks = call.count / l.page_size;
   v.w = nullptr;
   if (md) {  // the local side: the slot's data and metadata behind one window of this core
-    if (req.op == kOpRead)
-      md_fill(l.p_md_src.slot(s)[0], md, blocks, req.seq);
+    if (rd)
+      md_fill(l.p_md_src.slot(s)[0], md, blocks, call.xid);
     else
       std::memset(reinterpret_cast<void*>(l.p_md_dst.slot(s)[0]), 0, size_t{blocks} * md);
-    const bool rd = req.op == kOpRead;
     const win::MapResult m = map_with_md(p, (rd ? l.p_src : l.p_dst).slot(s)[0],
                                          (rd ? l.p_md_src : l.p_md_dst).slot(s)[0], l.page_size, md,
                                          blocks, mlx5::kAccessLocalWrite);
@@ -185,38 +295,45 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
     v.w = m.window;
   }
   // With metadata the local SGE is the window (iova 0, data + metadata interleaved).
-  const uint32_t wire = req.len + blocks * md;
+  const uint32_t wire = static_cast<uint32_t>(rpc_wire_bytes(call.count, lim));
   auto local = [&](const SlotBufs& b) {
-    return v.w ? sge(0, wire, v.w->lkey()) : sge(b.slot(s)[0], req.len, l.lkey_b);
+    return v.w ? sge(0, wire, v.w->lkey()) : sge(b.slot(s)[0], call.count, l.lkey_b);
   };
-  if (req.op == kOpRead) {
-    auto* h = reinterpret_cast<PayloadHdr*>(l.p_src.slot(s)[0]);
-    h->magic = kPayloadMagic;
-    h->seq = req.seq;
-    h->slot = s;
-    h->len = req.len;
+  if (rd) {
+    auto* ph = reinterpret_cast<PayloadHdr*>(l.p_src.slot(s)[0]);
+    ph->magic = kPayloadMagic;
+    ph->seq = call.xid;
+    ph->slot = s;
+    ph->len = call.count;
     const Csum cs =
-        req.len == io_len(l) ? l.csums[l.depth + s] : csum_range(l.p_src.slot(s)[0], req.len);
+        call.count == io_len(l) ? l.csums[l.depth + s] : csum_range(l.p_src.slot(s)[0], call.count);
+    ph->csum_a = cs.a;
+    ph->csum_b = cs.b;
     if (corrupt_now(l)) {
       flip(l, s, false);
       v.op = 0xff;
       l.st.corrupted.add(1);
     }
     const mlx5::prm::Sge sg = local(l.p_src);
-    const Errc e = p.post_write({&sg, 1}, req.iova, req.rkey, cookie(kCkSrvWrite, s));
+    const Errc e = p.post_write({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvWrite, s));
     if (e != Errc::kOk) {
       note_reject(l, e);
       io_failed(l);
       return;
     }
-    server_reply(l, s, 0, cs);  // same SQ: the reply is ordered after the payload
+    const uint8_t op = v.op;
+    v.op = nfs::kProcRead;
+    rr::Segment written = seg;
+    written.length = wire;
+    server_reply(l, s, nfs::kNfs3Ok, &written);  // same SQ: ordered after the payload
+    v.op = op;  // 0xff: the source is corrupted (undone before the slot's next call)
     // The window may go at once: its invalidate waits (fenced) for the WRITE that gathers
     // from it (PollCore::unmap).
     if (v.w && p.unmap(v.w) != Errc::kOk) io_failed(l);
     v.w = nullptr;
   } else {
     const mlx5::prm::Sge sg = local(l.p_dst);
-    const Errc e = p.post_read({&sg, 1}, req.iova, req.rkey, cookie(kCkSrvRead, s), true);
+    const Errc e = p.post_read({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvRead, s), true);
     if (e != Errc::kOk) {
       note_reject(l, e);
       io_failed(l);
@@ -229,22 +346,25 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
 void server_read_done(Lane& l, uint32_t s) {
   Lane::Slot& v = l.srv[s];
   v.busy = false;
-  uint8_t status = 0;
+  uint32_t status = nfs::kNfs3Ok;
   if (l.cfg.verify) {
     if (corrupt_now(l)) {
       flip(l, s, true);
       l.st.corrupted.add(1);
     }
+    // The client's payload header names the call and the checksum of the rest.
     const auto* h = reinterpret_cast<const PayloadHdr*>(l.p_dst.slot(s)[0]);
     const Csum cs = csum_range(l.p_dst.slot(s)[0], v.len);
-    if (h->seq != v.seq || cs.a != v.expect_a || cs.b != v.expect_b) status = 1;
+    if (h->magic != kPayloadMagic || static_cast<uint32_t>(h->seq) != v.seq || cs.a != h->csum_a ||
+        cs.b != h->csum_b)
+      status = nfs::kNfs3ErrIo;
     if (v.w && !md_ok(l.p_md_dst.slot(s)[0], l.cfg.metadata, v.len / l.page_size, v.seq))
-      status = 1;
+      status = nfs::kNfs3ErrIo;
   }
   // The READ that scattered into the window completed: its invalidate needs no fence.
   if (v.w && l.p->unmap(v.w) != Errc::kOk) io_failed(l);
   v.w = nullptr;
-  server_reply(l, s, status, Csum{});
+  server_reply(l, s, status, nullptr);
 }
 
 bool server_poll(Lane& l, uint64_t now) {
@@ -268,40 +388,115 @@ bool server_poll(Lane& l, uint64_t now) {
 }
 
 // ---- client ------------------------------------------------------------------------------------
-void client_reply(Lane& l, const mlx5::Completion& x, uint64_t now) {
+// The slot whose call has `xid` and no reply yet (Slot::done_seq == seq once its reply came); -1
+// when none. At most io-depth slots to look at.
+int find_call(const Lane& l, uint32_t xid) {
+  for (uint32_t s = 0; s < l.depth; ++s) {
+    const Lane::Slot& sl = l.slots[s];
+    if (sl.busy && sl.done_seq != sl.seq && static_cast<uint32_t>(sl.seq) == xid)
+      return static_cast<int>(s);
+  }
+  return -1;
+}
+
+// Retires slot s's windows (`reply`: the reply's receive completion, nullptr for a call
+// abandoned) and queues the slot until they are invalid on the device.
+void retire_call(Lane& l, uint32_t s, const mlx5::Completion* reply) {
+  Lane::Slot& sl = l.slots[s];
+  sl.done_seq = sl.seq;
+  const Errc e =
+      l.calls[s].retire(*l.c, reply, kAgreed.peer_may_invalidate, l.chunk_stats);  // kNoRoom: later
+  if (e != Errc::kOk && e != Errc::kNoRoom) note_reject(l, e);
+  l.retiring[(l.retiring_head + l.retiring_n++) % l.depth] = s;
+}
+
+// What the reply to slot s's call says (kReply*); `written`: a READ's bytes in the Write chunk.
+uint8_t check_reply(const Lane& l, uint32_t s, const rr::Header& h, std::span<const uint8_t> msg) {
+  const Lane::Slot& sl = l.slots[s];
+  if (h.proc != rr::Proc::kMsg) return kReplyBad;  // RDMA_ERROR (or a NOMSG we never ask for)
+  nfs::Reply rep;
+  if (!nfs::decode_reply(sl.op, msg, rep) || rep.xid != h.xid) return kReplyBad;
+  if (rep.status != nfs::kNfs3Ok) return kReplyNfsError;
+  const uint32_t wire = sl.len + sl.len / l.page_size * l.cfg.metadata;
+  if (sl.op == nfs::kProcRead) {
+    // The Write chunk echoed (RFC 8166 3.6): our window, with every byte written.
+    if (h.n_writes != 1 || h.writes[0].n_segments != 1 ||
+        h.writes[0].segments[0].handle != l.calls[s].rkey(0) ||
+        h.writes[0].segments[0].length != wire || rep.count != sl.len || rep.data_len != sl.len)
+      return kReplyBad;
+  } else if (h.n_writes != 0 || rep.count != sl.len) {
+    return kReplyBad;
+  }
+  return kReplyGood;
+}
+
+void client_reply(Lane& l, const mlx5::Completion& x) {
   win::PollCore& c = *l.c;
   const uint32_t k = cookie_slot(x.cookie);
-  const RpcReply rep = *reinterpret_cast<const RpcReply*>(reply_recv_buf(l, k));
+  const std::span<const uint8_t> msg(reinterpret_cast<const uint8_t*>(reply_recv_buf(l, k)),
+                                     std::min(x.byte_len, kSmall));
+  rr::Header h;
+  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kReply, kAgreed.inline_recv);
+  const int found = r.ok() ? find_call(l, h.xid) : -1;
+  const uint8_t verdict =
+      found < 0 ? kReplyBad
+                : check_reply(l, static_cast<uint32_t>(found), h, msg.subspan(r.length));
+  // Everything needed is read: the receive buffer goes back.
   const mlx5::prm::Sge rs = sge(reply_recv_buf(l, k), kSmall, l.lkey_a);
   if (Errc e = c.post_recv({&rs, 1}, cookie(kCkReplyRecv, k)); e != Errc::kOk) note_reject(l, e);
-  if (rep.magic != kReplyMagic || rep.slot >= l.depth || !l.slots[rep.slot].busy ||
-      l.slots[rep.slot].seq != rep.seq) {
+  if (found < 0) {  // no call of ours: nothing to retire
     l.st.rejected.add(1);
     return;
   }
-  const uint32_t s = rep.slot;
+  const uint32_t s = static_cast<uint32_t>(found);
+  --l.outstanding;
+  l.granted = std::clamp(h.credits, 1u, l.depth);  // a grant of 0 would stall: at least one
+  l.slots[s].expect_a = verdict;
+  retire_call(l, s, &x);
+}
+
+// The reply came and the call's windows are invalid: the I/O completes.
+void finish_call(Lane& l, uint32_t s, uint64_t now) {
   Lane::Slot& sl = l.slots[s];
-  // The reply must have invalidated the window (SEND_WITH_INV with its rkey); otherwise the
-  // client unmaps it itself and counts an error.
-  if (x.cqe_opcode != MLX5_CQE_RESP_SEND_INV || x.imm != sl.rkey) {
-    l.st.io_errors.add(1);
-    unmap_or_queue(c, l, sl.w);
+  (void)l.calls[s].reset(*l.c);
+  if (sl.expect_a == kCallAbandoned) {
+    push_slot(l, s);
+    return;
   }
+  if (sl.expect_a == kReplyBad) l.st.io_errors.add(1);
   if (l.cfg.verify) {
-    bool good;
-    if (sl.op == kOpRead) {
+    bool good = sl.expect_a == kReplyGood;
+    if (good && sl.op == nfs::kProcRead) {
       const auto* h = reinterpret_cast<const PayloadHdr*>(l.c_dst.slot(s)[0]);
       const Csum cs = csum_pages(l.c_dst.slot(s), l.page_size, sl.len);
-      good = h->seq == sl.seq && cs.a == rep.csum_a && cs.b == rep.csum_b;
+      good = h->magic == kPayloadMagic && h->seq == static_cast<uint32_t>(sl.seq) &&
+             cs.a == h->csum_a && cs.b == h->csum_b;
       if (l.cfg.metadata)
-        good = good && md_ok(l.c_md_dst.slot(s)[0], l.cfg.metadata, sl.len / l.page_size, sl.seq);
-    } else {
-      good = rep.status == 0;
+        good = good && md_ok(l.c_md_dst.slot(s)[0], l.cfg.metadata, sl.len / l.page_size,
+                             static_cast<uint32_t>(sl.seq));
     }
-    if (!good) l.st.verify_fail.add(1);
+    if (!good && sl.expect_a != kReplyBad) l.st.verify_fail.add(1);
   }
   io_done(l, sl.tsc, now, sl.len);
   push_slot(l, s);
+}
+
+// Resumes the retirements (an unmap that found no SQ room) and completes, in order, the calls
+// whose windows are invalid.
+bool pump_retiring(Lane& l, uint64_t now) {
+  bool any = false;
+  while (l.retiring_n) {
+    const uint32_t s = l.retiring[l.retiring_head];
+    rr::CallChunks& ch = l.calls[s];
+    if (ch.retire(*l.c, nullptr, kAgreed.peer_may_invalidate, l.chunk_stats) != Errc::kOk ||
+        !ch.done(*l.c))
+      break;
+    finish_call(l, s, now);
+    l.retiring_head = (l.retiring_head + 1) % l.depth;
+    --l.retiring_n;
+    any = true;
+  }
+  return any;
 }
 
 bool client_poll(Lane& l, uint64_t now) {
@@ -311,75 +506,102 @@ bool client_poll(Lane& l, uint64_t now) {
       io_failed(l);
       return;
     }
-    if (x.recv && cookie_kind(x.cookie) == kCkReplyRecv) client_reply(l, x, now);
+    if (x.recv && cookie_kind(x.cookie) == kCkReplyRecv) client_reply(l, x);
   });
   if (c.qp().in_error() && !l.failed) io_failed(l);
-  return n > 0;
+  const bool done = pump_retiring(l, now);
+  return n > 0 || done;
+}
+
+// Encodes slot s's call (transport header with its chunk `seg`, ONC RPC call, NFSv3 arguments)
+// into its request buffer: the bytes, 0 if it did not fit (it always does: kSmall).
+uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr::Segment& seg) {
+  rr::Header h;
+  h.xid = static_cast<uint32_t>(seq);
+  h.credits = l.depth;  // asked: as many as the client has slots
+  h.proc = rr::Proc::kMsg;
+  if (proc == nfs::kProcRead) {
+    h.n_writes = 1;
+    h.writes[0].n_segments = 1;
+    h.writes[0].segments[0] = seg;
+  } else if (proc == nfs::kProcWrite) {
+    h.n_reads = 1;
+    h.reads[0] = {nfs::kWriteDataPosition, seg};  // RFC 8267 4: the data item's position
+  }
+  const std::span<uint8_t> buf = small_span(req_buf(l, s));
+  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kCall, kAgreed.inline_send);
+  if (!r.ok()) return 0;
+  nfs::Call call;
+  call.xid = h.xid;
+  call.proc = proc;
+  call.offset = uint64_t{s} * io_len(l);  // the slot's part of the server's file
+  call.count = io_len(l);
+  call.data_len = proc == nfs::kProcWrite ? call.count : 0;
+  const uint32_t m = nfs::encode_call(call, buf.subspan(r.length));
+  return m ? r.length + m : 0;
 }
 
 uint32_t client_issue(Lane& l, uint64_t now) {
   win::PollCore& c = *l.c;
-  retry_unmaps(c, l);
   const uint32_t len = io_len(l);
   uint32_t n = 0, slot = 0;
-  while (n < l.cfg.burst && may_issue(l) && pop_slot(l, slot)) {
+  while (n < l.cfg.burst && may_issue(l) && l.outstanding < l.granted && pop_slot(l, slot)) {
     Lane::Slot& sl = l.slots[slot];
     const uint64_t seq = l.seq + 1;
-    const uint8_t op = (seq & 1) ? kOpRead : kOpWrite;
-    const SlotBufs& b = op == kOpRead ? l.c_dst : l.c_src;
+    const uint32_t proc = (seq & 1) ? nfs::kProcRead : nfs::kProcWrite;
+    const bool rd = proc == nfs::kProcRead;
+    const SlotBufs& b = rd ? l.c_dst : l.c_src;
     const uint32_t md = l.cfg.metadata;
     if (md) {  // write: the metadata the server must find; read: cleared, so stale tags fail
-      if (op == kOpWrite)
+      if (!rd)
         md_fill(l.c_md_src.slot(slot)[0], md, l.cfg.pages, seq);
       else
         std::memset(reinterpret_cast<void*>(l.c_md_dst.slot(slot)[0]), 0, size_t{l.cfg.pages} * md);
     }
-    const win::MapResult m =
-        md ? map_with_md(c, b.slot(slot)[0],
-                         (op == kOpRead ? l.c_md_dst : l.c_md_src).slot(slot)[0], l.page_size, md,
-                         l.cfg.pages, kRpcAccess)
-           : c.map(std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len);
-    if (!m.ok()) {
-      note_reject(l, m.errc);
+    rr::CallChunks& ch = l.calls[slot];
+    rr::Segment seg;
+    Errc e;
+    if (md) {
+      const win::InterleavedPart parts[2] = {{b.slot(slot)[0], l.page_size, 0},
+                                             {(rd ? l.c_md_dst : l.c_md_src).slot(slot)[0], md, 0}};
+      e = ch.map_interleaved(c, parts, l.cfg.pages, kRpcAccess, &seg, l.chunk_stats);
+    } else {
+      e = ch.map(c, std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len, &seg,
+                 l.chunk_stats);
+    }
+    if (e != Errc::kOk) {
+      note_reject(l, e);
       push_slot(l, slot);
       break;
     }
     auto* h = reinterpret_cast<PayloadHdr*>(b.slot(slot)[0]);
-    if (op == kOpWrite) {
+    if (!rd) {
       h->magic = kPayloadMagic;
-      h->seq = seq;
+      h->seq = static_cast<uint32_t>(seq);
       h->slot = slot;
       h->len = len;
+      h->csum_a = l.csums[slot].a;
+      h->csum_b = l.csums[slot].b;
     } else {
       h->seq = 0;  // a reply whose payload never landed cannot pass
     }
-    auto* req = reinterpret_cast<RpcReq*>(req_buf(l, slot));
-    req->magic = kReqMagic;
-    req->seq = seq;
-    req->iova = m.iova;
-    req->rkey = m.rkey;
-    req->len = len;
-    req->slot = slot;
-    req->op = op;
-    req->md = static_cast<uint16_t>(md);
-    req->csum_a = l.csums[slot].a;
-    req->csum_b = l.csums[slot].b;
-    const mlx5::prm::Sge sg = sge(req_buf(l, slot), kSmall, l.lkey_a);
-    const Errc e = c.post_send({&sg, 1}, cookie(kCkReq, slot));
-    if (e != Errc::kOk) {
+    sl.seq = seq;
+    sl.done_seq = 0;
+    sl.op = static_cast<uint8_t>(proc);
+    sl.len = len;
+    sl.tsc = now;
+    sl.busy = true;
+    const uint32_t bytes = encode_call(l, slot, proc, seq, seg);
+    const mlx5::prm::Sge sg = sge(req_buf(l, slot), bytes, l.lkey_a);
+    e = bytes ? c.post_send({&sg, 1}, cookie(kCkReq, slot)) : Errc::kOutOfRange;
+    if (e != Errc::kOk) {  // not sent: its window is retired, the slot freed after
       note_reject(l, e);
-      unmap_or_queue(c, l, m.window);
-      push_slot(l, slot);
+      sl.expect_a = kCallAbandoned;
+      retire_call(l, slot, nullptr);
       break;
     }
     l.seq = seq;
-    sl.seq = seq;
-    sl.op = op;
-    sl.len = len;
-    sl.w = m.window;
-    sl.rkey = m.rkey;
-    sl.tsc = now;
-    sl.busy = true;
+    ++l.outstanding;
     ++l.issued;
     ++n;
   }
@@ -398,7 +620,7 @@ bool fwd(Lane& l) {
 
 bool idle(Lane& l) {
   if (l.failed) return true;
-  if (l.c && (!all_slots_free(l) || l.unmap_n != 0)) return false;
+  if (l.c && (!all_slots_free(l) || l.retiring_n != 0)) return false;
   if (l.p) {
     // Undo a corruption still in place (the buffer's checksum was computed at start).
     for (uint32_t s = 0; s < l.depth; ++s) {
@@ -426,14 +648,12 @@ bool rpc_undo_corruption(Lane& l) {
   return any;
 }
 
-// Two-process client: tells the server it is done (a request with op bye, no window).
+// Two-process client: tells the server it is done, with an NFSv3 NULL call (no chunks, no
+// window); any engine's server lane takes it as the goodbye (peer_checks.hpp, rpc_goodbye).
 bool rpc_send_bye(Lane& l) {
-  auto* req = reinterpret_cast<RpcReq*>(req_buf(l, 0));
-  *req = RpcReq{};
-  req->magic = kReqMagic;
-  req->op = kOpBye;
-  const mlx5::prm::Sge sg = sge(req_buf(l, 0), kSmall, l.lkey_a);
-  if (l.c->post_send({&sg, 1}, cookie(kCkBye, 0), true) != Errc::kOk) return false;
+  const uint32_t bytes = encode_call(l, 0, nfs::kProcNull, l.seq + 1, rr::Segment{});
+  const mlx5::prm::Sge sg = sge(req_buf(l, 0), bytes, l.lkey_a);
+  if (bytes == 0 || l.c->post_send({&sg, 1}, cookie(kCkBye, 0), true) != Errc::kOk) return false;
   l.c->flush();
   bool done = false;
   for (uint64_t spins = 0; !done && spins < 100'000'000; ++spins) {
@@ -445,7 +665,7 @@ bool rpc_send_bye(Lane& l) {
 }
 
 extern const Engine kRpcEngine = {
-    "rpc", "client maps, SENDs the rkey; server RDMA-WRITEs/READs, replies SEND_WITH_INV",
+    "rpc", "NFSv3 READ/WRITE over RPC-over-RDMA v1: chunks in windows, replies SEND_WITH_INV",
     true,  true,
     start, fwd,
     idle};
