@@ -114,6 +114,12 @@ int lane_main(rt::CoreContext& ctx) {
         }
         return false;
       });
+  // A server's calls accepted and never answered when its run ends (its client went away, or
+  // the stop came first): abandoned, counted once, never lost.
+  if (l.remote_client && l.issued > l.completed) {
+    l.st.abandoned.add(l.issued - l.completed);
+    l.completed = l.issued;
+  }
   l.st.issued.set(l.issued_base + l.issued);
   l.st.issuing.set(0);
   l.st.active.store(false, std::memory_order_release);
