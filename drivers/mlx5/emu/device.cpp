@@ -621,7 +621,10 @@ Status Engine::modify_qp(uint32_t qpn, QpState to) {
     const bool keep_peer = q->connected;
     const uint32_t peer = q->peer_qpn;
     reset_qp_locked(*q);
-    if (RoceLink* l = wire_->roce()) l->new_incarnation(qpn);  // a new initial PSN
+    // The old incarnation's transport goes with it (a QP in RESET sends nothing: no
+    // retransmission of what the old one had in flight may reach a new peer at the same address
+    // and QPN), and the next connect draws a new initial PSN.
+    if (RoceLink* l = wire_->roce()) l->forget(qpn);
     // The peer stays remembered so that reset -> init -> rtr -> rts reconnects to it.
     q->connected = keep_peer;
     q->peer_qpn = peer;

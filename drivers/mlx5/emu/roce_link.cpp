@@ -215,10 +215,6 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   qps_[qpn] = std::move(q);
 }
 
-void RoceLink::new_incarnation(uint32_t qpn) {
-  sq_psn_.erase(qpn);
-}
-
 void RoceLink::forget(uint32_t qpn) {
   qps_.erase(qpn);
   sq_psn_.erase(qpn);

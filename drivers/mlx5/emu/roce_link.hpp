@@ -41,14 +41,14 @@ class RoceLink {
   uint32_t mtu() const noexcept { return opt_.mtu; }
   // Control path (under the engine mutex).
   // The initial send PSN of QP `qpn`'s incarnation: drawn at random (24 bits) on the first call
-  // and stated until new_incarnation() (a RESET) or until the connection made with it carried a
-  // request (then the next connect, a reconnect, gets a new one), as Linux rdma_cm (core/cma.c
+  // and stated until forget() (a RESET, which also ends the old incarnation's transport) or until
+  // the connection made with it carried a request (then the next connect, a reconnect, gets a new
+  // one), as Linux rdma_cm (core/cma.c
   // __rdma_create_id: a random 24-bit seq_num) and rdma-core's libibverbs/examples/rc_pingpong.c
   // (lrand48() & 0xffffff) choose the PSN a QP states (ibv_modify_qp RTS sq_psn; the peer's RTR
   // rq_psn), and as the dv backend does. A late packet of an earlier incarnation thus falls, but
   // for a 2^-24 chance, outside the next one's expected PSN.
   uint32_t sq_psn(uint32_t qpn);
-  void new_incarnation(uint32_t qpn);
   // rq_psn: the peer's initial send PSN (its ConnectInfo psn), the first PSN this QP expects;
   // first_msn: the engine's number for the first request message it will be handed (responder
   // side; the wire's MSN counts from 0 at connect, IBTA 9.7.5.1.x / rxe_qp.c resp.msn = 0).
