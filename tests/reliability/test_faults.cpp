@@ -39,10 +39,6 @@ class Faults : public ::testing::TestWithParam<emu::Mode> {
     c.a_arena_pages = 256;
     c.b_arena_pages = 64;
     c.timers.retry_cnt = 2;  // rdma_cm timeout (1.07 s): slow sanitizer builds time nothing out
-    // These tests recover A's requester; in threaded mode B's responder was seen in the error
-    // state after a recovery (a class C error it should not have had: a packet of the previous
-    // incarnation, suspected, not yet shown). Until emu's wire is proven to drop those, B keeps RTS.
-    c.responder_keeps_rts = true;
     return c;
   }
   void TearDown() override {

@@ -1398,7 +1398,14 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
   if (wire_->tx_free(side_, WireClass::kResp) == 0) return false;
   const int32_t d = static_cast<int32_t>(h.msn - q->epsn);
   if (d > 0) return true;  // out of sequence after a NAK: the requester goes back to epsn
-  if (d < 0) {             // duplicate of a message already executed
+  if (d < 0) {             // before the expected message
+    // A duplicate only if this incarnation executed it; anything older (a late message of the
+    // peer's previous incarnation, whose keys recovery invalidated) is dropped, as rxe_resp.c
+    // duplicate_request drops a duplicate READ it holds no resource for (a class D error).
+    if (h.msn - q->epsn0 >= q->epsn - q->epsn0) {
+      ++st_.stale_requests;
+      return true;
+    }
     if (h.op == PktOp::kRead) {
       // Re-executed on the resource it already holds (rxe_resp.c duplicate_request finds the
       // READ's resource and restarts it): no new resource, and nothing to do while its

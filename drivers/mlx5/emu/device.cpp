@@ -523,7 +523,7 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       q->next_msn = msn;
       // The engine numbers the messages it is handed from the peer's PSN on (any start does;
       // the link translates PSNs and the wire's MSN).
-      q->epsn = remote.psn;
+      q->epsn = q->epsn0 = remote.psn;
       q->peer_qpn = remote.qpn;
       // The READ depths as on any wire (the link remembers the READs a responder serves, for
       // their responses and duplicates: at most what it states, the profile's max_qp_rd_atom).
@@ -543,8 +543,8 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
                         "emu: connect: the remote QP is not on the other side of this wire");
     const uint32_t msn = q->next_msn;
     reset_qp_locked(*q);
-    q->next_msn = msn;     // as advertised by local_info()
-    q->epsn = remote.psn;  // the peer's first message
+    q->next_msn = msn;                // as advertised by local_info()
+    q->epsn = q->epsn0 = remote.psn;  // the peer's first message
     q->peer_qpn = remote.qpn;
     mlx5::ConnectInfo mine;
     stated(mine);
@@ -582,7 +582,7 @@ void Engine::reset_qp_locked(QpCtx& q) {
   q.hot.clear();
   q.rq_ci = q.rq_pi = 0;
   q.rq_db_seen = 0;
-  q.epsn = 0;
+  q.epsn = q.epsn0 = 0;
   q.recv_active = false;
   q.recv_failed = false;
   q.reads.clear();

@@ -145,6 +145,7 @@ struct QpCtx {
   uint16_t rq_db_seen = 0;
   // responder
   uint32_t epsn = 0;         // next expected message
+  uint32_t epsn0 = 0;        // the first message this incarnation expected (the peer's psn)
   bool recv_active = false;  // a multi-packet SEND is being received
   uint32_t recv_counter = 0;
   uint64_t recv_off = 0;

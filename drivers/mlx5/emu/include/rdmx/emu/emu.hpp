@@ -265,6 +265,7 @@ struct EmuStats {
   uint64_t retries = 0;             // requester retransmissions (RNR + transport)
   uint64_t cqes_dropped = 0;        // CQEs lost to a CQ overrun
   uint64_t mtu_drops = 0;           // request packets longer than the path MTU, dropped (responder)
+  uint64_t stale_requests = 0;      // requests before this incarnation's first, dropped (responder)
   uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
                                     // rights, bounds or another PD's mkey)
   uint64_t pd_refusals = 0;         // ... of them because the mkey is in another PD
