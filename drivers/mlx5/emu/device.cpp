@@ -630,6 +630,8 @@ Status Engine::modify_qp(uint32_t qpn, QpState to) {
     q->peer_qpn = peer;
   } else if (to == QpState::kError) {
     if (from != QpState::kError) enter_error(*q);
+    // A QP in error sends nothing more (its work requests flush): its transport stops too.
+    if (RoceLink* l = wire_->roce()) l->forget(qpn);
   } else {
     q->state = to;
   }
