@@ -631,7 +631,7 @@ Status Engine::modify_qp(uint32_t qpn, QpState to) {
   } else if (to == QpState::kError) {
     if (from != QpState::kError) enter_error(*q);
     // A QP in error sends nothing more (its work requests flush): its transport stops too.
-    if (RoceLink* l = wire_->roce()) l->forget(qpn);
+    if (RoceLink* l = wire_->roce()) l->stop(qpn);
   } else {
     q->state = to;
   }

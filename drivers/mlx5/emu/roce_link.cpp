@@ -215,6 +215,14 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   qps_[qpn] = std::move(q);
 }
 
+void RoceLink::stop(uint32_t qpn) noexcept {
+  if (Qp* q = find(qpn)) {
+    q->dead = true;
+    q->tx_count = q->m_count = 0;
+    q->timer_ns = 0;
+  }
+}
+
 void RoceLink::forget(uint32_t qpn) {
   qps_.erase(qpn);
   sq_psn_.erase(qpn);

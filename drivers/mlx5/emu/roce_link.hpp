@@ -56,6 +56,8 @@ class RoceLink {
   void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t rq_psn,
                uint32_t first_msn, const mlx5::RcTimers& tm);
   void forget(uint32_t qpn);
+  // A QP moved to error: it sends nothing more (no retransmission, no timer), in place.
+  void stop(uint32_t qpn) noexcept;
   // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
   // Returns true when it did work; *pending |= something awaits an answer.
   bool pump(Wire& w, uint64_t now_ns, bool* pending) noexcept;
