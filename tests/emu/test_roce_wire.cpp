@@ -367,6 +367,10 @@ uint8_t RoceWire::write_across_stall(const Options& o, uint8_t net) {
   if (st == 0) {
     EXPECT_EQ(0, std::memcmp(dst.p, src.p, 64));
   }
+  // A WRITE the requester gave up on may still wait in b's socket and land in dst after this
+  // returns, as a late packet does on a fabric: both threads stop before the buffers go.
+  pair_.a->stop();
+  pair_.b->stop();
   return st;
 }
 

@@ -34,6 +34,15 @@ class Timers : public EmuTest {
     EXPECT_TRUE(pair_.b->start().ok());
     return wait(a_, 1, 20000)[0].status;
   }
+  // A WRITE the requester gave up on still waits in b_'s wire and lands in dst_ once b_ runs
+  // again, as a late packet does on a fabric: both threads stop before the buffers go.
+  void TearDown() override {
+    if (pair_.a) {
+      pair_.a->stop();
+      pair_.b->stop();
+    }
+    EmuTest::TearDown();
+  }
   Buf src_, dst_;
 };
 
