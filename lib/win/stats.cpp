@@ -65,8 +65,10 @@ struct ArrayNames {
           if (ch == '-' || ch == ' ') ch = '_';
   }
 };
+// Never destroyed: DPDK's telemetry thread may still be answering a /rdmx/stats request while
+// the process runs its exit-time destructors (there is no way to unregister a command).
 const ArrayNames& array_names() {
-  static const ArrayNames n;
+  static const ArrayNames& n = *new ArrayNames;
   return n;
 }
 
