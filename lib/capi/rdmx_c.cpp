@@ -984,7 +984,7 @@ int rdmx_core_stats_get(const rdmx_core* c, rdmx_core_stats* out, size_t size) {
 #define RDMX_COPY_COUNTER(name, type, kind, unit, help) s.name = k.name;
   RDMX_CORE_COUNTERS(RDMX_COPY_COUNTER)
 #undef RDMX_COPY_COUNTER
-  const auto& q = const_cast<rdmx_core*>(c)->pc->qp().stats();
+  const auto& q = c->pc->qp().stats();  // any thread: rdmx::Counter
   s.cqes = q.cqes;
   s.completions = q.completions;
   for (uint32_t i = 0; i < win::kNumErrc; ++i) s.rejected[i] = k.errors[i];

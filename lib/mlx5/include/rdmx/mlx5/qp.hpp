@@ -8,6 +8,7 @@
 #include <span>
 
 #include <rdmx/core/assert.hpp>
+#include <rdmx/core/counter.hpp>
 #include <rdmx/mlx5/barrier.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
 #include <rdmx/mlx5/queue_desc.hpp>
@@ -101,11 +102,12 @@ class CqPoller {
   volatile uint32_t* dbrec_ = nullptr;
 };
 
+// Written by the thread that polls the QP, readable from any thread (rdmx_core_stats_get).
 struct QpStats {
-  uint64_t cqes = 0;
-  uint64_t completions = 0;
-  uint64_t errors = 0;
-  uint64_t bad_cqes = 0;  // CQE naming a WQE that is not in flight (device bug / corruption)
+  Counter cqes;
+  Counter completions;
+  Counter errors;
+  Counter bad_cqes;  // CQE naming a WQE that is not in flight (device bug / corruption)
 };
 
 class QueuePair {
