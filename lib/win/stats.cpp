@@ -74,6 +74,10 @@ const ArrayNames& array_names() {
 
 }  // namespace
 
+bool library_stats_enabled() noexcept {
+  return kStatsEnabled;
+}
+
 std::span<const StatDesc> core_stat_table() noexcept {
   return {kTable.rows, kTable.n};
 }

@@ -107,7 +107,13 @@ cat >"$tmp/cpp_user.cpp" <<'EOF'
 #include <rdmx/endpoint/endpoint.hpp>
 #include <rdmx/mem/page_allocator.hpp>
 #include <rdmx/rdmx.h>
+#include <rdmx/win/stats.hpp>
 int main() {
+  if (rdmx::win::kStatsEnabled != rdmx::win::library_stats_enabled()) {
+    std::printf("RDMX_STATS %d in this program, librdmx.a built with %d\n",
+                rdmx::win::kStatsEnabled ? 1 : 0, rdmx::win::library_stats_enabled() ? 1 : 0);
+    return 7;
+  }
   auto devs = rdmx::endpoint::open_device_pair("emu");  // or open_device("mlx5_0") per side
   if (!devs) return 1;
   rdmx::endpoint::EndpointConfig cfg;

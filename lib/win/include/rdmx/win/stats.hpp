@@ -44,6 +44,9 @@ namespace rdmx::win {
 
 inline constexpr uint32_t kNumErrc = static_cast<uint32_t>(kNumErrcValues);
 inline constexpr bool kStatsEnabled = RDMX_STATS != 0;
+// What the library itself was built with: equal to kStatsEnabled in a program compiled with the
+// library's flags (pkg-config --cflags rdmx-cpp carries -DRDMX_STATS=0 from a -Dstats=false build).
+bool library_stats_enabled() noexcept;
 
 // A counter with one writer (its poll core). kAlways: counts even with -Dstats=false.
 template <bool kAlways>
