@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turns rdmx-perf JSON into PNG plots (matplotlib; Debian: apt-get install python3-matplotlib).
 
-usage: plot.py RESULT.json [RESULT.json ...] --out doc/perf
+usage: plot.py RESULT.json [RESULT.json ...] --out DIR
 
 Plots (only those whose test is in the input):
   cache.png       ns per get+put: window cache vs rte_mempool / rte_ring (single, burst 32)
@@ -115,7 +115,7 @@ def plot_cdf(t, cfg, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("json", nargs="+")
-    ap.add_argument("--out", default="doc/perf")
+    ap.add_argument("--out", default=".")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cfg, tests = load(a.json)
