@@ -9,6 +9,9 @@ a sample of unchanged frames is compared with the one they carry (a second, inde
     icrc:F        flips a payload byte of F, its ICRC left as it was
     opcode:F:OP   F's BTH opcode set to OP
     rkey:F:KEY    the R_Key of F's RETH set to KEY
+    va:F:VA       the VA of F's RETH set to VA
+    psn:F:PSN     F's PSN set to PSN
+    aeth:F:SYN    the syndrome of F's AETH set to SYN
     drop:F        F removed (the frames after it move up by one)
     append:F:PSN[:K]  a copy of F with PSN PSN added after the last frame; with K, cut to K
                   bytes after the BTH (IP and UDP lengths follow)
@@ -69,6 +72,15 @@ def main(src, dst, faults):
             rec[2] = seal(bytes(b))
         elif kind == "rkey":
             b[BTH_AT + 12 + 8:BTH_AT + 12 + 12] = int(val[0], 0).to_bytes(4, "big")
+            rec[2] = seal(bytes(b))
+        elif kind == "va":
+            b[BTH_AT + 12:BTH_AT + 12 + 8] = int(val[0], 0).to_bytes(8, "big")
+            rec[2] = seal(bytes(b))
+        elif kind == "psn":
+            b[BTH_AT + 9:BTH_AT + 12] = int(val[0]).to_bytes(3, "big")
+            rec[2] = seal(bytes(b))
+        elif kind == "aeth":
+            b[BTH_AT + 12] = int(val[0], 0)
             rec[2] = seal(bytes(b))
         elif kind == "drop":
             drops.append(int(f) - 1)

@@ -252,24 +252,43 @@ def case_faults(blockd):
         stop = [r for r in rows if r["dir"] == "c2s" and r["op"] == 4 and
                 r["data.data"].startswith("03000000")]
         read_req = next(r for r in rows if r["op"] == rw.READ_REQ)
-        check(len(mids) >= 2 and len(firsts) >= 2 and stop, "no frames to inject faults into")
+        acks = [r for r in rows if r["op"] == rw.ACK]
+        s2c_ack = next(r for r in acks if r["dir"] == "s2c")
+        c2s_ack = [r for r in acks if r["dir"] == "c2s"][-1]
+        stepped = [r for r, q in zip(rows, rows[1:]) if r["op"] == 14 and q["op"] in (14, 15)
+                   and key(q) == key(r) and q["psn"] == (r["psn"] + 1) % rw.PSN_MOD]
+        first_req = next(r for r in rows if r["dir"] == "c2s" and r["op"] in rw.REQUESTS)
+        never = (first_req["psn"] - 5) % rw.PSN_MOD
+        far = (c2s_ack["psn"] + (1 << 22)) % rw.PSN_MOD
+        check(len(mids) >= 2 and len(firsts) >= 2 and stop and stepped,
+              "no frames to inject faults into")
         f_icrc, f_drop = mids[0], mids[-1]
         f_next = next(r for r in rows if r["n"] > f_drop["n"] and key(r) == key(f_drop))
-        f_rkey, f_stale = firsts[len(firsts) // 2], firsts[0]
+        f_rkey, f_stale, f_va = firsts[len(firsts) // 2], firsts[0], firsts[-1]
+        va = (rw.ints(f_va["infiniband.reth.va"], 16)[0] + 4096) % (1 << 64)
         forged = rkey_of(f_rkey) ^ 0x5A5A0000
         renum = lambda n: n - (n > f_drop["n"])
         sample = {r["op"]: r["n"] for r in rows}
         faults = [f"scapy:{n}" for n in sample.values()] + [
             f"icrc:{f_icrc['n']}", f"rkey:{f_rkey['n']}:{forged:#x}", f"opcode:{stop[-1]['n']}:5",
             f"drop:{f_drop['n']}", f"append:{f_stale['n']}:{nxt[key(f_stale)]}",
-            f"append:{read_req['n']}:{read_req['psn']}:6"]
+            f"append:{read_req['n']}:{read_req['psn']}:6", f"aeth:{s2c_ack['n']}:0x21",
+            f"psn:{stepped[0]['n']}:{(stepped[0]['psn'] + 1) % rw.PSN_MOD}",
+            f"psn:{c2s_ack['n']}:{far}", f"append:{first_req['n']}:{never}",
+            f"va:{f_va['n']}:{va:#x}"]
         want = {(renum(f_icrc["n"]), "bad ICRC"),
                 (renum(f_rkey["n"]), f"R_Key {forged:#x}: no live I/O has it (never named)"),
                 (renum(inval(rkey_of(f_rkey), f_rkey["n"])), "no RDMA used it"),
                 (renum(stop[-1]["n"]), "opcode 5 (SEND Only with Immediate) from the client"),
                 (renum(f_next["n"]), "1 ahead of the next PSN"),
                 (last, f"R_Key {rkey_of(f_stale):#x}: no live I/O has it (invalidated at"),
-                (last + 1, "malformed or flagged by tshark ([Malformed Packet: IB]")}
+                (last + 1, "malformed or flagged by tshark ([Malformed Packet: IB]"),
+                (renum(s2c_ack["n"]), "AETH syndrome 0x21: an RNR or error NAK"),
+                (renum(stepped[0]["n"]), f"RDMA READ Response Middle PSN "
+                 f"{(stepped[0]['psn'] + 1) % rw.PSN_MOD} after"),
+                (renum(c2s_ack["n"]), f"Acknowledge PSN {far}: no request of"),
+                (last + 2, f"PSN {never} behind the next PSN"),
+                (renum(f_va["n"]), f"RDMA WRITE VA {va} length")}
         bad = os.path.join(tmp, "faults.pcap")
         p = subprocess.run([py, os.path.join(HERE, "pcap_faults.py"), pcap, bad] + faults,
                            capture_output=True, text=True, timeout=120)
@@ -290,16 +309,22 @@ def case_faults(blockd):
         used = {rkey_of(r) for r in rows if r["infiniband.reth.r_key"]}
         wrong = [("--fwd relay's opcodes", lambda: rw.check_opcodes(w, "relay"),
                   "not one --fwd relay"),
+                 ("--fwd relay's SEND First", lambda: rw.check_opcodes(w, "relay"),
+                  "no SEND First from the client in the whole capture"),
                  ("no RETH (umr)", lambda: rw.check_no_reth(w, "umr"), "an RETH or IETH"),
                  ("a lane's keys short of one",
                   lambda: rw.check_lane_keys(w, [used - {rkey_of(f_rkey)}]),
-                  "not one of lane 0's keys")]
+                  "not one of lane 0's keys"),
+                 ("a lane's keys and one more", lambda: rw.check_lane_keys(w, [used | {7}]),
+                  "lane 0's key 0x7 never used"),
+                 ("a second lane", lambda: rw.check_lane_keys(w, [used, {7}]),
+                  "2 lanes handed out keys, 1 QPs used them")]
         for what, run, text in wrong:
             w.problems = []
             run()
             check(any(text in t for _, t in w.problems), f"{what}: not flagged ({w.problems[:3]})")
             print(f"tshark-faults: expecting {what}: {len(w.problems)} problems, e.g. "
-                  f"{w.problems[0]}")
+                  f"{next(p for p in w.problems if text in p[1])}")
         print(f"tshark-faults: Scapy's ICRC equals the frame's for one frame of each of "
               f"{len(sample)} opcodes")
 
