@@ -211,10 +211,12 @@ def check_opcodes(w, mode):
 def check_psns(w):
     """PSNs per QP and direction (IBTA 9.7.1, 9.7.5): a requester's first transmission has
     exactly the next PSN (+1, a READ request + max(1, ceil(length / MTU))); a packet behind it is
-    a retransmission of a PSN already sent; a responder's new PSNs increase, its READ responses
-    by exactly one within a response, and each response PSN is one the other side sent.
-    Marks every row's "first"; returns (retransmissions, {(src, dst, qp): next PSN})."""
+    a retransmission of a PSN already sent; a responder's new PSNs increase, each response PSN
+    is one the other side sent, and a READ's responses use exactly its PSNs, in order, FIRST (or
+    ONLY) at the request's PSN and LAST (or ONLY) at its last one. Marks every row's "first";
+    returns (retransmissions, {(src, dst, qp): next PSN})."""
     nxt, sent, top, retrans = {}, {}, {}, 0
+    reads, cur = {}, {}  # (requester, responder) -> {first PSN: [last PSN, frame, answered]}
     for r in w.roce:
         if r["op"] is None:
             continue
@@ -231,6 +233,9 @@ def check_psns(w):
             if d >= 0:
                 nxt[key] = (p + n) % PSN_MOD
                 sent.setdefault((key[0], key[1]), set()).update((p + i) % PSN_MOD for i in range(n))
+                if r["op"] == READ_REQ:
+                    last = (p + n - 1) % PSN_MOD
+                    reads.setdefault((key[0], key[1]), {})[p] = [last, r["n"], False]
             else:
                 r["first"] = False
                 retrans += 1
@@ -247,6 +252,23 @@ def check_psns(w):
             if r["op"] in (14, 15) and t is not None and psn_diff(p, t) != 1:
                 w.bad(r["n"], f"{OP[r['op']]} PSN {p} after {t}: not the next")
             top[key] = p
+            rd = reads.get((key[1], key[0]), {})
+            if r["op"] in (13, 16):
+                cur[key] = p
+                if p not in rd:
+                    w.bad(r["n"], f"{OP[r['op']]} PSN {p}: no READ request starts there")
+            if r["op"] in (15, 16):
+                start = cur.pop(key, None)
+                if start in rd and rd[start][0] == p:
+                    rd[start][2] = True
+                else:
+                    w.bad(r["n"], f"{OP[r['op']]} PSN {p}: the READ from PSN {start} ends "
+                          f"at {rd[start][0] if start in rd else None}")
+    for (req, _), starts in sorted(reads.items()):
+        for p, (last, frame, answered) in sorted(starts.items(), key=lambda x: x[1][1]):
+            if not answered:
+                w.bad(frame, f"RDMA READ Request PSN {p} from {req}: no response up to its last "
+                      f"PSN {last}")
     return retrans, nxt
 
 

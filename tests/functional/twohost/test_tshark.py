@@ -241,7 +241,7 @@ def case_faults(blockd):
     def then(w, pcap, tmp):
         _, _, nxt, _, _ = blockd_checks(w)
         verdict(w, "blockd, before the faults")
-        rows, last = w.roce, len(w.frames) - 1
+        rows = w.roce
         key = lambda r: (r["ip.src"], r["ip.dst"], r["infiniband.bth.destqp"])
         answered = {r["psn"] for r in rows if r["dir"] == "c2s" and r["op"] not in rw.REQUESTS}
         mids = [r for r in rows if r["op"] == 7 and r["dir"] == "s2c" and r["psn"] not in answered]
@@ -267,7 +267,13 @@ def case_faults(blockd):
         f_rkey, f_stale, f_va = firsts[len(firsts) // 2], firsts[0], firsts[-1]
         va = (rw.ints(f_va["infiniband.reth.va"], 16)[0] + 4096) % (1 << 64)
         forged = rkey_of(f_rkey) ^ 0x5A5A0000
-        renum = lambda n: n - (n > f_drop["n"])
+        read_last = next(r for r in rows if r["op"] == 15 and r["n"] > stepped[0]["n"] + 1)
+        span = lambda r: -(-rw.ints(r["infiniband.reth.dmalen"])[0] // rw.MTU)
+        read_of = next(r for r in rows if r["op"] == rw.READ_REQ and r["n"] < read_last["n"] and
+                       0 <= rw.psn_diff(read_last["psn"], r["psn"]) < span(r))
+        drops = (f_drop["n"], read_last["n"])
+        last = len(w.frames) - 1 - len(drops)  # the frames kept; the appended ones follow
+        renum = lambda n: n - sum(d < n for d in drops)
         sample = {r["op"]: r["n"] for r in rows}
         faults = [f"scapy:{n}" for n in sample.values()] + [
             f"icrc:{f_icrc['n']}", f"rkey:{f_rkey['n']}:{forged:#x}", f"opcode:{stop[-1]['n']}:5",
@@ -275,20 +281,22 @@ def case_faults(blockd):
             f"append:{read_req['n']}:{read_req['psn']}:6", f"aeth:{s2c_ack['n']}:0x21",
             f"psn:{stepped[0]['n']}:{(stepped[0]['psn'] + 1) % rw.PSN_MOD}",
             f"psn:{c2s_ack['n']}:{far}", f"append:{first_req['n']}:{never}",
-            f"va:{f_va['n']}:{va:#x}"]
+            f"va:{f_va['n']}:{va:#x}", f"drop:{read_last['n']}"]
         want = {(renum(f_icrc["n"]), "bad ICRC"),
                 (renum(f_rkey["n"]), f"R_Key {forged:#x}: no live I/O has it (never named)"),
                 (renum(inval(rkey_of(f_rkey), f_rkey["n"])), "no RDMA used it"),
                 (renum(stop[-1]["n"]), "opcode 5 (SEND Only with Immediate) from the client"),
                 (renum(f_next["n"]), "1 ahead of the next PSN"),
-                (last, f"R_Key {rkey_of(f_stale):#x}: no live I/O has it (invalidated at"),
-                (last + 1, "malformed or flagged by tshark ([Malformed Packet: IB]"),
+                (last + 1, f"R_Key {rkey_of(f_stale):#x}: no live I/O has it (invalidated at"),
+                (last + 2, "malformed or flagged by tshark ([Malformed Packet: IB]"),
                 (renum(s2c_ack["n"]), "AETH syndrome 0x21: an RNR or error NAK"),
                 (renum(stepped[0]["n"]), f"RDMA READ Response Middle PSN "
                  f"{(stepped[0]['psn'] + 1) % rw.PSN_MOD} after"),
                 (renum(c2s_ack["n"]), f"Acknowledge PSN {far}: no request of"),
-                (last + 2, f"PSN {never} behind the next PSN"),
-                (renum(f_va["n"]), f"RDMA WRITE VA {va} length")}
+                (last + 3, f"PSN {never} behind the next PSN"),
+                (renum(f_va["n"]), f"RDMA WRITE VA {va} length"),
+                (renum(read_of["n"]), f"RDMA READ Request PSN {read_of['psn']} from "
+                 f"{read_of['ip.src']}: no response up to its last PSN")}
         bad = os.path.join(tmp, "faults.pcap")
         p = subprocess.run([py, os.path.join(HERE, "pcap_faults.py"), pcap, bad] + faults,
                            capture_output=True, text=True, timeout=120)
@@ -303,7 +311,7 @@ def case_faults(blockd):
         check(not missed and not extra, f"faults not found: {missed}\nproblems not injected: "
               f"{extra[:10]}")
         print(f"tshark-faults: {len(want)} problems from {len(faults) - len(sample)} faults in "
-              f"{last} frames, each found at its frame for its reason: " +
+              f"{len(w.frames) - 1} frames, each found at its frame for its reason: " +
               "; ".join(f"frame {n}: {t}" for n, t in sorted(want)))
         # Wrong expectations of the clean capture.
         used = {rkey_of(r) for r in rows if r["infiniband.reth.r_key"]}
