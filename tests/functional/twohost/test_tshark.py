@@ -236,8 +236,9 @@ def case_faults(blockd):
     """Each check can fail: a real blockd capture (clean: no problem) gets one fault of each kind
     (pcap_faults.py, the changed frames sealed again by Scapy) and the checks must report
     exactly those frames, each for its own reason. The clean capture is also judged with wrong
-    expectations (another mode's opcodes, a lane's keys short of one, no RETH) which must
-    fail; and Scapy's ICRC of one frame per opcode equals the one the frame carries."""
+    expectations (another mode's opcodes, no RETH, a lane's keys short of one or with one more,
+    a second lane) which must fail; and Scapy's ICRC of one frame per opcode equals the one the
+    frame carries."""
     py = scapy_python()
 
     def then(w, pcap, tmp):
@@ -256,13 +257,16 @@ def case_faults(blockd):
         read_req = next(r for r in rows if r["op"] == rw.READ_REQ)
         acks = [r for r in rows if r["op"] == rw.ACK]
         s2c_ack = next(r for r in acks if r["dir"] == "s2c")
-        c2s_ack = [r for r in acks if r["dir"] == "c2s"][-1]
+        # an ACK after the client's last READ response: its PSN moved far ahead must not hide
+        # a later response of the same stream from the checks
+        after = max(r["n"] for r in rows if r["dir"] == "c2s" and r["op"] in rw.READ_RESPONSES)
+        c2s_ack = [r for r in acks if r["dir"] == "c2s" and r["n"] > after][-1]
         stepped = [r for r, q in zip(rows, rows[1:]) if r["op"] == 14 and q["op"] in (14, 15)
                    and key(q) == key(r) and q["psn"] == (r["psn"] + 1) % rw.PSN_MOD]
         first_req = next(r for r in rows if r["dir"] == "c2s" and r["op"] in rw.REQUESTS)
         never = (first_req["psn"] - 5) % rw.PSN_MOD
         far = (c2s_ack["psn"] + (1 << 22)) % rw.PSN_MOD
-        check(len(mids) >= 2 and len(firsts) >= 2 and stop and stepped,
+        check(len(mids) >= 2 and len(firsts) >= 3 and stop and stepped,
               "no frames to inject faults into")
         f_icrc, f_drop = mids[0], mids[-1]
         f_next = next(r for r in rows if r["n"] > f_drop["n"] and key(r) == key(f_drop))
