@@ -17,7 +17,7 @@ import zlib
 MTU = 1024  # the path MTU the tests give emu (mtu=1024, emu's default)
 PSN_MOD = 1 << 24
 
-# RC opcodes (IBTA 9.2.1, table 38) as tshark's infiniband.bth.opcode gives them.
+# RC opcodes (IBTA vol. 1 9.2.1, the OpCode field) as tshark's infiniband.bth.opcode gives them.
 OP = {0: "SEND First", 1: "SEND Middle", 2: "SEND Last", 3: "SEND Last with Immediate",
       4: "SEND Only", 5: "SEND Only with Immediate", 6: "RDMA WRITE First",
       7: "RDMA WRITE Middle", 8: "RDMA WRITE Last", 9: "RDMA WRITE Last with Immediate",
