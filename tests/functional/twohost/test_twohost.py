@@ -9,7 +9,6 @@ Usage: test_twohost.py PATH_TO_RDMAFWD CASE [PATH_TO_BLOCKD [PATH_TO_TEST_CAPI_P
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -447,168 +446,6 @@ def case_roce(binary, fwd, lossy):
         print(f"roce {fwd}{' lossy' if lossy else ''}: {c['ios']} I/Os verified across the veth "
               f"pair, p50 {c['latency_us']['p50']:.0f} us, retransmits {retrans}, "
               f"injected faults {injected}")
-
-
-# tshark's own dissectors on what `rdmafwd --fwd rpc` puts on the wire (doc/guides/two-hosts.md,
-# "Looking at the wire"): RoCE v2 (UDP 4791) -> InfiniBand BTH/RETH -> rpcordma -> ONC RPC -> NFS.
-TSHARK_FIELDS = ["frame.number", "ip.src", "infiniband.bth.opcode", "infiniband.reth.r_key",
-                 "rpcordma.version", "rpcordma.xid", "rpcordma.msg_type", "rpcordma.rdma_handle",
-                 "rpcordma.position", "rpc.msgtyp", "rpc.replystat", "rpc.state_accept",
-                 "nfs.procedure_v3"]
-IB_SENDS = {4, 5, 0x17}  # RC SEND Only, SEND Only with Immediate, SEND Only with Invalidate
-IB_RDMA_WRITES = {6, 10, 11}  # RC RDMA WRITE First, Only, Only with Immediate (carry a RETH)
-IB_RDMA_READ_REQ = 12
-
-
-def tshark_rows(pcap):
-    fields = [a for f in TSHARK_FIELDS for a in ("-e", f)]
-    p = subprocess.run(["tshark", "-n", "-r", pcap, "-T", "fields", "-E", "separator=\t", "-E", "occurrence=a", "-E",
-                        "aggregator=,"] + fields, capture_output=True, text=True, timeout=120)
-    check(p.returncode == 0, f"tshark: exit {p.returncode}: {p.stderr}")
-    rows = []
-    for line in p.stdout.splitlines():
-        v = dict(zip(TSHARK_FIELDS, (line.split("\t") + [""] * len(TSHARK_FIELDS))))
-        rows.append(v)
-    return rows
-
-
-def ints(v, base=0):
-    return [int(x, base) for x in v.split(",") if x]
-
-
-def case_roce_rpc_tshark(binary):
-    """rdmafwd --fwd rpc over emu RoCE v2 across the veth pair, captured with tcpdump on the
-    server's veth end and read by tshark's own dissectors: every SEND is RPC-over-RDMA version 1
-    and nothing is malformed or flagged; NFS READ and WRITE calls and replies are recognised;
-    every handle a call names in its Read or Write list is the R_Key of an RDMA READ or WRITE
-    that moved its data, before the reply; after the reply nothing uses that handle until a later
-    call names it again (a new registration: window keys are drawn at random)."""
-    for tool in ("tshark", "tcpdump"):
-        if not shutil.which(tool):
-            print(f"{tool} not installed: skipped")
-            sys.exit(77)
-    import tempfile
-    with Netns() as n, tempfile.TemporaryDirectory() as tmp:
-        pcap = os.path.join(tmp, "rpc.pcap")
-        cap = subprocess.Popen([NETNS, "exec", n.a, "tcpdump", "-i", f"{n.name}-va", "-U", "-n",
-                                "-B", "8192", "-w", pcap, "udp", "port", "4791"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_line(cap, cap.stderr, "listening on", timeout=20)
-            # Small I/Os, few in flight: a short capture that still wraps the slots many times.
-            common = ["--json", "--rendezvous-timeout", "40", "--pages-per-io", "2",
-                      "--io-depth", "8"]
-            srv, cli, procs = serve(
-                command(binary, SERVER_EAL, ["--role", "server", "--listen", f"{n.addr_a}:7471",
-                                             "--device", f"emu@roce:{n.addr_a}"] + common, n.a),
-                command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"{n.addr_a}:7471",
-                                             "--fwd", "rpc", "--io-count", "64", "--device",
-                                             f"emu@roce:{n.addr_b}"] + common, n.b))
-            both_ok(srv, cli, procs)
-            c = summary(procs[1][1])["total"]
-            check(c["ios"] == 64 and c["errors"]["total"] == 0, f"client: {c}", *procs)
-        finally:
-            # tcpdump may lag behind on a busy machine: stop it once the file stopped growing.
-            size, end = -1, time.monotonic() + 15
-            while time.monotonic() < end:
-                time.sleep(0.5)
-                now = os.path.getsize(pcap) if os.path.exists(pcap) else 0
-                if now == size:
-                    break
-                size = now
-            cap.send_signal(signal.SIGINT)
-            try:
-                _, cap_err = cap.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                cap.kill()
-                _, cap_err = cap.communicate()
-        got = re.search(r"(\d+) packets captured\s+(\d+) packets received by filter\s+"
-                        r"(\d+) packets dropped by kernel", cap_err)
-        check(got and got.group(1) == got.group(2) and got.group(3) == "0",
-              f"tcpdump did not capture everything: {cap_err.strip()}")
-        if os.environ.get("RDMX_KEEP_PCAP"):  # a copy to look at (the test's is deleted)
-            shutil.copy(pcap, os.environ["RDMX_KEEP_PCAP"])
-        rows = tshark_rows(pcap)
-        check(rows, "nothing captured")
-        bad = subprocess.run(["tshark", "-n", "-r", pcap, "-Y",
-                              "_ws.malformed || _ws.expert.severity >= warning"],
-                             capture_output=True, text=True, timeout=120).stdout
-        check(not bad.strip(), f"tshark found packets malformed or flagged:\n{bad[:2000]}")
-        sends = [r for r in rows if set(ints(r["infiniband.bth.opcode"])) & IB_SENDS]
-        check(sends and all(r["rpcordma.version"] == "1" for r in sends),
-              f"SENDs not decoded as RPC-over-RDMA v1: "
-              f"{[r for r in sends if r['rpcordma.version'] != '1'][:3]}")
-        client = n.addr_b
-        calls, replies = {}, {}
-        # A RoCE retransmission repeats a SEND: a call counts from its first copy, a reply to
-        # its last (a go-back-N resends the data ahead of it too).
-        for r in sends:
-            xid = r["rpcordma.xid"]
-            if r["ip.src"] == client:
-                calls.setdefault(xid, r)
-            else:
-                replies[xid] = r
-        # tshark 4.0 dissects a READ call's NFS arguments; a WRITE call's RPC message it holds
-        # back for the Read chunk's data (left as "Data"), so a WRITE is known by its Read chunk
-        # at the data's XDR position (72: RFC 8267). It pairs no reply with its call over an RC
-        # QP pair (no NFS procedure in the reply): a reply is an accepted, successful ONC RPC
-        # reply to the xid of one of our calls.
-        def proc_of(cl):
-            if cl["nfs.procedure_v3"]:
-                return cl["nfs.procedure_v3"]
-            return "7" if cl["rpcordma.position"] == "72" else "?"
-        kinds = {}
-        for xid, cl in calls.items():
-            kinds.setdefault(proc_of(cl), []).append(xid)
-        check(len(kinds.get("6", [])) == 32 and len(kinds.get("7", [])) == 32,
-              f"calls by NFS procedure: { {k: len(v) for k, v in kinds.items()} }")
-        for xid, rep in replies.items():
-            one = lambda f, v: set(rep[f].split(",")) == {v}  # tshark may show the RPC twice
-            check(one("rpc.msgtyp", "1") and one("rpc.replystat", "0") and
-                  one("rpc.state_accept", "0") and xid in calls,
-                  f"reply {xid} not an accepted, successful ONC RPC reply to one of our calls: "
-                  f"{rep}")
-        # Each call's handles: moved by an RDMA op with that R_Key between call and reply, never
-        # used again after the reply.
-        ops = []  # (frame, rkey, what)
-        for r in rows:
-            ops_here = set(ints(r["infiniband.bth.opcode"]))
-            for k in ints(r["infiniband.reth.r_key"], 16):
-                if ops_here & IB_RDMA_WRITES:
-                    ops.append((int(r["frame.number"]), k, "RDMA WRITE"))
-                elif IB_RDMA_READ_REQ in ops_here:
-                    ops.append((int(r["frame.number"]), k, "RDMA READ"))
-        checked = renamed = 0
-        for xid, call in calls.items():
-            handles = ints(call["rpcordma.rdma_handle"], 16)
-            proc = proc_of(call)
-            if proc not in ("6", "7"):
-                continue
-            check(len(handles) == 1, f"call {xid}: handles {handles}")
-            h = handles[0]
-            reply = replies.get(xid)
-            check(reply, f"call {xid}: no reply captured")
-            f_call, f_reply = int(call["frame.number"]), int(reply["frame.number"])
-            want = "RDMA WRITE" if proc == "6" else "RDMA READ"
-            moved = [o for o in ops if o[1] == h and o[2] == want and f_call < o[0] < f_reply]
-            check(moved, f"call {xid} (NFS proc {proc}) names handle {h:#x}: no {want} with that "
-                  f"R_Key between frames {f_call} and {f_reply}")
-            # A window's key is drawn at random at each map (lib/win KeyGen), so a later call may
-            # name the same handle again: a new registration. Until then nothing may use it.
-            again = [int(cl["frame.number"]) for cl in calls.values()
-                     if int(cl["frame.number"]) > f_reply
-                     and h in ints(cl["rpcordma.rdma_handle"], 16)]
-            until = min(again, default=1 << 62)
-            renamed += bool(again)
-            later = [o for o in ops if o[1] == h and f_reply < o[0] < until]
-            check(not later, f"handle {h:#x} used after the reply to {xid} (frame {f_reply}) "
-                  f"before any call named it again: frames {later[:3]}")
-            checked += 1
-        check(checked == 64, f"{checked} READ/WRITE calls with their replies decoded, not 64")
-        print(f"roce-rpc-tshark: {len(rows)} packets, {len(sends)} SENDs decoded as RPC-over-RDMA "
-              f"v1 by tshark, {checked} NFSv3 READ/WRITE calls whose handles match the R_Keys of "
-              f"the RDMA ops that moved their data, none used after its reply ({renamed} named "
-              f"again by a later call, a new registration)")
 
 
 def roce_two_client_server(binary, n, extra):
@@ -1885,7 +1722,6 @@ CASES = {
     "netns": case_netns,
     "loopback-metadata": case_loopback_metadata,
     "roce-rpc": lambda b: case_roce(b, "rpc", False),
-    "roce-rpc-tshark": case_roce_rpc_tshark,
     "roce-read": lambda b: case_roce(b, "read", False),
     "roce-rpc-lossy": lambda b: case_roce(b, "rpc", True),
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
