@@ -24,9 +24,12 @@ int last_errno() noexcept {
   return errno ? errno : EIO;
 }
 
+// ENODEV is what librdmacm reports when the machine has no RDMA device (ucma_init finds no
+// verbs device, or /dev/infiniband/rdma_cm is missing): kNoDevice, saying so.
 [[gnu::cold]] Error cm_error(const std::string& call, int err) {
-  return make_error(Errc::kDeviceError, call + " failed: " + std::strerror(err) + " (errno " +
-                                            std::to_string(err) + ")");
+  return make_error(err == ENODEV ? Errc::kNoDevice : Errc::kDeviceError,
+                    call + " failed: " + std::strerror(err) + " (errno " + std::to_string(err) +
+                        ")" + (err == ENODEV ? ": no RDMA device for rdma_cm on this host" : ""));
 }
 
 struct AckEvent {
@@ -262,11 +265,13 @@ Result<std::unique_ptr<CmListener>> CmListener::listen(const std::string& bind_h
   return l;
 }
 
-Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::QpHandle qp) {
+Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::QpHandle qp,
+                                                         std::optional<int> accept_timeout_ms) {
   // The connection's own channel; declared before the child id so the id is destroyed first.
   detail::EventChannelPtr ch(rdma_create_event_channel());
   if (!ch) return cm_error("rdma_create_event_channel", last_errno());
-  auto ev = wait_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST, opts_.accept_timeout_ms,
+  auto ev = wait_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST,
+                       accept_timeout_ms.value_or(opts_.accept_timeout_ms),
                        "listening on port " + std::to_string(port_));
   if (!ev.ok()) return ev.error();
   rdma_cm_id* child = ev.value()->id;

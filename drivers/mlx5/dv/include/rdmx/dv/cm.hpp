@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <rdmx/core/result.hpp>
@@ -92,7 +93,9 @@ class CmListener {
   // Waits for one connection request, connects `qp` to the requester and accepts with our
   // ConnectInfo. A request that cannot be served (bad private data, other device, QP transition
   // failed) is rejected and reported as an error; the listener stays usable.
-  Result<std::unique_ptr<CmConnection>> accept(DvDevice& dev, mlx5::QpHandle qp);
+  // accept_timeout_ms: how long to wait for the request (unset: CmOptions::accept_timeout_ms).
+  Result<std::unique_ptr<CmConnection>> accept(DvDevice& dev, mlx5::QpHandle qp,
+                                               std::optional<int> accept_timeout_ms = {});
 
  private:
   CmListener() = default;
