@@ -115,6 +115,9 @@ static struct blockd_server_cfg g_cfg;
 static uint32_t g_clients = 1, g_dropped;
 static int g_isolate; /* --isolate peer */
 static int g_cm;      /* --cm: the queue pairs meet through rdma_cm */
+/* The QP number of each slot's last client: an async event may be read after its client was
+ * dropped and its core destroyed (report_events still names the client). */
+static uint32_t g_qpn[MAXC];
 static rdmx_port* g_sport;
 
 /* ---- Client -------------------------------------------------------------------------------- */
@@ -269,6 +272,7 @@ static void setup_peer(uint32_t k) {
   setup(&P->s, g_sport, g_clients * g_blocks * (BLK + g_md), k, g_isolate);
   P->vol = P->s.mem + (uint64_t)k * g_blocks * BLK;
   P->md = P->s.mem + (uint64_t)g_clients * g_blocks * BLK + (uint64_t)k * g_blocks * g_md;
+  g_qpn[k] = rdmx_core_qpn(P->s.core);
 }
 
 /* Two processes over TCP (rdmx_listen/rdmx_connect_to): the client says its sizes, the server
@@ -451,7 +455,7 @@ static void report_events(rdmx_port* port, const char* who) {
     for (i = 0; i < n; ++i) {
       char owner[160] = "";
       for (k = 0; port == g_sport && k < g_clients; ++k)
-        if (g_peer[k].s.core && rdmx_core_qpn(g_peer[k].s.core) == ev[i].qpn)
+        if (g_qpn[k] && g_qpn[k] == ev[i].qpn)
           snprintf(owner, sizeof owner, " (client %u, %s)", k + 1, g_peer[k].name);
       if (port == C.port && C.core && rdmx_core_qpn(C.core) == ev[i].qpn)
         snprintf(owner, sizeof owner, " (the client's core)");
@@ -730,11 +734,10 @@ int main(int argc, char** argv) {
       struct timespec ms = {0, 1000000};
       nanosleep(&ms, NULL);
     }
+    /* Events first: they name the slot's client before the door gives the slot to another. */
+    if (srv && (!busy || !(it & 0xffff))) report_events(g_sport, "server");
     if (listen_at && (!busy || !(it & 0xff))) door_step();
-    if (srv && (!busy || !(it & 0xffff))) {
-      report_events(g_sport, "server");
-      watch_clients(listen_at != NULL);
-    }
+    if (srv && (!busy || !(it & 0xffff))) watch_clients(listen_at != NULL);
     if (cli && !(it & 0xffff)) report_events(C.port, "client");
     if (listen_at && (!busy || !(it & 0xffff))) {
       if (busy) idle_since = now_us();
