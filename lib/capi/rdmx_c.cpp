@@ -1190,19 +1190,19 @@ int rdmx_listen_opts(const char* address, const rdmx_conn_opts* opts, rdmx_liste
     if (const int rc = check_cm_port(o, kWhat); rc < 0) return rc;
     if (const int rc = rdmx_listen(address, out); rc < 0) return rc;
     if (!o.cm) return 0;
-    auto at = endpoint::parse_listen_address(address);
-    if (at) {
-      at.value().port = static_cast<uint16_t>((*out)->l.port());  // port 0: the one bound
-      auto cm = endpoint::CmPeer::listen_any(at.value());
-      if (cm) {
-        (*out)->cm = std::move(cm).value();
-        return 0;
-      }
-      at = std::move(cm).error();
+    // rdma_cm's listener on the same address and port number (port 0: the one TCP bound).
+    auto cm = [&]() -> rdmx::Result<std::unique_ptr<endpoint::CmPeer>> {
+      RDMX_TRY_ASSIGN(endpoint::HostPort at, endpoint::parse_listen_address(address));
+      at.port = static_cast<uint16_t>((*out)->l.port());
+      return endpoint::CmPeer::listen_any(at);
+    }();
+    if (!cm) {
+      rdmx_listener_close(*out);
+      *out = nullptr;
+      return fail(cm.error(), kWhat);
     }
-    rdmx_listener_close(*out);
-    *out = nullptr;
-    return fail(at.error(), kWhat);
+    (*out)->cm = std::move(cm).value();
+    return 0;
   });
 }
 
