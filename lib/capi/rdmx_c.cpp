@@ -1050,6 +1050,17 @@ std::vector<rdmx::mlx5::ConnectInfo> local_infos(rdmx_core* const* cores, uint32
   return mine;
 }
 
+// Core i could not be connected: nothing of the refused peer stays connected (the cores
+// connected before it back to RESET), and the error names the core.
+int refuse_core(rdmx_core* const* cores, uint32_t i, const rdmx::Error& e, const char* what) {
+  for (uint32_t j = 0; j < i; ++j) {
+    std::lock_guard lj(cores[j]->port->mu);
+    (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
+                                                rdmx::mlx5::QpState::kReset);
+  }
+  return fail(e, std::string(what) + ": core " + std::to_string(i));
+}
+
 // Connects cores[i] to the peer's i-th; `what` names the caller in errors.
 int connect_all(rdmx_core* const* cores, uint32_t n,
                 const std::vector<rdmx::mlx5::ConnectInfo>& theirs, const char* what) {
@@ -1067,13 +1078,7 @@ int connect_all(rdmx_core* const* cores, uint32_t n,
     if (s) cores[i]->used = false;
     if (!s) {
       lk.unlock();
-      // Nothing of a refused peer stays connected: the cores connected so far back to RESET.
-      for (uint32_t j = 0; j < i; ++j) {
-        std::lock_guard lj(cores[j]->port->mu);
-        (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
-                                                    rdmx::mlx5::QpState::kReset);
-      }
-      return fail(s.error(), std::string(what) + ": core " + std::to_string(i));
+      return refuse_core(cores, i, s.error(), what);
     }
   }
   return 0;
@@ -1130,12 +1135,7 @@ int cm_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t time
     if (s) k->used = false;
     if (!s) {
       lk.unlock();
-      for (uint32_t j = 0; j < i; ++j) {
-        std::lock_guard lj(cores[j]->port->mu);
-        (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
-                                                    rdmx::mlx5::QpState::kReset);
-      }
-      return fail(s.error(), std::string(what) + ": core " + std::to_string(i));
+      return refuse_core(cores, i, s.error(), what);
     }
   }
   if (auto st = c->s.connected_elsewhere(); !st) return fail(st.error(), what);
