@@ -21,7 +21,11 @@
  * its own interleaved window over its volume and metadata arrays; the server checks each
  * written block's reference tag (its first 4 metadata bytes = its block number), the client
  * checks data and metadata it reads back),
- * --max-refusals N (server: a client whose out-of-range requests exceed N is dropped; default 16).
+ * --max-refusals N (server: a client whose out-of-range requests exceed N is dropped; default 16),
+ * --cm (with --listen/--peer, mlx5 only: the queue pairs are connected through rdma_cm,
+ * rdmx_conn_opts.cm; the hello and the ready step stay on the TCP connection).
+ * Both sides print one line per asynchronous event of their device (rdmx_poll_events, read on
+ * the control path: "blockd: server: async event qp-access-err on QP 0x1c (client 1, ADDR)").
  * (getopt_long: --qd 8 or --qd=8; a bad argument is one line, "blockd: error: ...", and a
  * pointer to --help).
  *
@@ -110,6 +114,10 @@ static struct peer g_peer[MAXC];
 static struct blockd_server_cfg g_cfg;
 static uint32_t g_clients = 1, g_dropped;
 static int g_isolate; /* --isolate peer */
+static int g_cm;      /* --cm: the queue pairs meet through rdma_cm */
+/* The QP number of each slot's last client: an async event may be read after its client was
+ * dropped and its core destroyed (report_events still names the client). */
+static uint32_t g_qpn[MAXC];
 static rdmx_port* g_sport;
 
 /* ---- Client -------------------------------------------------------------------------------- */
@@ -264,6 +272,7 @@ static void setup_peer(uint32_t k) {
   setup(&P->s, g_sport, g_clients * g_blocks * (BLK + g_md), k, g_isolate);
   P->vol = P->s.mem + (uint64_t)k * g_blocks * BLK;
   P->md = P->s.mem + (uint64_t)g_clients * g_blocks * BLK + (uint64_t)k * g_blocks * g_md;
+  g_qpn[k] = rdmx_core_qpn(P->s.core);
 }
 
 /* Two processes over TCP (rdmx_listen/rdmx_connect_to): the client says its sizes, the server
@@ -386,7 +395,10 @@ static const char* tcp_connect(const char* peer) {
   int n;
   printf("blockd: client: connecting to %s (up to 30 s), Ctrl-C to stop\n", peer);
   fflush(stdout);
-  TRY_RDV(rdmx_connect_to(peer, 0, &g_stop, &g_conn));
+  rdmx_conn_opts co;
+  rdmx_conn_opts_init(&co);
+  co.cm = g_cm;
+  TRY_RDV(rdmx_connect_to_opts(peer, 0, &g_stop, &co, &g_conn));
   sizes_text(hello, sizeof hello);
   TRY(rdmx_conn_send(g_conn, hello, strlen(hello) + 1, 0, &g_stop));
   TRY(n = rdmx_conn_recv(g_conn, ans, sizeof ans - 1, 0, &g_stop));
@@ -431,6 +443,30 @@ static void watch_clients(int tcp) {
   }
 }
 
+/* The control path's look at the devices' asynchronous events (rdmx_poll_events never waits):
+ * one line per event, naming the QP's owner. A QP in error after such an event shows up on the
+ * data path too (its work completes in error), where the client or the server acts on it. */
+static void report_events(rdmx_port* port, const char* who) {
+  rdmx_event ev[16];
+  int n, i;
+  uint32_t k;
+  if (!port) return;
+  while ((n = rdmx_poll_events(port, ev, 16)) > 0) {
+    for (i = 0; i < n; ++i) {
+      char owner[160] = "";
+      for (k = 0; port == g_sport && k < g_clients; ++k)
+        if (g_qpn[k] && g_qpn[k] == ev[i].qpn)
+          snprintf(owner, sizeof owner, " (client %u, %s)", k + 1, g_peer[k].name);
+      if (port == C.port && C.core && rdmx_core_qpn(C.core) == ev[i].qpn)
+        snprintf(owner, sizeof owner, " (the client's core)");
+      printf("blockd: %s: async event %s on QP %#x%s\n", who, rdmx_event_name(ev[i].kind),
+             ev[i].qpn, owner);
+    }
+    fflush(stdout);
+    if (n < 16) break;
+  }
+}
+
 /* "@roce:ADDR" of a device on a RoCE wire ("emu@roce:ADDR"), "" otherwise: rdmx_port_info's
  * backend names the mode only. */
 static const char* on_wire(const char* device) {
@@ -448,15 +484,18 @@ static int cmp(const void* a, const void* b) {
  * `blockd --help` (never the whole usage), and exit status 2. */
 struct args {
   const char *device, *wire, *role, *listen_at, *peer, *isolate;
+  int cm;
 };
 static const char kUsage[] =
     "usage: blockd [--role server --listen [ADDR:]PORT | --role client --peer HOST[:PORT]\n"
     "              | --wire shm:NAME --role server|client] [--device D] [--blocks N]\n"
     "              [--requests N] [--qd 1..63] [--max-io 1..16] [--clients 1..8]\n"
-    "              [--isolate peer|none] [--metadata 0|4..128] [--max-refusals N]\n"
+    "              [--isolate peer|none] [--metadata 0|4..128] [--max-refusals N] [--cm]\n"
     "  --device D   emu (the default: emu-threaded), emu-inline, emu@roce:ADDR (emulated mlx5\n"
     "               speaking RoCE v2 over UDP from this host's IPv4 address ADDR: two hosts\n"
     "               without RDMA NICs), mlx5 or mlx5_N\n"
+    "  --cm         with --listen/--peer on mlx5: connect the queue pairs through rdma_cm\n"
+    "               (route-resolved device, GID, path MTU and timers); emu has no rdma_cm\n"
     "exit status: 0 ok, 1 data, protocol or peer failure, 2 bad arguments (one line\n"
     "             \"blockd: error: ...\"), 3 no such device, 130 interrupted\n";
 static int usage_error(const char* fmt, ...) {
@@ -507,6 +546,13 @@ static int check_args(const struct args* a) {
         g_clients, a->device);
   if (a->peer && srv) return usage_error("--peer is for --role client");
   if (a->peer && a->wire) return usage_error("--peer and --wire: the server names the wire");
+  if (a->cm && !a->listen_at && !a->peer)
+    return usage_error("--cm connects two processes through rdma_cm: with --listen or --peer");
+  if (a->cm && !strncmp(a->device, "emu", 3))
+    return usage_error(
+        "--cm connects the queue pairs through rdma_cm: an mlx5 device only (--device "
+        "mlx5_N); --device %s is emulated and emu has no rdma_cm",
+        a->device);
   return -1;
 }
 /* Returns -1 to go on, or the exit status (--help, a usage error). */
@@ -524,12 +570,14 @@ static int parse_args(int argc, char** argv, struct args* a) {
                                        {"isolate", required_argument, NULL, 'i'},
                                        {"metadata", required_argument, NULL, 'M'},
                                        {"max-refusals", required_argument, NULL, 'R'},
+                                       {"cm", no_argument, NULL, 'C'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   uint64_t qd = g_qd, clients = 1, md = 0;
   int c, rc = 0;
   a->device = "emu", a->role = "both", a->wire = a->listen_at = a->peer = NULL;
   a->isolate = "none";
+  a->cm = 0;
   opterr = 0;
   while (!rc && (c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
@@ -573,6 +621,9 @@ static int parse_args(int argc, char** argv, struct args* a) {
       case 'R':
         rc = number("max-refusals", optarg, 0, UINT32_MAX, &g_max_refusals);
         break;
+      case 'C':
+        a->cm = 1;
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -588,6 +639,7 @@ static int parse_args(int argc, char** argv, struct args* a) {
   g_clients = (uint32_t)clients;
   g_md = (uint32_t)md;
   g_isolate = !strcmp(a->isolate, "peer");
+  g_cm = a->cm;
   return check_args(a);
 }
 
@@ -609,7 +661,10 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   if (listen_at) {
-    TRY_RDV(rdmx_listen(listen_at, &g_lis));
+    rdmx_conn_opts lo;
+    rdmx_conn_opts_init(&lo);
+    lo.cm = g_cm; /* also listens in rdma_cm's port space on the same port */
+    TRY_RDV(rdmx_listen_opts(listen_at, &lo, &g_lis));
     if (!wire && !strncmp(device, "emu", 3)) { /* the server names the wire */
       snprintf(g_wire, sizeof g_wire, "shm:blockd-%ld", (long)getpid());
       wire = g_wire;
@@ -679,8 +734,11 @@ int main(int argc, char** argv) {
       struct timespec ms = {0, 1000000};
       nanosleep(&ms, NULL);
     }
+    /* Events first: they name the slot's client before the door gives the slot to another. */
+    if (srv && (!busy || !(it & 0xffff))) report_events(g_sport, "server");
     if (listen_at && (!busy || !(it & 0xff))) door_step();
     if (srv && (!busy || !(it & 0xffff))) watch_clients(listen_at != NULL);
+    if (cli && !(it & 0xffff)) report_events(C.port, "client");
     if (listen_at && (!busy || !(it & 0xffff))) {
       if (busy) idle_since = now_us();
       if (!busy && now_us() - idle_since > 120e6) {
@@ -697,6 +755,8 @@ int main(int argc, char** argv) {
     }
   }
   const double el = now_us() - t0;
+  if (srv) report_events(g_sport, "server"); /* what came since the last look */
+  if (cli) report_events(C.port, "client");
   TRY(rdmx_port_query(srv ? g_sport : C.port, &info));
   if (cli) {
     /* The library's window counters by name (rdmx_stats_snapshot): every one that moved. */

@@ -16,6 +16,7 @@
 
 #include <rdmx/core/result.hpp>
 #include <rdmx/emu/emu.hpp>
+#include <rdmx/endpoint/cm.hpp>
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/door.hpp>
@@ -113,6 +114,7 @@ T read_opts(const T* in, const T& defaults) {
 
 const rdmx_port_opts kPortDefaults = RDMX_PORT_OPTS_INIT;
 const rdmx_core_opts kCoreDefaults = RDMX_CORE_OPTS_INIT;
+const rdmx_conn_opts kConnDefaults = RDMX_CONN_OPTS_INIT;
 
 }  // namespace
 
@@ -1015,12 +1017,18 @@ int rdmx_stats_snapshot(const rdmx_core* c, rdmx_stat* out, size_t n) {
 struct rdmx_listener {
   endpoint::Listener l;
   endpoint::Door door;  // rdmx_accept_hello: admits over l without waiting on one client
+  // rdmx_conn_opts.cm: the rdma_cm listener on the same port number, shared with every
+  // connection accepted here (their cores are accepted on it).
+  std::shared_ptr<endpoint::CmPeer> cm;
 };
 // A connection is a session (lib/endpoint/session.hpp) whose hello is the application's own
 // (rdmx_conn_send/recv): it starts in INFO; the exchange and ready steps are the session's.
 struct rdmx_conn {
   endpoint::Session s;
   std::string peer_address;  // rdmx_connect_to's "HOST[:PORT]": where rdmx_conn_reconnect goes
+  bool cm = false;           // rdmx_conn_opts.cm: the exchange connects through rdma_cm
+  // The server: its listener's rdma_cm listener; the client: its own, made by each exchange.
+  std::shared_ptr<endpoint::CmPeer> cm_peer;
 };
 
 namespace {
@@ -1042,6 +1050,17 @@ std::vector<rdmx::mlx5::ConnectInfo> local_infos(rdmx_core* const* cores, uint32
   return mine;
 }
 
+// Core i could not be connected: nothing of the refused peer stays connected (the cores
+// connected before it back to RESET), and the error names the core.
+int refuse_core(rdmx_core* const* cores, uint32_t i, const rdmx::Error& e, const char* what) {
+  for (uint32_t j = 0; j < i; ++j) {
+    std::lock_guard lj(cores[j]->port->mu);
+    (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
+                                                rdmx::mlx5::QpState::kReset);
+  }
+  return fail(e, std::string(what) + ": core " + std::to_string(i));
+}
+
 // Connects cores[i] to the peer's i-th; `what` names the caller in errors.
 int connect_all(rdmx_core* const* cores, uint32_t n,
                 const std::vector<rdmx::mlx5::ConnectInfo>& theirs, const char* what) {
@@ -1059,13 +1078,7 @@ int connect_all(rdmx_core* const* cores, uint32_t n,
     if (s) cores[i]->used = false;
     if (!s) {
       lk.unlock();
-      // Nothing of a refused peer stays connected: the cores connected so far back to RESET.
-      for (uint32_t j = 0; j < i; ++j) {
-        std::lock_guard lj(cores[j]->port->mu);
-        (void)cores[j]->port->ep.device().modify_qp(cores[j]->pc->qp_handle(),
-                                                    rdmx::mlx5::QpState::kReset);
-      }
-      return fail(s.error(), std::string(what) + ": core " + std::to_string(i));
+      return refuse_core(cores, i, s.error(), what);
     }
   }
   return 0;
@@ -1089,6 +1102,52 @@ int send_infos(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeo
   if (c->s.info_sent()) return 0;
   c->s.set_step_timeout(step_budget(timeout_ms));
   if (auto st = c->s.send_info(local_infos(cores, n), n); !st) return fail(st.error(), what);
+  return 0;
+}
+
+// rdmx_conn_opts.cm: cores[i] connected through rdma_cm instead of the INFO frames (the server
+// accepts the client's requests in the client's core order; lib/endpoint/cm.hpp); a core that
+// served another peer is drained first and its windows invalidated after, as in connect_all.
+// A failure puts the cores connected before it back to RESET.
+int cm_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms,
+                const char* what) {
+  if (c->s.have_peer_infos()) return 0;
+  const bool server = c->peer_address.empty();
+  endpoint::HostPort to;
+  if (server) {
+    if (!c->cm_peer) return fail(RDMX_ESTATE, std::string(what) + ": not listening with rdma_cm");
+  } else {
+    auto hp = endpoint::parse_peer_address(c->peer_address);
+    if (!hp) return fail(hp.error(), what);
+    to = hp.value();
+    c->cm_peer = endpoint::CmPeer::client_any();  // the last exchange's rdma_cm ids disconnect
+  }
+  const int step_ms = static_cast<int>(step_budget(timeout_ms).count());
+  for (uint32_t i = 0; i < n; ++i) {
+    rdmx_core* k = cores[i];
+    std::unique_lock lk(k->port->mu);
+    rdmx::mlx5::Device& dev = k->port->ep.device();
+    const rdmx::mlx5::QpHandle qp = k->pc->qp_handle();
+    rdmx::Status s = endpoint::CmPeer::check_device(dev);
+    if (s && k->used) s = endpoint::drain_core(*k->pc);
+    if (s) s = server ? c->cm_peer->accept(dev, qp, step_ms) : c->cm_peer->connect(dev, qp, to);
+    if (s && k->used) s = k->pc->recover();
+    if (s) k->used = false;
+    if (!s) {
+      lk.unlock();
+      return refuse_core(cores, i, s.error(), what);
+    }
+  }
+  if (auto st = c->s.connected_elsewhere(); !st) return fail(st.error(), what);
+  return 0;
+}
+
+// With cm and a port: whether the port's device can use rdma_cm (emu cannot).
+int check_cm_port(const rdmx_conn_opts& o, const char* what) {
+  if (!o.cm || !o.port) return 0;
+  std::lock_guard lk(o.port->mu);
+  if (auto s = endpoint::CmPeer::check_device(o.port->ep.device()); !s)
+    return fail(s.error(), what);
   return 0;
 }
 
@@ -1118,6 +1177,49 @@ int rdmx_listen(const char* address, rdmx_listener** out) {
   });
 }
 
+void rdmx_conn_opts_init(rdmx_conn_opts* o) {
+  if (o) *o = kConnDefaults;
+}
+
+int rdmx_listen_opts(const char* address, const rdmx_conn_opts* opts, rdmx_listener** out) {
+  static constexpr const char* kWhat = "rdmx_listen_opts";
+  return guarded(kWhat, [&]() -> int {
+    if (!address || !out) return fail(RDMX_EINVAL, "rdmx_listen_opts: NULL argument");
+    *out = nullptr;
+    const rdmx_conn_opts o = read_opts(opts, kConnDefaults);
+    if (const int rc = check_cm_port(o, kWhat); rc < 0) return rc;
+    if (const int rc = rdmx_listen(address, out); rc < 0) return rc;
+    if (!o.cm) return 0;
+    // rdma_cm's listener on the same address and port number (port 0: the one TCP bound).
+    auto cm = [&]() -> rdmx::Result<std::unique_ptr<endpoint::CmPeer>> {
+      RDMX_TRY_ASSIGN(endpoint::HostPort at, endpoint::parse_listen_address(address));
+      at.port = static_cast<uint16_t>((*out)->l.port());
+      return endpoint::CmPeer::listen_any(at);
+    }();
+    if (!cm) {
+      rdmx_listener_close(*out);
+      *out = nullptr;
+      return fail(cm.error(), kWhat);
+    }
+    (*out)->cm = std::move(cm).value();
+    return 0;
+  });
+}
+
+int rdmx_connect_to_opts(const char* peer, uint32_t timeout_ms, const volatile int* cancel,
+                         const rdmx_conn_opts* opts, rdmx_conn** out) {
+  static constexpr const char* kWhat = "rdmx_connect_to_opts";
+  return guarded(kWhat, [&]() -> int {
+    if (!peer || !out) return fail(RDMX_EINVAL, "rdmx_connect_to_opts: NULL argument");
+    *out = nullptr;
+    const rdmx_conn_opts o = read_opts(opts, kConnDefaults);
+    if (const int rc = check_cm_port(o, kWhat); rc < 0) return rc;
+    if (const int rc = rdmx_connect_to(peer, timeout_ms, cancel, out); rc < 0) return rc;
+    (*out)->cm = o.cm != 0;
+    return 0;
+  });
+}
+
 unsigned rdmx_listener_port(const rdmx_listener* l) {
   return l ? l->l.port() : 0;
 }
@@ -1133,7 +1235,8 @@ int rdmx_accept(rdmx_listener* l, uint32_t timeout_ms, const volatile int* cance
     *out = nullptr;
     auto ch = l->l.accept(c_wait(timeout_ms, endpoint::kDefaultAcceptTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_accept");
-    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value())};
+    *out = new rdmx_conn{
+        endpoint::Session::after_hello(std::move(ch).value()), {}, l->cm != nullptr, l->cm};
     return 0;
   });
 }
@@ -1183,6 +1286,7 @@ int rdmx_conn_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32
   static constexpr const char* kWhat = "rdmx_conn_exchange";
   return guarded(kWhat, [&]() -> int {
     if (!c || bad_cores(cores, n)) return fail(RDMX_EINVAL, "rdmx_conn_exchange: bad arguments");
+    if (c->cm) return cm_exchange(c, cores, n, timeout_ms, kWhat);
     if (const int rc = send_infos(c, cores, n, timeout_ms, kWhat); rc < 0) return rc;
     // One info per core, no QPN twice, every field in the codec's rules, all checked by the
     // session before any core is connected.
@@ -1200,6 +1304,10 @@ int rdmx_conn_try_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, ui
   return guarded(kWhat, [&]() -> int {
     if (!c || bad_cores(cores, n))
       return fail(RDMX_EINVAL, "rdmx_conn_try_exchange: bad arguments");
+    if (c->cm) {  // the rdma_cm handshakes wait (each bounded by timeout_ms)
+      const int rc = cm_exchange(c, cores, n, timeout_ms, kWhat);
+      return rc < 0 ? rc : 1;
+    }
     if (const int rc = send_infos(c, cores, n, timeout_ms, kWhat); rc < 0) return rc;
     if (!c->s.have_peer_infos()) {
       const endpoint::SessionEvent e = c->s.step();
@@ -1240,7 +1348,8 @@ int rdmx_accept_hello(rdmx_listener* l, uint32_t hello_ms, void* buf, size_t cap
     const auto& p = a.value()->hello.payload;
     if (!p.empty() && cap) std::memcpy(buf, p.data(), std::min(cap, p.size()));
     *len = p.size();
-    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(a.value()->ch))};
+    *out = new rdmx_conn{
+        endpoint::Session::after_hello(std::move(a.value()->ch)), {}, l->cm != nullptr, l->cm};
     return 1;
   });
 }

@@ -17,11 +17,43 @@ namespace {
 Result<dv::DvDevice*> dv_of(mlx5::Device& d) {
   auto* dv = dynamic_cast<dv::DvDevice*>(&d);
   if (!dv)
-    return make_error(Errc::kUnsupported,
-                      "rdma_cm needs a real mlx5 device (" + d.name() + " is not one)");
+    return make_error(Errc::kUnsupported, "rdma_cm needs a real mlx5 device, and " + d.name() +
+                                              " is not one (emu has no rdma_cm)");
   return dv;
 }
 }  // namespace
+
+Status CmPeer::check_device(mlx5::Device& dev) {
+  RDMX_TRY(dv_of(dev));
+  return {};
+}
+
+Result<std::unique_ptr<CmPeer>> CmPeer::listen_any(const HostPort& at) {
+  auto impl = std::make_unique<Impl>();
+  RDMX_TRY_ASSIGN(impl->listener, dv::CmListener::listen(at.host, at.port),
+                  "rdma_cm listen on " + at.str());
+  return std::unique_ptr<CmPeer>(new CmPeer(std::move(impl)));
+}
+
+std::unique_ptr<CmPeer> CmPeer::client_any() {
+  return std::unique_ptr<CmPeer>(new CmPeer(std::make_unique<Impl>()));
+}
+
+Status CmPeer::accept(mlx5::Device& dev, mlx5::QpHandle qp, int timeout_ms) {
+  if (!impl_->listener) return make_error(Errc::kState, "rdma_cm accept: not listening");
+  RDMX_TRY_ASSIGN(dv::DvDevice * d, dv_of(dev), "rdma_cm accept");
+  RDMX_TRY_ASSIGN(auto c, impl_->listener->accept(*d, qp, timeout_ms), "rdma_cm accept");
+  impl_->conns.push_back(std::move(c));
+  return {};
+}
+
+Status CmPeer::connect(mlx5::Device& dev, mlx5::QpHandle qp, const HostPort& to) {
+  RDMX_TRY_ASSIGN(dv::DvDevice * d, dv_of(dev), "rdma_cm connect to " + to.str());
+  RDMX_TRY_ASSIGN(auto c, dv::cm_connect(*d, qp, to.host, to.port),
+                  "rdma_cm connect to " + to.str());
+  impl_->conns.push_back(std::move(c));
+  return {};
+}
 
 CmPeer::CmPeer(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
 

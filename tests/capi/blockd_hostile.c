@@ -16,6 +16,10 @@
  *               buffer untouched; then a write and a read of our own first 16 blocks, served
  *               and verified; then we leave without a STOP
  *   bad-tag     a good write, then a request with tag 99: the server closes the connection
+ *   forged-write  a good write, then an RDMA WRITE of our own into the server with a key it
+ *               never gave out: our WRITE completes with a remote access error, the server's QP
+ *               (the responder) goes to the error state with an async event (which blockd
+ *               prints), and the server closes the connection
  * Prints one line "blockd_hostile MODE: ok ..." and exits 0; or "blockd_hostile MODE: FAIL ..."
  * and exits 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -242,6 +246,26 @@ int main(int argc, char** argv) {
     rdmx_flush(C.core);
     if (!closed_within(10)) die("a request with tag 99 did not end our connection");
     printf("blockd_hostile %s: ok, dropped\n", g_mode);
+  } else if (!strcmp(g_mode, "forged-write")) {
+    rdmx_completion wc;
+    rdmx_sge sge;
+    const double end = now_s() + 5;
+    int n = 0;
+    connect_client(argv[3]);
+    own_blocks();
+    sge.addr = (uint64_t)(uintptr_t)C.mem, sge.length = BLK, sge.lkey = rdmx_core_lkey(C.core);
+    TRY(rdmx_post_write(C.core, &sge, 1, 0x10000, 0x00c0de00u, 7, RDMX_POST_SIGNALED));
+    rdmx_flush(C.core);
+    while (now_s() < end && (n = rdmx_poll(C.core, &wc, 1)) == 0) {
+    }
+    TRY(n);
+    if (n != 1 || wc.cookie != 7 || strcmp(rdmx_syndrome_name(wc.status), "remote-access"))
+      die("the forged WRITE did not fail with a remote access error (%s, cookie %llu, %s)",
+          n == 1 ? rdmx_syndrome_name(wc.status) : "none within 5 s", (unsigned long long)wc.cookie,
+          rdmx_opcode_name(wc.opcode));
+    if (!closed_within(10)) die("the server kept our connection after its QP failed");
+    printf("blockd_hostile %s: ok, refused with %s, dropped\n", g_mode,
+           rdmx_syndrome_name(wc.status));
   } else {
     fprintf(stderr, "blockd_hostile: unknown mode '%s'\n", g_mode);
     return 2;

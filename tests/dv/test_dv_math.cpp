@@ -436,5 +436,134 @@ TEST(DvMath, WindowMkeyFlags) {
                      MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE});
 }
 
+// ---- rdma_cm route parameters (rdma_init_qp_attr's RTR and RTS answers) ------------------------
+
+namespace {
+// An RTR answer as Linux core/cm.c cm_init_qp_rtr_attr gives it for a RoCE connection.
+ibv_qp_attr cm_rtr(int& mask) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_4096;
+  a.dest_qp_num = 0x123;  // not adopted: the connect info's
+  a.rq_psn = 0x777;       // not adopted: the connect info's
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 0;  // the kernel's value for RC (cm_init_qp_rtr_attr)
+  a.ah_attr.sl = 3;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.hop_limit = 2;
+  a.ah_attr.grh.traffic_class = 96;
+  for (int i = 0; i < 16; ++i) a.ah_attr.grh.dgid.raw[i] = static_cast<uint8_t>(0xd0 + i);
+  mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  return a;
+}
+ibv_qp_attr cm_rts(int& mask) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 5;
+  a.rnr_retry = 6;
+  a.sq_psn = 0x999;
+  a.max_rd_atomic = 4;
+  mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+         IBV_QP_MAX_QP_RD_ATOMIC;
+  return a;
+}
+}  // namespace
+
+TEST(DvMath, CmRouteAdoptedIntoTransitions) {
+  int rm = 0, sm = 0;
+  const ibv_qp_attr rtr = cm_rtr(rm), rts = cm_rts(sm);
+  auto r = cm_route_from_attrs(rtr, rm, rts, sm);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  QpParams dev;  // DvOptions defaults: mtu 1024, sl 0, hop 64, tclass 0, timers 18/7/7/12
+  dev.use_grh = true;
+  dev.sgid_index = 3;
+  const QpParams p = apply_cm_route(dev, r.value());
+  mlx5::ConnectInfo remote;
+  remote.qpn = 0x456;
+  remote.psn = 0x42;
+  remote.gid[0] = 0xfe;  // what the peer wrote; the route's DGID replaces it
+  const mlx5::ConnectInfo routed = apply_cm_dgid(remote, r.value());
+  const QpTransition t = rtr_transition(p, routed);
+  EXPECT_EQ(t.attr.path_mtu, IBV_MTU_4096);
+  EXPECT_EQ(t.attr.ah_attr.sl, 3);
+  EXPECT_EQ(t.attr.ah_attr.grh.hop_limit, 2);
+  EXPECT_EQ(t.attr.ah_attr.grh.traffic_class, 96);
+  EXPECT_EQ(t.attr.ah_attr.grh.dgid.raw[0], 0xd0);
+  EXPECT_EQ(t.attr.ah_attr.grh.dgid.raw[15], 0xdf);
+  EXPECT_EQ(t.attr.ah_attr.grh.sgid_index, 3);  // ours: check_route proved it is the route's
+  EXPECT_EQ(t.attr.min_rnr_timer, 0);
+  EXPECT_EQ(t.attr.dest_qp_num, 0x456u);  // QPN and PSN: the connect info's, not the CM's
+  EXPECT_EQ(t.attr.rq_psn, 0x42u);
+  const QpTransition u = rts_transition(p, 5);
+  EXPECT_EQ(u.attr.timeout, 14);
+  EXPECT_EQ(u.attr.retry_cnt, 5);
+  EXPECT_EQ(u.attr.rnr_retry, 6);
+  EXPECT_EQ(u.attr.sq_psn, 5u);
+  // A QP's own timers (QpConfig::timers) are applied over the route.
+  mlx5::RcTimers tm;
+  tm.timeout = 9;
+  EXPECT_EQ(rts_transition(with_timers(p, tm), 5).attr.timeout, 9);
+}
+
+TEST(DvMath, CmRouteOnlyFieldsTheMaskMarksValid) {
+  int rm = 0, sm = 0;
+  ibv_qp_attr rtr = cm_rtr(rm), rts = cm_rts(sm);
+  QpParams dev;
+  dev.use_grh = true;
+  dev.hop_limit = 64;
+  dev.traffic_class = 8;
+  dev.sl = 1;
+  // No AV, MTU or RNR timer in the RTR mask; no timers in the RTS mask: the device's values.
+  auto r = cm_route_from_attrs(rtr, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN, rts,
+                               IBV_QP_STATE | IBV_QP_SQ_PSN);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r.value().have_av);
+  const QpParams p = apply_cm_route(dev, r.value());
+  EXPECT_EQ(p.mtu, dev.mtu);
+  EXPECT_EQ(p.sl, 1);
+  EXPECT_EQ(p.hop_limit, 64);
+  EXPECT_EQ(p.traffic_class, 8);
+  EXPECT_EQ(p.min_rnr_timer, 12);
+  EXPECT_EQ(p.timeout, 18);
+  EXPECT_EQ(p.retry_cnt, 7);
+  EXPECT_EQ(p.rnr_retry, 7);
+  mlx5::ConnectInfo remote;
+  remote.gid[0] = 0xfe;
+  EXPECT_EQ(apply_cm_dgid(remote, r.value()).gid[0], 0xfe);
+  // An AV without a GRH (InfiniBand inside the subnet): SL only, the GRH fields stay.
+  rtr.ah_attr.is_global = 0;
+  auto ib = cm_route_from_attrs(rtr, IBV_QP_STATE | IBV_QP_AV, rts, sm);
+  ASSERT_TRUE(ib.ok());
+  const QpParams q = apply_cm_route(dev, ib.value());
+  EXPECT_EQ(q.sl, 3);
+  EXPECT_EQ(q.hop_limit, 64);
+  EXPECT_EQ(q.traffic_class, 8);
+  EXPECT_EQ(apply_cm_dgid(remote, ib.value()).gid[0], 0xfe);
+  EXPECT_EQ(q.timeout, 14);  // the RTS mask had the timers
+}
+
+TEST(DvMath, CmRouteRefusesWhatNoDeviceAccepts) {
+  int rm = 0, sm = 0;
+  ibv_qp_attr rtr = cm_rtr(rm), rts = cm_rts(sm);
+  rtr.path_mtu = static_cast<ibv_mtu>(7);
+  auto a = cm_route_from_attrs(rtr, rm, rts, sm);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.error().message.find("path MTU 7"), std::string::npos) << a.error().message;
+  rtr = cm_rtr(rm);
+  rts.retry_cnt = 8;
+  auto b = cm_route_from_attrs(rtr, rm, rts, sm);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.error().message.find("retry_cnt 8"), std::string::npos) << b.error().message;
+  rts = cm_rts(sm);
+  rtr.qp_state = IBV_QPS_INIT;  // an answer for another state
+  EXPECT_FALSE(cm_route_from_attrs(rtr, rm, rts, sm).ok());
+  // An unset mask bit makes a bad value irrelevant.
+  rtr = cm_rtr(rm);
+  rtr.path_mtu = static_cast<ibv_mtu>(7);
+  EXPECT_TRUE(cm_route_from_attrs(rtr, rm & ~IBV_QP_PATH_MTU, rts, sm).ok());
+}
+
 }  // namespace
 }  // namespace rdmx::dv

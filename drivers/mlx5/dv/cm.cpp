@@ -24,9 +24,12 @@ int last_errno() noexcept {
   return errno ? errno : EIO;
 }
 
+// ENODEV is what librdmacm reports when the machine has no RDMA device (ucma_init finds no
+// verbs device, or /dev/infiniband/rdma_cm is missing): kNoDevice, saying so.
 [[gnu::cold]] Error cm_error(const std::string& call, int err) {
-  return make_error(Errc::kDeviceError, call + " failed: " + std::strerror(err) + " (errno " +
-                                            std::to_string(err) + ")");
+  return make_error(err == ENODEV ? Errc::kNoDevice : Errc::kDeviceError,
+                    call + " failed: " + std::strerror(err) + " (errno " + std::to_string(err) +
+                        ")" + (err == ENODEV ? ": no RDMA device for rdma_cm on this host" : ""));
 }
 
 struct AckEvent {
@@ -82,6 +85,28 @@ Status check_route(rdma_cm_id* id, DvDevice& dev, mlx5::QpHandle qp) {
     }
   }
   return match_route(route, ours, index);
+}
+
+// The route parameters rdma_cm states for this connection's QP (dv_math.hpp CmRoute):
+// rdma_init_qp_attr asked for RTR, then RTS (librdmacm cma.c rdma_init_qp_attr; Linux
+// drivers/infiniband/core/cma.c rdma_init_qp_attr answers from the IB CM id, core/cm.c
+// cm_init_qp_rtr_attr / cm_init_qp_rts_attr: the path record's address vector and MTU, the
+// ack timeout the CM computed, the REQ's retry counts, min_rnr_timer 0 unless
+// rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT / RDMA_OPTION_ID_RNR_TIMEOUT) changed them). The IB
+// CM id exists once a REQ was sent or received: ask after CONNECT_RESPONSE (active) or
+// CONNECT_REQUEST (passive); at ROUTE_RESOLVED cma_ib_init_qp_attr answers INIT fields only.
+Result<CmRoute> route_params(rdma_cm_id* id) {
+  ibv_qp_attr rtr{};
+  int rtr_mask = 0;
+  rtr.qp_state = IBV_QPS_RTR;
+  if (rdma_init_qp_attr(id, &rtr, &rtr_mask))
+    return cm_error("rdma_init_qp_attr(RTR)", last_errno());
+  ibv_qp_attr rts{};
+  int rts_mask = 0;
+  rts.qp_state = IBV_QPS_RTS;
+  if (rdma_init_qp_attr(id, &rts, &rts_mask))
+    return cm_error("rdma_init_qp_attr(RTS)", last_errno());
+  return cm_route_from_attrs(rtr, rtr_mask, rts, rts_mask);
 }
 
 rdma_conn_param conn_param(const CmOptions& o, const mlx5::ConnectInfoBytes& pd, uint32_t qpn) {
@@ -192,7 +217,12 @@ Result<std::unique_ptr<CmConnection>> cm_connect(DvDevice& dev, mlx5::QpHandle q
   // apply them to a CM-managed QP; ours is created outside the CM, so rdmx applies them).
   remote.value() = fold_cm_depths(remote.value(), rep.responder_resources, rep.initiator_depth,
                                   opts.responder_resources, opts.initiator_depth);
-  if (auto s = dev.connect(qp, remote.value()); !s) {
+  auto route = route_params(id.get());
+  if (!route.ok()) {
+    (void)rdma_disconnect(id.get());
+    return route.error();
+  }
+  if (auto s = dev.connect_routed(qp, remote.value(), route.value()); !s) {
     (void)rdma_disconnect(id.get());
     return s.error();
   }
@@ -235,11 +265,13 @@ Result<std::unique_ptr<CmListener>> CmListener::listen(const std::string& bind_h
   return l;
 }
 
-Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::QpHandle qp) {
+Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::QpHandle qp,
+                                                         std::optional<int> accept_timeout_ms) {
   // The connection's own channel; declared before the child id so the id is destroyed first.
   detail::EventChannelPtr ch(rdma_create_event_channel());
   if (!ch) return cm_error("rdma_create_event_channel", last_errno());
-  auto ev = wait_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST, opts_.accept_timeout_ms,
+  auto ev = wait_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST,
+                       accept_timeout_ms.value_or(opts_.accept_timeout_ms),
                        "listening on port " + std::to_string(port_));
   if (!ev.ok()) return ev.error();
   rdma_cm_id* child = ev.value()->id;
@@ -260,7 +292,9 @@ Result<std::unique_ptr<CmConnection>> CmListener::accept(DvDevice& dev, mlx5::Qp
   // As on the active side: the CM's READ depths (the REQ's, swapped to our view) bound the QP's.
   remote.value() = fold_cm_depths(remote.value(), req.responder_resources, req.initiator_depth,
                                   opts_.responder_resources, opts_.initiator_depth);
-  if (auto s = dev.connect(qp, remote.value()); !s) return reject(s.error());
+  auto route = route_params(child);
+  if (!route.ok()) return reject(route.error());
+  if (auto s = dev.connect_routed(qp, remote.value(), route.value()); !s) return reject(s.error());
   const mlx5::ConnectInfoBytes pd = mlx5::encode_connect_info(dev.local_info(qp));
   rdma_conn_param cp = conn_param(opts_, pd, qp);
   if (rdma_accept(child, &cp)) return reject(cm_error("rdma_accept", last_errno()));

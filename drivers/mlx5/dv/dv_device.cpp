@@ -110,6 +110,7 @@ struct QpRec {
   ConnectInfo remote;
   bool have_remote = false;
   std::optional<mlx5::RcTimers> timers;  // QpConfig::timers (unset: the device's)
+  std::optional<CmRoute> route;          // connect_routed: what rdma_cm resolved (kept by recover)
 };
 
 struct DvDevice::Impl {
@@ -191,9 +192,11 @@ struct DvDevice::Impl {
     return verbs_error("ibv_modify_qp(qpn " + hex(r.qp->qp_num) + ", " + step + ")", e, hint);
   }
 
-  // The device's transition attributes with the QP's own RC timers, if it has them.
+  // The device's transition attributes, with what rdma_cm resolved for the QP's connection in
+  // their place, and the QP's own RC timers (QpConfig::timers) over both.
   QpParams params_of(const QpRec& r) const noexcept {
-    return r.timers ? with_timers(params, *r.timers) : params;
+    const QpParams p = r.route ? apply_cm_route(params, *r.route) : params;
+    return r.timers ? with_timers(p, *r.timers) : p;
   }
 
   // RESET (if needed) -> INIT -> RTR -> RTS towards `remote`.
@@ -857,7 +860,21 @@ Status DvDevice::connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) {
   std::lock_guard<std::mutex> g(impl_->mu);
   QpRec* r = impl_->find_qp(qp);
   if (!r) return make_error(Errc::kInvalidArgument, "connect: QP " + hex(qp) + " is not ours");
+  r->route.reset();
   return impl_->bring_up(*r, remote);
+}
+
+Status DvDevice::connect_routed(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote,
+                                const CmRoute& route) {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  QpRec* r = impl_->find_qp(qp);
+  if (!r) return make_error(Errc::kInvalidArgument, "connect: QP " + hex(qp) + " is not ours");
+  r->route = route;
+  const mlx5::ConnectInfo routed = apply_cm_dgid(remote, route);
+  if (std::memcmp(routed.gid, remote.gid, sizeof remote.gid) != 0)
+    RDMX_LOG_INFO("dv: QP %#x: rdma_cm routes to GID %s, the peer stated %s; using the route", qp,
+                  gid_text(routed.gid).c_str(), gid_text(remote.gid).c_str());
+  return impl_->bring_up(*r, routed);
 }
 
 Status DvDevice::recover_qp(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) {

@@ -161,6 +161,63 @@ mlx5::ConnectInfo fold_cm_depths(mlx5::ConnectInfo remote, uint8_t cm_responder_
   return remote;
 }
 
+Result<CmRoute> cm_route_from_attrs(const ibv_qp_attr& rtr, int rtr_mask, const ibv_qp_attr& rts,
+                                    int rts_mask) {
+  auto bad = [](const std::string& what) {
+    return make_error(Errc::kDeviceError, "rdma_init_qp_attr: " + what);
+  };
+  if ((rtr_mask & IBV_QP_STATE) && rtr.qp_state != IBV_QPS_RTR)
+    return bad("asked for RTR, answered state " + std::to_string(rtr.qp_state));
+  if ((rts_mask & IBV_QP_STATE) && rts.qp_state != IBV_QPS_RTS)
+    return bad("asked for RTS, answered state " + std::to_string(rts.qp_state));
+  CmRoute r;
+  if (rtr_mask & IBV_QP_AV) {
+    r.have_av = true;
+    r.sl = rtr.ah_attr.sl;
+    if (rtr.ah_attr.is_global) {
+      r.global = true;
+      std::memcpy(r.dgid, rtr.ah_attr.grh.dgid.raw, sizeof r.dgid);
+      r.hop_limit = rtr.ah_attr.grh.hop_limit;
+      r.traffic_class = rtr.ah_attr.grh.traffic_class;
+    }
+  }
+  if (rtr_mask & IBV_QP_PATH_MTU) {
+    if (mtu_bytes(rtr.path_mtu) == 0)
+      return bad("path MTU " + std::to_string(rtr.path_mtu) + " is not an ibv_mtu");
+    r.mtu = rtr.path_mtu;
+  }
+  if (rtr_mask & IBV_QP_MIN_RNR_TIMER) r.min_rnr_timer = rtr.min_rnr_timer;
+  if (rts_mask & IBV_QP_TIMEOUT) r.timeout = rts.timeout;
+  if (rts_mask & IBV_QP_RETRY_CNT) r.retry_cnt = rts.retry_cnt;
+  if (rts_mask & IBV_QP_RNR_RETRY) r.rnr_retry = rts.rnr_retry;
+  mlx5::RcTimers t;  // the route's timers, each checked against its range
+  t.timeout = r.timeout.value_or(0);
+  t.retry_cnt = r.retry_cnt.value_or(0);
+  t.rnr_retry = r.rnr_retry.value_or(0);
+  t.min_rnr_timer = r.min_rnr_timer.value_or(0);
+  if (auto s = mlx5::check_rc_timers(t); !s) return bad(s.error().message);
+  return r;
+}
+
+QpParams apply_cm_route(QpParams p, const CmRoute& r) noexcept {
+  if (r.have_av) p.sl = r.sl;
+  if (r.global) {
+    p.hop_limit = r.hop_limit;
+    p.traffic_class = r.traffic_class;
+  }
+  if (r.mtu) p.mtu = *r.mtu;
+  if (r.min_rnr_timer) p.min_rnr_timer = *r.min_rnr_timer;
+  if (r.timeout) p.timeout = *r.timeout;
+  if (r.retry_cnt) p.retry_cnt = *r.retry_cnt;
+  if (r.rnr_retry) p.rnr_retry = *r.rnr_retry;
+  return p;
+}
+
+mlx5::ConnectInfo apply_cm_dgid(mlx5::ConnectInfo remote, const CmRoute& r) noexcept {
+  if (r.global) std::memcpy(remote.gid, r.dgid, sizeof remote.gid);
+  return remote;
+}
+
 QpTransition rtr_transition(const QpParams& p, const mlx5::ConnectInfo& remote) noexcept {
   QpTransition t;
   ibv_qp_attr& a = t.attr;

@@ -1268,7 +1268,9 @@ def case_blockd_hostile(binary, blockd, hostile_bin):
     hello, an application message where the connect info belongs (each refused at the door, one
     line), a request with tag 99 (dropped, one line), every out-of-range request (each refused
     with -RDMX_ERANGE and one line, nothing moved, its own blocks still served; then it leaves
-    without a STOP: dropped, one line). A real client then runs verified and the server ends 0."""
+    without a STOP: dropped, one line), an RDMA WRITE into the server with a forged key (its QP,
+    the responder, fails: dropped, one line, and the async event printed as one stdout line
+    naming the QP's client). A real client then runs verified and the server ends 0."""
     port = free_port()
     server = f"127.0.0.1:{port}"
     dev_s, dev_c = "emu@roce:127.0.0.1", "emu@roce:127.0.0.2"
@@ -1278,7 +1280,8 @@ def case_blockd_hostile(binary, blockd, hostile_bin):
     try:
         wait_line(srv, srv.stdout, "waiting for a client")
         said = [blockd_hostile_run(hostile_bin, m, server, dev_c, 256)
-                for m in ("junk-hello", "silent", "bad-info", "bad-tag", "ranges")]
+                for m in ("junk-hello", "silent", "bad-info", "bad-tag", "ranges",
+                          "forged-write")]
         cli = subprocess.run([blockd, "--role", "client", "--peer", server, "--blocks", "256",
                               "--requests", "300", "--device", dev_c], capture_output=True,
                              text=True, timeout=BUDGET)
@@ -1288,25 +1291,32 @@ def case_blockd_hostile(binary, blockd, hostile_bin):
     procs = [("server", sout, serr), ("client", cli.stdout, cli.stderr)]
     check(cli.returncode == 0 and "verified end to end" in cli.stdout,
           f"the real client: exit {cli.returncode}", *procs)
-    check(srv.returncode == 0 and "1 client(s); 2 dropped" in sout,
+    check(srv.returncode == 0 and "1 client(s); 3 dropped" in sout,
           f"server exit {srv.returncode}", *procs)
     lines = serr.strip().splitlines()
     door = [l for l in lines if "not served:" in l]
     dropped = [l for l in lines if " dropped: " in l]
     refused = [l for l in lines if "request refused:" in l]
-    check(len(door) == 3 and len(dropped) == 2 and len(refused) == 11 and
+    check(len(door) == 3 and len(dropped) == 3 and len(refused) == 11 and
           len(lines) == len(door) + len(dropped) + len(refused),
           f"server lines: {len(door)} at the door, {len(dropped)} dropped, {len(refused)} "
           f"refused, {len(lines)} in all", *procs)
     check("a tag outside the queue depth" in dropped[0] and
           "went away before its STOP" in dropped[1] and "11 refused" in dropped[1],
           "the drops do not say why", *procs)
+    events = [l for l in sout.splitlines() if "async event" in l]
+    check(len(events) == 1 and
+          re.match(r"blockd: server: async event qp-access-err on QP 0x[0-9a-f]+ "
+                   r"\(client 1, 127\.0\.0\.1:\d+\)$", events[0]),
+          f"the forged WRITE's async event: {len(events)} line(s), want one naming the client",
+          *procs)
     check(all(re.match(r"blockd: server: client 127\.0\.0\.1:\d+[: ]", l) for l in lines),
           "a server line does not name the client", *procs)
     for l in said:
         print(l)
+    print(events[0])
     print(f"blockd-hostile: {len(door)} refused at the door, {len(dropped)} dropped, "
-          f"{len(refused)} requests refused; the next client verified")
+          f"{len(refused)} requests refused, {len(events)} async event; the next client verified")
 
 
 def case_blockd_hostile_roce(binary, blockd, hostile_bin):

@@ -359,6 +359,41 @@ RDMX_API int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volati
                              rdmx_conn** out);
 /* [setup] "HOST:PORT" of the other end. */
 RDMX_API const char* rdmx_conn_peer(const rdmx_conn* c);
+
+/* ---- The rendezvous with rdma_cm (mlx5) -----------------------------------------------------
+ * With rdmx_conn_opts.cm = 1 the two sides still meet over TCP for what the application says
+ * (rdmx_conn_send/recv, the ready step), but rdmx_conn_exchange connects the cores' queue pairs
+ * through rdma_cm (librdmacm) instead of sending their connect info over the socket: the server
+ * also listens in rdma_cm's port space (RDMA_PS_TCP) on the same address and port number, and
+ * the client's exchange connects core i to the server's core i there, each REQ/REP carrying the
+ * 56-byte connect info as private data. rdma_cm resolves the route: a core must live on the
+ * device, port and GID the route goes through (refused otherwise, naming the GID index to use),
+ * and each queue pair takes the route's parameters (DGID, hop limit, traffic class, SL, path
+ * MTU and the RC timers rdma_cm states: doc/guides/two-hosts.md). Both sides must use the same
+ * choice. The exchange then waits for the rdma_cm handshakes (also rdmx_conn_try_exchange: at
+ * most timeout_ms, 0 = 10000, per core); rdmx_conn_reconnect reconnects through rdma_cm again.
+ * Errors beyond the rendezvous's: -RDMX_ENOTSUP for a port that is not a real mlx5 device (emu
+ * has no rdma_cm: meet over the rendezvous without cm), -RDMX_ENODEV where rdma_cm finds no RDMA
+ * device (librdmacm's "No such device"), -RDMX_EDEVICE for another librdmacm failure. */
+typedef struct rdmx_conn_opts {
+  size_t size;     /* sizeof(rdmx_conn_opts) of the caller */
+  int cm;          /* 1: connect the cores through rdma_cm; 0 (default): the TCP rendezvous */
+  rdmx_port* port; /* with cm: the port whose cores the connection(s) will carry, checked at
+                    * once (NULL: checked by the exchange, on each core's port) */
+} rdmx_conn_opts;
+
+#define RDMX_CONN_OPTS_INIT \
+  { sizeof(rdmx_conn_opts), 0, NULL }
+
+/* [any] Fills *o with the defaults (and o->size). */
+RDMX_API void rdmx_conn_opts_init(rdmx_conn_opts* o);
+/* [setup] rdmx_listen with options (NULL = rdmx_listen). With cm the rdma_cm listener is made
+ * here too. */
+RDMX_API int rdmx_listen_opts(const char* address, const rdmx_conn_opts* opts, rdmx_listener** out);
+/* [setup] rdmx_connect_to with options (NULL = rdmx_connect_to). With cm and a port, the port is
+ * checked before any connection is made. */
+RDMX_API int rdmx_connect_to_opts(const char* peer, uint32_t timeout_ms, const volatile int* cancel,
+                                  const rdmx_conn_opts* opts, rdmx_conn** out);
 /* [setup] Sends the connect info of cores[0..n), receives the peer's and connects cores[i] to
  * the peer's i-th (both sides call it with the same n: -RDMX_EPROTO otherwise). The peer's
  * list is checked before any core is connected (-RDMX_EPROTO: another count, a QPN twice, a

@@ -29,10 +29,23 @@ class CmPeer {
   CmPeer(const CmPeer&) = delete;
   CmPeer& operator=(const CmPeer&) = delete;
 
+  // Listens without a device: each accept names the device of its QP (rdma_cm picks the device
+  // by the route; the accept refuses a route through another one). Fails at once where rdma_cm
+  // has no device (kNoDevice).
+  static Result<std::unique_ptr<CmPeer>> listen_any(const HostPort& at);
+  // A client without a device: each connect names the device of its QP.
+  static std::unique_ptr<CmPeer> client_any();
+  // Whether QPs of `dev` can be connected through rdma_cm: kUnsupported naming the device when
+  // it is not a real mlx5 device (emu has no rdma_cm).
+  static Status check_device(mlx5::Device& dev);
+
   // Server: the next connection request, onto `qp`.
   Status accept(mlx5::QpHandle qp);
+  // The same onto a QP of `dev`, waiting at most timeout_ms for the request (-1: for ever).
+  Status accept(mlx5::Device& dev, mlx5::QpHandle qp, int timeout_ms);
   // Client: `qp` to the server at `to`.
   Status connect(mlx5::QpHandle qp, const HostPort& to);
+  Status connect(mlx5::Device& dev, mlx5::QpHandle qp, const HostPort& to);
   size_t connections() const noexcept;
 
  private:

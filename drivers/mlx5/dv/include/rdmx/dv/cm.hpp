@@ -6,9 +6,12 @@
 // ConnectInfo (rdmx/mlx5/connect_info.hpp: the versioned 56-byte encoding, which fits the 56
 // bytes of private data a REQ carries on RDMA_PS_TCP) as private data; each side reads the peer's
 // ConnectInfo from the CM event and moves its own QP RESET -> INIT -> RTR -> RTS with
-// DvDevice::connect. The active side then completes the handshake with rdma_establish
-// (rdma_establish(3): "should be called by the active side to complete the connection, after
-// getting connect response event" when the id has no QP).
+// DvDevice::connect_routed: QPN, PSN and READ depths from the connect info, the path (DGID, hop
+// limit, traffic class, SL, path MTU) and the RC timers (timeout, retry_cnt, rnr_retry,
+// min_rnr_timer) from rdma_init_qp_attr, as librdmacm applies them to a QP it manages (cma.c
+// ucma_modify_qp_rtr / ucma_modify_qp_rts; dv_math.hpp CmRoute). The active side then completes the
+// handshake with rdma_establish (rdma_establish(3): "should be called by the active side to
+// complete the connection, after getting connect response event" when the id has no QP).
 //
 // The route rdma_cm resolves must go through the same device the QP lives on; a mismatch is an
 // error naming both devices. Control path only; every call may block up to CmOptions::timeout_ms.
@@ -16,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <rdmx/core/result.hpp>
@@ -89,7 +93,9 @@ class CmListener {
   // Waits for one connection request, connects `qp` to the requester and accepts with our
   // ConnectInfo. A request that cannot be served (bad private data, other device, QP transition
   // failed) is rejected and reported as an error; the listener stays usable.
-  Result<std::unique_ptr<CmConnection>> accept(DvDevice& dev, mlx5::QpHandle qp);
+  // accept_timeout_ms: how long to wait for the request (unset: CmOptions::accept_timeout_ms).
+  Result<std::unique_ptr<CmConnection>> accept(DvDevice& dev, mlx5::QpHandle qp,
+                                               std::optional<int> accept_timeout_ms = {});
 
  private:
   CmListener() = default;

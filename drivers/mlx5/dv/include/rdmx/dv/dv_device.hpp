@@ -61,6 +61,8 @@ struct DvOptions {
   bool relaxed_ordering = false;      // IBV_ACCESS_RELAXED_ORDERING on reg_mr
 };
 
+struct CmRoute;
+
 class DvDevice final : public mlx5::Device {
  public:
   // Opens `name` ("" = the first mlx5 device). Errors: kNoDevice (no such device: the message
@@ -100,6 +102,11 @@ class DvDevice final : public mlx5::Device {
   mlx5::ConnectInfo local_info(mlx5::QpHandle qp) override;
   // RESET (when not already there) -> INIT -> RTR -> RTS towards `remote`.
   Status connect(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote) override;
+  // connect() with what rdma_cm resolved for the connection (dv_math.hpp CmRoute, from
+  // rdma_init_qp_attr) in place of the options: DGID, hop limit, traffic class, SL, path MTU
+  // and RC timers; a QP's own QpConfig::timers still win. recover_qp keeps the route; a plain
+  // connect() drops it.
+  Status connect_routed(mlx5::QpHandle qp, const mlx5::ConnectInfo& remote, const CmRoute& route);
   // One step: to RESET / ERR from anywhere, RESET -> INIT, INIT -> RTR and RTR -> RTS (the last
   // two need a remote from an earlier connect/recover_qp).
   Status modify_qp(mlx5::QpHandle qp, mlx5::QpState to) override;

@@ -165,6 +165,39 @@ mlx5::ConnectInfo fold_cm_depths(mlx5::ConnectInfo remote, uint8_t cm_responder_
                                  uint8_t cm_initiator_depth, uint8_t ours_responder_resources,
                                  uint8_t ours_initiator_depth) noexcept;
 
+// rdma_cm's route parameters for one connection, as rdma_init_qp_attr(3) states them for the
+// RTR and RTS transitions (librdmacm cma.c rdma_init_qp_attr: the kernel's answer to
+// UCMA_CMD_INIT_QP_ATTR; Linux drivers/infiniband/core/cma.c rdma_init_qp_attr, which asks the
+// IB CM, core/cm.c cm_init_qp_rtr_attr / cm_init_qp_rts_attr, once the connection has a CM id,
+// and cma_ib_init_qp_attr before it, whose mask holds only the INIT fields). Each field is
+// valid only where its attr_mask bit is set; an unset one leaves the device's value. rdmx adopts
+// the path (DGID, hop limit, traffic class, SL, path MTU) and the transport timers (timeout,
+// retry_cnt, rnr_retry, min_rnr_timer); QPN, PSNs and READ depths come from the connect info
+// (the QP is created outside rdma_cm, so the CM's PSN is not the QP's).
+struct CmRoute {
+  bool have_av = false;  // IBV_QP_AV (RTR): sl valid
+  uint8_t sl = 0;
+  bool global = false;  // and ah_attr.is_global: dgid, hop_limit, traffic_class valid
+  uint8_t dgid[16] = {};
+  uint8_t hop_limit = 0;
+  uint8_t traffic_class = 0;
+  std::optional<ibv_mtu> mtu;            // IBV_QP_PATH_MTU (RTR)
+  std::optional<uint8_t> min_rnr_timer;  // IBV_QP_MIN_RNR_TIMER (RTR)
+  std::optional<uint8_t> timeout;        // IBV_QP_TIMEOUT (RTS)
+  std::optional<uint8_t> retry_cnt;      // IBV_QP_RETRY_CNT (RTS)
+  std::optional<uint8_t> rnr_retry;      // IBV_QP_RNR_RETRY (RTS)
+};
+// Reads the two answers of rdma_init_qp_attr (asked with qp_state IBV_QPS_RTR and IBV_QPS_RTS).
+// Errors (kDeviceError, naming the field): an answer for another state, a path MTU that is no
+// ibv_mtu, a timer outside its range (mlx5::check_rc_timers).
+Result<CmRoute> cm_route_from_attrs(const ibv_qp_attr& rtr, int rtr_mask, const ibv_qp_attr& rts,
+                                    int rts_mask);
+// `p` with what the route states in place of the device's options (DvOptions).
+QpParams apply_cm_route(QpParams p, const CmRoute& r) noexcept;
+// The peer's connect info with the route's DGID (when the route is global): the address the CM
+// resolved, rather than the GID the peer wrote into its private data.
+mlx5::ConnectInfo apply_cm_dgid(mlx5::ConnectInfo remote, const CmRoute& r) noexcept;
+
 // One end of a connection as the QP sends from it: device, HCA port and source GID.
 struct PathEnd {
   std::string device;
