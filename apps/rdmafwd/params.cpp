@@ -56,6 +56,11 @@ std::string usage_text(const std::string& prog) {
        "                         kept in an array of its own; both sides map data + metadata\n"
        "                         into one interleaved window, one WRITE/READ moves both, both\n"
        "                         sides verify both (page size 4096 only)\n";
+  u += "  --rpc-remote-invalidate on|off\n"
+       "                         rpc client: offer remote invalidation to the server (RFC 8797\n"
+       "                         private data in the hello; default on). off: the server replies\n"
+       "                         with plain SENDs and the client invalidates each call's windows\n"
+       "                         itself before the reply is handed on\n";
   u += "  --keys POLICY          window keys: random (default) or increment (debugging only)\n";
   u += "  --page-size BYTES      chunk page size: 4096, 65536 or 2097152 (default 4096)\n";
   u += "  --windows-per-core N   windows per poll core (default 2*io-depth+16)\n";
@@ -192,10 +197,13 @@ enum : int {
   kCorruptEvery,
   kForgeRkeyEvery,
   kMetadata,
+  kRpcRemoteInvalidate,
+  kForgeHandleEvery,
 };
 
 // The option table getopt_long reads; one line per option of usage_text() (the hidden ones,
-// --status-period, --corrupt-every and --forge-rkey-every, serve the tests).
+// --status-period, --corrupt-every, --forge-rkey-every and --forge-handle-every, serve the
+// tests).
 constexpr option kOptions[] = {
     {"help", no_argument, nullptr, 'h'},
     {"device", required_argument, nullptr, kDevice},
@@ -240,6 +248,8 @@ constexpr option kOptions[] = {
     {"corrupt-every", required_argument, nullptr, kCorruptEvery},
     {"forge-rkey-every", required_argument, nullptr, kForgeRkeyEvery},
     {"metadata", required_argument, nullptr, kMetadata},
+    {"rpc-remote-invalidate", required_argument, nullptr, kRpcRemoteInvalidate},
+    {"forge-handle-every", required_argument, nullptr, kForgeHandleEvery},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -401,6 +411,12 @@ std::string apply_option(int id, const std::string& name, const std::string& v, 
       return num(1, UINT64_MAX, p.corrupt_every);
     case kForgeRkeyEvery:
       return num(1, UINT64_MAX, p.forge_rkey_every);
+    case kRpcRemoteInvalidate:
+      if (v != "on" && v != "off") return "option " + name + ": '" + v + "' is neither on nor off";
+      p.rpc_remote_invalidate = v == "on";
+      return "";
+    case kForgeHandleEvery:
+      return num(1, UINT64_MAX, p.forge_handle_every);
     case kMetadata:
       if (std::string e = num(0, 128, p.metadata); !e.empty()) return e;
       return p.metadata && p.metadata < 4 ? "option --metadata: '" + v + "': 0 or 4..128" : "";

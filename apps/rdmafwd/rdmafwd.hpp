@@ -25,6 +25,7 @@
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/device.hpp>
 #include <rdmx/rpcrdma/chunks.hpp>
+#include <rdmx/rpcrdma/cm_private.hpp>
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
 
@@ -96,10 +97,16 @@ struct Params {
   bool cm = false;
   bool verify = true;
   bool show_topology = false;
-  bool strict = false;               // --strict-no-syscalls
-  uint64_t corrupt_every = 0;        // hidden (tests): the server flips a payload byte every N RPCs
-  uint64_t forge_rkey_every = 0;     // hidden (tests): a two-process write/read client flips the
-                                     // key byte of the server's rkey every N one-sided ops
+  bool strict = false;              // --strict-no-syscalls
+  uint64_t corrupt_every = 0;       // hidden (tests): the server flips a payload byte every N RPCs
+  uint64_t forge_rkey_every = 0;    // hidden (tests): a two-process write/read client flips the
+                                    // key byte of the server's rkey every N one-sided ops
+  uint64_t forge_handle_every = 0;  // hidden (tests): an rpc client flips a byte of the file
+                                    // handle the server handed out in every N-th call
+  // --rpc-remote-invalidate on|off (rpc client): offer remote invalidation in the RFC 8797
+  // private data of the hello (off: the server replies with plain SENDs and the client
+  // invalidates each call's windows itself).
+  bool rpc_remote_invalidate = true;
   bool emu_thread_per_port = false;  // --emu-threads per-port: each emu port its own thread
   uint32_t emu_idle_spin = 4096;     // --emu-idle-spin: shared device thread's empty rounds
   int device_cpu = -1;               // not an option: the placement's CPU for the emu device thread
@@ -202,6 +209,14 @@ struct alignas(64) LaneCounters {
   // the RpcVerdict of the last one. The peer's doing: not an error of this process.
   Counter refused_requests;
   Counter refused_why;
+  // Server (rpc): calls answered NFS3ERR_BADHANDLE (another file handle than the one this
+  // server handed out); the client is served on. The peer's doing: not an error here.
+  Counter bad_handles;
+  // Client (rpc): replies handed on before every window of their call was invalid on the device
+  // (engines/rpc.cpp, finish_call). Always 0 unless the engine has a bug.
+  Counter early_replies;
+  // Client (rpc): windows its calls invalidated themselves (rpcrdma::ChunkStats, published).
+  Counter local_invalidations;
   Counter issuing;  // 1 while the lane may still issue I/Os
   // True from the start of a run until its drain ended (release by the poll lcore after its last
   // counter update; acquire by readers): I/Os unaccounted while true are in flight, after it lost.
@@ -246,6 +261,7 @@ struct RunConfig {
   bool verify = true;
   uint64_t corrupt_every = 0;
   uint64_t forge_rkey_every = 0;
+  uint64_t forge_handle_every = 0;
   uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
   uint64_t fault_every = 0;
   uint32_t fault_kinds = 0;
@@ -258,6 +274,16 @@ struct RunConfig {
 inline uint32_t metadata_pages(uint32_t pages, uint32_t metadata, uint32_t page_size) noexcept {
   return static_cast<uint32_t>((uint64_t{pages} * metadata + page_size - 1) / page_size);
 }
+
+// rpc: what the client and the server agreed at setup (setup.cpp: in the session's hello and
+// welcome; in one process from both offers directly). Each side's RFC 8797 view (agree(its
+// own private data, the peer's)) and the file handle the server handed out (RFC 1813 nfs_fh3,
+// opaque, at most 64 bytes).
+struct RpcAgreed {
+  rpcrdma::CmAgreement client, server;
+  std::array<uint8_t, 64> fh{};
+  uint32_t fh_len = 0;
+};
 
 struct Lane {
   unsigned index = 0;
@@ -314,6 +340,15 @@ struct Lane {
     uint8_t op = 0;
     bool busy = false;
     uint64_t expect_a = 0, expect_b = 0;
+    // rpc client: the rkey the reply's SEND_WITH_INV named (0: none), the local invalidations
+    // counted before the call's retire, and once its windows were retired (inv_posted) the SQ
+    // producer past their invalidates (0: none posted) and whether one of them was left mapped
+    // under the call's rkey (finish_call's check).
+    uint32_t inv_rkey = 0;
+    uint64_t inv_base = 0;
+    bool inv_posted = false, left_mapped = false;
+    bool forged = false;  // --forge-handle-every: the call carries a forged file handle
+    uint64_t inv_fence = 0;
   };
   std::vector<Slot> slots;            // client side
   std::vector<Slot> srv;              // server side (by client slot)
@@ -335,11 +370,16 @@ struct Lane {
   // reply came, their windows being retired (FIFO, `retiring_n` from `retiring_head`); the
   // credits the server granted and the calls sent without a reply yet. Server: calls received
   // and not answered yet.
+  RpcAgreed rpc;
   std::vector<rpcrdma::CallChunks> calls;
   rpcrdma::ChunkStats chunk_stats;
   std::vector<uint32_t> retiring;
   uint32_t retiring_head = 0, retiring_n = 0;
   uint32_t granted = 1, outstanding = 0, srv_outstanding = 0;
+  // rpc server: receive slots held under a reply that belongs to no slot until its SEND
+  // completed, and the SQ producer past each one's last such SEND (engines/rpc.cpp, hold_extra).
+  uint32_t p_recv_held = 0;
+  std::vector<uint64_t> extra_end;
   uint64_t rpc_errors_sent = 0;  // server: calls answered with RDMA_ERROR (header refused)
   bool draining = false;
   bool failed = false;  // a QP went to error: issue nothing more until recovered

@@ -14,14 +14,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include <rdmx/endpoint/connect.hpp>
 #include <rdmx/endpoint/device.hpp>
+#include <rdmx/rpcrdma/cm_private.hpp>
 
 #include "engines/common.hpp"
 #include "engines/peer_checks.hpp"
@@ -470,6 +473,80 @@ std::string same_option(const endpoint::Field& f) {
          (f.key == "lanes" ? std::string("--nb-cores") : "--" + f.key);
 }
 
+// ---- rpc: what the session carries for RPC-over-RDMA ------------------------------------------
+// RFC 8797's private data travels in the session instead of rdma_cm's REQ/REP (the QPs may be
+// connected by INFO frames): the hello's "rpcrdma" field is the client's 8 bytes, the welcome's
+// the server's, each as hex; the welcome's "fh" is the file handle the server hands out (RFC
+// 1813: an NFS client learns it from MOUNT or LOOKUP, never makes it up), hex too. Each side
+// computes rpcrdma::agree() from the two and the rpc engine runs with that (Lane::rpc).
+namespace rr = rdmx::rpcrdma;
+
+std::string to_hex(std::span<const uint8_t> b) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string s;
+  for (uint8_t c : b) {
+    s += kDigits[c >> 4];
+    s += kDigits[c & 15];
+  }
+  return s;
+}
+// Empty unless `s` is an even number of hex digits.
+std::vector<uint8_t> from_hex(const std::string& s) {
+  auto nib = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  std::vector<uint8_t> b;
+  if (s.size() % 2) return b;
+  for (size_t i = 0; i < s.size(); i += 2) {
+    const int hi = nib(s[i]), lo = nib(s[i + 1]);
+    if (hi < 0 || lo < 0) return {};
+    b.push_back(static_cast<uint8_t>(hi << 4 | lo));
+  }
+  return b;
+}
+
+// The client offers remote invalidation unless --rpc-remote-invalidate off (Linux's client
+// offers it whenever it registers with FRWR: xprtrdma/verbs.c, rpcrdma_ep_create); the server
+// offers none of its own memory (svc_rdma_accept sends cp_flags 0). RFC 8166's 1024-byte
+// inline thresholds both ways: every rdmafwd message fits (engines/common.hpp, kSmall).
+rr::CmPrivate rpc_private(const Params& p, bool client) {
+  rr::CmPrivate c;
+  c.present = true;
+  c.remote_invalidation = client && p.rpc_remote_invalidate;
+  return c;
+}
+endpoint::Field private_field(const rr::CmPrivate& c) {
+  std::array<uint8_t, rr::kCmPrivateBytes> b{};
+  (void)rr::encode_cm_private(c, b);  // the default sizes always encode
+  return {"rpcrdma", to_hex(b)};
+}
+// The peer's private data from its hello or welcome; none (an older peer): RFC 8797's defaults,
+// no remote invalidation.
+rr::CmPrivate peer_private(const endpoint::Fields& f) {
+  const std::string* v = endpoint::field(f, "rpcrdma");
+  return rr::decode_cm_private(v ? from_hex(*v) : std::vector<uint8_t>{});
+}
+
+// Lane `l`'s view as `server` or client, with the peer's private data and the file handle.
+void adopt_rpc(const Params& p, Lane& l, bool server, const rr::CmPrivate& peer,
+               std::span<const uint8_t> fh) {
+  const rr::CmPrivate mine = rpc_private(p, !server);
+  (server ? l.rpc.server : l.rpc.client) = rr::agree(mine, peer);
+  l.rpc.fh_len = static_cast<uint32_t>(std::min(fh.size(), l.rpc.fh.size()));
+  std::copy_n(fh.begin(), l.rpc.fh_len, l.rpc.fh.begin());
+}
+
+// Server: a new random file handle (32 bytes of the kernel's randomness; RFC 1813 allows 64).
+std::vector<uint8_t> make_file_handle() {
+  std::random_device rd;
+  std::vector<uint8_t> fh(32);
+  for (size_t i = 0; i < fh.size(); i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(fh.data() + i, &r, 4);
+  }
+  return fh;
+}
+
 // Server: empty when a server answers the engine the client runs, else why not.
 std::string fwd_refusal(const endpoint::Fields& hello) {
   const std::string* fwd = endpoint::field(hello, "fwd");
@@ -665,8 +742,13 @@ Status greet(const Params& p, Testbed& tb, Pending& pd) {
   pd.pr.fwd = *endpoint::field(s.hello_fields(), "fwd");
   endpoint::Fields offer;
   if (tb.emu_b) offer.push_back({"wire", p.wire});
+  offer.push_back(private_field(rpc_private(p, false)));
+  offer.push_back({"fh", to_hex(tb.file_handle)});
   RDMX_TRY(s.welcome(sizes_fields(p, pd.pr.n_lanes), offer, same_option));
   const LaneRange r{pd.pr.first_lane, pd.pr.n_lanes};
+  const rr::CmPrivate client = peer_private(s.hello_fields());
+  for (unsigned i = r.first; i < r.first + r.n; ++i)
+    adopt_rpc(p, *tb.lanes[i], true, client, tb.file_handle);
   const bool relay = pd.pr.fwd == "relay";
   if (!p.cm)
     return s.send_info(lane_infos(tb, true, s.channel(), r, relay), size_t{r.n} * (relay ? 2 : 1));
@@ -822,6 +904,7 @@ Result<endpoint::Session> tcp_client_hello(Params& p, unsigned lanes, const Say&
   RDMX_TRY_ASSIGN(endpoint::Channel ch, endpoint::Channel::connect(hp, w));
   endpoint::Fields hello = sizes_fields(p, lanes);
   hello.insert(hello.begin(), {"fwd", p.fwd});
+  hello.push_back(private_field(rpc_private(p, true)));
   RDMX_TRY_ASSIGN(endpoint::Session s, endpoint::Session::client(std::move(ch), hello));
   RDMX_TRY(s.await(endpoint::SessionEvent::kWelcome, kStep));
   if (const std::string* wire = endpoint::field(s.welcome_fields(), "wire")) p.wire = *wire;
@@ -834,6 +917,14 @@ Result<endpoint::Session> tcp_client_hello(Params& p, unsigned lanes, const Say&
 Status tcp_client_finish(const Params& p, Testbed& tb) {
   endpoint::Session& s = tb.peers.at(0).s;
   const bool relay = p.fwd == "relay";
+  // rpc: the server's private data and the file handle it handed out (1..64 bytes, RFC 1813).
+  const std::string* fh_hex = endpoint::field(s.welcome_fields(), "fh");
+  const std::vector<uint8_t> fh = fh_hex ? from_hex(*fh_hex) : std::vector<uint8_t>{};
+  if (p.fwd == "rpc" && (fh.empty() || fh.size() > 64))
+    return make_error(Errc::kProtocol, "server " + s.peer() +
+                                           " handed out no usable file handle (is it an older "
+                                           "rdmafwd?)");
+  for (auto& lp : tb.lanes) adopt_rpc(p, *lp, false, peer_private(s.welcome_fields()), fh);
   if (p.cm) {
     RDMX_TRY_ASSIGN(const endpoint::HostPort hp, endpoint::parse_peer_address(p.peer));
     RDMX_TRY(cm_connect_lanes(tb, hp, relay));
@@ -1153,9 +1244,15 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
   LaneBuilder lb{
       *tb, p, recv_pages, core_config(p, recv_pages), Carver{tb->arena_a}, Carver{tb->arena_b}};
   for (unsigned i = 0; i < n_lanes; ++i) RDMX_TRY(lb.lane(i, lcores[i]));
-  if (p.role == Role::kBoth)
+  if (p.role != Role::kClient) tb->file_handle = make_file_handle();
+  if (p.role == Role::kBoth) {
+    // One process: both offers are at hand, each side agrees from the other's.
+    for (auto& lp : tb->lanes) {
+      adopt_rpc(p, *lp, false, rpc_private(p, false), tb->file_handle);
+      adopt_rpc(p, *lp, true, rpc_private(p, true), tb->file_handle);
+    }
     RDMX_TRY(post_all_recvs(*tb));
-  else if (!p.listen.empty()) {
+  } else if (!p.listen.empty()) {
     tb->listener = std::move(lis);
     RDMX_TRY(tcp_server(p, *tb, tb->listener, say, warn), "rendezvous");
   } else

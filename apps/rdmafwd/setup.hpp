@@ -62,6 +62,9 @@ struct Testbed {
     bool retired = false;
   };
   std::vector<Peer> peers;
+  // Server (and one process): the file handle its rpc clients use (RFC 1813 nfs_fh3: opaque,
+  // made by the server), random for each run and handed out in every welcome.
+  std::vector<uint8_t> file_handle;
   // Server: the clients refused at the rendezvous (address, why), for the per-client statistics.
   std::vector<std::pair<std::string, std::string>> refused_clients;
   int lost_peer = -1;  // the peer watch_peer saw go away

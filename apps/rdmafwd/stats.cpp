@@ -79,6 +79,9 @@ void LaneSnap::take(const Lane& l) {
   fault_ios = c.fault_ios.get();
   dead = c.failed.get();
   refused_requests = c.refused_requests.get();
+  bad_handles = c.bad_handles.get();
+  early_replies = c.early_replies.get();
+  local_invalidations = c.local_invalidations.get();
   refused = 0;
   win = {};
   for (auto [dev, k] : {std::pair{l.dev_a, l.c}, std::pair{l.dev_a, l.s}, std::pair{l.dev_b, l.p},
@@ -100,7 +103,8 @@ void LaneSnap::take(const Lane& l) {
 // clang-format off
 #define RDMAFWD_FIELDS(X)                                                                       \
   X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(issued) X(abandoned)  \
-  X(faults_injected) X(faults_recovered) X(fault_ios) X(dead) X(refused) X(refused_requests)
+  X(faults_injected) X(faults_recovered) X(fault_ios) X(dead) X(refused) X(refused_requests)   \
+  X(bad_handles) X(early_replies) X(local_invalidations)
 // clang-format on
 
 #define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
@@ -126,7 +130,7 @@ void LaneSnap::merge(const LaneSnap& o) {
 // recovers from them; the I/Os they failed are fault_ios. What is left: I/Os that failed
 // otherwise, abandoned ones, lanes that could not recover, verification, refused posts.
 uint64_t LaneSnap::errors() const noexcept {
-  return io_errors + verify_fail + rejected + abandoned + dead + lost;
+  return io_errors + verify_fail + rejected + abandoned + dead + lost + early_replies;
 }
 
 LaneSnap Snapshot::total() const {
@@ -176,6 +180,8 @@ const std::vector<StatField>& stat_fields() {
       {"/unmaps", nullptr, "unmaps", "unmaps", "windows", K::kCounter, U(s.win.unmaps)},
       {"/remote_invalidations", nullptr, "remote_invalidations", "remote-invalidated", "windows",
        K::kCounter, U(s.win.remote_invalidations)},
+      {"/local_invalidations", nullptr, "local_invalidations", "local-invalidated", "windows",
+       K::kCounter, U(s.local_invalidations)},
       {"/pages_mapped", nullptr, "pages_mapped", "pages mapped", "windows", K::kCounter,
        U(s.win.pages_mapped)},
       {"/cache_hits", nullptr, "cache_hits", nullptr, "windows", K::kCounter, U(s.win.cache_hits)},
@@ -211,6 +217,10 @@ const std::vector<StatField>& stat_fields() {
        K::kCounter, U(s.refused)},
       {"/errors/refused_requests", nullptr, "refused_requests", "refused requests", "errors",
        K::kCounter, U(s.refused_requests)},
+      {"/errors/bad_handles", nullptr, "bad_handles", "bad handles", "errors", K::kCounter,
+       U(s.bad_handles)},
+      {"/errors/early_replies", nullptr, "early_replies", "early replies", "errors", K::kCounter,
+       U(s.early_replies)},
       {"/faults_recovered", nullptr, "faults_recovered", nullptr, "faults", K::kCounter,
        U(s.faults_recovered)},
       {"/faults/injected", nullptr, "faults_injected", "injected", "faults", K::kCounter,

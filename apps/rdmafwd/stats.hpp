@@ -19,6 +19,10 @@ struct LaneSnap {
   // Client requests the server refused for breaking the protocol (engines/peer_checks.hpp; its
   // client is then dropped): the peer's doing too, not in errors().
   uint64_t refused_requests = 0;
+  // rpc: calls the server answered NFS3ERR_BADHANDLE (the peer's doing, not in errors()), and
+  // replies the client handed on before their windows were invalid (in errors()).
+  uint64_t bad_handles = 0, early_replies = 0;
+  uint64_t local_invalidations = 0;  // rpc client: chunk windows it invalidated itself
   // Gauges (the lane's state when the snapshot was taken; not subtracted by diff()): I/Os issued
   // and neither completed nor counted as failed (fault, abandoned). While the lane runs they are
   // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where

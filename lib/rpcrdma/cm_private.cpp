@@ -45,6 +45,9 @@ CmAgreement agree(const CmPrivate& local, const CmPrivate& peer) noexcept {
   a.inline_recv = std::min(local.inline_recv, peer.inline_send);
   // The peer learns from this side's data that it may invalidate this side's memory.
   a.peer_may_invalidate = local.remote_invalidation;
+  // And this side may invalidate the peer's when the peer said so (Linux's server sets
+  // sc_snd_w_inv from the client's flag alone: svc_rdma_parse_connect_private).
+  a.may_invalidate_peer = peer.remote_invalidation;
   return a;
 }
 

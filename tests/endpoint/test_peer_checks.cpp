@@ -19,8 +19,11 @@ namespace rr = rdmx::rpcrdma;
 namespace {
 
 constexpr uint32_t kIo = 16 * 4096;
-constexpr RpcLimits kLim{32, kIo, 4096, 0, 32};
-constexpr RpcLimits kLimMd{32, kIo, 4096, 8, 32};
+// The file handle the server handed out (8 bytes here; rdmafwd's server makes 32 at random).
+constexpr uint8_t kFh[8] = {'r', 'd', 'm', 'x', 'f', 'i', 'l', 'e'};
+constexpr uint32_t kPos = nfs::write_data_position(sizeof kFh);
+constexpr RpcLimits kLim{32, kIo, 4096, 0, 32, kFh};
+constexpr RpcLimits kLimMd{32, kIo, 4096, 8, 32, kFh};
 constexpr uint32_t kXid = 0x01020304;
 
 // A call as the client builds it: the header with `h`'s chunks, the RPC message of `c`.
@@ -35,6 +38,7 @@ Msg good(uint32_t proc = nfs::kProcRead, const RpcLimits& lim = kLim) {
   m.h.credits = 32;
   m.c.xid = kXid;
   m.c.proc = proc;
+  m.c.fh = kFh;
   m.c.offset = 3ull * lim.max_len;
   m.c.count = lim.max_len;
   const rr::Segment seg{0x1234, static_cast<uint32_t>(rpc_wire_bytes(lim.max_len, lim)), 0};
@@ -45,7 +49,7 @@ Msg good(uint32_t proc = nfs::kProcRead, const RpcLimits& lim = kLim) {
   } else if (proc == nfs::kProcWrite) {
     m.c.data_len = m.c.count;
     m.h.n_reads = 1;
-    m.h.reads[0] = {nfs::kWriteDataPosition, seg};
+    m.h.reads[0] = {kPos, seg};
   }
   return m;
 }
@@ -113,6 +117,39 @@ TEST(PeerChecks, RpcMessageSizes) {
     EXPECT_TRUE(nfs::decode_reply(proc, std::span(buf).subspan(r.length, n), back));
   }
   EXPECT_LE(bytes(good(nfs::kProcWrite)).size(), kSmall);
+  // The handles rdmafwd's server hands out are 32 bytes; RFC 1813's largest is 64.
+  std::array<uint8_t, nfs::kFhMaxBytes> big{};
+  for (uint32_t len : {32u, nfs::kFhMaxBytes}) {
+    Msg m = good(nfs::kProcWrite);
+    m.c.fh = std::span<const uint8_t>(big.data(), len);
+    m.h.reads[0].position = nfs::write_data_position(len);
+    EXPECT_EQ(bytes(m).size(), 124u - 8 + len) << len;
+    EXPECT_LE(bytes(m).size(), kSmall);
+  }
+  // A handle longer than NFS3_FHSIZE is not encoded.
+  std::array<uint8_t, nfs::kFhMaxBytes + 1> huge{};
+  nfs::Call c = good().c;
+  c.fh = huge;
+  std::array<uint8_t, 512> out{};
+  EXPECT_EQ(nfs::encode_call(c, out), 0u);
+}
+
+// The answer to another handle (engines/rpc.cpp, server_bad_handle): the accepted RPC reply with
+// the procedure's failed result, NFS3ERR_BADHANDLE (RFC 1813: READ3resfail is the status and
+// post_op_attr, WRITE3resfail the status and wcc_data), which the client decodes.
+TEST(PeerChecks, RpcBadHandleReply) {
+  for (uint32_t proc : {nfs::kProcRead, nfs::kProcWrite}) {
+    std::array<uint8_t, kSmall> buf{};
+    nfs::Reply rep;
+    rep.xid = kXid;
+    rep.status = nfs::kNfs3ErrBadHandle;
+    const uint32_t n = nfs::encode_reply(proc, rep, buf);
+    EXPECT_EQ(n, nfs::kReplyHeaderBytes + (proc == nfs::kProcRead ? 8u : 12u));
+    nfs::Reply back;
+    ASSERT_TRUE(nfs::decode_reply(proc, std::span(buf).first(n), back));
+    EXPECT_EQ(back.xid, kXid);
+    EXPECT_EQ(back.status, 10001u);
+  }
 }
 
 TEST(PeerChecks, RpcGoodAndBye) {
@@ -171,6 +208,17 @@ TEST(PeerChecks, RpcProcAndHandle) {
   b = bytes(good());
   poke(b, 10, 4);  // a 4-byte handle: the server's is 8
   EXPECT_NE(check_bytes(b), RpcVerdict::kOk);
+  // Handles of other lengths, the server's bytes among them: the bytes and the length must be
+  // the server's (RFC 1813 handles are opaque: compared whole).
+  const uint8_t longer[12] = {'r', 'd', 'm', 'x', 'f', 'i', 'l', 'e', 0, 0, 0, 0};
+  for (std::span<const uint8_t> fh :
+       {std::span<const uint8_t>(kFh, 7), std::span<const uint8_t>(longer),
+        std::span<const uint8_t>()}) {
+    Msg m = good();
+    m.c.fh = fh;
+    EXPECT_EQ(check(m), RpcVerdict::kHandle) << fh.size();
+  }
+  EXPECT_EQ(check(good(), RpcLimits{32, kIo, 4096, 0, 32, {}}), RpcVerdict::kHandle);
   b = bytes(good());
   poke(b, 10, 65);  // past NFS3_FHSIZE
   EXPECT_EQ(check_bytes(b), RpcVerdict::kRpc);
@@ -196,8 +244,8 @@ TEST(PeerChecks, RpcOffset) {
   EXPECT_EQ(check(m, kLim, 3), RpcVerdict::kSlotBusy);
   EXPECT_EQ(check(m, kLim, 4), RpcVerdict::kOk);
   // No slot at all (depth 0, or a slot of no bytes): every offset is beyond.
-  EXPECT_EQ(check(good(), RpcLimits{0, kIo, 4096, 0, 32}), RpcVerdict::kSlot);
-  EXPECT_EQ(check(good(), RpcLimits{32, 0, 4096, 0, 32}), RpcVerdict::kSlot);
+  EXPECT_EQ(check(good(), RpcLimits{0, kIo, 4096, 0, 32, kFh}), RpcVerdict::kSlot);
+  EXPECT_EQ(check(good(), RpcLimits{32, 0, 4096, 0, 32, kFh}), RpcVerdict::kSlot);
 }
 
 TEST(PeerChecks, RpcCount) {
@@ -222,7 +270,8 @@ TEST(PeerChecks, RpcCount) {
     EXPECT_EQ(check(m, kLimMd), RpcVerdict::kLen) << n;
   }
   // A page size of 0 cannot divide: refused, not a crash.
-  EXPECT_EQ(check(good(nfs::kProcRead, kLimMd), RpcLimits{32, kIo, 0, 8, 32}), RpcVerdict::kLen);
+  EXPECT_EQ(check(good(nfs::kProcRead, kLimMd), RpcLimits{32, kIo, 0, 8, 32, kFh}),
+            RpcVerdict::kLen);
 }
 
 TEST(PeerChecks, RpcChunks) {
@@ -249,13 +298,13 @@ TEST(PeerChecks, RpcChunks) {
   EXPECT_EQ(check(m), RpcVerdict::kChunk);
   m = good();
   m.h.n_reads = 1;
-  m.h.reads[0] = {nfs::kWriteDataPosition, m.h.writes[0].segments[0]};
+  m.h.reads[0] = {kPos, m.h.writes[0].segments[0]};
   EXPECT_EQ(check(m), RpcVerdict::kChunk);
   m = good();
   m.h.n_writes = 0;  // no chunk for the data
   EXPECT_EQ(check(m), RpcVerdict::kChunk);
   // WRITE: one Read segment at the data's position, exactly the bytes to move.
-  for (uint32_t pos : {0u, nfs::kWriteDataPosition - 4, nfs::kWriteDataPosition + 4}) {
+  for (uint32_t pos : {0u, kPos - 4, kPos + 4}) {
     m = good(nfs::kProcWrite);
     m.h.reads[0].position = pos;
     EXPECT_EQ(check(m), RpcVerdict::kChunk) << pos;
@@ -270,7 +319,7 @@ TEST(PeerChecks, RpcChunks) {
   EXPECT_EQ(check(m), RpcVerdict::kChunk);
   m = good(nfs::kProcWrite);
   m.h.n_reads = 2;
-  m.h.reads[1] = {nfs::kWriteDataPosition, {0x99, 4096, 0}};
+  m.h.reads[1] = {kPos, {0x99, 4096, 0}};
   EXPECT_EQ(check(m), RpcVerdict::kChunk);
   m = good(nfs::kProcWrite);
   m.h.n_writes = 1;

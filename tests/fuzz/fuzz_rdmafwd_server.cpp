@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -96,13 +97,19 @@ void rpc_call(Server& s, unsigned lane, std::span<const uint8_t> msg) {
       s.dropped[lane] = true;
     return;
   }
-  const RpcLimits lim{s.depth, s.pages * s.page_size, s.page_size, s.md, s.depth};
+  // The handle the server handed out (the corpus's calls carry it); another is kHandle.
+  static constexpr uint8_t kFh[8] = {'r', 'd', 'm', 'x', 'f', 'i', 'l', 'e'};
+  const RpcLimits lim{s.depth, s.pages * s.page_size, s.page_size, s.md, s.depth, kFh};
   nfs::Call call;
   uint32_t slot = UINT32_MAX;
   const RpcVerdict v = check_rpc_call(
       h, msg.subspan(r.length), lim, s.outstanding[lane],
       [&](uint32_t k) { return s.reading[lane][k]; }, call, slot);
   if (v == RpcVerdict::kBye) return;
+  if (v == RpcVerdict::kHandle) {  // answered NFS3ERR_BADHANDLE: nothing touched, served on
+    if (call.fh.size() == sizeof kFh && std::equal(call.fh.begin(), call.fh.end(), kFh)) fail();
+    return;
+  }
   if (v != RpcVerdict::kOk) {
     s.dropped[lane] = true;
     return;
@@ -134,7 +141,7 @@ void rpc_call(Server& s, unsigned lane, std::span<const uint8_t> msg) {
       fail();
   } else {
     if (h.n_reads != 1 || wire != h.reads[0].target.length ||
-        h.reads[0].position != nfs::kWriteDataPosition)
+        h.reads[0].position != nfs::write_data_position(sizeof kFh))
       fail();
     s.reading[lane][slot] = true;
     ++s.outstanding[lane];  // answered when its READ completes

@@ -69,10 +69,14 @@ TEST(RpcRdmaCmPrivate, Agreement) {
   EXPECT_EQ(c.inline_send, 4096u);  // min(client send, server receive)
   EXPECT_EQ(c.inline_recv, 2048u);  // min(client receive, server send)
   EXPECT_TRUE(c.peer_may_invalidate);
+  EXPECT_FALSE(c.may_invalidate_peer);  // the server offered nothing
   const CmAgreement s = agree(server, client);
   EXPECT_EQ(s.inline_send, 2048u);
   EXPECT_EQ(s.inline_recv, 4096u);
   EXPECT_FALSE(s.peer_may_invalidate);  // the server did not offer its memory to invalidation
+  EXPECT_TRUE(s.may_invalidate_peer);   // the client did: the server replies SEND_WITH_INV
+  client.remote_invalidation = false;   // a client that does not: plain SENDs
+  EXPECT_FALSE(agree(server, client).may_invalidate_peer);
   // A peer without private data: RFC 8166's 1024 bytes.
   const CmAgreement d = agree(client, decode_cm_private({}));
   EXPECT_EQ(d.inline_send, 1024u);

@@ -7,14 +7,18 @@
 //
 //   call    xid | CALL(0) | rpcvers 2 | prog 100003 | vers 3 | proc | cred AUTH_NONE, 0 |
 //           verf AUTH_NONE, 0                                                     40 bytes
-//   READ3args   fh (len 8 + 8 bytes) | offset (hyper) | count                     24 bytes
-//   WRITE3args  fh | offset | count | stable | data length (contents: Read chunk)  32 bytes
+//   READ3args   fh (len + F bytes, padded to 4) | offset (hyper) | count        F' + 16 bytes
+//   WRITE3args  fh | offset | count | stable | data length (contents: Read chunk)  F' + 24
 //   reply   xid | REPLY(1) | MSG_ACCEPTED | verf AUTH_NONE, 0 | SUCCESS           24 bytes
 //   READ3res    status | post_op_attr FALSE | count | eof | data length (Write chunk) 20 bytes
 //   WRITE3res   status | wcc_data FALSE, FALSE | count | committed | verf (8)      28 bytes
+//   a failed READ3res: status | post_op_attr FALSE; WRITE3res: status | wcc_data FALSE, FALSE
 //
-// The "file" is the server's memory: one file handle (kFileHandle), `io-depth` x pages-per-io
-// bytes, a client slot s at offset s x io bytes. Hot path: noexcept, no allocation.
+// The "file" is the server's memory, `io-depth` x pages-per-io bytes, a client slot s at offset
+// s x io bytes. Its file handle is opaque (RFC 1813 nfs_fh3, at most 64 bytes): the server
+// makes one at random for each run and hands it out at setup (setup.cpp, the welcome's "fh"),
+// as a real server hands one out in a MOUNT or LOOKUP reply; a call with any other handle is
+// answered NFS3ERR_BADHANDLE. Hot path: noexcept, no allocation.
 #pragma once
 
 #include <cstdint>
@@ -30,14 +34,21 @@ inline constexpr uint32_t kProcNull = 0, kProcRead = 6, kProcWrite = 7;
 inline constexpr uint32_t kAuthNone = 0;
 inline constexpr uint32_t kMsgAccepted = 0, kAcceptSuccess = 0;
 inline constexpr uint32_t kNfs3Ok = 0, kNfs3ErrIo = 5;
-inline constexpr uint32_t kFileSync = 2;  // stable_how FILE_SYNC
-inline constexpr uint32_t kFhBytes = 8;
-inline constexpr uint8_t kFileHandle[kFhBytes] = {'r', 'd', 'm', 'x', 'f', 'i', 'l', 'e'};
+inline constexpr uint32_t kNfs3ErrBadHandle = 10001;  // "illegal NFS file handle" (RFC 1813 2.6)
+inline constexpr uint32_t kFileSync = 2;              // stable_how FILE_SYNC
+inline constexpr uint32_t kFhMaxBytes = 64;           // NFS3_FHSIZE
 inline constexpr uint8_t kWriteVerf[8] = {'r', 'd', 'm', 'x', 'v', 'e', 'r', 'f'};
 inline constexpr uint32_t kCallHeaderBytes = 40;
 inline constexpr uint32_t kReplyHeaderBytes = 24;
-// The WRITE data's contents start here in the RPC message: the Read chunk's XDR position.
-inline constexpr uint32_t kWriteDataPosition = kCallHeaderBytes + 4 + kFhBytes + 8 + 4 + 4 + 4;
+// XDR's padding of an opaque of n bytes to a multiple of 4 (RFC 4506 4.10).
+inline constexpr uint32_t xdr_pad(uint32_t n) noexcept {
+  return (n + 3) & ~3u;
+}
+// The WRITE data's contents start here in the RPC message (the Read chunk's XDR position): after
+// the call header, the handle (length + padded bytes), offset, count, stable and data length.
+inline constexpr uint32_t write_data_position(uint32_t fh_len) noexcept {
+  return kCallHeaderBytes + 4 + xdr_pad(fh_len) + 8 + 4 + 4 + 4;
+}
 
 struct Call {
   uint32_t xid = 0;
@@ -46,7 +57,9 @@ struct Call {
   uint32_t count = 0;
   uint32_t stable = kFileSync;  // WRITE
   uint32_t data_len = 0;        // WRITE: the opaque's length (its contents are in the Read chunk)
-  bool our_handle = false;      // decode: the file handle is kFileHandle
+  // READ, WRITE: the file handle (encode: the one to send, at most kFhMaxBytes; decode: where
+  // it lies in the message).
+  std::span<const uint8_t> fh;
 };
 
 struct Reply {
@@ -73,10 +86,11 @@ class Xdr {
     put(static_cast<uint32_t>(v >> 32));
     put(static_cast<uint32_t>(v));
   }
-  void put_bytes(const uint8_t* p, uint32_t n) noexcept {  // n a multiple of 4 here
-    if (!room(n)) return;
+  void put_bytes(const uint8_t* p, uint32_t n) noexcept {  // then zeros to a multiple of 4
+    if (!room(xdr_pad(n))) return;
     std::memcpy(w_ + pos_, p, n);
-    pos_ += n;
+    std::memset(w_ + pos_ + n, 0, xdr_pad(n) - n);
+    pos_ += xdr_pad(n);
   }
   uint32_t get() noexcept {
     if (!room(4)) return 0;
@@ -117,8 +131,9 @@ inline uint32_t encode_call(const Call& c, std::span<uint8_t> out) noexcept {
                      kAuthNone, 0u})
     x.put(v);
   if (c.proc == kProcRead || c.proc == kProcWrite) {
-    x.put(kFhBytes);
-    x.put_bytes(kFileHandle, kFhBytes);
+    if (c.fh.size() > kFhMaxBytes) return 0;
+    x.put(static_cast<uint32_t>(c.fh.size()));
+    x.put_bytes(c.fh.data(), static_cast<uint32_t>(c.fh.size()));
     x.put64(c.offset);
     x.put(c.count);
     if (c.proc == kProcWrite) {
@@ -132,7 +147,7 @@ inline uint32_t encode_call(const Call& c, std::span<uint8_t> out) noexcept {
 // Reads an RPC call message. False when it is not an ONC RPC v2 call of NFSv3 with AUTH_NONE
 // credentials and verifier, is cut short, or has bytes after its arguments (WRITE: after its
 // data's length; the contents must come in a Read chunk). An unknown procedure decodes (proc
-// says which) with no arguments read. `our_handle`: the handle is this server's file's.
+// says which) with no arguments read. `fh`: the handle as sent (the caller compares it).
 inline bool decode_call(std::span<const uint8_t> msg, Call& c) noexcept {
   Xdr x(msg);
   c.xid = x.get();
@@ -143,9 +158,9 @@ inline bool decode_call(std::span<const uint8_t> msg, Call& c) noexcept {
   if (x.get() != kAuthNone || x.get() != 0 || x.get() != kAuthNone || x.get() != 0) return false;
   if (c.proc == kProcRead || c.proc == kProcWrite) {
     const uint32_t fh_len = x.get();
-    if (fh_len > 64) return false;  // nfs_fh3: opaque<NFS3_FHSIZE>
-    const uint8_t* fh = x.get_bytes((fh_len + 3) & ~3u);
-    c.our_handle = fh && fh_len == kFhBytes && std::memcmp(fh, kFileHandle, kFhBytes) == 0;
+    if (fh_len > kFhMaxBytes) return false;  // nfs_fh3: opaque<NFS3_FHSIZE>
+    const uint8_t* fh = x.get_bytes(xdr_pad(fh_len));
+    c.fh = fh ? std::span<const uint8_t>(fh, fh_len) : std::span<const uint8_t>();
     c.offset = x.get64();
     c.count = x.get();
     if (c.proc == kProcWrite) {

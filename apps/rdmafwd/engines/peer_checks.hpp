@@ -14,20 +14,23 @@
 //                       the transport header's xid (RFC 8166 4.1)
 //   proc                NULL (the client's goodbye: nothing else read),       kOp
 //                       READ or WRITE
-//   file handle         the server's one file's                               kHandle
+//   file handle         the one the server handed out at setup; another is    kHandle
+//                       answered NFS3ERR_BADHANDLE and the client served on
+//                       (the only verdict that does not drop it)
 //   offset              a slot's start: a multiple of max_len, slot < depth   kSlot
 //   slot                not waiting for the RDMA READ of an earlier WRITE     kSlotBusy
 //   count               1 .. max_len; with metadata whole page-sized blocks   kLen
 //   READ chunks         no Read list, no Reply chunk, one Write chunk of one  kChunk
 //                       segment at least count + blocks x metadata long
 //   WRITE chunks        no Write list, no Reply chunk, one Read segment at    kChunk
-//                       kWriteDataPosition exactly count + blocks x metadata
+//                       write_data_position(handle) exactly count + blocks x metadata
 //                       long; the data's XDR length == count
 //   segment handle, offset: not the server's to check. They name the client's own window, and
 //             the client's device refuses what they do not open (the responder checks the
 //             rkey, the IOVA range and the access); the server moves exactly the bytes above.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -39,11 +42,12 @@
 namespace rdmafwd {
 
 struct RpcLimits {
-  uint32_t depth = 0;      // server slots
-  uint32_t max_len = 0;    // bytes a slot holds (pages-per-io x page size)
-  uint32_t page_size = 0;  // a block of --metadata
-  uint32_t metadata = 0;   // bytes of metadata per block (0: none)
-  uint32_t credits = 0;    // calls the server granted the client
+  uint32_t depth = 0;           // server slots
+  uint32_t max_len = 0;         // bytes a slot holds (pages-per-io x page size)
+  uint32_t page_size = 0;       // a block of --metadata
+  uint32_t metadata = 0;        // bytes of metadata per block (0: none)
+  uint32_t credits = 0;         // calls the server granted the client
+  std::span<const uint8_t> fh;  // the file handle the server handed out
 };
 
 enum class RpcVerdict : uint8_t {
@@ -72,7 +76,7 @@ inline const char* rpc_verdict_name(RpcVerdict v) noexcept {
     case RpcVerdict::kOp:
       return "an NFSv3 procedure other than NULL, READ or WRITE";
     case RpcVerdict::kHandle:
-      return "another file handle than the server's";
+      return "another file handle than the one the server handed out";
     case RpcVerdict::kSlot:
       return "an offset that is not a slot within the server's io-depth";
     case RpcVerdict::kSlotBusy:
@@ -104,7 +108,9 @@ inline RpcVerdict check_rpc_call(const rpcrdma::Header& h, std::span<const uint8
     return RpcVerdict::kRpc;
   if (call.proc == nfs::kProcNull) return RpcVerdict::kBye;
   if (call.proc != nfs::kProcRead && call.proc != nfs::kProcWrite) return RpcVerdict::kOp;
-  if (!call.our_handle) return RpcVerdict::kHandle;
+  if (call.fh.size() != lim.fh.size() ||
+      !std::equal(call.fh.begin(), call.fh.end(), lim.fh.begin()))
+    return RpcVerdict::kHandle;
   if (lim.max_len == 0 || call.offset % lim.max_len != 0 || call.offset / lim.max_len >= lim.depth)
     return RpcVerdict::kSlot;
   slot = static_cast<uint32_t>(call.offset / lim.max_len);
@@ -119,7 +125,8 @@ inline RpcVerdict check_rpc_call(const rpcrdma::Header& h, std::span<const uint8
         h.writes[0].segments[0].length < wire)
       return RpcVerdict::kChunk;
   } else {
-    if (h.n_writes != 0 || h.n_reads != 1 || h.reads[0].position != nfs::kWriteDataPosition ||
+    if (h.n_writes != 0 || h.n_reads != 1 ||
+        h.reads[0].position != nfs::write_data_position(static_cast<uint32_t>(call.fh.size())) ||
         h.reads[0].target.length != wire || call.data_len != call.count)
       return RpcVerdict::kChunk;
   }

@@ -15,10 +15,12 @@
 // Server (core p): the "file" is its memory, a client slot s at offset s x io bytes (READ reads
 // its source buffers, WRITE lands in its destination buffers). A call's transport header is
 // decoded (Role::kCall); one the codec refuses is answered with RDMA_ERROR (ERR_VERS for another
-// version, ERR_CHUNK otherwise) and the client served on; a call that breaks peer_checks.hpp's
-// rules drops the client. The server moves exactly count (+ metadata) bytes between the file and
-// the client's segment, and replies, as SEND_WITH_INV naming the segment's handle when the peers
-// agreed on remote invalidation (RFC 8797), granting credits from its receive depth.
+// version, ERR_CHUNK otherwise) and the client served on; so is a call with another file handle
+// than the one the server handed out at setup, answered NFS3ERR_BADHANDLE; a call that breaks
+// peer_checks.hpp's other rules drops the client. The server moves exactly count (+ metadata)
+// bytes between the file and the client's segment, and replies, as SEND_WITH_INV naming the
+// segment's handle when the client offered remote invalidation (RFC 8797; setup.cpp carries
+// both sides' private data), granting credits from its receive slots posted.
 //
 // Verification (unless --no-verify): each payload's first kHdr bytes (outside the checksum)
 // carry the sequence number and the checksum of the rest: the client's for a WRITE (the server
@@ -33,7 +35,10 @@
 // READ. The metadata of block r is tagged {r, seq} (and a pattern): the server checks what it
 // read, the client what the server wrote.
 #include <algorithm>
+#include <array>
 #include <cstring>
+
+#include <infiniband/mlx5dv.h>
 
 #include <rdmx/rpcrdma/cm_private.hpp>
 
@@ -49,15 +54,16 @@ namespace rr = rdmx::rpcrdma;
 constexpr uint32_t kRpcAccess =
     mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead;
 
-// RFC 8797: what each side would put in its connection private data. The rendezvous does not
-// carry it (yet): both ends run this build, so each takes the other's to be its own: RFC 8166's
-// 1024-byte inline thresholds, and remote invalidation offered by the requester.
-constexpr rr::CmPrivate kPrivate{true, true, rr::kDefaultInlineThreshold,
-                                 rr::kDefaultInlineThreshold};
-const rr::CmAgreement kAgreed = rr::agree(kPrivate, kPrivate);
+// RFC 8797: each side's view of the agreement (Lane::rpc) comes from setup.cpp, which carries
+// both sides' private data in the session's hello and welcome (in one process: both offers):
+// l.rpc.client on the client's core, l.rpc.server on the server's.
 
 // What a finished call's reply said (Lane::Slot::expect_a on the client).
-constexpr uint8_t kReplyGood = 0, kReplyNfsError = 1, kReplyBad = 2, kCallAbandoned = 3;
+// kReplyBadHandle: a call sent with a forged file handle (--forge-handle-every, tests) was
+// answered NFS3ERR_BADHANDLE, as it must be.
+constexpr uint8_t kReplyGood = 0, kReplyNfsError = 1, kReplyBad = 2, kCallAbandoned = 3,
+                  kReplyBadHandle = 4;
+static_assert(sizeof(RpcAgreed::fh) == nfs::kFhMaxBytes);
 
 uint64_t req_buf(const Lane& l, uint32_t slot) {
   return l.c_small + uint64_t{slot} * kSmall;
@@ -68,10 +74,11 @@ uint64_t reply_recv_buf(const Lane& l, uint32_t k) {
 uint64_t srv_reply_buf(const Lane& l, uint32_t slot) {
   return l.p_small + uint64_t{slot} * kSmall;
 }
-// A reply that belongs to no slot (RDMA_ERROR, the goodbye's): the second half of p_small, by
-// the receive slot of the call it answers.
+// A reply that belongs to no slot (RDMA_ERROR, NFS3ERR_BADHANDLE, the goodbye's): the second
+// half of p_small, by the receive slot k of the call it answers (k < p_recv_n = depth: an rpc
+// lane's receive slots). See hold_extra: one such reply per receive slot at a time.
 uint64_t srv_extra_buf(const Lane& l, uint32_t k) {
-  return l.p_small + uint64_t{l.depth + k % l.depth} * kSmall;
+  return l.p_small + uint64_t{l.depth + k} * kSmall;
 }
 std::span<uint8_t> small_span(uint64_t addr) {
   return {reinterpret_cast<uint8_t*>(addr), kSmall};
@@ -125,6 +132,8 @@ bool start(Lane& l) {
     for (uint32_t i = 0; i < l.depth; ++i)
       l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], len);
     l.srv_outstanding = 0;
+    l.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
+    l.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
   }
   return true;
 }
@@ -142,9 +151,41 @@ void flip(Lane& l, uint32_t s, bool dst) {
   *b ^= 0x5a;
 }
 
-// The credits the server grants: its receive depth for the client (RFC 8166 3.3.1).
+// The credits the server grants: its receive slots posted for the client (RFC 8166 3.3.1):
+// io-depth, less those held under a reply that belongs to no slot (hold_extra).
 uint32_t grant(const Lane& l) {
-  return std::min(l.depth, l.p_recv_n);
+  return std::min(l.depth, l.p_recv_n - l.p_recv_held);
+}
+
+// A reply that belongs to no slot is written into the extra buffer of the receive slot k its
+// call came in, and k is posted again only once that reply's SEND completed (release_extra,
+// from server_poll): until then no call can land in k, so no later reply is written into the
+// buffer while the device may still read it (to send, or to send again after a lost
+// acknowledgement). Without the hold it could: the client may send its next call as soon as it
+// has this reply, before this side polled the SEND's completion; a client that ignores its
+// credits, sooner still, while the SEND is not even sent. Returns the buffer; a buffer written
+// while its previous SEND had not completed is counted as an I/O error (never, with the hold).
+std::span<uint8_t> hold_extra(Lane& l, uint32_t k) {
+  ++l.p_recv_held;
+  if (l.p->qp().sq().ci() < l.extra_end[k]) l.st.io_errors.add(1);
+  return small_span(srv_extra_buf(l, k));
+}
+void release_extra(Lane& l, uint32_t k) {
+  --l.p_recv_held;
+  if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
+    note_reject(l, e);
+}
+// Sends `bytes` of slot k's extra buffer, signaled (its completion releases k).
+void send_extra(Lane& l, uint32_t k, uint32_t bytes) {
+  const mlx5::prm::Sge sg = sge(srv_extra_buf(l, k), bytes, l.lkey_b);
+  const Errc e = l.p->post_send({&sg, 1}, cookie(kCkSrvReply, l.depth + k), true);
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    io_failed(l);
+    release_extra(l, k);
+    return;
+  }
+  l.extra_end[k] = l.p->qp().sq().pi();
 }
 
 // SENDs `bytes` of `buf`: as SEND_WITH_INV naming `inv_rkey` when it is not 0.
@@ -174,7 +215,7 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
     h.writes[0].segments[0] = *written;
   }
   const std::span<uint8_t> buf = small_span(srv_reply_buf(l, s));
-  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kReply, kAgreed.inline_send);
+  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kReply, l.rpc.server.inline_send);
   nfs::Reply rep;
   rep.xid = h.xid;
   rep.status = status;
@@ -188,8 +229,10 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
     l.st.io_errors.add(1);
     return;
   }
-  // The segment's handle names the client's window: invalidated by the reply when agreed.
-  const uint32_t inv = kAgreed.peer_may_invalidate ? v.rkey : 0;
+  // The segment's handle names the client's window: invalidated by the reply when the client
+  // offered its memory to remote invalidation (RFC 8797 section 4); a plain SEND otherwise, and
+  // the client invalidates its window itself.
+  const uint32_t inv = l.rpc.server.may_invalidate_peer ? v.rkey : 0;
   if (!server_send(l, srv_reply_buf(l, s), r.length + m, inv, cookie(kCkSrvReply, s))) return;
   if (l.remote_client) io_done(l, v.tsc, rte_rdtsc(), v.len);  // served (two-process server)
 }
@@ -215,14 +258,39 @@ void server_error_reply(Lane& l, uint32_t k, std::span<const uint8_t> msg, rr::E
     refuse_request(l, RpcVerdict::kRpc);
     return;
   }
-  if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
-    note_reject(l, e);
+  const std::span<uint8_t> buf = hold_extra(l, k);
   const rr::Header h = rr::error_reply(
       xid, grant(l), why == rr::Error::kBadVersion ? rr::ErrCode::kVers : rr::ErrCode::kChunk);
-  const rr::CodecResult r = rr::encode(h, small_span(srv_extra_buf(l, k)), rr::Role::kReply);
-  if (!r.ok()) return;
+  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kReply);
+  if (!r.ok()) {  // never: an error reply is 28 bytes
+    release_extra(l, k);
+    return;
+  }
   ++l.rpc_errors_sent;
-  (void)server_send(l, srv_extra_buf(l, k), r.length, 0, cookie(kCkSrvReply, l.depth + k));
+  send_extra(l, k, r.length);
+}
+
+// A call with another file handle than the one this server handed out: NFS3ERR_BADHANDLE in a
+// well-formed reply (RDMA_MSG without chunks, the accepted RPC reply, the procedure's failed
+// result), and the client served on: as for an NFS server, a handle it does not know is the
+// caller's error, not a breach of the protocol. Nothing of the call's chunks is touched, so the
+// reply is a plain SEND: the client invalidates its windows itself.
+void server_bad_handle(Lane& l, uint32_t k, const nfs::Call& call) {
+  l.st.bad_handles.add(1);
+  const std::span<uint8_t> buf = hold_extra(l, k);
+  rr::Header rh;
+  rh.xid = call.xid;
+  rh.credits = grant(l);
+  const rr::CodecResult e = rr::encode(rh, buf, rr::Role::kReply, l.rpc.server.inline_send);
+  nfs::Reply rep;
+  rep.xid = call.xid;
+  rep.status = nfs::kNfs3ErrBadHandle;
+  const uint32_t m = e.ok() ? nfs::encode_reply(call.proc, rep, buf.subspan(e.length)) : 0;
+  if (m == 0) {  // never: kSmall holds it
+    release_extra(l, k);
+    return;
+  }
+  send_extra(l, k, e.length + m);
 }
 
 void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
@@ -231,38 +299,46 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   const std::span<const uint8_t> msg(reinterpret_cast<const uint8_t*>(l.p_recv.slot(k)[0]),
                                      std::min(byte_len, l.p_recv.per_slot * l.page_size));
   rr::Header h;
-  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kCall, kAgreed.inline_recv);
+  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kCall, l.rpc.server.inline_recv);
   if (!r.ok()) {
     server_error_reply(l, k, msg, r.error);
     return;
   }
-  const RpcLimits lim{l.depth, io_len(l), l.page_size, l.cfg.metadata, grant(l)};
+  const RpcLimits lim{l.depth,        io_len(l), l.page_size,
+                      l.cfg.metadata, grant(l),  {l.rpc.fh.data(), l.rpc.fh_len}};
   nfs::Call call;
   uint32_t s = 0;
   const RpcVerdict verdict = check_rpc_call(
       h, msg.subspan(r.length), lim, l.srv_outstanding,
       [&](uint32_t slot) { return l.srv[slot].busy; }, call, s);
+  if (verdict == RpcVerdict::kHandle) {
+    server_bad_handle(l, k, call);
+    return;
+  }
   if (verdict != RpcVerdict::kOk && verdict != RpcVerdict::kBye) {
     refuse_request(l, verdict);
+    return;
+  }
+  if (verdict == RpcVerdict::kBye) {
+    l.st.peer_bye.set(1);
+    // NULL's reply: the accepted header, no results.
+    const std::span<uint8_t> buf = hold_extra(l, k);
+    rr::Header rh;
+    rh.xid = h.xid;
+    rh.credits = grant(l);
+    const rr::CodecResult e = rr::encode(rh, buf, rr::Role::kReply);
+    nfs::Reply rep;
+    rep.xid = h.xid;
+    const uint32_t m = e.ok() ? nfs::encode_reply(nfs::kProcNull, rep, buf.subspan(e.length)) : 0;
+    if (m)
+      send_extra(l, k, e.length + m);
+    else
+      release_extra(l, k);
     return;
   }
   // The receive slot is free again: the call is decoded.
   if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
-  if (verdict == RpcVerdict::kBye) {
-    l.st.peer_bye.set(1);
-    // NULL's reply: the accepted header, no results.
-    rr::Header rh;
-    rh.xid = h.xid;
-    rh.credits = grant(l);
-    const std::span<uint8_t> buf = small_span(srv_extra_buf(l, k));
-    const rr::CodecResult e = rr::encode(rh, buf, rr::Role::kReply);
-    nfs::Reply rep;
-    rep.xid = h.xid;
-    const uint32_t m = e.ok() ? nfs::encode_reply(nfs::kProcNull, rep, buf.subspan(e.length)) : 0;
-    if (m) (void)server_send(l, srv_extra_buf(l, k), e.length + m, 0, cookie(kCkSrvReply, 0));
-    return;
-  }
   ++l.srv_outstanding;
   Lane::Slot& v = l.srv[s];
   if (v.op == 0xff) flip(l, s, false);  // undo the previous corruption of this slot's source
@@ -380,6 +456,8 @@ bool server_poll(Lane& l, uint64_t now) {
       if (kind == kCkReqRecv) server_request(l, s, x.byte_len, now);
     } else if (kind == kCkSrvRead) {
       server_read_done(l, s);
+    } else if (kind == kCkSrvReply && s >= l.depth) {
+      release_extra(l, s - l.depth);  // a reply of no slot was sent (hold_extra)
     }
   });
   if (p.qp().in_error() && !l.failed) io_failed(l);
@@ -399,14 +477,40 @@ int find_call(const Lane& l, uint32_t xid) {
   return -1;
 }
 
+// Once slot s's retire() has posted everything (it returned kOk): records, apart from
+// CallChunks' own bookkeeping, what finish_call checks: the SQ producer past the last
+// invalidate when any was posted for the call, and whether a window is still mapped under the
+// call's rkey although the reply did not invalidate it (nothing was posted for it).
+void note_retired(Lane& l, uint32_t s) {
+  Lane::Slot& sl = l.slots[s];
+  if (sl.inv_posted) return;
+  const rr::CallChunks& ch = l.calls[s];
+  sl.inv_posted = true;
+  sl.inv_fence = l.chunk_stats.local_invalidations != sl.inv_base ? l.c->qp().sq().pi() : 0;
+  sl.left_mapped = false;
+  for (uint32_t i = 0; i < ch.n_windows(); ++i) {
+    const win::Window* w = ch.window(i);
+    if (ch.rkey(i) != sl.inv_rkey && w->state() == win::WindowState::kMapped &&
+        w->rkey() == ch.rkey(i))
+      sl.left_mapped = true;
+  }
+}
+
 // Retires slot s's windows (`reply`: the reply's receive completion, nullptr for a call
 // abandoned) and queues the slot until they are invalid on the device.
 void retire_call(Lane& l, uint32_t s, const mlx5::Completion* reply) {
   Lane::Slot& sl = l.slots[s];
   sl.done_seq = sl.seq;
-  const Errc e =
-      l.calls[s].retire(*l.c, reply, kAgreed.peer_may_invalidate, l.chunk_stats);  // kNoRoom: later
+  sl.inv_posted = false;
+  sl.inv_base = l.chunk_stats.local_invalidations;
+  // The window the reply's SEND_WITH_INV freed on receipt (frwr_reminv looks at the same).
+  sl.inv_rkey =
+      reply && reply->ok() && reply->cqe_opcode == MLX5_CQE_RESP_SEND_INV ? reply->imm : 0;
+  const Errc e = l.calls[s].retire(*l.c, reply, l.rpc.client.peer_may_invalidate,
+                                   l.chunk_stats);  // kNoRoom: later
+  if (e == Errc::kOk) note_retired(l, s);
   if (e != Errc::kOk && e != Errc::kNoRoom) note_reject(l, e);
+  l.st.local_invalidations.set(l.chunk_stats.local_invalidations);
   l.retiring[(l.retiring_head + l.retiring_n++) % l.depth] = s;
 }
 
@@ -416,6 +520,8 @@ uint8_t check_reply(const Lane& l, uint32_t s, const rr::Header& h, std::span<co
   if (h.proc != rr::Proc::kMsg) return kReplyBad;  // RDMA_ERROR (or a NOMSG we never ask for)
   nfs::Reply rep;
   if (!nfs::decode_reply(sl.op, msg, rep) || rep.xid != h.xid) return kReplyBad;
+  if (sl.forged)  // the handle was not the server's: refused, with nothing written
+    return rep.status == nfs::kNfs3ErrBadHandle && h.n_writes == 0 ? kReplyBadHandle : kReplyBad;
   if (rep.status != nfs::kNfs3Ok) return kReplyNfsError;
   const uint32_t wire = sl.len + sl.len / l.page_size * l.cfg.metadata;
   if (sl.op == nfs::kProcRead) {
@@ -436,7 +542,7 @@ void client_reply(Lane& l, const mlx5::Completion& x) {
   const std::span<const uint8_t> msg(reinterpret_cast<const uint8_t*>(reply_recv_buf(l, k)),
                                      std::min(x.byte_len, kSmall));
   rr::Header h;
-  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kReply, kAgreed.inline_recv);
+  const rr::CodecResult r = rr::decode(msg, h, rr::Role::kReply, l.rpc.client.inline_recv);
   const int found = r.ok() ? find_call(l, h.xid) : -1;
   const uint8_t verdict =
       found < 0 ? kReplyBad
@@ -455,11 +561,23 @@ void client_reply(Lane& l, const mlx5::Completion& x) {
   retire_call(l, s, &x);
 }
 
-// The reply came and the call's windows are invalid: the I/O completes.
+// The reply came and the call's windows are invalid: the I/O completes. The reply is handed
+// on only now (Linux xprtrdma: frwr_unmap_sync waits for the last LOCAL_INV's completion before
+// the reply goes up): checked here against the device's progress, not CallChunks' own state.
+// A window the reply did not invalidate must have had its invalidate posted and the SQ consumer
+// must have passed it; otherwise the peer could still reach the call's memory, and the reply is
+// counted in early_replies (an error).
 void finish_call(Lane& l, uint32_t s, uint64_t now) {
   Lane::Slot& sl = l.slots[s];
+  if (!sl.inv_posted || sl.left_mapped || l.c->qp().sq().ci() < sl.inv_fence)
+    l.st.early_replies.add(1);
   (void)l.calls[s].reset(*l.c);
   if (sl.expect_a == kCallAbandoned) {
+    push_slot(l, s);
+    return;
+  }
+  if (sl.expect_a == kReplyBadHandle) {  // answered as it had to be: nothing moved
+    io_done(l, sl.tsc, now, 0);
     push_slot(l, s);
     return;
   }
@@ -488,9 +606,11 @@ bool pump_retiring(Lane& l, uint64_t now) {
   while (l.retiring_n) {
     const uint32_t s = l.retiring[l.retiring_head];
     rr::CallChunks& ch = l.calls[s];
-    if (ch.retire(*l.c, nullptr, kAgreed.peer_may_invalidate, l.chunk_stats) != Errc::kOk ||
-        !ch.done(*l.c))
+    if (ch.retire(*l.c, nullptr, l.rpc.client.peer_may_invalidate, l.chunk_stats) != Errc::kOk)
       break;
+    note_retired(l, s);
+    l.st.local_invalidations.set(l.chunk_stats.local_invalidations);
+    if (!ch.done(*l.c)) break;
     finish_call(l, s, now);
     l.retiring_head = (l.retiring_head + 1) % l.depth;
     --l.retiring_n;
@@ -526,12 +646,22 @@ uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr:
     h.writes[0].segments[0] = seg;
   } else if (proc == nfs::kProcWrite) {
     h.n_reads = 1;
-    h.reads[0] = {nfs::kWriteDataPosition, seg};  // RFC 8267 4: the data item's position
+    h.reads[0] = {nfs::write_data_position(l.rpc.fh_len), seg};  // RFC 8267 4: the data's position
   }
   const std::span<uint8_t> buf = small_span(req_buf(l, s));
-  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kCall, kAgreed.inline_send);
+  const rr::CodecResult r = rr::encode(h, buf, rr::Role::kCall, l.rpc.client.inline_send);
   if (!r.ok()) return 0;
+  // The file handle the server handed out; --forge-handle-every (tests): one byte flipped.
   nfs::Call call;
+  call.fh = {l.rpc.fh.data(), l.rpc.fh_len};
+  std::array<uint8_t, nfs::kFhMaxBytes> forged;
+  l.slots[s].forged = l.cfg.forge_handle_every && proc != nfs::kProcNull &&
+                      seq % l.cfg.forge_handle_every == 0 && l.rpc.fh_len;
+  if (l.slots[s].forged) {
+    forged = l.rpc.fh;
+    forged[seq % l.rpc.fh_len] ^= 0x01;
+    call.fh = {forged.data(), l.rpc.fh_len};
+  }
   call.xid = h.xid;
   call.proc = proc;
   call.offset = uint64_t{s} * io_len(l);  // the slot's part of the server's file

@@ -62,8 +62,9 @@ def mode(binary, fwd, extra=()):
     for per in periodic:
         check(per["total"]["faults"]["lost_ios"] == 0 and per["total"]["errors"]["total"] == 0,
               f"periodic line reports lost I/Os or errors: {per['total']}", p)
-    if fwd == "rpc":
+    if fwd == "rpc" and "--rpc-remote-invalidate" not in extra:
         check(t["remote_invalidations"] == t["ios"], "rpc: replies did not invalidate every window", p)
+        check(t["local_invalidations"] == 0, f"rpc: local invalidations: {t}", p)
     print(f"fwd {fwd}: {t['ios']} I/Os, {t['ios_per_s']:.0f}/s, p50 {t['latency_us']['p50']:.1f} us")
     return s
 
@@ -98,6 +99,41 @@ def case_metadata(binary):
     check(c["ios"] == 3000 and c["errors"]["total"] == 0, f"client: {c}", cli)
     print(f"metadata: caught {t['errors']['verify']} of {t['corrupted']} corrupted metadata; "
           f"two processes {c['ios']} RPCs")
+
+
+def case_rpc_local_inv(binary):
+    # --rpc-remote-invalidate off: the client's RFC 8797 private data does not offer remote
+    # invalidation, so the server replies with plain SENDs and the client invalidates each call's
+    # window itself; no reply is handed on before that invalidate completed (early_replies, an
+    # error, checked by the engine against the client's send queue).
+    t = mode(binary, "rpc", ["--rpc-remote-invalidate", "off"])["total"]
+    check(t["remote_invalidations"] == 0 and t["local_invalidations"] == t["ios"] == t["unmaps"],
+          f"remote-invalidated {t['remote_invalidations']}, local-invalidated "
+          f"{t['local_invalidations']}, unmaps {t['unmaps']}, I/Os {t['ios']}")
+    check(t["errors"]["early_replies"] == 0, f"early replies: {t['errors']}")
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--rpc-remote-invalidate", "on"])
+    check(p.returncode == 0, f"--rpc-remote-invalidate on: exit {p.returncode}", p)
+    print(f"rpc local invalidation: {t['ios']} calls, every window invalidated by the client")
+
+
+def case_bad_handle(binary):
+    # The file handle is the server's, handed out at setup; a client that forges it (hidden
+    # --forge-handle-every N: a byte flipped in every N-th call) gets NFS3ERR_BADHANDLE in a
+    # well-formed reply and is served on: nothing moved for those calls, no error on either side.
+    # Replies of no slot are written into the buffer of the receive slot the call came in, again
+    # only after the previous one's SEND completed (a rewrite while in flight counts an I/O error).
+    for extra, every in ((["--io-depth", "1"], 1), ([], 3), (["--metadata", "8"], 2)):
+        p = run(binary, ["--fwd", "rpc", "--duration", "0.7", "--json", "--forge-handle-every",
+                         str(every)] + extra)
+        check(p.returncode == 0, f"forged every {every} {extra}: exit {p.returncode}", p)
+        t = summary(p)["total"]
+        bad = t["errors"]["bad_handles"]
+        check(t["ios"] > 0 and bad == t["ios"] // every and t["errors"]["total"] == 0 and
+              t["errors"]["refused_requests"] == 0,
+              f"forged every {every} {extra}: {t['ios']} calls, {bad} bad handles, {t['errors']}", p)
+        if every == 1:
+            check(t["bytes"] == 0 and t["remote_invalidations"] == 0, f"moved data: {t}", p)
+    print("bad handle: every forged handle answered NFS3ERR_BADHANDLE, the client served on")
 
 
 def case_no_verify_corrupt(binary):
@@ -650,6 +686,8 @@ CASES = {
     "corrupt": case_corrupt,
     "metadata": case_metadata,
     "no-verify": case_no_verify_corrupt,
+    "rpc-local-inv": case_rpc_local_inv,
+    "bad-handle": case_bad_handle,
     "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,

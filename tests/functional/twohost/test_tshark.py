@@ -369,13 +369,13 @@ def case_rpc(binary):
 
     # tshark 4.0 dissects a READ call's NFS arguments; a WRITE call's RPC message it holds back
     # for the Read chunk's data (left as "Data"), so a WRITE is known by its Read chunk at the
-    # data's XDR position (72: RFC 8267). It pairs no reply with its call over an RC QP pair (no
-    # NFS procedure in the reply): a reply is an accepted, successful ONC RPC reply to the xid
-    # of one of our calls.
+    # data's XDR position (96 behind the server's 32-byte file handle: RFC 8267). It pairs no
+    # reply with its call over an RC QP pair (no NFS procedure in the reply): a reply is an
+    # accepted, successful ONC RPC reply to the xid of one of our calls.
     def proc_of(cl):
         if cl["nfs.procedure_v3"]:
             return cl["nfs.procedure_v3"]
-        return "7" if cl["rpcordma.position"] == "72" else "?"
+        return "7" if cl["rpcordma.position"] == "96" else "?"
     kinds = {}
     for xid, cl in calls.items():
         kinds.setdefault(proc_of(cl), []).append(xid)

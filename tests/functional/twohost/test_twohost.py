@@ -448,6 +448,43 @@ def case_roce(binary, fwd, lossy):
               f"injected faults {injected}")
 
 
+def case_roce_rpc_local_inv(binary):
+    """--fwd rpc across the veth pair over emu RoCE v2, the client started with
+    --rpc-remote-invalidate off: its hello's RFC 8797 private data does not offer remote
+    invalidation, so the server replies with plain SENDs (remote-invalidated 0 on the client)
+    and the client invalidates every call's window itself (local-invalidated = I/Os), each
+    reply handed on only after that invalidate completed (early_replies 0; the engine checks it
+    against the client's send queue). Every 7th call carries a forged file handle (hidden
+    --forge-handle-every): the server answers it NFS3ERR_BADHANDLE and serves the client on."""
+    with Netns() as n:
+        common = ["--json", "--rendezvous-timeout", "40"]
+        srv, cli, procs = serve(
+            command(binary, SERVER_EAL, ["--role", "server", "--listen", f"{n.addr_a}:7471",
+                                         "--device", f"emu@roce:{n.addr_a}"] + common, n.a),
+            command(binary, CLIENT_EAL, ["--role", "client", "--peer", f"{n.addr_a}:7471",
+                                         "--duration", "2", "--device", f"emu@roce:{n.addr_b}",
+                                         "--rpc-remote-invalidate", "off",
+                                         "--forge-handle-every", "7"] + common, n.b))
+        (_, sout, serr), (_, cout, cerr) = procs
+        both_ok(srv, cli, procs)
+        c, s = summary(cout)["total"], summary(sout)["total"]
+        check(c["ios"] > 0 and c["errors"]["total"] == 0 and s["errors"]["total"] == 0,
+              f"client {c['ios']} I/Os, errors {c['errors']} / {s['errors']}", *procs)
+        check(c["remote_invalidations"] == 0 and c["local_invalidations"] == c["ios"],
+              f"client: remote-invalidated {c['remote_invalidations']}, local-invalidated "
+              f"{c['local_invalidations']}, I/Os {c['ios']}", *procs)
+        check(c["errors"]["early_replies"] == 0, f"early replies: {c['errors']}", *procs)
+        bad = s["errors"]["bad_handles"]
+        check(bad == c["ios"] // 7 and s["ios"] + bad == c["ios"] and
+              s["errors"]["refused_requests"] == 0,
+              f"server: served {s['ios']}, bad handles {bad}; client {c['ios']} calls", *procs)
+        check("dropped" not in serr, "the server dropped the client", *procs)
+        for p in (srv, cli):
+            check(not leftovers(p.pid), f"left behind: {leftovers(p.pid)}", *procs)
+        print(f"roce rpc, remote invalidation off: {c['ios']} calls, {c['local_invalidations']} "
+              f"windows invalidated by the client, {bad} forged handles answered BADHANDLE")
+
+
 def roce_two_client_server(binary, n, extra):
     """A second address (10.47.0.3) in namespace b for a second client, and an rdmafwd server
     for two clients (one lane each, --io-depth 8) over emu RoCE v2 in namespace a, started with
@@ -1734,6 +1771,7 @@ CASES = {
     "roce-rpc": lambda b: case_roce(b, "rpc", False),
     "roce-read": lambda b: case_roce(b, "read", False),
     "roce-rpc-lossy": lambda b: case_roce(b, "rpc", True),
+    "roce-rpc-local-inv": case_roce_rpc_local_inv,
     "roce-write-lossy": lambda b: case_roce(b, "write", True),
     "roce-read-lossy": lambda b: case_roce(b, "read", True),
     "roce-clients": case_roce_clients,

@@ -83,6 +83,8 @@ class CallChunks {
   uint32_t n_windows() const noexcept { return n_; }
   bool retiring() const noexcept { return retiring_; }
   uint32_t rkey(uint32_t i) const noexcept { return rkeys_[i]; }
+  // The i-th window as mapped (i < n_windows()); after retire() it may serve another map.
+  const win::Window* window(uint32_t i) const noexcept { return windows_[i]; }
 
  private:
   Errc can_map(uint64_t length) const noexcept;  // room, state and the 32-bit length

@@ -50,11 +50,14 @@ CmPrivate decode_cm_private(std::span<const uint8_t> in) noexcept;
 // to receive, and whether the peer may invalidate this side's memory with SEND_WITH_INV: this
 // side offered it (the requester offers, the responder decides from that flag alone, as Linux's
 // svc_rdma_parse_connect_private does). The requester passes peer_may_invalidate to
-// CallChunks::retire.
+// CallChunks::retire. The other way round, may_invalidate_peer: the peer offered its memory
+// (its flag), so this side may answer with SEND_WITH_INV naming the peer's chunks; the
+// responder replies with a plain SEND otherwise (RFC 8797 section 4, Remote Invalidation).
 struct CmAgreement {
   uint32_t inline_send = kDefaultInlineThreshold;
   uint32_t inline_recv = kDefaultInlineThreshold;
   bool peer_may_invalidate = false;
+  bool may_invalidate_peer = false;
 };
 CmAgreement agree(const CmPrivate& local, const CmPrivate& peer) noexcept;
 
