@@ -703,6 +703,98 @@ Status serve(const Params& p, Testbed& tb, Pending& pd) {
   return s.ready(targets);
 }
 
+// What tcp_server's steps share: the clients being admitted and the lane slots they take.
+struct Admission {
+  const Params& p;
+  Testbed& tb;
+  const Say& say;
+  const Say& warn;
+  unsigned n_clients;
+  unsigned per;  // lanes per client
+  size_t first;  // --serve-clients: the clients served before
+  std::vector<Pending> pending;
+  std::vector<bool> slot_busy;
+
+  void refused(Pending& pd, const std::string& why) {
+    tb.refused_clients.push_back({pd.pr.name, why});
+    if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
+    slot_busy[pd.slot] = false;
+  }
+};
+
+// A session the server admitted: a free slot of lanes and the greeting, or refused (busy).
+Status admit(Admission& ad, endpoint::Session&& in) {
+  Pending pd;
+  pd.pr.name = in.peer();
+  pd.pr.s = std::move(in);
+  const auto free_slot = std::find(ad.slot_busy.begin(), ad.slot_busy.end(), false);
+  if (free_slot == ad.slot_busy.end()) {
+    const std::string why =
+        "this server serves " + std::to_string(ad.n_clients) + " client(s), all being admitted now";
+    pd.pr.s.refuse(Errc::kBusy, why);
+    ad.tb.refused_clients.push_back({pd.pr.name, why});
+    if (ad.warn) ad.warn("server: client " + pd.pr.name + " not served: " + why);
+    return {};
+  }
+  pd.slot = static_cast<unsigned>(free_slot - ad.slot_busy.begin());
+  *free_slot = true;
+  pd.pr.first_lane = pd.slot * ad.per;
+  pd.pr.n_lanes = ad.per;
+  if (Status st = greet(ad.p, ad.tb, pd); !st) {
+    if (pd.connected) return add_context(st.error(), "client " + pd.pr.name);
+    ad.refused(pd, without_peer(st.error().message, pd.pr.name));
+  } else {
+    ad.pending.push_back(std::move(pd));
+  }
+  return {};
+}
+
+// A client ready: its note, its lanes, one line, and it joins the peers.
+void client_ready(Admission& ad, Pending& pd) {
+  Testbed& tb = ad.tb;
+  const unsigned k = static_cast<unsigned>(tb.peers.size() - ad.first);
+  const std::string lanes = ad.n_clients == 1
+                                ? ""
+                                : ", lanes " + std::to_string(pd.pr.first_lane) + ".." +
+                                      std::to_string(pd.pr.first_lane + ad.per - 1);
+  tb.notes.push_back("server: client " + pd.pr.name + " over TCP from " +
+                     pd.pr.s.channel().local_address() + ", running --fwd " + pd.pr.fwd + lanes +
+                     (pd.pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
+  for (unsigned li = pd.pr.first_lane; li < pd.pr.first_lane + ad.per; ++li)
+    tb.lanes[li]->client = static_cast<unsigned>(tb.peers.size());
+  if (ad.say && ad.n_clients > 1)
+    ad.say("server: client " + std::to_string(k + 1) + " of " + std::to_string(ad.n_clients) +
+           " (" + pd.pr.name + ") connected" +
+           (k + 1 < ad.n_clients ? "; waiting for the next" : ""));
+  tb.peers.push_back(std::move(pd.pr));
+}
+
+// One step of each session being admitted; `busy` is set when any moved.
+Status step_pending(Admission& ad, bool& busy) {
+  for (size_t i = 0; i < ad.pending.size();) {
+    Pending& pd = ad.pending[i];
+    const endpoint::SessionEvent e = pd.pr.s.step();
+    Status st;
+    if (e == endpoint::SessionEvent::kInfos) st = serve(ad.p, ad.tb, pd);
+    if (e == endpoint::SessionEvent::kDropped) st = pd.pr.s.error();
+    busy = busy || e != endpoint::SessionEvent::kNone;
+    if (!st) {
+      if (pd.connected || st.error().code == Errc::kState)
+        return add_context(st.error(), "client " + pd.pr.name);
+      ad.refused(pd, without_peer(st.error().message, pd.pr.name));
+      ad.pending.erase(ad.pending.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (e == endpoint::SessionEvent::kReady) {
+      client_ready(ad, pd);
+      ad.pending.erase(ad.pending.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    ++i;
+  }
+  return {};
+}
+
 // Every client admitted without waiting on any (SessionServer over the Door): a slow, silent or
 // broken one is refused alone, one line each, and its lanes go to the next.
 Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const Say& say,
@@ -710,11 +802,18 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
   const endpoint::Wait total = wait_for(p, endpoint::kDefaultAcceptTimeout);
   const auto deadline = std::chrono::steady_clock::now() + total.timeout;
   const unsigned n_clients = p.clients ? p.clients : 1;
-  const unsigned per = static_cast<unsigned>(tb.lanes.size()) / n_clients;
-  const size_t first = tb.peers.size();  // --serve-clients: the clients served before
+  Admission ad{p,
+               tb,
+               say,
+               warn,
+               n_clients,
+               static_cast<unsigned>(tb.lanes.size()) / n_clients,
+               tb.peers.size(),
+               {},
+               std::vector<bool>(n_clients, false)};
   if (say)
     say("server: waiting for " +
-        (n_clients == 1 ? std::string(first ? "the next client" : "a client")
+        (n_clients == 1 ? std::string(ad.first ? "the next client" : "a client")
                         : std::to_string(n_clients) + " clients") +
         " on " + lis.address() + " (up to " + std::to_string((total.timeout.count() + 999) / 1000) +
         " s), Ctrl-C to stop");
@@ -730,14 +829,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
         if (c.warn) c.warn("server: client " + peer + " not served: " + line);
       },
       &ctx);
-  std::vector<Pending> pending;
-  std::vector<bool> slot_busy(n_clients, false);
-  auto refused = [&](Pending& pd, const std::string& why) {
-    tb.refused_clients.push_back({pd.pr.name, why});
-    if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
-    slot_busy[pd.slot] = false;
-  };
-  while (tb.peers.size() < first + n_clients) {
+  while (tb.peers.size() < ad.first + n_clients) {
     if (g_signal.load())
       return make_error(Errc::kState, "interrupted while waiting for a client on " + lis.address());
     if (std::chrono::steady_clock::now() >= deadline)
@@ -748,65 +840,9 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     RDMX_TRY_ASSIGN(std::optional<endpoint::Session> in, srv.try_admit());
     if (in) {
       busy = true;
-      Pending pd;
-      pd.pr.name = in->peer();
-      pd.pr.s = std::move(*in);
-      const auto free_slot = std::find(slot_busy.begin(), slot_busy.end(), false);
-      if (free_slot == slot_busy.end()) {
-        const std::string why = "this server serves " + std::to_string(n_clients) +
-                                " client(s), all being admitted now";
-        pd.pr.s.refuse(Errc::kBusy, why);
-        tb.refused_clients.push_back({pd.pr.name, why});
-        if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
-      } else {
-        pd.slot = static_cast<unsigned>(free_slot - slot_busy.begin());
-        *free_slot = true;
-        pd.pr.first_lane = pd.slot * per;
-        pd.pr.n_lanes = per;
-        if (Status st = greet(p, tb, pd); !st) {
-          if (pd.connected) return add_context(st.error(), "client " + pd.pr.name);
-          refused(pd, without_peer(st.error().message, pd.pr.name));
-        } else {
-          pending.push_back(std::move(pd));
-        }
-      }
+      RDMX_TRY(admit(ad, std::move(*in)));
     }
-    for (size_t i = 0; i < pending.size();) {
-      Pending& pd = pending[i];
-      const endpoint::SessionEvent e = pd.pr.s.step();
-      Status st;
-      if (e == endpoint::SessionEvent::kInfos) st = serve(p, tb, pd);
-      if (e == endpoint::SessionEvent::kDropped) st = pd.pr.s.error();
-      busy = busy || e != endpoint::SessionEvent::kNone;
-      if (!st) {
-        if (pd.connected || st.error().code == Errc::kState)
-          return add_context(st.error(), "client " + pd.pr.name);
-        refused(pd, without_peer(st.error().message, pd.pr.name));
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      if (e == endpoint::SessionEvent::kReady) {
-        const unsigned k = static_cast<unsigned>(tb.peers.size() - first);
-        const std::string lanes = n_clients == 1
-                                      ? ""
-                                      : ", lanes " + std::to_string(pd.pr.first_lane) + ".." +
-                                            std::to_string(pd.pr.first_lane + per - 1);
-        tb.notes.push_back("server: client " + pd.pr.name + " over TCP from " +
-                           pd.pr.s.channel().local_address() + ", running --fwd " + pd.pr.fwd +
-                           lanes +
-                           (pd.pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
-        for (unsigned li = pd.pr.first_lane; li < pd.pr.first_lane + per; ++li)
-          tb.lanes[li]->client = static_cast<unsigned>(tb.peers.size());
-        if (say && n_clients > 1)
-          say("server: client " + std::to_string(k + 1) + " of " + std::to_string(n_clients) +
-              " (" + pd.pr.name + ") connected" +
-              (k + 1 < n_clients ? "; waiting for the next" : ""));
-        tb.peers.push_back(std::move(pd.pr));
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      ++i;
-    }
+    RDMX_TRY(step_pending(ad, busy));
     if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return {};
