@@ -600,10 +600,10 @@ ParseOutcome parse_params(const std::vector<std::string>& args, Params& p) {
   return o;
 }
 
-std::string check_params(const Params& p) {
-  const DeviceKind dk = device_kind(p);
-  const Engine* e = find_engine(p.fwd);
-  if (!e) return "unknown forwarding mode '" + p.fwd + "'";
+namespace {
+
+// Sizes: pages, metadata, windows.
+std::string check_sizes(const Params& p) {
   if (p.pages_per_io > p.max_pages) {
     return "--pages-per-io " + std::to_string(p.pages_per_io) + " is larger than the windows (" +
            std::to_string(p.max_pages) + " pages; see --max-pages)";
@@ -626,6 +626,11 @@ std::string check_params(const Params& p) {
            " is too small for --io-depth " + std::to_string(p.io_depth) +
            " (at least 2 x io-depth: the peer keeps io-depth windows mapped in write/read)";
   }
+  return "";
+}
+
+// The network options: --listen/--peer and what needs them.
+std::string check_network(const Params& p, DeviceKind dk) {
   const bool tcp = !p.listen.empty() || !p.peer.empty();
   if (!p.listen.empty() && p.role != Role::kServer)
     return "--listen is for the server (--role server)";
@@ -663,6 +668,12 @@ std::string check_params(const Params& p) {
     return "--clients " + std::to_string(p.clients) +
            " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
            "joins two processes";
+  return "";
+}
+
+// Two processes (--role): their rendezvous and engines; --wire only there.
+std::string check_roles(const Params& p, const Engine* e) {
+  const bool tcp = !p.listen.empty() || !p.peer.empty();
   if (p.role != Role::kBoth) {
     // Two processes meet over the TCP rendezvous only (one host: loopback), as a session.
     if (!tcp)
@@ -679,6 +690,11 @@ std::string check_params(const Params& p) {
   } else if (!p.wire.empty()) {
     return "--wire is for two-process mode (give --role server or --role client)";
   }
+  return "";
+}
+
+// What the device can do: emu-inline, emu-sink, faults.
+std::string check_device(const Params& p, DeviceKind dk, const Engine* e) {
   if (dk == DeviceKind::kEmuInline)
     return "--device emu-inline runs the device on the doorbell, in one thread; rdmafwd's lanes "
            "run on their own lcores: use --device emu (threaded)";
@@ -691,6 +707,18 @@ std::string check_params(const Params& p) {
     return "--fault-every recovers QPs through the control path (system calls): not with "
            "--strict-no-syscalls";
   if (p.auto_start && !p.interactive) return "--auto-start is for interactive mode (-i)";
+  return "";
+}
+
+}  // namespace
+
+std::string check_params(const Params& p) {
+  const DeviceKind dk = device_kind(p);
+  const Engine* e = find_engine(p.fwd);
+  if (!e) return "unknown forwarding mode '" + p.fwd + "'";
+  for (std::string m :
+       {check_sizes(p), check_network(p, dk), check_roles(p, e), check_device(p, dk, e)})
+    if (!m.empty()) return m;
   return "";
 }
 
