@@ -326,14 +326,14 @@ void App::print_stats(const char* type, int exit_status) {
 // The RoCE v2 link of an emu@roce device (this process's side): what the transport did to
 // deliver the run (retransmissions, NAKs, duplicates, injected faults). Nothing on other wires.
 void App::print_roce_stats() {
-  for (emu::EmuDevice* d : {tb->emu_a, tb->emu_b}) {
+  for (const endpoint::EmuControl& d : {tb->emu_a, tb->emu_b}) {
     if (!d) continue;
-    const emu::EmuStats::Roce r = d->stats().roce;
+    const endpoint::LinkStats r = d.link_stats();
     if (r.tx_packets == 0 && r.rx_packets == 0) continue;
     if (prm.json) {
       nlohmann::ordered_json j;
       j["type"] = "roce";
-      j["device"] = d->name();
+      j["device"] = d.name();
       j["tx_packets"] = r.tx_packets;
       j["rx_packets"] = r.rx_packets;
       j["retransmits"] = r.retransmits;
@@ -352,7 +352,7 @@ void App::print_roce_stats() {
                   ", timeouts %" PRIu64 ", sequence NAKs sent %" PRIu64 " received %" PRIu64
                   ", duplicates %" PRIu64 "; injected loss %" PRIu64 " reorder %" PRIu64
                   " duplicate %" PRIu64 "\n",
-                  d->name().c_str(), r.tx_packets, r.rx_packets, r.retransmits, r.timeouts,
+                  d.name().c_str(), r.tx_packets, r.rx_packets, r.retransmits, r.timeouts,
                   r.seq_naks_sent, r.seq_naks_rcvd, r.duplicates, r.injected_loss,
                   r.injected_reorder, r.injected_dup);
     }
@@ -671,7 +671,7 @@ std::string device_threads_text(const App& a, const Run& r) {
   if (!a.tb->emu_thread)
     return a.prm.role == Role::kBoth ? "; 2 emu device threads (one per port), placed by the kernel"
                                      : "; 1 emu device thread, placed by the kernel";
-  const int cpu = a.tb->emu_thread->options().cpu;
+  const int cpu = a.tb->emu_thread->cpu();
   std::string s = a.tb->emu_thread->size() == 2 ? "; 1 emu device thread (both ports)"
                                                 : "; 1 emu device thread";
   s += cpu >= 0 ? " on cpu " + std::to_string(cpu) : ", placed by the kernel";

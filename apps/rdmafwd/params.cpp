@@ -11,7 +11,6 @@
 #include <vector>
 
 #include <rdmx/core/cli.hpp>
-#include <rdmx/emu/profile.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
 
@@ -199,7 +198,7 @@ std::string show_fault_kinds(const Params& p) {
 // The device profiles emu plays, one line each under --device.
 std::string profile_lines() {
   std::string u;
-  for (const rdmx::emu::Profile& pr : rdmx::emu::profiles()) {
+  for (const endpoint::ProfileInfo& pr : endpoint::device_profiles()) {
     std::string n = std::string("                           ") + pr.name;
     n.resize(std::max<size_t>(n.size() + 2, 44), ' ');  // two spaces at least: help2man's column
     u += n + pr.about + "\n";
@@ -723,18 +722,7 @@ std::string check_params(const Params& p) {
 }
 
 DeviceKind device_kind(const Params& p) {
-  auto s = endpoint::parse_device_spec(p.device, nullptr);
-  if (!s) return DeviceKind::kNone;
-  if (s.value().backend == endpoint::Backend::kMlx5) return DeviceKind::kMlx5;
-  switch (s.value().mode) {
-    case emu::Mode::kInline:
-      return DeviceKind::kEmuInline;
-    case emu::Mode::kSink:
-      return DeviceKind::kEmuSink;
-    case emu::Mode::kThreaded:
-      break;
-  }
-  return DeviceKind::kEmuThreaded;
+  return endpoint::device_kind(p.device);
 }
 
 }  // namespace rdmafwd

@@ -1,7 +1,8 @@
 // rdmafwd setup (control path: allocates, may block, returns Result).
 //
 // Single process: two devices joined by a wire — emu: side 0 (A) and side 1 (B) of an
-// in-process wire, both run by ONE emu::DeviceThread pinned to the placement's device CPU
+// in-process wire, both run by ONE device thread (endpoint::SharedDeviceThread) pinned to the
+// placement's device CPU
 // (--emu-threads per-port: a thread per port, placed by the kernel); dv: the named device opened
 // twice (two contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
 // c (A) <-> p (B) and r (B) <-> s (A). Two-process mode: the server opens side 0 of a
@@ -143,11 +144,7 @@ Testbed::~Testbed() {
 
 uint64_t Testbed::checker_reports(std::string* dump) const {
   uint64_t n = 0;
-  for (emu::EmuDevice* d : {emu_a, emu_b}) {
-    if (!d) continue;
-    n += d->checker().total();
-    if (dump && d->checker().total()) *dump += d->checker().dump();
-  }
+  for (const endpoint::EmuControl& d : {emu_a, emu_b}) n += d.checker_reports(dump);
   return n;
 }
 
@@ -243,7 +240,8 @@ Status open_devices(const Params& p, Testbed& tb) {
     tb.notes.push_back("device: " + p.device + " (mlx5dv), opened twice: loopback RC");
     return {};
   }
-  const bool threaded = spec.mode == emu::Mode::kThreaded;
+  const endpoint::DeviceKind kind = endpoint::device_kind(p.device);
+  const bool threaded = kind == endpoint::DeviceKind::kEmuThreaded;
   const bool shared_thread = threaded && !p.emu_thread_per_port;
   oa.start_thread = ob.start_thread = !shared_thread;
   oa.emu_name = "emu0";
@@ -251,8 +249,8 @@ Status open_devices(const Params& p, Testbed& tb) {
   if (p.role == Role::kBoth) {
     RDMX_TRY_ASSIGN(auto pair, endpoint::open_device_pair(p.device, oa, ob));
     tb.wire = pair[0].wire;
-    tb.emu_a = pair[0].emu;
-    tb.emu_b = pair[1].emu;
+    tb.emu_a = endpoint::EmuControl(pair[0]);
+    tb.emu_b = endpoint::EmuControl(pair[1]);
     tb.dev_a = pair[0].dev.get();
     tb.dev_b = pair[1].dev.get();
     tb.open_a = std::move(pair[0]);
@@ -275,25 +273,23 @@ Status open_devices(const Params& p, Testbed& tb) {
       return add_context(std::move(d).error(), "is the server running?");
     RDMX_TRY(d, own_wire ? "device " + p.device : "shared-memory wire '" + p.wire + "'");
     tb.wire = d.value().wire;
-    (server ? tb.emu_b : tb.emu_a) = d.value().emu;
+    (server ? tb.emu_b : tb.emu_a) = endpoint::EmuControl(d.value());
     (server ? tb.dev_b : tb.dev_a) = d.value().dev.get();
     (server ? tb.open_b : tb.open_a) = std::move(d).value();
   }
   std::string threads;
   if (shared_thread) {
-    std::vector<emu::EmuDevice*> devs;
-    for (emu::EmuDevice* d : {tb.emu_a, tb.emu_b})
-      if (d) devs.push_back(d);
-    emu::ThreadOptions to;
-    to.cpu = p.device_cpu;
-    to.idle_spin = p.emu_idle_spin;
-    RDMX_TRY_ASSIGN(tb.emu_thread, emu::DeviceThread::start(devs, to), "emu device thread");
-    threads = devs.size() == 2 ? ", one device thread for both ports" : ", one device thread";
+    const endpoint::EmuControl devs[] = {tb.emu_a, tb.emu_b};
+    RDMX_TRY_ASSIGN(tb.emu_thread,
+                    endpoint::SharedDeviceThread::start(devs, p.device_cpu, p.emu_idle_spin),
+                    "emu device thread");
+    threads =
+        tb.emu_thread->size() == 2 ? ", one device thread for both ports" : ", one device thread";
   } else if (threaded) {
     threads = p.role == Role::kBoth ? ", one device thread per port" : ", one device thread";
   }
   const std::string& own = oa.wire;  // the spec's own wire, if any
-  tb.notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(spec.mode) +
+  tb.notes.push_back(std::string("device: emulated mlx5 (") + endpoint::device_kind_name(kind) +
                      (p.role == Role::kBoth ? "), two ports joined by an in-process wire" + threads
                       : own.rfind("roce:", 0) == 0
                           ? "), RoCE v2 on this host's network from " + own.substr(5) + threads
