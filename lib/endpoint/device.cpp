@@ -317,22 +317,11 @@ std::string EmuControl::name() const {
 }
 
 LinkStats EmuControl::link_stats() const {
-  LinkStats l;
-  if (!dev_) return l;
+  if (!dev_) return {};
   const emu::EmuStats::Roce r = dev_->stats().roce;
-  l.tx_packets = r.tx_packets;
-  l.rx_packets = r.rx_packets;
-  l.retransmits = r.retransmits;
-  l.timeouts = r.timeouts;
-  l.seq_naks_sent = r.seq_naks_sent;
-  l.seq_naks_rcvd = r.seq_naks_rcvd;
-  l.duplicates = r.duplicates;
-  l.acks_sent = r.acks_sent;
-  l.rx_full = r.rx_full;
-  l.injected_loss = r.injected_loss;
-  l.injected_reorder = r.injected_reorder;
-  l.injected_dup = r.injected_dup;
-  return l;
+  return {r.tx_packets,    r.rx_packets,    r.retransmits,      r.timeouts,
+          r.seq_naks_sent, r.seq_naks_rcvd, r.duplicates,       r.acks_sent,
+          r.rx_full,       r.injected_loss, r.injected_reorder, r.injected_dup};
 }
 
 uint64_t EmuControl::checker_reports(std::string* dump) const {
