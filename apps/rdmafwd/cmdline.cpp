@@ -29,6 +29,7 @@
 #pragma GCC diagnostic pop
 
 #include "app.hpp"
+#include "options.hpp"
 
 namespace rdmafwd {
 namespace {
@@ -81,11 +82,10 @@ std::string help_text() {
          "  show config           parameters, devices, cores\n"
          "  show windows          window census per pool and the invariant check (stopped)\n"
          "  show topology         machine topology and the placement of the lcores\n"
-         "  set fwd MODE          forwarding engine: " +
-         engine_names("|") +
-         " (stopped)\n"
-         "  set burst N           I/Os issued per loop iteration (stopped)\n"
-         "  set pages N           chunk pages per I/O (stopped)\n"
+         "  set NAME VALUE        change an option while stopped, as --NAME VALUE would:\n"
+         "                        " +
+         settable_names(", ") +
+         " (`show config` lists every option)\n"
          "  clear stats           reset the statistics (start resets them too)\n"
          "  sleep SECONDS         wait (scripts), serving periodic statistics\n"
          "  help                  this text\n"
@@ -127,7 +127,12 @@ void do_show(void* parsed, cmdline* cl, void*) {
     else
       say(cl, format_text(a.stats(), a.seconds(), a.labels()));
   } else if (what == "config") {
-    say(cl, "configuration:\n" + a.config_text());
+    std::string opts = "  options (* may be changed with `set NAME VALUE`):\n";
+    for (const OptionDef& o : options())
+      if (o.kind != ArgKind::kHelp)
+        opts += std::string("    ") + (o.settable ? "* " : "  ") + o.name + " " +
+                option_value(o, a.prm) + "\n";
+    say(cl, "configuration:\n" + a.config_text() + opts);
   } else if (what == "windows") {
     if (a.running) {
       say(cl,
@@ -155,11 +160,11 @@ cmdline_parse_inst_t cmd_show = {
     "show stats|config|windows|topology",
     {(cmdline_parse_token_hdr_t*)&tok_show, (cmdline_parse_token_hdr_t*)&tok_show_what, nullptr}};
 
-// ---- set fwd MODE ----------------------------------------------------------------------------
-struct SetFwdCmd {
+// ---- set NAME VALUE (the option table: options.hpp) --------------------------------------------
+struct SetCmd {
   cmdline_fixed_string_t set;
-  cmdline_fixed_string_t fwd;
-  cmdline_fixed_string_t mode;
+  cmdline_fixed_string_t name;
+  cmdline_fixed_string_t value;
 };
 
 bool stopped_or_say(cmdline* cl) {
@@ -168,59 +173,27 @@ bool stopped_or_say(cmdline* cl) {
   return false;
 }
 
-void do_set_fwd(void* parsed, cmdline* cl, void*) {
+// `set NAME VALUE`: an option the table marks settable, parsed as on the command line and
+// checked with the others (check_params); any other option is refused in one line.
+void do_set(void* parsed, cmdline* cl, void*) {
   App& a = app();
-  if (!stopped_or_say(cl)) return;
+  auto* c = static_cast<SetCmd*>(parsed);
+  const std::string name = c->name;
+  const OptionDef* o = find_option(name);
+  if (!o || !o->settable) {
+    say(cl, "error: " +
+                (o ? "--" + std::string(o->name) + " is fixed at start-up"
+                   : "unknown option '" + name + "'") +
+                " (set takes " + settable_names(", ") + ")\n");
+    return;
+  }
+  // A value that does not parse is refused first, running or not (as a bad command is).
   Params p = a.prm;
-  p.fwd = static_cast<SetFwdCmd*>(parsed)->mode;
-  if (std::string e = check_params(p); !e.empty()) {
+  if (std::string e = apply_option(*o, "--" + std::string(o->name), c->value, p); !e.empty()) {
     say(cl, "error: " + e + "\n");
     return;
   }
-  {
-    std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmafwd/config reads prm
-    a.prm.fwd = p.fwd;
-  }
-  say(cl, "fwd set to " + p.fwd + " (" + find_engine(p.fwd)->what + ")\n");
-}
-
-cmdline_parse_token_string_t tok_set = TOKEN_STRING_INITIALIZER(SetFwdCmd, set, "set");
-cmdline_parse_token_string_t tok_fwd = TOKEN_STRING_INITIALIZER(SetFwdCmd, fwd, "fwd");
-cmdline_parse_token_string_t tok_mode =
-    TOKEN_STRING_INITIALIZER(SetFwdCmd, mode, "umr#write#read#rpc#relay");
-cmdline_parse_inst_t cmd_set_fwd = {
-    do_set_fwd,
-    nullptr,
-    "set fwd umr|write|read|rpc|relay",
-    {(cmdline_parse_token_hdr_t*)&tok_set, (cmdline_parse_token_hdr_t*)&tok_fwd,
-     (cmdline_parse_token_hdr_t*)&tok_mode, nullptr}};
-
-// ---- set burst|pages N -----------------------------------------------------------------------
-struct SetNumCmd {
-  cmdline_fixed_string_t set;
-  cmdline_fixed_string_t what;
-  uint32_t n;
-};
-
-void do_set_num(void* parsed, cmdline* cl, void*) {
-  App& a = app();
   if (!stopped_or_say(cl)) return;
-  auto* c = static_cast<SetNumCmd*>(parsed);
-  const std::string what = c->what;
-  Params p = a.prm;
-  if (what == "burst") {
-    if (c->n < 1 || c->n > 512) {
-      say(cl, "error: burst must be 1..512\n");
-      return;
-    }
-    p.burst = c->n;
-  } else {
-    if (c->n < 1) {
-      say(cl, "error: pages must be at least 1\n");
-      return;
-    }
-    p.pages_per_io = c->n;
-  }
   if (std::string e = check_params(p); !e.empty()) {
     say(cl, "error: " + e + "\n");
     return;
@@ -229,18 +202,19 @@ void do_set_num(void* parsed, cmdline* cl, void*) {
     std::lock_guard<std::mutex> g(a.mu);  // telemetry's /rdmafwd/config reads prm
     a.prm = p;
   }
-  say(cl, what + " set to " + std::to_string(c->n) + "\n");
+  say(cl, name + " set to " + option_value(*o, p) + "\n");
 }
 
-cmdline_parse_token_string_t tok_set2 = TOKEN_STRING_INITIALIZER(SetNumCmd, set, "set");
-cmdline_parse_token_string_t tok_setwhat = TOKEN_STRING_INITIALIZER(SetNumCmd, what, "burst#pages");
-cmdline_parse_token_num_t tok_setn = TOKEN_NUM_INITIALIZER(SetNumCmd, n, RTE_UINT32);
-cmdline_parse_inst_t cmd_set_num = {
-    do_set_num,
+// NAME and VALUE are any word: an unknown or fixed option is refused with its reason.
+cmdline_parse_token_string_t tok_set = TOKEN_STRING_INITIALIZER(SetCmd, set, "set");
+cmdline_parse_token_string_t tok_set_name = TOKEN_STRING_INITIALIZER(SetCmd, name, nullptr);
+cmdline_parse_token_string_t tok_set_value = TOKEN_STRING_INITIALIZER(SetCmd, value, nullptr);
+cmdline_parse_inst_t cmd_set = {
+    do_set,
     nullptr,
-    "set burst|pages N",
-    {(cmdline_parse_token_hdr_t*)&tok_set2, (cmdline_parse_token_hdr_t*)&tok_setwhat,
-     (cmdline_parse_token_hdr_t*)&tok_setn, nullptr}};
+    "set NAME VALUE",
+    {(cmdline_parse_token_hdr_t*)&tok_set, (cmdline_parse_token_hdr_t*)&tok_set_name,
+     (cmdline_parse_token_hdr_t*)&tok_set_value, nullptr}};
 
 // ---- clear stats -----------------------------------------------------------------------------
 struct ClearCmd {
@@ -282,8 +256,8 @@ cmdline_parse_inst_t cmd_sleep = {
     "sleep SECONDS",
     {(cmdline_parse_token_hdr_t*)&tok_sleep, (cmdline_parse_token_hdr_t*)&tok_sleep_n, nullptr}};
 
-cmdline_parse_ctx_t main_ctx[] = {&cmd_start, &cmd_stop,  &cmd_show, &cmd_set_fwd, &cmd_set_num,
-                                  &cmd_clear, &cmd_sleep, &cmd_help, &cmd_quit,    nullptr};
+cmdline_parse_ctx_t main_ctx[] = {&cmd_start, &cmd_stop, &cmd_show, &cmd_set, &cmd_clear,
+                                  &cmd_sleep, &cmd_help, &cmd_quit, nullptr};
 
 // The syntax of every command that starts with `word` ("set fwd umr|write|read|rpc|relay, set
 // burst|pages N"), from the instances' help strings; empty when none does.

@@ -11,8 +11,6 @@
 // resumes. A recovery that fails leaves the lane dead (counted, exit status 1).
 #include <cstring>
 
-#include <rdmx/emu/emu.hpp>
-
 #include "engines/common.hpp"
 #include "faults.hpp"
 
@@ -53,10 +51,9 @@ mlx5::Device* device_of(const Testbed& tb, const Lane& l, const win::PollCore* k
 
 // Turns the timed faults off (before a reconnect: the new connection must work).
 void clear_timed(Lane& l, Testbed& tb) noexcept {
-  if (l.fault.pending == kFaultUnreachable && tb.emu_a)
-    tb.emu_a->faults().set_peer_unreachable(false);
+  if (l.fault.pending == kFaultUnreachable && tb.emu_a) tb.emu_a.set_peer_unreachable(false);
   if (l.fault.pending == kFaultDelay && tb.emu_a && l.c)
-    (void)tb.emu_a->faults().delay_completions(l.c->qp_handle(), 0);
+    (void)tb.emu_a.delay_completions(l.c->qp_handle(), 0);
 }
 
 }  // namespace
@@ -140,7 +137,7 @@ void fault_inject(Lane& l, Testbed& tb, uint64_t now) noexcept {
   if (n == 0) return;
   const uint32_t kind = kinds[next_rand(f) % n];
   const uint64_t hz = rte_get_tsc_hz();
-  emu::Faults& fa = tb.emu_a->faults();
+  endpoint::EmuControl& fa = tb.emu_a;
   Status s;
   switch (kind) {
     case kFaultErrorCqe:
@@ -152,7 +149,7 @@ void fault_inject(Lane& l, Testbed& tb, uint64_t now) noexcept {
     case kFaultQpError:
       f.until_tsc = now + hz / 5;
       if (l.p && (next_rand(f) & 1))
-        s = tb.emu_b->faults().qp_to_error(l.p->qp_handle());
+        s = tb.emu_b.qp_to_error(l.p->qp_handle());
       else
         s = fa.qp_to_error(l.c->qp_handle());
       break;
@@ -243,7 +240,7 @@ bool fault_settle(Lane& l, Testbed& tb) {
   }
   // An error CQE armed on a WQE that was never posted (or a QP error not seen yet): the QP goes
   // to error now and the lane recovers, so that the next run starts clean.
-  if (tb.emu_a && l.c) (void)tb.emu_a->faults().qp_to_error(l.c->qp_handle());
+  if (tb.emu_a && l.c) (void)tb.emu_a.qp_to_error(l.c->qp_handle());
   (void)recover_lane(l, tb);
   return true;
 }

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -38,9 +39,84 @@ App& app() {
 
 namespace {
 
+// A QP error: recover both ends (single process) or stop the lane (two-process mode).
+void on_lane_error(Lane& l, Testbed& tb) {
+  if (l.dead) return;
+  if (l.remote_peer || l.remote_client) {
+    l.dead = true;
+    // A client the server cut off (drop_peer): its lane ends, this process did not fail.
+    if (!l.peer_dropped.load(std::memory_order_acquire)) l.st.failed.set(1);
+    return;
+  }
+  (void)recover_lane(l, tb);
+  if (l.draining) l.drain_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
+}
+
+// One turn of the forwarding loop: a fault maybe, the engine's burst, the counters every 64.
+bool lane_poll(Lane& l, Testbed& tb, const Engine* e) {
+  if (l.cfg.fault_every) fault_inject(l, tb, rte_rdtsc());
+  const bool busy = e->fwd(l);
+  if ((++l.iter & 63) == 0) {
+    if (!l.failed && lane_in_error(l)) l.failed = true;
+    l.st.issued.set(l.issued_base + l.issued);
+    if (l.dead || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
+  }
+  if (l.failed) on_lane_error(l, tb);
+  return busy;
+}
+
+// One turn after the stop: true once the lane is idle (or gave up waiting for its I/O).
+bool lane_drain(Lane& l, Testbed& tb, const Engine* e) {
+  const uint64_t hz = rte_get_tsc_hz();
+  if (!l.draining) {
+    l.draining = true;
+    l.drain_deadline = rte_rdtsc() + (l.dead ? hz / 2 : 5 * hz);
+  }
+  if (!l.failed && lane_in_error(l)) l.failed = true;
+  if (l.failed && !l.dead) {
+    on_lane_error(l, tb);
+    return false;
+  }
+  if (e->idle(l)) {
+    const bool can_recover = !l.remote_peer && !l.remote_client;
+    if (!l.dead && can_recover && fault_settle(l, tb)) {
+      l.drain_deadline = rte_rdtsc() + 5 * hz;
+      return false;
+    }
+    if (l.dead && l.issued > l.completed) {  // a lane that could not recover
+      l.st.abandoned.add(l.issued - l.completed);
+      l.completed = l.issued;
+    }
+    return true;
+  }
+  if (rte_rdtsc() > l.drain_deadline) {
+    // Never completed: counted once, as abandoned at stop.
+    if (l.issued > l.completed) l.st.abandoned.add(l.issued - l.completed);
+    l.completed = l.issued;
+    if (!l.failed) l.failed = true;
+    l.dead = true;
+    l.st.failed.set(1);
+    return true;
+  }
+  return false;
+}
+
+// The end of a lane's run: what a server leaves unanswered, the counters, a client's goodbye.
+void lane_end(Lane& l) {
+  // A server's calls accepted and never answered when its run ends (its client went away, or
+  // the stop came first): abandoned, counted once, never lost.
+  if (l.remote_client && l.issued > l.completed) {
+    l.st.abandoned.add(l.issued - l.completed);
+    l.completed = l.issued;
+  }
+  l.st.issued.set(l.issued_base + l.issued);
+  l.st.issuing.set(0);
+  l.st.active.store(false, std::memory_order_release);
+  if (l.c && l.remote_peer && !l.failed) (void)rpc_send_bye(l);
+}
+
 int lane_main(rt::CoreContext& ctx) {
-  App& a = app();
-  Testbed& tb = *a.tb;
+  Testbed& tb = *app().tb;
   Lane& l = *tb.lanes[ctx.index()];
   const Engine* e = l.cfg.engine;
   l.draining = false;
@@ -55,75 +131,9 @@ int lane_main(rt::CoreContext& ctx) {
     return -1;
   }
   fault_start(l);
-  const uint64_t hz = rte_get_tsc_hz();
-  const bool can_recover = !l.remote_peer && !l.remote_client;
-  // A QP error: recover both ends (single process) or stop the lane (two-process mode).
-  auto on_error = [&] {
-    if (l.dead) return;
-    if (!can_recover) {
-      l.dead = true;
-      // A client the server cut off (drop_peer): its lane ends, this process did not fail.
-      if (!l.peer_dropped.load(std::memory_order_acquire)) l.st.failed.set(1);
-      return;
-    }
-    (void)recover_lane(l, tb);
-    if (l.draining) l.drain_deadline = rte_rdtsc() + 5 * hz;
-  };
-  int rc = rt::run_poll_loop(
-      ctx,
-      [&] {
-        if (l.cfg.fault_every) fault_inject(l, tb, rte_rdtsc());
-        const bool busy = e->fwd(l);
-        if ((++l.iter & 63) == 0) {
-          if (!l.failed && lane_in_error(l)) l.failed = true;
-          l.st.issued.set(l.issued_base + l.issued);
-          if (l.dead || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
-        }
-        if (l.failed) on_error();
-        return busy;
-      },
-      [&] {
-        if (!l.draining) {
-          l.draining = true;
-          l.drain_deadline = rte_rdtsc() + (l.dead ? hz / 2 : 5 * hz);
-        }
-        if (!l.failed && lane_in_error(l)) l.failed = true;
-        if (l.failed && !l.dead) {
-          on_error();
-          return false;
-        }
-        if (e->idle(l)) {
-          if (!l.dead && can_recover && fault_settle(l, tb)) {
-            l.drain_deadline = rte_rdtsc() + 5 * hz;
-            return false;
-          }
-          if (l.dead && l.issued > l.completed) {  // a lane that could not recover
-            l.st.abandoned.add(l.issued - l.completed);
-            l.completed = l.issued;
-          }
-          return true;
-        }
-        if (rte_rdtsc() > l.drain_deadline) {
-          // Never completed: counted once, as abandoned at stop.
-          if (l.issued > l.completed) l.st.abandoned.add(l.issued - l.completed);
-          l.completed = l.issued;
-          if (!l.failed) l.failed = true;
-          l.dead = true;
-          l.st.failed.set(1);
-          return true;
-        }
-        return false;
-      });
-  // A server's calls accepted and never answered when its run ends (its client went away, or
-  // the stop came first): abandoned, counted once, never lost.
-  if (l.remote_client && l.issued > l.completed) {
-    l.st.abandoned.add(l.issued - l.completed);
-    l.completed = l.issued;
-  }
-  l.st.issued.set(l.issued_base + l.issued);
-  l.st.issuing.set(0);
-  l.st.active.store(false, std::memory_order_release);
-  if (l.c && l.remote_peer && !l.failed) (void)rpc_send_bye(l);
+  const int rc = rt::run_poll_loop(
+      ctx, [&] { return lane_poll(l, tb, e); }, [&] { return lane_drain(l, tb, e); });
+  lane_end(l);
   return rc;
 }
 
@@ -317,14 +327,14 @@ void App::print_stats(const char* type, int exit_status) {
 // The RoCE v2 link of an emu@roce device (this process's side): what the transport did to
 // deliver the run (retransmissions, NAKs, duplicates, injected faults). Nothing on other wires.
 void App::print_roce_stats() {
-  for (emu::EmuDevice* d : {tb->emu_a, tb->emu_b}) {
+  for (const endpoint::EmuControl& d : {tb->emu_a, tb->emu_b}) {
     if (!d) continue;
-    const emu::EmuStats::Roce r = d->stats().roce;
+    const endpoint::LinkStats r = d.link_stats();
     if (r.tx_packets == 0 && r.rx_packets == 0) continue;
     if (prm.json) {
       nlohmann::ordered_json j;
       j["type"] = "roce";
-      j["device"] = d->name();
+      j["device"] = d.name();
       j["tx_packets"] = r.tx_packets;
       j["rx_packets"] = r.rx_packets;
       j["retransmits"] = r.retransmits;
@@ -343,7 +353,7 @@ void App::print_roce_stats() {
                   ", timeouts %" PRIu64 ", sequence NAKs sent %" PRIu64 " received %" PRIu64
                   ", duplicates %" PRIu64 "; injected loss %" PRIu64 " reorder %" PRIu64
                   " duplicate %" PRIu64 "\n",
-                  d->name().c_str(), r.tx_packets, r.rx_packets, r.retransmits, r.timeouts,
+                  d.name().c_str(), r.tx_packets, r.rx_packets, r.retransmits, r.timeouts,
                   r.seq_naks_sent, r.seq_naks_rcvd, r.duplicates, r.injected_loss,
                   r.injected_reorder, r.injected_dup);
     }
@@ -498,17 +508,32 @@ int interrupted(const char* phase) {
   return kExitInterrupted;
 }
 
-}  // namespace
+// What main's phases share: the program name of the messages, where text goes, the EAL's lcores
+// and the two message callbacks of the set-up.
+struct Run {
+  std::string prog = "rdmafwd";
+  FILE* out = stdout;
+  std::vector<rt::LcoreSlot> slots;
+  bool threaded_emu = false;
+  Say say;
+  Say warn;
+};
 
-int main(int argc, char** argv) {
-  // The handler goes in before anything else: a signal that lands during EAL start-up must set
-  // the flag, not kill the process with DPDK's runtime directory half made.
+// A phase either goes on (nullopt) or ends main with this exit status.
+using Phase = std::optional<int>;
+
+// The handler goes in before anything else: a signal that lands during EAL start-up must set the
+// flag, not kill the process with DPDK's runtime directory half made.
+void install_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
 
+// The arguments: EAL's before `--`, rdmafwd's after (parse_params), --help, the script's access.
+Phase parse_arguments(int argc, char** argv, App& a, Run& r, rt::EalArgs& ea) {
   // `rdmafwd --help` needs no `--` and starts no EAL (the man page is made from this output).
   if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::fputs(usage_text("rdmafwd").c_str(), stdout);
@@ -516,25 +541,28 @@ int main(int argc, char** argv) {
   }
   auto split = rt::split_args(argc, argv);
   if (!split) return fail_usage("rdmafwd", split.error().message);
-  const rt::EalArgs& ea = split.value();
-  std::string prog = ea.prog;
-  if (auto sl = prog.rfind('/'); sl != std::string::npos) prog = prog.substr(sl + 1);
-  App& a = app();
+  ea = std::move(split).value();
+  r.prog = ea.prog;
+  if (auto sl = r.prog.rfind('/'); sl != std::string::npos) r.prog = r.prog.substr(sl + 1);
   // Without `--`, everything was taken as EAL arguments: an app option there is a usage error.
   const ParseOutcome po = parse_params(ea.app, a.prm);
   if (po.help) {
-    std::fputs(usage_text(prog).c_str(), stdout);
+    std::fputs(usage_text(r.prog).c_str(), stdout);
     return kExitOk;
   }
-  if (!po.error.empty()) return fail_usage(prog, po.error);
+  if (!po.error.empty()) return fail_usage(r.prog, po.error);
   for (const std::string& s : ea.eal) {
     if (s == "--fwd" || s == "--device" || s == "--duration")
-      return fail_usage(prog, "'" + s + "' is an rdmafwd option: put it after `--`");
+      return fail_usage(r.prog, "'" + s + "' is an rdmafwd option: put it after `--`");
   }
   // A script that cannot be read is a usage error found before any set-up.
   if (!a.prm.cmdline_file.empty() && ::access(a.prm.cmdline_file.c_str(), R_OK) != 0)
-    return fail_usage(prog, "--cmdline-file " + a.prm.cmdline_file + ": " + std::strerror(errno));
+    return fail_usage(r.prog, "--cmdline-file " + a.prm.cmdline_file + ": " + std::strerror(errno));
+  return std::nullopt;
+}
 
+// The EAL, started with rdmafwd's defaults (no PCI, a unique file prefix, no hugepages when none).
+Phase start_eal(const rt::EalArgs& ea, App& a, Run& r, std::optional<rt::Eal>& eal_owner) {
   rt::EalOptions eo;
   eo.auto_no_huge = true;
   eo.no_pci = true;
@@ -545,28 +573,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rdmafwd: error: EAL: %s\n", eal.error().message.c_str());
     return eal.error().code == Errc::kInvalidArgument ? kExitUsage : kExitRuntime;
   }
-  rt::Eal eal_owner = std::move(eal).value();
+  eal_owner.emplace(std::move(eal).value());
   if (g_signal.load()) return interrupted("during EAL start-up");
-  FILE* out = a.text_out();
-  for (const std::string& n : eal_owner.notices())
-    std::fprintf(out, "rdmafwd: EAL: %s\n", n.c_str());
+  r.out = a.text_out();
+  for (const std::string& n : eal_owner->notices())
+    std::fprintf(r.out, "rdmafwd: EAL: %s\n", n.c_str());
+  return std::nullopt;
+}
 
-  // Placement: poll lcores on workers, apart from the device thread when possible.
-  a.main_lcore = eal_owner.main_lcore();
-  const std::vector<rt::LcoreSlot> slots = eal_owner.lcores();
+// Placement: poll lcores on workers, apart from the device thread when possible.
+Phase place_lcores(const rt::Eal& eal, App& a, Run& r) {
+  a.main_lcore = eal.main_lcore();
+  r.slots = eal.lcores();
   size_t workers = 0;
-  for (const auto& s : slots) workers += !s.is_main;
+  for (const auto& s : r.slots) workers += !s.is_main;
   if (workers < a.prm.nb_cores) {
-    return fail_usage(prog, "--nb-cores " + std::to_string(a.prm.nb_cores) + " needs " +
-                                std::to_string(a.prm.nb_cores) + " worker lcore(s); the EAL has " +
-                                std::to_string(workers) + " (give more with -l, e.g. -l 0-" +
-                                std::to_string(a.prm.nb_cores) + ")");
+    return fail_usage(r.prog, "--nb-cores " + std::to_string(a.prm.nb_cores) + " needs " +
+                                  std::to_string(a.prm.nb_cores) +
+                                  " worker lcore(s); the EAL has " + std::to_string(workers) +
+                                  " (give more with -l, e.g. -l 0-" +
+                                  std::to_string(a.prm.nb_cores) + ")");
   }
-  const bool threaded_emu = device_kind(a.prm) == DeviceKind::kEmuThreaded;
+  r.threaded_emu = device_kind(a.prm) == DeviceKind::kEmuThreaded;
   auto topo = rt::discover_topology();
   if (topo) {
     const rt::DeviceLocality loc = rt::emu_device_locality(0);
-    auto pl = rt::plan(topo.value(), a.prm.nb_cores, threaded_emu, 0, slots);
+    auto pl = rt::plan(topo.value(), a.prm.nb_cores, r.threaded_emu, 0, r.slots);
     if (pl) {
       for (const auto& s : pl.value().poll) a.lcores.push_back(s.lcore_id);
       a.prm.device_cpu = pl.value().device_thread_cpu;
@@ -578,19 +610,24 @@ int main(int argc, char** argv) {
     a.topology_text = "topology: " + topo.error().message + "\n";
   }
   if (a.lcores.empty()) {
-    for (const auto& s : slots)
+    for (const auto& s : r.slots)
       if (!s.is_main && a.lcores.size() < a.prm.nb_cores) a.lcores.push_back(s.lcore_id);
   }
-  if (a.prm.show_topology) std::fputs(a.topology_text.c_str(), out);
+  if (a.prm.show_topology) std::fputs(a.topology_text.c_str(), r.out);
+  std::fflush(r.out);
+  return std::nullopt;
+}
 
-  std::fflush(out);
+// The devices, pools, cores and (two processes) the connection to the peer: the testbed.
+Phase connect_testbed(App& a, Run& r) {
   // The waits of the TCP rendezvous are announced when they begin (the address is known then).
-  auto say = [out](const std::string& m) {
+  FILE* out = r.out;
+  r.say = [out](const std::string& m) {
     std::fprintf(out, "rdmafwd: %s\n", m.c_str());
     std::fflush(out);
   };
-  auto warn = [](const std::string& m) { std::fprintf(stderr, "rdmafwd: %s\n", m.c_str()); };
-  auto tb = make_testbed(a.prm, a.lcores, say, warn);
+  r.warn = [](const std::string& m) { std::fprintf(stderr, "rdmafwd: %s\n", m.c_str()); };
+  auto tb = make_testbed(a.prm, a.lcores, r.say, r.warn);
   if (g_signal.load())
     return interrupted(a.prm.role == Role::kBoth ? "during device set-up"
                                                  : "while waiting for the peer");
@@ -610,7 +647,11 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
   a.tb = std::move(tb).value();
+  return std::nullopt;
+}
 
+// The poll lcores' launcher (one Lane each) and the telemetry callbacks.
+Phase launch_lanes(App& a) {
   rt::LauncherConfig lc;
   lc.lcores = a.lcores;
   lc.strict.enabled = a.prm.strict;
@@ -622,8 +663,29 @@ int main(int argc, char** argv) {
   a.launcher = std::move(launcher).value();
   a.published.store(true, std::memory_order_release);
   register_telemetry();
+  return std::nullopt;
+}
 
-  // Banner: what runs where.
+// The emu device threads of the banner's cores line ("" without a threaded emu).
+std::string device_threads_text(const App& a, const Run& r) {
+  if (!r.threaded_emu) return "";
+  if (!a.tb->emu_thread)
+    return a.prm.role == Role::kBoth ? "; 2 emu device threads (one per port), placed by the kernel"
+                                     : "; 1 emu device thread, placed by the kernel";
+  const int cpu = a.tb->emu_thread->cpu();
+  std::string s = a.tb->emu_thread->size() == 2 ? "; 1 emu device thread (both ports)"
+                                                : "; 1 emu device thread";
+  s += cpu >= 0 ? " on cpu " + std::to_string(cpu) : ", placed by the kernel";
+  if (cpu >= 0)
+    for (const auto& sl : r.slots)
+      if (sl.cpu == static_cast<unsigned>(cpu) && sl.is_main)
+        s += " (shared with the main lcore, mostly asleep while forwarding)";
+  return s;
+}
+
+// Banner: what runs where.
+void print_banner(const App& a, const Run& r) {
+  FILE* out = r.out;
   std::fprintf(
       out, "rdmafwd: fwd %s on %s: %zu lane(s), %u pages x %u B per I/O, io-depth %u, burst %u\n",
       a.prm.fwd.c_str(), a.prm.device.c_str(), a.lcores.size(), a.prm.pages_per_io, a.prm.page_size,
@@ -641,253 +703,315 @@ int main(int argc, char** argv) {
           ? (relay_client ? "server core p, and relay-out r for a relay client" : "server core p")
       : a.prm.role == Role::kClient ? (a.prm.fwd == "relay" ? "source c + sink s" : "client core c")
                                     : "client c + peer p + relay r + sink s";
-  std::string dev_threads;
-  if (threaded_emu) {
-    if (a.tb->emu_thread) {
-      const int cpu = a.tb->emu_thread->options().cpu;
-      dev_threads = a.tb->emu_thread->size() == 2 ? "; 1 emu device thread (both ports)"
-                                                  : "; 1 emu device thread";
-      dev_threads += cpu >= 0 ? " on cpu " + std::to_string(cpu) : ", placed by the kernel";
-      if (cpu >= 0)
-        for (const auto& s : slots)
-          if (s.cpu == static_cast<unsigned>(cpu) && s.is_main)
-            dev_threads += " (shared with the main lcore, mostly asleep while forwarding)";
-    } else {
-      dev_threads = a.prm.role == Role::kBoth
-                        ? "; 2 emu device threads (one per port), placed by the kernel"
-                        : "; 1 emu device thread, placed by the kernel";
-    }
-  }
   std::fprintf(out,
                "rdmafwd: cores: main lcore %u = setup, statistics, prompt, telemetry; poll %s "
                "(each lane polls %s)%s\n",
-               a.main_lcore, polls.c_str(), who, dev_threads.c_str());
+               a.main_lcore, polls.c_str(), who, device_threads_text(a, r).c_str());
   if (!a.telemetry_path.empty())
     std::fprintf(out,
                  "rdmafwd: telemetry: %s (/rdmafwd/stats, /rdmafwd/config, /rdmafwd/windows, "
                  "/rdmx/stats)\n",
                  a.telemetry_path.c_str());
   std::fflush(out);
+}
 
-  a.refresh_census();
-  if (a.prm.interactive || !a.prm.cmdline_file.empty()) {
-    if (a.prm.auto_start) {
-      if (Status s = a.start(); !s)
-        std::fprintf(stderr, "rdmafwd: %s\n", s.error().message.c_str());
-    }
-    run_prompt(a);
-    // The last run's statistics, unless `stop` just printed them.
-    if (a.running || !a.stats_shown) {
-      if (a.running) (void)a.stop();
-      a.print_stats("summary", -1);
-    }
-    if (a.script_errors) {
-      std::fprintf(stderr, "rdmafwd: error: --cmdline-file %s: %s\n", a.prm.cmdline_file.c_str(),
-                   a.first_script_error.c_str());
-      return kExitUsage;
-    }
-  } else {
-    if (g_signal.load()) return interrupted("before forwarding started");
-    // --serve-clients: a server of one client at a time serves the next once a client's run is
-    // over (its goodbye, its death, its drop), until N were served or Ctrl-C.
-    const bool serve_on = a.prm.role == Role::kServer && a.prm.serve_clients != 1;
-    unsigned served = 0;
-    int worst = kExitOk;
-    // --reconnect-for: a client whose connection fails during the run meets the server again.
-    const bool on_network =
-        device_kind(a.prm) == DeviceKind::kMlx5 || a.prm.device.find("@roce:") != std::string::npos;
-    const double reconnect_for = a.prm.role != Role::kClient ? 0
-                                 : a.prm.reconnect_for >= 0  ? a.prm.reconnect_for
-                                                             : (on_network ? 10.0 : 0.0);
-    bool resume = false;
-    uint64_t seg_errors = 0;  // errors() - verify_fail when this part of the run began
-    auto excusable = [&] {
-      const LaneSnap t = take_snapshot(a.tb->lanes).total();
-      return t.errors() - t.verify_fail;
-    };
-    auto cut_qps = [&] {
-      for (const auto& l : a.tb->lanes)
-        for (win::PollCore* k : {l->c, l->s})
-          if (k && a.tb->dev_a) (void)a.tb->dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kError);
-    };
-    uint64_t seg_abandoned = 0;  // abandoned I/Os when this part of the run began
-    for (;;) {
-      if (Status s = a.start(resume); !s) {
-        std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
-        return kExitRuntime;
-      }
-      if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
-        std::fprintf(out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
-      // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye
-      // has gone (died, killed): stop at once rather than wait for I/O that cannot complete.
-      bool peer_lost = false;
-      uint64_t bye_deadline = 0;
-      // --max-refusals: one guard per lane's QP (each watches the client behind it).
-      std::vector<win::PeerGuard> guards;
-      bool refused_out = false;
-      if (a.prm.max_refusals)
-        for (const auto& l : a.tb->lanes)
-          if (l->dev_b && l->p) {
-            const win::RefusalPolicy pol{a.prm.max_refusals,
-                                         std::chrono::milliseconds(static_cast<int64_t>(
-                                             std::max(1.0, a.prm.refusal_window * 1e3)))};
-            guards.emplace_back(*l->dev_b, l->p->qp_handle(),
-                                a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")",
-                                pol);
-            if (auto g = guards.back().check(); !g) {
-              std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", g.error().message.c_str());
-              (void)a.stop();
-              return kExitNoDevice;
-            }
-          }
-      unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
-      // Ctrl-C on a server with clients: a goodbye to each (BYE on its session) and the lanes
-      // serve on until the clients have finished what they have in flight and said goodbye
-      // too (their RDMA goodbye stops the lanes), for at most 5 s.
-      bool said_bye = false;
-      uint64_t said_bye_deadline = 0;
-      while (a.running) {
-        if (g_signal.load()) {
-          if (a.prm.role != Role::kServer || a.tb->peers.empty()) break;
-          if (!said_bye) {
-            said_bye = true;
-            said_bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
-            for (Testbed::Peer& pr : a.tb->peers)
-              if (!pr.retired && !pr.dropped && pr.s.state() == endpoint::SessionState::kRunning)
-                (void)pr.s.close("the server is stopping");
-          } else if (rte_rdtsc() > said_bye_deadline) {
-            break;
-          }
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        background_tick(a);
-        for (win::PeerGuard& g : guards)
-          if (auto r = g.check(); r && *r && !refused_out) {
-            refused_out = true;  // the guard logged the line naming the peer
-            (void)a.stop();
-          }
-        if (a.running && a.prm.role == Role::kServer) dropped += police_peers(*a.tb, warn);
-        const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
-        if (ps == PeerState::kGone) {
-          // A client that will reconnect: what is in flight completes now, as flushed (its QPs
-          // to the error state), rather than at the stop's drain deadline.
-          if (reconnect_for > 0) cut_qps();
-          (void)a.stop();
-          peer_lost = true;
-        } else if (ps == PeerState::kBye && a.prm.role == Role::kClient && !said_bye) {
-          // The server said goodbye first (it is stopping): no new I/O; the stop completes the
-          // ones in flight (the server serves them until this client's goodbye).
-          said_bye = true;
-          std::fprintf(stderr,
-                       "rdmafwd: client: the server %s said goodbye (it is stopping); finishing "
-                       "the I/Os in flight\n",
-                       a.tb->peers.at(0).name.c_str());
-          (void)a.stop();
-        } else if (ps == PeerState::kBye && !bye_deadline) {
-          bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
-        } else if (bye_deadline && rte_rdtsc() > bye_deadline && a.running) {
-          (void)a.stop();
-        }
-      }
-      // The client's connection failed (the server went away, or a lane's QP failed: transport
-      // retry exceeded...): meet the server again within --reconnect-for and carry on.
-      bool lane_failed = false;
-      for (const auto& l : a.tb->lanes) lane_failed = lane_failed || l->st.failed.get() != 0;
-      if (reconnect_for > 0 && !g_signal.load() && (peer_lost || lane_failed)) {
-        // What is in flight completes now, as flushed (failed): the QPs to the error state.
-        cut_qps();
-        if (a.running) (void)a.stop();
-        const LaneSnap end = take_snapshot(a.tb->lanes).total();
-        const std::string was = a.tb->peers.empty() ? "" : a.tb->peers[0].name;
-        std::fprintf(stderr,
-                     "rdmafwd: client: the connection to the server %s failed (%s) after %" PRIu64
-                     " I/O(s); %" PRIu64
-                     " in flight abandoned (counted); reconnecting (up to "
-                     "%.0f s)\n",
-                     was.c_str(),
-                     peer_lost ? "connection closed without a goodbye" : "a queue pair error",
-                     end.ios, end.abandoned - seg_abandoned, reconnect_for);
-        std::fflush(stderr);
-        const auto t0 = std::chrono::steady_clock::now();
-        Status rs =
-            reconnect_client(a.prm, *a.tb, {},
-                             std::chrono::milliseconds(static_cast<int64_t>(reconnect_for * 1000)));
-        if (rs) {
-          a.excused_errors += excusable() - seg_errors;
-          seg_errors = excusable();
-          seg_abandoned = take_snapshot(a.tb->lanes).total().abandoned;
-          std::fprintf(
-              stderr, "rdmafwd: client: reconnected to %s after %.1f s; carrying on\n",
-              a.tb->peers[0].name.c_str(),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-          std::fflush(stderr);
-          resume = true;
-          continue;
-        }
-        std::fprintf(stderr, "rdmafwd: client: no reconnect: %s\n", rs.error().message.c_str());
-      }
-      if (a.running) (void)a.stop();
-      if (g_signal.load()) std::fprintf(out, "rdmafwd: signal received, stopped\n");
-      if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
-      if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !peer_lost &&
-          !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
-        std::string note;
-        (void)check_client_writes(*a.tb, a.prm, note);
-        std::fprintf(out, "rdmafwd: %s\n", note.c_str());
-      }
-      int st = a.exit_status(serve_on);
-      if (refused_out || dropped) st = kExitRuntime;
-      const bool more = serve_on && !g_signal.load() &&
-                        (a.prm.serve_clients == 0 || served + 1 < a.prm.serve_clients);
-      if (peer_lost && serve_on) {
-        // One line for the client: its death ends its run, not this server (nor is it a failure
-        // of this server: what its run left in flight is counted in its summary).
-        Testbed::Peer& pr = a.tb->peers.at(std::max(a.tb->lost_peer, 0));
-        pr.dropped = true;
-        std::fprintf(stderr,
-                     "rdmafwd: server: client %s dropped: went away during the run (connection "
-                     "closed without a goodbye)%s\n",
-                     pr.name.c_str(), more ? "; waiting for the next client" : "");
-        st = kExitOk;
-      } else if (peer_lost) {
-        std::fprintf(stderr,
-                     "rdmafwd: the %s %s went away during the run (connection closed "
-                     "without a goodbye)\n",
-                     a.prm.role == Role::kServer ? "client" : "server",
-                     a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
-        st = kExitRuntime;
-      }
-      const bool nothing_to_serve =
-          a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
-      if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve && !peer_lost) {
-        std::fprintf(stderr, "rdmafwd: no I/O completed\n");
-        st = kExitRuntime;
-        if (!serve_on) {
-          a.print_stats("summary", kExitRuntime);
-          return kExitRuntime;
-        }
-      }
-      a.print_stats("summary", st);
-      worst = std::max(worst, st);
-      ++served;
-      if (!more) break;
-      // The next client: the lanes released (QPs drained, run state cleared), then the wait.
-      Status rs = release_lanes(*a.tb);
-      if (rs) rs = next_client(a.prm, *a.tb, say, warn);
-      if (!rs) {
-        if (rs.error().code == Errc::kState || g_signal.load())
-          std::fprintf(out, "rdmafwd: stopped while waiting for the next client (%u served)\n",
-                       served);
-        else
-          std::fprintf(stderr, "rdmafwd: %s (%u client(s) served)\n", rs.error().message.c_str(),
-                       served);
-        if (rs.error().code != Errc::kState && rs.error().code != Errc::kTimeout)
-          worst = kExitRuntime;
-        break;
-      }
-    }
-    print_clients(a);
-    return worst;
+// -i or --cmdline-file: the prompt runs the show; then the last run's summary.
+int run_interactive(App& a) {
+  if (a.prm.auto_start) {
+    if (Status s = a.start(); !s) std::fprintf(stderr, "rdmafwd: %s\n", s.error().message.c_str());
+  }
+  run_prompt(a);
+  // The last run's statistics, unless `stop` just printed them.
+  if (a.running || !a.stats_shown) {
+    if (a.running) (void)a.stop();
+    a.print_stats("summary", -1);
+  }
+  if (a.script_errors) {
+    std::fprintf(stderr, "rdmafwd: error: --cmdline-file %s: %s\n", a.prm.cmdline_file.c_str(),
+                 a.first_script_error.c_str());
+    return kExitUsage;
   }
   return a.exit_status();
+}
+
+// A run without the prompt, across its reconnects (a client) and its clients (a server of
+// --serve-clients): what carries over from one part to the next.
+struct Batch {
+  bool serve_on = false;       // --serve-clients: serve the next client once one's run is over
+  double reconnect_for = 0;    // --reconnect-for: a client meets the server again for this long
+  unsigned served = 0;         // clients served
+  int worst = kExitOk;         // the worst exit status of the clients served
+  bool resume = false;         // the next start resumes the run (a reconnect)
+  uint64_t seg_errors = 0;     // errors() - verify_fail when this part of the run began
+  uint64_t seg_abandoned = 0;  // abandoned I/Os when this part of the run began
+};
+
+// One part of a batch run: from a start to its stop.
+struct Segment {
+  // Two hosts: the rendezvous connection stays open; a peer that closes it without a goodbye has
+  // gone (died, killed): stop at once rather than wait for I/O that cannot complete.
+  bool peer_lost = false;
+  uint64_t bye_deadline = 0;
+  // --max-refusals: one guard per lane's QP (each watches the client behind it).
+  std::vector<win::PeerGuard> guards;
+  bool refused_out = false;
+  unsigned dropped = 0;  // clients cut off for breaking the protocol (police_peers)
+  // Ctrl-C on a server with clients: a goodbye to each (BYE on its session) and the lanes serve
+  // on until the clients have finished what they have in flight and said goodbye too (their RDMA
+  // goodbye stops the lanes), for at most 5 s.
+  bool said_bye = false;
+  uint64_t said_bye_deadline = 0;
+};
+
+Batch batch_of(const Params& p) {
+  Batch b;
+  b.serve_on = p.role == Role::kServer && p.serve_clients != 1;
+  const bool on_network =
+      device_kind(p) == DeviceKind::kMlx5 || p.device.find("@roce:") != std::string::npos;
+  b.reconnect_for = p.role != Role::kClient ? 0
+                    : p.reconnect_for >= 0  ? p.reconnect_for
+                                            : (on_network ? 10.0 : 0.0);
+  return b;
+}
+
+// Errors a reconnect excuses: all but verification failures.
+uint64_t excusable(const App& a) {
+  const LaneSnap t = take_snapshot(a.tb->lanes).total();
+  return t.errors() - t.verify_fail;
+}
+
+// What is in flight completes now, as flushed (failed): the client's QPs to the error state.
+void cut_qps(App& a) {
+  for (const auto& l : a.tb->lanes)
+    for (win::PollCore* k : {l->c, l->s})
+      if (k && a.tb->dev_a) (void)a.tb->dev_a->modify_qp(k->qp_handle(), mlx5::QpState::kError);
+}
+
+// --max-refusals: a guard per lane QP that has a client behind it.
+Phase arm_guards(App& a, Segment& g) {
+  if (!a.prm.max_refusals) return std::nullopt;
+  for (const auto& l : a.tb->lanes)
+    if (l->dev_b && l->p) {
+      const win::RefusalPolicy pol{
+          a.prm.max_refusals, std::chrono::milliseconds(
+                                  static_cast<int64_t>(std::max(1.0, a.prm.refusal_window * 1e3)))};
+      g.guards.emplace_back(*l->dev_b, l->p->qp_handle(),
+                            a.tb->peer_name(*l) + " (lane " + std::to_string(l->index) + ")", pol);
+      if (auto c = g.guards.back().check(); !c) {
+        std::fprintf(stderr, "rdmafwd: --max-refusals: %s\n", c.error().message.c_str());
+        (void)a.stop();
+        return kExitNoDevice;
+      }
+    }
+  return std::nullopt;
+}
+
+// A signal: a server with clients says goodbye and serves on for at most 5 s; true: stop waiting.
+bool on_signal_tick(App& a, Segment& g) {
+  if (a.prm.role != Role::kServer || a.tb->peers.empty()) return true;
+  if (!g.said_bye) {
+    g.said_bye = true;
+    g.said_bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
+    for (Testbed::Peer& pr : a.tb->peers)
+      if (!pr.retired && !pr.dropped && pr.s.state() == endpoint::SessionState::kRunning)
+        (void)pr.s.close("the server is stopping");
+    return false;
+  }
+  return rte_rdtsc() > g.said_bye_deadline;
+}
+
+// One look at the guards, the clients and the peer while forwarding.
+void watch_tick(App& a, const Batch& b, Segment& g, const Run& r) {
+  for (win::PeerGuard& pg : g.guards)
+    if (auto c = pg.check(); c && *c && !g.refused_out) {
+      g.refused_out = true;  // the guard logged the line naming the peer
+      (void)a.stop();
+    }
+  if (a.running && a.prm.role == Role::kServer) g.dropped += police_peers(*a.tb, r.warn);
+  const PeerState ps = a.running ? watch_peer(*a.tb) : PeerState::kHere;
+  if (ps == PeerState::kGone) {
+    // A client that will reconnect: what is in flight completes now, as flushed (its QPs to the
+    // error state), rather than at the stop's drain deadline.
+    if (b.reconnect_for > 0) cut_qps(a);
+    (void)a.stop();
+    g.peer_lost = true;
+  } else if (ps == PeerState::kBye && a.prm.role == Role::kClient && !g.said_bye) {
+    // The server said goodbye first (it is stopping): no new I/O; the stop completes the ones in
+    // flight (the server serves them until this client's goodbye).
+    g.said_bye = true;
+    std::fprintf(stderr,
+                 "rdmafwd: client: the server %s said goodbye (it is stopping); finishing "
+                 "the I/Os in flight\n",
+                 a.tb->peers.at(0).name.c_str());
+    (void)a.stop();
+  } else if (ps == PeerState::kBye && !g.bye_deadline) {
+    g.bye_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();  // its last request is on the way
+  } else if (g.bye_deadline && rte_rdtsc() > g.bye_deadline && a.running) {
+    (void)a.stop();
+  }
+}
+
+// Forwarding until the run is over (duration, io-count, the peer, a signal).
+void watch_run(App& a, const Batch& b, Segment& g, const Run& r) {
+  while (a.running) {
+    if (g_signal.load() && on_signal_tick(a, g)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    background_tick(a);
+    watch_tick(a, b, g, r);
+  }
+}
+
+// The client's connection failed (the server went away, or a lane's QP failed: transport retry
+// exceeded...): meet the server again within --reconnect-for. True: reconnected, carry on.
+bool try_reconnect(App& a, Batch& b, const Segment& g) {
+  bool lane_failed = false;
+  for (const auto& l : a.tb->lanes) lane_failed = lane_failed || l->st.failed.get() != 0;
+  if (b.reconnect_for <= 0 || g_signal.load() || !(g.peer_lost || lane_failed)) return false;
+  // What is in flight completes now, as flushed (failed): the QPs to the error state.
+  cut_qps(a);
+  if (a.running) (void)a.stop();
+  const LaneSnap end = take_snapshot(a.tb->lanes).total();
+  const std::string was = a.tb->peers.empty() ? "" : a.tb->peers[0].name;
+  std::fprintf(stderr,
+               "rdmafwd: client: the connection to the server %s failed (%s) after %" PRIu64
+               " I/O(s); %" PRIu64
+               " in flight abandoned (counted); reconnecting (up to "
+               "%.0f s)\n",
+               was.c_str(),
+               g.peer_lost ? "connection closed without a goodbye" : "a queue pair error", end.ios,
+               end.abandoned - b.seg_abandoned, b.reconnect_for);
+  std::fflush(stderr);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status rs = reconnect_client(
+      a.prm, *a.tb, {}, std::chrono::milliseconds(static_cast<int64_t>(b.reconnect_for * 1000)));
+  if (!rs) {
+    std::fprintf(stderr, "rdmafwd: client: no reconnect: %s\n", rs.error().message.c_str());
+    return false;
+  }
+  a.excused_errors += excusable(a) - b.seg_errors;
+  b.seg_errors = excusable(a);
+  b.seg_abandoned = take_snapshot(a.tb->lanes).total().abandoned;
+  std::fprintf(stderr, "rdmafwd: client: reconnected to %s after %.1f s; carrying on\n",
+               a.tb->peers[0].name.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::fflush(stderr);
+  b.resume = true;
+  return true;
+}
+
+// The goodbyes after a part's stop: the client's, and a server's check of what a write client
+// wrote.
+void end_of_run(App& a, const Segment& g, const Run& r) {
+  if (a.running) (void)a.stop();
+  if (g_signal.load()) std::fprintf(r.out, "rdmafwd: signal received, stopped\n");
+  if (a.prm.role == Role::kClient) say_bye(*a.tb, a.prm, a.stats().total().ios);
+  if (a.prm.role == Role::kServer && a.tb->any_client_runs("write") && !g.peer_lost &&
+      !g_signal.load() && await_bye(*a.tb, std::chrono::milliseconds(5000))) {
+    std::string note;
+    (void)check_client_writes(*a.tb, a.prm, note);
+    std::fprintf(r.out, "rdmafwd: %s\n", note.c_str());
+  }
+}
+
+// A peer that went away: one line, and the status it gives this part.
+int peer_lost_status(App& a, const Batch& b, bool more) {
+  if (b.serve_on) {
+    // One line for the client: its death ends its run, not this server (nor is it a failure of
+    // this server: what its run left in flight is counted in its summary).
+    Testbed::Peer& pr = a.tb->peers.at(std::max(a.tb->lost_peer, 0));
+    pr.dropped = true;
+    std::fprintf(stderr,
+                 "rdmafwd: server: client %s dropped: went away during the run (connection "
+                 "closed without a goodbye)%s\n",
+                 pr.name.c_str(), more ? "; waiting for the next client" : "");
+    return kExitOk;
+  }
+  std::fprintf(stderr,
+               "rdmafwd: the %s %s went away during the run (connection closed "
+               "without a goodbye)\n",
+               a.prm.role == Role::kServer ? "client" : "server",
+               a.tb->peers.at(std::max(a.tb->lost_peer, 0)).name.c_str());
+  return kExitRuntime;
+}
+
+// The part's status and summary. An exit status: main ends with it (no I/O, no more clients).
+Phase summarize_part(App& a, Batch& b, const Segment& g, bool more) {
+  int st = a.exit_status(b.serve_on);
+  if (g.refused_out || g.dropped) st = kExitRuntime;
+  if (g.peer_lost) st = peer_lost_status(a, b, more);
+  const bool nothing_to_serve =
+      a.prm.role == Role::kServer && a.tb->any_client_runs("") && !a.tb->any_client_runs("rpc");
+  if (a.stats().total().ios == 0 && st == kExitOk && !nothing_to_serve && !g.peer_lost) {
+    std::fprintf(stderr, "rdmafwd: no I/O completed\n");
+    st = kExitRuntime;
+    if (!b.serve_on) {
+      a.print_stats("summary", kExitRuntime);
+      return kExitRuntime;
+    }
+  }
+  a.print_stats("summary", st);
+  b.worst = std::max(b.worst, st);
+  ++b.served;
+  return std::nullopt;
+}
+
+// The next client: the lanes released (QPs drained, run state cleared), then the wait. False: no
+// next client (stopped, timed out, failed).
+bool serve_next(App& a, Batch& b, const Run& r) {
+  Status rs = release_lanes(*a.tb);
+  if (rs) rs = next_client(a.prm, *a.tb, r.say, r.warn);
+  if (rs) return true;
+  if (rs.error().code == Errc::kState || g_signal.load())
+    std::fprintf(r.out, "rdmafwd: stopped while waiting for the next client (%u served)\n",
+                 b.served);
+  else
+    std::fprintf(stderr, "rdmafwd: %s (%u client(s) served)\n", rs.error().message.c_str(),
+                 b.served);
+  if (rs.error().code != Errc::kState && rs.error().code != Errc::kTimeout) b.worst = kExitRuntime;
+  return false;
+}
+
+// Without the prompt: start, watch, stop, summarize; again after a reconnect (a client) or for
+// the next client (a server of --serve-clients).
+int run_batch(App& a, const Run& r) {
+  if (g_signal.load()) return interrupted("before forwarding started");
+  Batch b = batch_of(a.prm);
+  for (;;) {
+    if (Status s = a.start(b.resume); !s) {
+      std::fprintf(stderr, "rdmafwd: cannot start: %s\n", s.error().message.c_str());
+      return kExitRuntime;
+    }
+    if (a.prm.duration == 0 && a.prm.io_count == 0 && a.prm.role != Role::kServer)
+      std::fprintf(r.out, "rdmafwd: forwarding; press Ctrl-C to stop\n");
+    Segment g;
+    if (Phase p = arm_guards(a, g)) return *p;
+    watch_run(a, b, g, r);
+    if (try_reconnect(a, b, g)) continue;
+    end_of_run(a, g, r);
+    const bool more = b.serve_on && !g_signal.load() &&
+                      (a.prm.serve_clients == 0 || b.served + 1 < a.prm.serve_clients);
+    if (Phase p = summarize_part(a, b, g, more)) return *p;
+    if (!more || !serve_next(a, b, r)) break;
+  }
+  print_clients(a);
+  return b.worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  install_signals();
+  App& a = app();
+  Run r;
+  rt::EalArgs ea;
+  if (Phase p = parse_arguments(argc, argv, a, r, ea)) return *p;
+  std::optional<rt::Eal> eal;  // declared before the testbed: torn down after it
+  if (Phase p = start_eal(ea, a, r, eal)) return *p;
+  if (Phase p = place_lcores(*eal, a, r)) return *p;
+  if (Phase p = connect_testbed(a, r)) return *p;
+  if (Phase p = launch_lanes(a)) return *p;
+  print_banner(a, r);
+  a.refresh_census();
+  if (a.prm.interactive || !a.prm.cmdline_file.empty()) return run_interactive(a);
+  return run_batch(a, r);
 }

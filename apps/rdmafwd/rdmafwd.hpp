@@ -22,6 +22,7 @@
 
 #include <rdmx/core/histogram.hpp>
 #include <rdmx/core/result.hpp>
+#include <rdmx/endpoint/device.hpp>
 #include <rdmx/mem/arena.hpp>
 #include <rdmx/mlx5/device.hpp>
 #include <rdmx/rpcrdma/chunks.hpp>
@@ -143,7 +144,7 @@ std::string check_params(const Params& p);
 
 // What --device names (lib/endpoint's grammar). kNone: it names no device; make_testbed then
 // fails with kNoDevice (exit 3).
-enum class DeviceKind { kNone, kEmuThreaded, kEmuInline, kEmuSink, kMlx5 };
+using DeviceKind = endpoint::DeviceKind;
 DeviceKind device_kind(const Params& p);
 
 // ---- Counters written by one poll lcore ------------------------------------------------------

@@ -1,7 +1,8 @@
 // rdmafwd setup (control path: allocates, may block, returns Result).
 //
 // Single process: two devices joined by a wire — emu: side 0 (A) and side 1 (B) of an
-// in-process wire, both run by ONE emu::DeviceThread pinned to the placement's device CPU
+// in-process wire, both run by ONE device thread (endpoint::SharedDeviceThread) pinned to the
+// placement's device CPU
 // (--emu-threads per-port: a thread per port, placed by the kernel); dv: the named device opened
 // twice (two contexts, loopback) — one arena + window pool per side, and per lane four PollCores:
 // c (A) <-> p (B) and r (B) <-> s (A). Two-process mode: the server opens side 0 of a
@@ -146,11 +147,7 @@ Testbed::~Testbed() {
 
 uint64_t Testbed::checker_reports(std::string* dump) const {
   uint64_t n = 0;
-  for (emu::EmuDevice* d : {emu_a, emu_b}) {
-    if (!d) continue;
-    n += d->checker().total();
-    if (dump && d->checker().total()) *dump += d->checker().dump();
-  }
+  for (const endpoint::EmuControl& d : {emu_a, emu_b}) n += d.checker_reports(dump);
   return n;
 }
 
@@ -246,7 +243,8 @@ Status open_devices(const Params& p, Testbed& tb) {
     tb.notes.push_back("device: " + p.device + " (mlx5dv), opened twice: loopback RC");
     return {};
   }
-  const bool threaded = spec.mode == emu::Mode::kThreaded;
+  const endpoint::DeviceKind kind = endpoint::device_kind(p.device);
+  const bool threaded = kind == endpoint::DeviceKind::kEmuThreaded;
   const bool shared_thread = threaded && !p.emu_thread_per_port;
   oa.start_thread = ob.start_thread = !shared_thread;
   oa.emu_name = "emu0";
@@ -254,8 +252,8 @@ Status open_devices(const Params& p, Testbed& tb) {
   if (p.role == Role::kBoth) {
     RDMX_TRY_ASSIGN(auto pair, endpoint::open_device_pair(p.device, oa, ob));
     tb.wire = pair[0].wire;
-    tb.emu_a = pair[0].emu;
-    tb.emu_b = pair[1].emu;
+    tb.emu_a = endpoint::EmuControl(pair[0]);
+    tb.emu_b = endpoint::EmuControl(pair[1]);
     tb.dev_a = pair[0].dev.get();
     tb.dev_b = pair[1].dev.get();
     tb.open_a = std::move(pair[0]);
@@ -278,25 +276,23 @@ Status open_devices(const Params& p, Testbed& tb) {
       return add_context(std::move(d).error(), "is the server running?");
     RDMX_TRY(d, own_wire ? "device " + p.device : "shared-memory wire '" + p.wire + "'");
     tb.wire = d.value().wire;
-    (server ? tb.emu_b : tb.emu_a) = d.value().emu;
+    (server ? tb.emu_b : tb.emu_a) = endpoint::EmuControl(d.value());
     (server ? tb.dev_b : tb.dev_a) = d.value().dev.get();
     (server ? tb.open_b : tb.open_a) = std::move(d).value();
   }
   std::string threads;
   if (shared_thread) {
-    std::vector<emu::EmuDevice*> devs;
-    for (emu::EmuDevice* d : {tb.emu_a, tb.emu_b})
-      if (d) devs.push_back(d);
-    emu::ThreadOptions to;
-    to.cpu = p.device_cpu;
-    to.idle_spin = p.emu_idle_spin;
-    RDMX_TRY_ASSIGN(tb.emu_thread, emu::DeviceThread::start(devs, to), "emu device thread");
-    threads = devs.size() == 2 ? ", one device thread for both ports" : ", one device thread";
+    const endpoint::EmuControl devs[] = {tb.emu_a, tb.emu_b};
+    RDMX_TRY_ASSIGN(tb.emu_thread,
+                    endpoint::SharedDeviceThread::start(devs, p.device_cpu, p.emu_idle_spin),
+                    "emu device thread");
+    threads =
+        tb.emu_thread->size() == 2 ? ", one device thread for both ports" : ", one device thread";
   } else if (threaded) {
     threads = p.role == Role::kBoth ? ", one device thread per port" : ", one device thread";
   }
   const std::string& own = oa.wire;  // the spec's own wire, if any
-  tb.notes.push_back(std::string("device: emulated mlx5 (") + emu::mode_name(spec.mode) +
+  tb.notes.push_back(std::string("device: emulated mlx5 (") + endpoint::device_kind_name(kind) +
                      (p.role == Role::kBoth ? "), two ports joined by an in-process wire" + threads
                       : own.rfind("roce:", 0) == 0
                           ? "), RoCE v2 on this host's network from " + own.substr(5) + threads
@@ -785,6 +781,98 @@ Status serve(const Params& p, Testbed& tb, Pending& pd) {
   return s.ready(targets);
 }
 
+// What tcp_server's steps share: the clients being admitted and the lane slots they take.
+struct Admission {
+  const Params& p;
+  Testbed& tb;
+  const Say& say;
+  const Say& warn;
+  unsigned n_clients;
+  unsigned per;  // lanes per client
+  size_t first;  // --serve-clients: the clients served before
+  std::vector<Pending> pending;
+  std::vector<bool> slot_busy;
+
+  void refused(Pending& pd, const std::string& why) {
+    tb.refused_clients.push_back({pd.pr.name, why});
+    if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
+    slot_busy[pd.slot] = false;
+  }
+};
+
+// A session the server admitted: a free slot of lanes and the greeting, or refused (busy).
+Status admit(Admission& ad, endpoint::Session&& in) {
+  Pending pd;
+  pd.pr.name = in.peer();
+  pd.pr.s = std::move(in);
+  const auto free_slot = std::find(ad.slot_busy.begin(), ad.slot_busy.end(), false);
+  if (free_slot == ad.slot_busy.end()) {
+    const std::string why =
+        "this server serves " + std::to_string(ad.n_clients) + " client(s), all being admitted now";
+    pd.pr.s.refuse(Errc::kBusy, why);
+    ad.tb.refused_clients.push_back({pd.pr.name, why});
+    if (ad.warn) ad.warn("server: client " + pd.pr.name + " not served: " + why);
+    return {};
+  }
+  pd.slot = static_cast<unsigned>(free_slot - ad.slot_busy.begin());
+  *free_slot = true;
+  pd.pr.first_lane = pd.slot * ad.per;
+  pd.pr.n_lanes = ad.per;
+  if (Status st = greet(ad.p, ad.tb, pd); !st) {
+    if (pd.connected) return add_context(st.error(), "client " + pd.pr.name);
+    ad.refused(pd, without_peer(st.error().message, pd.pr.name));
+  } else {
+    ad.pending.push_back(std::move(pd));
+  }
+  return {};
+}
+
+// A client ready: its note, its lanes, one line, and it joins the peers.
+void client_ready(Admission& ad, Pending& pd) {
+  Testbed& tb = ad.tb;
+  const unsigned k = static_cast<unsigned>(tb.peers.size() - ad.first);
+  const std::string lanes = ad.n_clients == 1
+                                ? ""
+                                : ", lanes " + std::to_string(pd.pr.first_lane) + ".." +
+                                      std::to_string(pd.pr.first_lane + ad.per - 1);
+  tb.notes.push_back("server: client " + pd.pr.name + " over TCP from " +
+                     pd.pr.s.channel().local_address() + ", running --fwd " + pd.pr.fwd + lanes +
+                     (pd.pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
+  for (unsigned li = pd.pr.first_lane; li < pd.pr.first_lane + ad.per; ++li)
+    tb.lanes[li]->client = static_cast<unsigned>(tb.peers.size());
+  if (ad.say && ad.n_clients > 1)
+    ad.say("server: client " + std::to_string(k + 1) + " of " + std::to_string(ad.n_clients) +
+           " (" + pd.pr.name + ") connected" +
+           (k + 1 < ad.n_clients ? "; waiting for the next" : ""));
+  tb.peers.push_back(std::move(pd.pr));
+}
+
+// One step of each session being admitted; `busy` is set when any moved.
+Status step_pending(Admission& ad, bool& busy) {
+  for (size_t i = 0; i < ad.pending.size();) {
+    Pending& pd = ad.pending[i];
+    const endpoint::SessionEvent e = pd.pr.s.step();
+    Status st;
+    if (e == endpoint::SessionEvent::kInfos) st = serve(ad.p, ad.tb, pd);
+    if (e == endpoint::SessionEvent::kDropped) st = pd.pr.s.error();
+    busy = busy || e != endpoint::SessionEvent::kNone;
+    if (!st) {
+      if (pd.connected || st.error().code == Errc::kState)
+        return add_context(st.error(), "client " + pd.pr.name);
+      ad.refused(pd, without_peer(st.error().message, pd.pr.name));
+      ad.pending.erase(ad.pending.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (e == endpoint::SessionEvent::kReady) {
+      client_ready(ad, pd);
+      ad.pending.erase(ad.pending.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    ++i;
+  }
+  return {};
+}
+
 // Every client admitted without waiting on any (SessionServer over the Door): a slow, silent or
 // broken one is refused alone, one line each, and its lanes go to the next.
 Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const Say& say,
@@ -792,11 +880,18 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
   const endpoint::Wait total = wait_for(p, endpoint::kDefaultAcceptTimeout);
   const auto deadline = std::chrono::steady_clock::now() + total.timeout;
   const unsigned n_clients = p.clients ? p.clients : 1;
-  const unsigned per = static_cast<unsigned>(tb.lanes.size()) / n_clients;
-  const size_t first = tb.peers.size();  // --serve-clients: the clients served before
+  Admission ad{p,
+               tb,
+               say,
+               warn,
+               n_clients,
+               static_cast<unsigned>(tb.lanes.size()) / n_clients,
+               tb.peers.size(),
+               {},
+               std::vector<bool>(n_clients, false)};
   if (say)
     say("server: waiting for " +
-        (n_clients == 1 ? std::string(first ? "the next client" : "a client")
+        (n_clients == 1 ? std::string(ad.first ? "the next client" : "a client")
                         : std::to_string(n_clients) + " clients") +
         " on " + lis.address() + " (up to " + std::to_string((total.timeout.count() + 999) / 1000) +
         " s), Ctrl-C to stop");
@@ -812,14 +907,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
         if (c.warn) c.warn("server: client " + peer + " not served: " + line);
       },
       &ctx);
-  std::vector<Pending> pending;
-  std::vector<bool> slot_busy(n_clients, false);
-  auto refused = [&](Pending& pd, const std::string& why) {
-    tb.refused_clients.push_back({pd.pr.name, why});
-    if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
-    slot_busy[pd.slot] = false;
-  };
-  while (tb.peers.size() < first + n_clients) {
+  while (tb.peers.size() < ad.first + n_clients) {
     if (g_signal.load())
       return make_error(Errc::kState, "interrupted while waiting for a client on " + lis.address());
     if (std::chrono::steady_clock::now() >= deadline)
@@ -830,65 +918,9 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     RDMX_TRY_ASSIGN(std::optional<endpoint::Session> in, srv.try_admit());
     if (in) {
       busy = true;
-      Pending pd;
-      pd.pr.name = in->peer();
-      pd.pr.s = std::move(*in);
-      const auto free_slot = std::find(slot_busy.begin(), slot_busy.end(), false);
-      if (free_slot == slot_busy.end()) {
-        const std::string why = "this server serves " + std::to_string(n_clients) +
-                                " client(s), all being admitted now";
-        pd.pr.s.refuse(Errc::kBusy, why);
-        tb.refused_clients.push_back({pd.pr.name, why});
-        if (warn) warn("server: client " + pd.pr.name + " not served: " + why);
-      } else {
-        pd.slot = static_cast<unsigned>(free_slot - slot_busy.begin());
-        *free_slot = true;
-        pd.pr.first_lane = pd.slot * per;
-        pd.pr.n_lanes = per;
-        if (Status st = greet(p, tb, pd); !st) {
-          if (pd.connected) return add_context(st.error(), "client " + pd.pr.name);
-          refused(pd, without_peer(st.error().message, pd.pr.name));
-        } else {
-          pending.push_back(std::move(pd));
-        }
-      }
+      RDMX_TRY(admit(ad, std::move(*in)));
     }
-    for (size_t i = 0; i < pending.size();) {
-      Pending& pd = pending[i];
-      const endpoint::SessionEvent e = pd.pr.s.step();
-      Status st;
-      if (e == endpoint::SessionEvent::kInfos) st = serve(p, tb, pd);
-      if (e == endpoint::SessionEvent::kDropped) st = pd.pr.s.error();
-      busy = busy || e != endpoint::SessionEvent::kNone;
-      if (!st) {
-        if (pd.connected || st.error().code == Errc::kState)
-          return add_context(st.error(), "client " + pd.pr.name);
-        refused(pd, without_peer(st.error().message, pd.pr.name));
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      if (e == endpoint::SessionEvent::kReady) {
-        const unsigned k = static_cast<unsigned>(tb.peers.size() - first);
-        const std::string lanes = n_clients == 1
-                                      ? ""
-                                      : ", lanes " + std::to_string(pd.pr.first_lane) + ".." +
-                                            std::to_string(pd.pr.first_lane + per - 1);
-        tb.notes.push_back("server: client " + pd.pr.name + " over TCP from " +
-                           pd.pr.s.channel().local_address() + ", running --fwd " + pd.pr.fwd +
-                           lanes +
-                           (pd.pr.fwd == "umr" ? " (nothing to serve but its goodbye)" : ""));
-        for (unsigned li = pd.pr.first_lane; li < pd.pr.first_lane + per; ++li)
-          tb.lanes[li]->client = static_cast<unsigned>(tb.peers.size());
-        if (say && n_clients > 1)
-          say("server: client " + std::to_string(k + 1) + " of " + std::to_string(n_clients) +
-              " (" + pd.pr.name + ") connected" +
-              (k + 1 < n_clients ? "; waiting for the next" : ""));
-        tb.peers.push_back(std::move(pd.pr));
-        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        continue;
-      }
-      ++i;
-    }
+    RDMX_TRY(step_pending(ad, busy));
     if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return {};

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include <rdmx/emu/emu.hpp>
 #include <rdmx/endpoint/cm.hpp>
 #include <rdmx/endpoint/device.hpp>
 #include <rdmx/endpoint/endpoint.hpp>
@@ -24,7 +23,7 @@ extern std::atomic<bool> g_signal;
 
 struct Testbed {
   Params prm;
-  std::shared_ptr<emu::Wire> wire;
+  std::shared_ptr<void> wire;  // the devices' wire (emu), kept until they are gone
   // Side A: client/source/sink, B: peer/relay. Each side present in this process is one
   // endpoint (lib/endpoint's builder: device, arena, window pool, the poll cores of its lanes);
   // open_* hold the devices from opening until the endpoints take them.
@@ -32,9 +31,9 @@ struct Testbed {
   endpoint::Endpoint side_a, side_b;
   mlx5::Device* dev_a = nullptr;  // the sides' parts (nullptr: the side is in the peer process)
   mlx5::Device* dev_b = nullptr;
-  emu::EmuDevice* emu_a = nullptr;
-  emu::EmuDevice* emu_b = nullptr;
-  std::unique_ptr<emu::DeviceThread> emu_thread;  // threaded emu, shared: runs emu_a and emu_b
+  endpoint::EmuControl emu_a;  // the sides' emulated devices (empty on mlx5, or not here)
+  endpoint::EmuControl emu_b;
+  std::unique_ptr<endpoint::SharedDeviceThread> emu_thread;  // threaded emu, shared: both
   mem::Arena* arena_a = nullptr;
   mem::Arena* arena_b = nullptr;
   win::WindowPool* pool_a = nullptr;

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <rdmx/dv/dv_device.hpp>
+#include <rdmx/emu/profile.hpp>
 #include <rdmx/endpoint/device.hpp>
 
 namespace rdmx::endpoint {
@@ -271,6 +272,105 @@ Result<std::unique_ptr<emu::EmuDevice>> take_emu(OpenedDevice&& d) {
                       "device " + d.dev->name() + " (" + d.backend + ") is not an emulated device");
   d.emu = nullptr;
   return std::unique_ptr<emu::EmuDevice>(static_cast<emu::EmuDevice*>(d.dev.release()));
+}
+
+DeviceKind device_kind(std::string_view spec) noexcept {
+  DeviceOptions o;
+  auto s = parse_device_spec(spec, &o);
+  if (!s) return DeviceKind::kNone;
+  if (s.value().backend == Backend::kMlx5) return DeviceKind::kMlx5;
+  switch (s.value().mode) {
+    case emu::Mode::kInline:
+      return DeviceKind::kEmuInline;
+    case emu::Mode::kSink:
+      return DeviceKind::kEmuSink;
+    case emu::Mode::kThreaded:
+      break;
+  }
+  return DeviceKind::kEmuThreaded;
+}
+
+const char* device_kind_name(DeviceKind k) noexcept {
+  switch (k) {
+    case DeviceKind::kEmuThreaded:
+      return emu::mode_name(emu::Mode::kThreaded);
+    case DeviceKind::kEmuInline:
+      return emu::mode_name(emu::Mode::kInline);
+    case DeviceKind::kEmuSink:
+      return emu::mode_name(emu::Mode::kSink);
+    case DeviceKind::kMlx5:
+      return "mlx5";
+    case DeviceKind::kNone:
+      break;
+  }
+  return "";
+}
+
+std::vector<ProfileInfo> device_profiles() {
+  std::vector<ProfileInfo> v;
+  for (const emu::Profile& p : emu::profiles()) v.push_back({p.name, p.about});
+  return v;
+}
+
+std::string EmuControl::name() const {
+  return dev_ ? dev_->name() : std::string();
+}
+
+LinkStats EmuControl::link_stats() const {
+  if (!dev_) return {};
+  const emu::EmuStats::Roce r = dev_->stats().roce;
+  return {r.tx_packets,    r.rx_packets,    r.retransmits,      r.timeouts,
+          r.seq_naks_sent, r.seq_naks_rcvd, r.duplicates,       r.acks_sent,
+          r.rx_full,       r.injected_loss, r.injected_reorder, r.injected_dup};
+}
+
+uint64_t EmuControl::checker_reports(std::string* dump) const {
+  if (!dev_) return 0;
+  const uint64_t n = dev_->checker().total();
+  if (dump && n) *dump += dev_->checker().dump();
+  return n;
+}
+
+Status EmuControl::error_on_nth_wqe(mlx5::QpHandle qp, uint64_t n, uint8_t syndrome) {
+  if (!dev_) return make_error(Errc::kUnsupported, "fault injection: not an emulated device");
+  return dev_->faults().error_on_nth_wqe(qp, n, syndrome);
+}
+
+Status EmuControl::qp_to_error(mlx5::QpHandle qp) {
+  if (!dev_) return make_error(Errc::kUnsupported, "fault injection: not an emulated device");
+  return dev_->faults().qp_to_error(qp);
+}
+
+void EmuControl::set_peer_unreachable(bool on) {
+  if (dev_) dev_->faults().set_peer_unreachable(on);
+}
+
+Status EmuControl::delay_completions(mlx5::QpHandle qp, uint32_t polls) {
+  if (!dev_) return make_error(Errc::kUnsupported, "fault injection: not an emulated device");
+  return dev_->faults().delay_completions(qp, polls);
+}
+
+Result<std::unique_ptr<SharedDeviceThread>> SharedDeviceThread::start(
+    std::span<const EmuControl> devs, int cpu, uint32_t idle_spin) {
+  std::vector<emu::EmuDevice*> v;
+  for (const EmuControl& d : devs)
+    if (d.dev_) v.push_back(d.dev_);
+  emu::ThreadOptions to;
+  to.cpu = cpu;
+  to.idle_spin = idle_spin;
+  auto t = std::unique_ptr<SharedDeviceThread>(new SharedDeviceThread());
+  RDMX_TRY_ASSIGN(t->thread_, emu::DeviceThread::start(v, to));
+  return t;
+}
+
+SharedDeviceThread::~SharedDeviceThread() = default;
+
+int SharedDeviceThread::cpu() const noexcept {
+  return thread_ ? thread_->options().cpu : -1;
+}
+
+size_t SharedDeviceThread::size() const noexcept {
+  return thread_ ? thread_->size() : 0;
 }
 
 }  // namespace rdmx::endpoint

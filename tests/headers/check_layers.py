@@ -7,8 +7,9 @@ never includes the other one or lib/ above core; lib/rt knows only core; lib/end
 glue) may use both backends and the window layer, not the runtime. The assembly layer
 (lib/capi, apps, tests, examples) is not restricted but for the applications below, which reach
 a device only through the library's services (lib/endpoint: opener, sessions, rdma_cm) and never
-through a driver's own header: rdmafwd not the real driver's (rdmx/dv), blockd not a driver at
-all (the C API only). A quoted path into drivers/ counts too. Usage: check_layers.py SOURCE_ROOT
+through a driver's own header: rdmafwd neither driver's (rdmx/dv, rdmx/emu: lib/endpoint's
+device facade gives it the emulated device's profiles, statistics, fault injection and shared
+thread), blockd not a driver at all (the C API only). A quoted path into drivers/ counts too. Usage: check_layers.py SOURCE_ROOT
 """
 import pathlib
 import re
@@ -31,7 +32,7 @@ ALLOWED = {
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](rdmx/[^>"]+)[>"]')
 # Applications: the include paths they may not use.
 FORBIDDEN = {
-    'apps/rdmafwd': ('rdmx/dv/',),
+    'apps/rdmafwd': ('rdmx/dv/', 'rdmx/emu/'),
     'examples/blockd': ('rdmx/dv/', 'rdmx/emu/'),
 }
 DRIVER_PATH = re.compile(r'^\s*#\s*include\s*[<"]([^>"]*drivers/[^>"]+)[>"]')

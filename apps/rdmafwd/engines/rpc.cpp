@@ -293,6 +293,93 @@ void server_bad_handle(Lane& l, uint32_t k, const nfs::Call& call) {
   send_extra(l, k, e.length + m);
 }
 
+// NULL's reply (the client's goodbye): the accepted header, no results.
+void server_bye_reply(Lane& l, uint32_t k, uint32_t xid) {
+  l.st.peer_bye.set(1);
+  rr::Header rh;
+  rh.xid = xid;
+  rh.credits = grant(l);
+  const std::span<uint8_t> buf = hold_extra(l, k);
+  const rr::CodecResult e = rr::encode(rh, buf, rr::Role::kReply);
+  nfs::Reply rep;
+  rep.xid = xid;
+  const uint32_t m = e.ok() ? nfs::encode_reply(nfs::kProcNull, rep, buf.subspan(e.length)) : 0;
+  if (m)
+    send_extra(l, k, e.length + m);
+  else
+    release_extra(l, k);
+}
+
+// With metadata, the local side: the slot's data and metadata behind one window of this core.
+bool server_map_md(Lane& l, uint32_t s, bool rd, uint32_t xid, uint32_t blocks) {
+  win::PollCore& p = *l.p;
+  const uint32_t md = l.cfg.metadata;
+  if (rd)
+    md_fill(l.p_md_src.slot(s)[0], md, blocks, xid);
+  else
+    std::memset(reinterpret_cast<void*>(l.p_md_dst.slot(s)[0]), 0, size_t{blocks} * md);
+  const win::MapResult m =
+      map_with_md(p, (rd ? l.p_src : l.p_dst).slot(s)[0], (rd ? l.p_md_src : l.p_md_dst).slot(s)[0],
+                  l.page_size, md, blocks, mlx5::kAccessLocalWrite);
+  if (!m.ok()) {
+    note_reject(l, m.errc);
+    io_failed(l);
+    return false;
+  }
+  l.srv[s].w = m.window;
+  return true;
+}
+
+// READ: the payload written into the client's Write chunk, then the reply.
+void server_read(Lane& l, uint32_t s, const rr::Segment& seg, const nfs::Call& call,
+                 const mlx5::prm::Sge& sg, uint32_t wire) {
+  win::PollCore& p = *l.p;
+  Lane::Slot& v = l.srv[s];
+  auto* ph = reinterpret_cast<PayloadHdr*>(l.p_src.slot(s)[0]);
+  ph->magic = kPayloadMagic;
+  ph->seq = call.xid;
+  ph->slot = s;
+  ph->len = call.count;
+  const Csum cs =
+      call.count == io_len(l) ? l.csums[l.depth + s] : csum_range(l.p_src.slot(s)[0], call.count);
+  ph->csum_a = cs.a;
+  ph->csum_b = cs.b;
+  if (corrupt_now(l)) {
+    flip(l, s, false);
+    v.op = 0xff;
+    l.st.corrupted.add(1);
+  }
+  const Errc e = p.post_write({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvWrite, s));
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    io_failed(l);
+    return;
+  }
+  const uint8_t op = v.op;
+  v.op = nfs::kProcRead;
+  rr::Segment written = seg;
+  written.length = wire;
+  server_reply(l, s, nfs::kNfs3Ok, &written);  // same SQ: ordered after the payload
+  v.op = op;  // 0xff: the source is corrupted (undone before the slot's next call)
+  // The window may go at once: its invalidate waits (fenced) for the WRITE that gathers
+  // from it (PollCore::unmap).
+  if (v.w && p.unmap(v.w) != Errc::kOk) io_failed(l);
+  v.w = nullptr;
+}
+
+// WRITE: the client's Read chunk read into the slot; the reply when the READ completed.
+void server_write(Lane& l, uint32_t s, const rr::Segment& seg, const mlx5::prm::Sge& sg) {
+  win::PollCore& p = *l.p;
+  Lane::Slot& v = l.srv[s];
+  const Errc e = p.post_read({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvRead, s), true);
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    io_failed(l);
+    return;
+  }
+  v.busy = true;  // until its READ completed (server_read_done): the slot is in use
+}
+
 void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   win::PollCore& p = *l.p;
   if (l.refusing) return;  // its client is being dropped: nothing more of it is read
@@ -320,20 +407,7 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
     return;
   }
   if (verdict == RpcVerdict::kBye) {
-    l.st.peer_bye.set(1);
-    // NULL's reply: the accepted header, no results.
-    const std::span<uint8_t> buf = hold_extra(l, k);
-    rr::Header rh;
-    rh.xid = h.xid;
-    rh.credits = grant(l);
-    const rr::CodecResult e = rr::encode(rh, buf, rr::Role::kReply);
-    nfs::Reply rep;
-    rep.xid = h.xid;
-    const uint32_t m = e.ok() ? nfs::encode_reply(nfs::kProcNull, rep, buf.subspan(e.length)) : 0;
-    if (m)
-      send_extra(l, k, e.length + m);
-    else
-      release_extra(l, k);
+    server_bye_reply(l, k, h.xid);
     return;
   }
   // The receive slot is free again: the call is decoded.
@@ -355,68 +429,16 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   const uint32_t md = l.cfg.metadata;
   const uint32_t blocks = call.count / l.page_size;
   v.w = nullptr;
-  if (md) {  // the local side: the slot's data and metadata behind one window of this core
-    if (rd)
-      md_fill(l.p_md_src.slot(s)[0], md, blocks, call.xid);
-    else
-      std::memset(reinterpret_cast<void*>(l.p_md_dst.slot(s)[0]), 0, size_t{blocks} * md);
-    const win::MapResult m = map_with_md(p, (rd ? l.p_src : l.p_dst).slot(s)[0],
-                                         (rd ? l.p_md_src : l.p_md_dst).slot(s)[0], l.page_size, md,
-                                         blocks, mlx5::kAccessLocalWrite);
-    if (!m.ok()) {
-      note_reject(l, m.errc);
-      io_failed(l);
-      return;
-    }
-    v.w = m.window;
-  }
+  if (md && !server_map_md(l, s, rd, call.xid, blocks)) return;
   // With metadata the local SGE is the window (iova 0, data + metadata interleaved).
   const uint32_t wire = static_cast<uint32_t>(rpc_wire_bytes(call.count, lim));
   auto local = [&](const SlotBufs& b) {
     return v.w ? sge(0, wire, v.w->lkey()) : sge(b.slot(s)[0], call.count, l.lkey_b);
   };
-  if (rd) {
-    auto* ph = reinterpret_cast<PayloadHdr*>(l.p_src.slot(s)[0]);
-    ph->magic = kPayloadMagic;
-    ph->seq = call.xid;
-    ph->slot = s;
-    ph->len = call.count;
-    const Csum cs =
-        call.count == io_len(l) ? l.csums[l.depth + s] : csum_range(l.p_src.slot(s)[0], call.count);
-    ph->csum_a = cs.a;
-    ph->csum_b = cs.b;
-    if (corrupt_now(l)) {
-      flip(l, s, false);
-      v.op = 0xff;
-      l.st.corrupted.add(1);
-    }
-    const mlx5::prm::Sge sg = local(l.p_src);
-    const Errc e = p.post_write({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvWrite, s));
-    if (e != Errc::kOk) {
-      note_reject(l, e);
-      io_failed(l);
-      return;
-    }
-    const uint8_t op = v.op;
-    v.op = nfs::kProcRead;
-    rr::Segment written = seg;
-    written.length = wire;
-    server_reply(l, s, nfs::kNfs3Ok, &written);  // same SQ: ordered after the payload
-    v.op = op;  // 0xff: the source is corrupted (undone before the slot's next call)
-    // The window may go at once: its invalidate waits (fenced) for the WRITE that gathers
-    // from it (PollCore::unmap).
-    if (v.w && p.unmap(v.w) != Errc::kOk) io_failed(l);
-    v.w = nullptr;
-  } else {
-    const mlx5::prm::Sge sg = local(l.p_dst);
-    const Errc e = p.post_read({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvRead, s), true);
-    if (e != Errc::kOk) {
-      note_reject(l, e);
-      io_failed(l);
-      return;
-    }
-    v.busy = true;  // until its READ completed (server_read_done): the slot is in use
-  }
+  if (rd)
+    server_read(l, s, seg, call, local(l.p_src), wire);
+  else
+    server_write(l, s, seg, local(l.p_dst));
 }
 
 void server_read_done(Lane& l, uint32_t s) {

@@ -6,6 +6,7 @@ Each case runs the real binary (EAL + threaded emu) for about a second and check
 status and its --json summary (or its text output for the prompt cases)."""
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -230,7 +231,7 @@ def case_prompt_terminal(binary):
     try:
         check(read_until(b"rdmafwd> "), f"no prompt: {out[-400:]!r}")
         os.write(master, b"set fwd io\r")
-        check(read_until(b"error: bad arguments for 'set': set fwd umr|write|read|rpc|relay"),
+        check(read_until(b"error: option --fwd: unknown mode 'io' (one of umr, write, read, rpc, relay)"),
               f"no error listing the modes: {out[-400:]!r}")
         os.write(master, b"frobnicate\r")
         check(read_until(b"error: unknown command 'frobnicate'"), f"unknown: {out[-400:]!r}")
@@ -456,8 +457,8 @@ def case_options(binary):
     # summary; -a started forwarding.
     p = run(binary, ["-i", "-a"], stdin="set fwd io\nstop\nquit\n")
     check(p.returncode == 0, f"-i -a: exit {p.returncode}", p)
-    check("error: bad arguments for 'set': set fwd umr|write|read|rpc|relay, set burst|pages N"
-          in p.stdout, "the prompt error does not list the valid commands", p)
+    check("error: option --fwd: unknown mode 'io' (one of umr, write, read, rpc, relay)"
+          in p.stdout, "the prompt error does not list the valid modes", p)
     check("forwarding stopped" in p.stdout, "-a did not start forwarding", p)
     check(p.stdout.count("rdmafwd statistics since") == 1, "statistics printed twice", p)
     check(p.stdout.rstrip().endswith("rdmafwd> quit"), f"output after quit: {p.stdout[-200:]!r}", p)
@@ -673,6 +674,43 @@ def case_stale_runtime_dir(binary):
         shutil.rmtree(live, ignore_errors=True)
 
 
+def case_option_table(binary):
+    # The option table, as `show config` lists it (every option, * when `set` may change it):
+    # each option is in --help (hence the man page), `set` refuses each fixed one in one line
+    # and changes each settable one.
+    opts = {}
+    p = run(binary, ["-i"], stdin="show config\nquit\n")
+    check(p.returncode == 0, f"show config: exit {p.returncode}", p)
+    section = p.stdout.split("options (* may be changed with `set NAME VALUE`):\n", 1)
+    check(len(section) == 2, "show config lists no options", p)
+    for line in section[1].splitlines():
+        m = re.match(r"^    ([* ]) ([a-z][a-z0-9-]*)( .*)?$", line)
+        if not m:
+            break
+        opts[m.group(2)] = m.group(1) == "*"
+    check(len(opts) >= 40 and "device" in opts and "fwd" in opts, f"options listed: {opts}", p)
+    h = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=20)
+    helped = set(re.findall(r"^  (?:-[a-z], )?--([a-z][a-z0-9-]*)", h.stdout, re.M))
+    missing = sorted(set(opts) - helped)
+    check(not missing, f"options not in --help: {missing}", h)
+    fixed = [n for n, settable in opts.items() if not settable]
+    settable = [n for n, s in opts.items() if s]
+    check(set(settable) == {"fwd", "burst", "pages-per-io"}, f"settable: {settable}", p)
+    value = {"fwd": "umr", "burst": "8", "pages-per-io": "8"}
+    script = "".join(f"set {n} 1\n" for n in fixed) + "".join(f"set {n} {value[n]}\n" for n in settable)
+    p = run(binary, ["-i"], stdin=script + "quit\n")
+    check(p.returncode == 0, f"set: exit {p.returncode}", p)
+    lines = p.stdout.splitlines()
+    for n in fixed:
+        at = [i for i, l in enumerate(lines) if l.endswith(f"rdmafwd> set {n} 1")]
+        check(len(at) == 1, f"set {n}: prompt line not found", p)
+        got = lines[at[0] + 1:at[0] + 2] + [l for l in lines[at[0] + 2:at[0] + 3] if not l.startswith("rdmafwd> ")]
+        check(len(got) == 1 and got[0].startswith(f"error: --{n} is fixed at start-up (set takes "),
+              f"set {n}: not refused in one line: {got}", p)
+    for n in settable:
+        check(f"{n} set to {value[n]}" in p.stdout, f"set {n} {value[n]}: not set", p)
+
+
 CASES = {
     "umr": lambda b: mode(b, "umr"),
     "write": lambda b: mode(b, "write"),
@@ -700,6 +738,7 @@ CASES = {
     "no-device": case_no_device,
     "eal-errors": case_eal_errors,
     "options": case_options,
+    "option-table": case_option_table,
     "log-level": case_log_level,
     "status": case_status,
     "telemetry": case_telemetry,

@@ -47,8 +47,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <rdmx/core/result.hpp>
 #include <rdmx/emu/emu.hpp>
@@ -108,5 +110,69 @@ Result<std::unique_ptr<emu::EmuDevice>> take_emu(OpenedDevice&& d);
 // The device names ("emu, ..., emu-sink (each also as NAME@roce:ADDR ... and NAME:PROFILE),
 // mlx5, mlx5_N"): for messages and usage texts.
 const char* device_names_help() noexcept;
+
+// ---- For applications that include no driver header (rdmafwd) --------------------------------
+
+// What a spec names, without the backends' types. kNone: no device (a malformed spec).
+enum class DeviceKind { kNone, kEmuThreaded, kEmuInline, kEmuSink, kMlx5 };
+DeviceKind device_kind(std::string_view spec) noexcept;
+// "threaded", "inline", "sink" (emu's mode names) or "mlx5"; "" for kNone.
+const char* device_kind_name(DeviceKind k) noexcept;
+
+// The emu device profiles a spec may name ("emu:wqe512"): name and the one line it models.
+struct ProfileInfo {
+  const char* name;
+  const char* about;
+};
+std::vector<ProfileInfo> device_profiles();
+
+// An emu@roce device's RoCE v2 link: what the transport did (emu::EmuStats::Roce's counters).
+struct LinkStats {
+  uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, timeouts = 0;
+  uint64_t seq_naks_sent = 0, seq_naks_rcvd = 0, duplicates = 0, acks_sent = 0, rx_full = 0;
+  uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
+};
+
+// The emulated device of an OpenedDevice, seen through what an application may do with it:
+// statistics, the PRM checker's reports, fault injection (emu::Faults). Empty on mlx5 (every
+// call then does nothing and reports nothing). A view: valid while the device lives (it moves
+// with the OpenedDevice's unique_ptr into an Endpoint and stays where it is).
+class EmuControl {
+ public:
+  EmuControl() = default;
+  explicit EmuControl(const OpenedDevice& d) noexcept : dev_(d.emu) {}
+  explicit operator bool() const noexcept { return dev_ != nullptr; }
+
+  std::string name() const;
+  LinkStats link_stats() const;
+  // Reports of emu's PRM checker (and, with `dump`, their text appended).
+  uint64_t checker_reports(std::string* dump) const;
+  // emu::Faults: the n-th next WQE of qp's SQ completes in error with `syndrome`; the QP to the
+  // error state now; requests unanswered (retry exceeded); completions held back for `polls`
+  // device polls (0: off).
+  Status error_on_nth_wqe(mlx5::QpHandle qp, uint64_t n, uint8_t syndrome);
+  Status qp_to_error(mlx5::QpHandle qp);
+  void set_peer_unreachable(bool on);
+  Status delay_completions(mlx5::QpHandle qp, uint32_t polls);
+
+ private:
+  friend class SharedDeviceThread;
+  emu::EmuDevice* dev_ = nullptr;
+};
+
+// One thread running several threaded emu devices opened with start_thread = false
+// (emu::DeviceThread): pinned to `cpu` (-1: placed by the kernel), `idle_spin` empty polls
+// before it sleeps. Stops when destroyed, before the devices go.
+class SharedDeviceThread {
+ public:
+  static Result<std::unique_ptr<SharedDeviceThread>> start(std::span<const EmuControl> devs,
+                                                           int cpu, uint32_t idle_spin);
+  ~SharedDeviceThread();
+  int cpu() const noexcept;      // the CPU it is pinned to, -1: none
+  size_t size() const noexcept;  // the devices it runs
+
+ private:
+  std::unique_ptr<emu::DeviceThread> thread_;
+};
 
 }  // namespace rdmx::endpoint
