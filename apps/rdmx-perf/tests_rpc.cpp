@@ -202,6 +202,12 @@ class RpcRig {
   // One RPC of case k over `pages` pages: waits for a free slot (depth), then issues it; at
   // depth 1, also waits for its completion.
   void op(uint32_t k, uint32_t pages) noexcept {
+    // The first op of a case's turn waits for the previous case's RPCs: each case's figures are
+    // its own RPCs (the wait falls in the warm-up, or in one chunk of the round).
+    if (k != last_case_) {
+      drain();
+      last_case_ = k;
+    }
     while (inflight_ >= depth_ && !broken()) pump();
     if (broken()) return;
     issue(k, pages);
@@ -523,6 +529,7 @@ class RpcRig {
   std::vector<Case> cases_;  // by case index (every size's group adds its four)
   std::vector<CaseCounts> counts_;
   uint32_t inflight_ = 0;
+  uint32_t last_case_ = 0;
   // Decoded into and encoded from in place (about 1.7 KiB each: reused, not one per call).
   Header call_, reply_, out_;
   const char* broken_ = nullptr;
