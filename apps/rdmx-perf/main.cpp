@@ -251,7 +251,7 @@ const option kOptions[] = {
 // The ranges of the numeric options (the help text states them).
 constexpr uint64_t kMaxIterations = 1000000000000;  // 10^12
 constexpr uint64_t kMaxRounds = 1000;
-constexpr uint64_t kMaxStamped = 100000000;  // 10^8 stamps: 800 MB of TSC values
+constexpr uint64_t kMaxStamped = 100000000;  // 10^8 stamps: 800 MB per case of a group
 // Every pair of a batch holds its window until the doorbell's completions are polled: more
 // than half the test's 256 windows per doorbell and maps start failing for want of one.
 constexpr uint64_t kMaxBatch = 128;
