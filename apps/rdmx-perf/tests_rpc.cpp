@@ -180,7 +180,7 @@ class RpcRig {
 
   win::PollCore& client() noexcept { return client_->core(); }
   win::PollCore& server() noexcept { return server_->core(); }
-  emu::EmuDevice* client_emu() noexcept { return client_->emu; }
+  uint64_t server_bytes_verified() const noexcept { return server_bytes_verified_; }
 
   // Setup path (before the group's run).
   uint32_t add_case(bool read, bool window) {
@@ -514,10 +514,6 @@ class RpcRig {
       if (slots_[s].retiring) try_complete(s);
   }
 
- public:
-  uint64_t server_bytes_verified_ = 0;
-
- private:
   uint32_t depth_;
   uint32_t max_pages_;
   std::unique_ptr<Node> client_, server_;
@@ -534,6 +530,7 @@ class RpcRig {
   Header call_, reply_, out_;
   const char* broken_ = nullptr;
   uint32_t broken_xid_ = 0;
+  uint64_t server_bytes_verified_ = 0;
   bool corrupt_armed_ = false, corrupt_read_ = false;
 };
 
@@ -615,7 +612,7 @@ TestResult test_rpc(Ctx& ctx, bool bw) {
                     "maps " +
                     std::to_string(cs.maps) + ", unmaps " + std::to_string(cs.unmaps) +
                     ", payload bytes verified by the server " +
-                    std::to_string(rig.server_bytes_verified_));
+                    std::to_string(rig.server_bytes_verified()));
   t.notes.push_back(
       "one op = one NFSv3 READ or WRITE over RPC-over-RDMA v1, from the call to the reply handed "
       "up (window: its chunk retired by the reply's SEND_WITH_INV); window_overhead_ns = window - "
