@@ -262,8 +262,38 @@ std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_p
     }
   }
 
-  std::vector<CaseResult> out;
+  // Stamped phase, interleaved like the bulk phase: every round stamps its share of each case's
+  // ops in turn (after the same warm-up), so a noisy phase of the machine falls on every case of
+  // the group alike; the round-trip tests compare these p50s.
   const uint64_t n_st = rc.stamped ? rc.stamped : std::min<uint64_t>(rc.iterations, 1000000);
+  std::vector<std::vector<uint64_t>> samples(g.size());
+  {
+    uint64_t longest = 1;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const uint64_t calls = std::max<uint64_t>(1, n_st / std::max<uint32_t>(1, g[i]->meta.burst));
+      samples[i].reserve(calls);
+      longest = std::max(longest, (calls + rounds - 1) / rounds);
+    }
+    std::vector<uint64_t> t(longest + 1);
+    for (uint32_t r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < g.size(); ++i) {
+        Bench& b = *g[i];
+        const uint32_t burst = std::max<uint32_t>(1, b.meta.burst);
+        const uint64_t calls = std::max<uint64_t>(1, n_st / burst);
+        const uint64_t k = std::min((calls + rounds - 1) / rounds, calls - samples[i].size());
+        if (k == 0) continue;
+        const uint64_t warm = rc.warmup / burst;
+        if (warm) (void)b.run(warm);
+        b.run_stamped(k, t.data() + 1);
+        for (uint64_t j = 0; j < k; ++j) {
+          const double raw = static_cast<double>(t[j + 1] - t[j]) - rc.timer_overhead;
+          samples[i].push_back(raw > 0 ? static_cast<uint64_t>(raw / burst + 0.5) : 0);
+        }
+      }
+    }
+  }
+
+  std::vector<CaseResult> out;
   for (size_t i = 0; i < g.size(); ++i) {
     Bench& b = *g[i];
     CaseResult c = b.meta;
@@ -283,19 +313,10 @@ std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_p
                             ? static_cast<double>(acc[i].sys) / static_cast<double>(c.ops)
                             : -1;
 
-    // Stamped phase.
-    const uint64_t calls = std::max<uint64_t>(1, n_st / burst);
-    std::vector<uint64_t> t(calls + 1);
-    const uint64_t warm = rc.warmup / burst;
-    if (warm) (void)b.run(warm);
-    b.run_stamped(calls, t.data() + 1);
-    std::vector<uint64_t> d(calls);
-    for (uint64_t k = 0; k < calls; ++k) {
-      const double raw = static_cast<double>(t[k + 1] - t[k]) - rc.timer_overhead;
-      d[k] = raw > 0 ? static_cast<uint64_t>(raw / burst + 0.5) : 0;
-      c.hist.add(d[k]);
-    }
+    std::vector<uint64_t>& d = samples[i];
+    for (uint64_t x : d) c.hist.add(x);
     c.lat = summarize(d, rc.tsc_hz, std::max(1.0, rc.timer_overhead) / burst);
+    std::vector<uint64_t>().swap(d);
     out.push_back(std::move(c));
   }
   return out;

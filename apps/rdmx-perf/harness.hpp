@@ -9,7 +9,8 @@
 //    preemption is an outlier, not an offset; the plain mean over everything is kept too.
 //  - stamped phase: the TSC is read after every operation into a preallocated array; the
 //    differences (minus the timer's own cost, measured the same way around an empty operation)
-//    give min, p50, p99, p99.9 and max, and fill the histogram.
+//    give min, p50, p99, p99.9 and max, and fill the histogram. It is interleaved round by round
+//    like the bulk phase, so the p50s of a group's cases meet the same noisy phases.
 //  - warm-up operations precede every round and are discarded.
 //  - allocations (malloc/calloc/realloc/operator new on the measuring thread) and system calls
 //    (perf tracepoint raw_syscalls:sys_enter on the measuring thread) are counted around every

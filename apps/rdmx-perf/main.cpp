@@ -48,6 +48,14 @@ Tests (--test NAME):
            Peer: register-once (the same WRITE/READ with the arena's key; no per-I/O
            registration: the insecure ceiling), and the syscall+pin floor.
   io_bw    the same at depth 32 (throughput).
+  rpc_lat  per RPC: an NFSv3 WRITE (data in a Read chunk the server RDMA READs) or READ (a Write
+           chunk the server RDMA WRITEs) over RPC-over-RDMA version 1, client and server each
+           one poll core (both on the measuring lcore) over the threaded emu, depth 1. The
+           client maps a window over the RPC's pages per call; the server replies with
+           SEND_WITH_INV naming it; the RPC completes when the chunk is retired and the payload
+           checked. Peer: register-once (the chunk is the client arena's own MR: no map, no
+           invalidation, a plain SEND reply), alternated round by round.
+  rpc_bw   the same at depth 32 (throughput).
   all      every test above, in that order.
 
 Options (a bad one is one error line and exit status 2, before anything runs):
@@ -59,9 +67,9 @@ Options (a bad one is one error line and exit status 2, before anything runs):
   --stamped N         operations in the per-op stamped phase (1..10^8; default
                       min(iterations, 1M))
   --pages LIST        page counts, each 1..256 (a window holds 256 pages), e.g. 1,16,256
-                      (umr sweep; umr_lat and io sizes; default depends on the test)
+                      (umr sweep; umr_lat, io and rpc sizes; default depends on the test)
   --batch N           umr: map+unmap pairs per doorbell (1..128, default 8)
-  --device SPEC       device of umr_lat, io_lat and io_bw: an emulated one, named as
+  --device SPEC       device of umr_lat, io_* and rpc_*: an emulated one, named as
                       rdmafwd(1) --device names them (default emu, the emulated mlx5 with
                       its own device thread; emu-inline; emu:PROFILE); umr always measures
                       on emu-sink
@@ -182,6 +190,8 @@ constexpr TestEntry kTests[] = {
     {"umr_lat", test_umr_lat, true},
     {"io_lat", [](Ctx& c) { return test_io(c, false); }, true},
     {"io_bw", [](Ctx& c) { return test_io(c, true); }, true},
+    {"rpc_lat", [](Ctx& c) { return test_rpc(c, false); }, true},
+    {"rpc_bw", [](Ctx& c) { return test_rpc(c, true); }, true},
 };
 
 std::string test_names() {
@@ -214,6 +224,7 @@ enum : int {
   kHistogram,
   kCallgrind,
   kBadRkey,
+  kCorrupt,
   kQuiet,
   kProgressPeriod
 };
@@ -231,7 +242,8 @@ const option kOptions[] = {
     {"json", required_argument, nullptr, kJson},
     {"histogram", required_argument, nullptr, kHistogram},
     {"callgrind", no_argument, nullptr, kCallgrind},
-    {"bad-rkey", no_argument, nullptr, kBadRkey},  // hidden: tests of the failure path
+    {"bad-rkey", no_argument, nullptr, kBadRkey},       // hidden: tests of the failure path
+    {"corrupt", required_argument, nullptr, kCorrupt},  // hidden: rpc's data check (tests)
     {"quiet", no_argument, nullptr, kQuiet},
     {"progress-period", required_argument, nullptr, kProgressPeriod},  // hidden (tests): ms
     {nullptr, 0, nullptr, 0}};
@@ -239,7 +251,7 @@ const option kOptions[] = {
 // The ranges of the numeric options (the help text states them).
 constexpr uint64_t kMaxIterations = 1000000000000;  // 10^12
 constexpr uint64_t kMaxRounds = 1000;
-constexpr uint64_t kMaxStamped = 100000000;  // 10^8 stamps: 800 MB of TSC values
+constexpr uint64_t kMaxStamped = 100000000;  // 10^8 stamps: 800 MB per case of a group
 // Every pair of a batch holds its window until the doorbell's completions are polled: more
 // than half the test's 256 windows per doorbell and maps start failing for want of one.
 constexpr uint64_t kMaxBatch = 128;
@@ -342,6 +354,11 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
         break;
       case kBadRkey:
         ctx.bad_rkey = true;
+        break;
+      case kCorrupt:
+        ctx.corrupt = optarg;
+        if (ctx.corrupt != "write" && ctx.corrupt != "read")
+          bad = "--corrupt '" + ctx.corrupt + "': write or read";
         break;
       case kQuiet:
         ctx.rc.progress_period_s = 0;

@@ -32,6 +32,9 @@ struct NodeConfig {
   uint32_t cache_size = 64;
   win::KeyPolicy key_policy = win::KeyPolicy::kRandom;
   uint32_t memory_windows = 0;  // type-2 memory windows of the core (arena gets MW_BIND)
+  // The arena MR's rights: remote bits only when a peer is given the arena's own rkey (the
+  // register-once peers).
+  uint32_t arena_access = mlx5::kAccessLocalWrite;
 };
 
 // One endpoint (lib/endpoint's builder: device, arena, pool, one core) on an emulated device,
@@ -48,6 +51,7 @@ struct Node {
     endpoint::EndpointConfig ec;
     ec.arena.bytes = nc.data_bytes;
     ec.arena.source = mem::Source::kHeap;
+    ec.arena.access = nc.arena_access;
     ec.pool.n_windows = nc.n_windows;
     ec.pool.max_pages = nc.max_pages;
     ec.pool.key_policy = nc.key_policy;

@@ -18,6 +18,7 @@ struct Ctx {
   int device_cpu = -1;          // CPU the emulated device thread is pinned to (threaded tests)
   std::string device = "emu";   // --device: umr_lat, io_lat, io_bw (umr runs on emu-sink)
   bool bad_rkey = false;        // hidden --bad-rkey (tests): io WRITEs/READs complete in error
+  std::string corrupt;          // hidden --corrupt write|read (tests): one payload byte wrong
   std::vector<std::string>* warnings = nullptr;
   std::vector<std::string>* notices = nullptr;
 };
@@ -25,7 +26,8 @@ struct Ctx {
 TestResult test_cache(Ctx& ctx);
 TestResult test_umr(Ctx& ctx);
 TestResult test_umr_lat(Ctx& ctx);
-TestResult test_io(Ctx& ctx, bool bw);  // io_lat (depth 1) or io_bw (depth 32)
+TestResult test_io(Ctx& ctx, bool bw);   // io_lat (depth 1) or io_bw (depth 32)
+TestResult test_rpc(Ctx& ctx, bool bw);  // rpc_lat (depth 1) or rpc_bw (depth 32)
 
 // The syscall+pin floor for `bytes`: one system call + mlock + munlock of the same bytes.
 std::unique_ptr<Bench> make_floor_bench(uint32_t pages, uint64_t bytes, void* buf);

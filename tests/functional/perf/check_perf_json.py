@@ -2,7 +2,10 @@
 """Smoke test of rdmx-perf: runs one test with tiny iterations and checks that the JSON it writes
 is well formed and has the expected keys, and that the printed table says what its figures are:
 a unit in every column header, a bandwidth column for io_bw, a reason under every case whose
-means and median differ by more than 2x (never the timings themselves).
+means and median differ by more than 2x; for rpc_lat and rpc_bw, that every RPC issued completed,
+that each window RPC mapped one window and saw it invalidated by the reply while register-once
+mapped none, and that each ratio is the quotient of the two figures it compares (never the
+timings themselves).
 Usage: check_perf_json.py BINARY TEST"""
 import json
 import re
@@ -31,8 +34,48 @@ EXPECT = {  # test -> (case name prefixes that must be there, needs an rdmx case
     "io_lat": ["io.write.map_unmap", "io.write.register_once", "io.read.map_unmap",
                "io.read.register_once", "syscall+pin.floor"],
     "io_bw": ["io.write.map_unmap", "io.write.register_once", "syscall+pin.floor"],
+    "rpc_lat": ["rpc.write.window.p1", "rpc.write.register_once.p1", "rpc.read.window.p1",
+                "rpc.read.register_once.p1", "rpc.write.window.p16", "rpc.read.register_once.p16"],
+    "rpc_bw": ["rpc.write.window.p1", "rpc.write.register_once.p1", "rpc.read.window.p16",
+               "rpc.read.register_once.p16"],
 }
 ARGS = {"umr": ["--pages", "1,64"], "io_lat": ["--pages", "1"], "io_bw": ["--pages", "1"]}
+BW_TESTS = {"io_bw", "rpc_bw"}  # tests with a bandwidth column
+
+
+def check_rpc(test, cases, table):
+    """rpc_lat / rpc_bw: the counts add up and every ratio is the quotient of its two figures."""
+    by_name = {c["name"]: c for c in cases}
+    for c in cases:
+        x = c["extra"]
+        issued, done = x["rpcs_issued"], x["rpcs_completed"]
+        if issued != done or issued < c["ops"] or c["ops"] <= 0:
+            fail("case %s: %s RPCs issued, %s completed, %s timed" % (c["name"], issued, done, c["ops"]))
+        if c["unit"] != "RPC" or c["depth"] != (32 if test == "rpc_bw" else 1):
+            fail("case %s: unit %r depth %r" % (c["name"], c["unit"], c["depth"]))
+        if ".window." in c["name"]:
+            # One window per call, every one taken back by the reply's SEND_WITH_INV.
+            if x["maps"] != issued or x["remote_invalidations"] != done or x["local_invalidations"]:
+                fail("case %s: maps %s, remote %s, local %s invalidations for %s RPCs"
+                     % (c["name"], x["maps"], x["remote_invalidations"], x["local_invalidations"], done))
+            peer = c["name"].replace(".window.", ".register_once.")
+            p = by_name[peer]
+            if test == "rpc_lat":
+                key, want = peer + "@p50", c["latency_ns"]["p50"] / p["latency_ns"]["p50"]
+                ov = c["latency_ns"]["p50"] - p["latency_ns"]["p50"]
+            else:
+                key, want = peer, c["ns_per_op"] / p["ns_per_op"]
+                ov = c["ns_per_op"] - p["ns_per_op"]
+            if set(c["ratios"]) != {key} or abs(c["ratios"][key] - want) > 1e-9 * want:
+                fail("case %s: ratios %s, want {%s: %s}" % (c["name"], c["ratios"], key, want))
+            if abs(x["window_overhead_ns"] - ov) > 1e-6 * max(1.0, abs(ov)):
+                fail("case %s: window_overhead_ns %s, want %s" % (c["name"], x["window_overhead_ns"], ov))
+            # The printed ratio is the JSON one, in the table's format.
+            row = [l for l in table.splitlines() if l.startswith(c["name"] + " ")][0]
+            if ("%.3gx %s" % (want, key)) not in row and ("%.0fx %s" % (want, key)) not in row:
+                fail("case %s: the printed ratio is not %.3g: %r" % (c["name"], want, row))
+        elif x["maps"] or x["remote_invalidations"] or x["local_invalidations"] or c["ratios"]:
+            fail("register-once case %s mapped or invalidated: %s" % (c["name"], x))
 
 
 def fmt_ns(v):
@@ -79,7 +122,7 @@ def main():
     if len(header) != 1:
         fail("no single table header in %r" % table)
     cols = header[0].split("ratios")[0].split()
-    want = COLUMNS[:11] + (["BW[MB/s]"] if test == "io_bw" else []) + COLUMNS[11:]
+    want = COLUMNS[:11] + (["BW[MB/s]"] if test in BW_TESTS else []) + COLUMNS[11:]
     if cols != want:
         fail("table columns %s, want %s" % (cols, want))
     at = {name: i for i, name in enumerate(cols)}
@@ -111,8 +154,8 @@ def main():
                 if tok != "<" + fmt_ns(lat["resolution"]):
                     fail("case %s: %r is not '<' and the resolution %s in the figures' format"
                          % (c["name"], tok, lat["resolution"]))
-        # The bandwidth column (io_bw): MB/s as perftest counts them, 2^20 bytes.
-        if test == "io_bw" and c["name"].startswith("io."):
+        # The bandwidth column (io_bw, rpc_bw): MB/s as perftest counts them, 2^20 bytes.
+        if test in BW_TESTS and c["name"].startswith(("io.", "rpc.")):
             bw = c["bw_MB_per_s"]
             want_bw = c["bytes"] * c["ops_per_s"] / 2**20
             if bw is None or abs(bw - want_bw) > 1e-6 * want_bw + 0.01:
@@ -120,7 +163,7 @@ def main():
             if abs(float(row[at["BW[MB/s]"]]) - want_bw) > 0.006 + 1e-4 * want_bw:
                 fail("case %s: BW column %s, want %.2f" % (c["name"], row[at["BW[MB/s]"]], want_bw))
         elif c["bw_MB_per_s"] is not None:
-            fail("case %s: a bandwidth outside io_bw's I/O cases" % c["name"])
+            fail("case %s: a bandwidth outside io_bw's and rpc_bw's cases" % c["name"])
         # Means (ns/op over ~2048-op chunks, avg of the stamped ops) against the median: further
         # apart than 2x, the case says why, in JSON and in a note under its row.
         med = max(lat["p50"], lat["resolution"])
@@ -149,6 +192,8 @@ def main():
     for prefix in EXPECT[test]:
         if not any(n.startswith(prefix) for n in names):
             fail("no case starting with %s in %s" % (prefix, names))
+    if test.startswith("rpc_"):
+        check_rpc(test, cases, table)
     if not hist:
         fail("empty histogram file")
     print("ok: %s, %d cases" % (test, len(cases)))

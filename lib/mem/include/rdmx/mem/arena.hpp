@@ -51,8 +51,9 @@ struct ArenaConfig {
   // kernel's SG_GAPS MRs put the PD's local-only local_dma_lkey there the same way.
   // Opt in to remote bits (e.g. kAccessAll) only when a peer is *given* the arena's own rkey and
   // RDMA-accesses the arena directly, without windows; then the whole registration is exposed to
-  // it. In-tree user: rdmx-perf's io tests (the emu peer's target buffer, apps/rdmx-perf/
-  // tests_io.cpp). A local SGE over the arena (lkey) never needs remote bits.
+  // it. In-tree users: rdmx-perf's io tests (the emu peer's target buffer, apps/rdmx-perf/
+  // tests_io.cpp) and its rpc tests' register-once peer (the client arena, tests_rpc.cpp). A
+  // local SGE over the arena (lkey) never needs remote bits.
   // Add kAccessMwBind when poll cores bind type-2 memory windows to the arena
   // (CoreConfig::memory_windows): a window can be bound only to an MR registered with it.
   uint32_t access = mlx5::kAccessLocalWrite;
