@@ -468,7 +468,29 @@ void print_clients(App& a) {
 }
 
 // Background duties while forwarding: periodic lines, duration and io-count.
+// The devices' asynchronous events, one line each on stderr naming the lane whose QP it is: a
+// responder QP that went to the error state (a peer's forged or stale rkey moves it there on a
+// ConnectX, and on emu: the requester only sees the NAK), a fatal device error. Control thread;
+// Device::poll_async_events never blocks.
+void report_async_events(const App& a) {
+  for (mlx5::Device* d : {a.tb->dev_a, a.tb->dev_b}) {
+    if (!d) continue;
+    mlx5::AsyncEvent ev[16];
+    const size_t n = d->poll_async_events(ev);
+    for (size_t i = 0; i < n; ++i) {
+      std::string who;
+      for (size_t li = 0; li < a.tb->lanes.size() && who.empty(); ++li)
+        for (const win::PollCore* c : {a.tb->lanes[li]->c, a.tb->lanes[li]->p, a.tb->lanes[li]->r,
+                                       a.tb->lanes[li]->s})
+          if (c && c->qp_handle() == ev[i].qpn) who = " (lane " + std::to_string(li) + ")";
+      std::fprintf(stderr, "rdmafwd: async event %s on QP 0x%x%s\n",
+                   mlx5::async_event_name(ev[i].kind), ev[i].qpn, who.c_str());
+    }
+  }
+}
+
 void background_tick(App& a) {
+  report_async_events(a);
   if (!a.running) return;
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t now = rte_rdtsc();

@@ -330,6 +330,10 @@ def case_forged_rkey(binary):
     # intact (a failed WRITE's slot is not reported as a mismatch on top of the real error).
     check("against the client's goodbye: all match" in serr,
           "the server reported slots the failed WRITEs never wrote", *procs)
+    # As on a ConnectX, the refusal moved the server's responder QP to the error state and the
+    # device raised QP_ACCESS_ERR: the server names it, with the lane.
+    check(re.search(r"rdmafwd: async event qp-access-err on QP 0x[0-9a-f]+ \(lane 0\)", serr),
+          "the server did not report its QP's access-error event", *procs)
     print(f"forged rkey: server refused {refused}, client exit {cli.returncode}, "
           f"server exit {srv.returncode}")
 
