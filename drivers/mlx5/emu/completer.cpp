@@ -61,27 +61,40 @@ void Engine::handle_response(const WireSlot& s) noexcept {
       finish_entry(*q, *e, h.syndrome ? h.syndrome : kSynRemOp);
       return;
     case PktOp::kRnrNak:
-      if (h.gen != q->gen) return;
-      if (e->rnr_left == 0) {
-        finish_entry(*q, *e, kSynRnr);
-        return;
-      }
-      --e->rnr_left;
-      go_back(*q, at);
-      if (opt_.mode == Mode::kThreaded)
-        q->resend_at_ns = now_ns() + uint64_t{opt_.rnr_timer_us} * 1000ull;
-      return;
     case PktOp::kDrop:
       if (h.gen != q->gen) return;
-      if (e->retry_left == 0) {
-        finish_entry(*q, *e, kSynRetry);
-        return;
-      }
-      --e->retry_left;
-      go_back(*q, at);
-      return;
+      // A link that owns loss waits out RNR NAKs and timeouts itself: these never come up.
+      if (wire_->link_owns_loss()) return finish_entry(*q, *e, kSynBadResp);
+      return resend_after(*q, *e, at, h.op);
     default:
       finish_entry(*q, *e, kSynBadResp);
+      return;
+  }
+}
+
+// Message-level recovery on the rings (link_owns_loss() false): an RNR NAK (the responder had
+// no receive) or a drop notice (the responder could not take the request; it stands in for the
+// ACK timer, see handle_request) sends this message and every later one again, a new
+// generation, while the WQE's rnr_retry / retry_cnt last.
+void Engine::resend_after(QpCtx& q, SendEntry& e, size_t at, PktOp why) noexcept {
+  switch (why) {
+    case PktOp::kRnrNak:
+      if (e.rnr_left == 0) {
+        finish_entry(q, e, kSynRnr);
+        return;
+      }
+      --e.rnr_left;
+      go_back(q, at);
+      if (opt_.mode == Mode::kThreaded)
+        q.resend_at_ns = now_ns() + uint64_t{opt_.rnr_timer_us} * 1000ull;
+      return;
+    default:
+      if (e.retry_left == 0) {
+        finish_entry(q, e, kSynRetry);
+        return;
+      }
+      --e.retry_left;
+      go_back(q, at);
       return;
   }
 }

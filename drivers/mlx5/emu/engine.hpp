@@ -333,6 +333,7 @@ class Engine {
   bool rx_responses() noexcept;
   void handle_response(const WireSlot& s) noexcept;
   void read_response(QpCtx& q, SendEntry& e, const WireSlot& s) noexcept;
+  void resend_after(QpCtx& q, SendEntry& e, size_t at, PktOp why) noexcept;
   void finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept;
   bool emit_send(QpCtx& q) noexcept;
   void enter_error(QpCtx& q) noexcept;

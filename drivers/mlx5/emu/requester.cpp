@@ -251,7 +251,7 @@ void Engine::go_back(QpCtx& q, size_t from) noexcept {
 // again and unanswered), so the WQE fails after timeout x (retry_cnt + 1) of silence, with the
 // retries counted. The RoCE wire's link retransmits on each expiry itself (roce_link.cpp).
 bool Engine::timeouts(QpCtx& q) noexcept {
-  if (opt_.mode != Mode::kThreaded || q.inflight.empty() || !q.ack_ns || wire_->roce())
+  if (opt_.mode != Mode::kThreaded || q.inflight.empty() || !q.ack_ns || wire_->link_owns_loss())
     return false;
   for (SendEntry& e : q.inflight) {
     if (e.st != SendEntry::St::kWait) continue;
