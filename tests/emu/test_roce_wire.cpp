@@ -403,6 +403,42 @@ TEST_F(RoceWire, RnrNakRetriesThenFails) {
   auto c = wait(a_, 1);
   EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
   EXPECT_EQ(b_.dev->stats().rnr_naks, 4u);  // the first try and 3 retries
+  // The link waited out and resent them; the engine sent the message once.
+  EXPECT_EQ(a_.dev->stats().roce.rnr_retries, 3u);
+  EXPECT_EQ(a_.dev->stats().retries, 0u);
+  EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
+}
+
+// An RNR NAK on a SEND with a WRITE posted behind it: the link sends nothing new while it waits
+// out the RNR timer, then both again with their PSNs; each completes once, in order, and the
+// engine (whose wire's link owns loss) resends nothing itself.
+TEST_F(RoceWire, RnrNakHoldsLaterMessagesAndTheLinkResends) {
+  Options o;
+  o.rnr_timer_us = 100000;
+  if (!open_roce(14, {}, {}, true, o)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
+  Buf src, rbuf, dst;
+  src.alloc(*a_.dev, 8192, 1);
+  rbuf.alloc(*b_.dev, 4096, 2);
+  dst.alloc(*b_.dev, 8192, 3);
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), 3000, src.mr.lkey}});
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, dst.addr(), dst.mr.rkey,
+       {{src.addr(4096), 4000, src.mr.lkey}});
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (b_.dev->stats().rnr_naks == 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  ASSERT_GE(b_.dev->stats().rnr_naks, 1u);
+  recv(b_, 7, {{rbuf.addr(), 4096, rbuf.mr.lkey}});
+  auto ca = wait(a_, 2);
+  ASSERT_TRUE(ca[0].ok());
+  ASSERT_TRUE(ca[1].ok());
+  EXPECT_EQ(ca[0].cookie, 1u);  // in order: the SEND, then the WRITE behind it
+  EXPECT_EQ(ca[1].cookie, 2u);
+  auto cb = wait(b_, 1);
+  ASSERT_TRUE(cb[0].ok());
+  EXPECT_EQ(0, std::memcmp(rbuf.p, src.p, 3000));
+  EXPECT_EQ(0, std::memcmp(dst.p, src.p + 4096, 4000));
+  EXPECT_GE(a_.dev->stats().roce.rnr_retries, 1u);
+  EXPECT_EQ(a_.dev->stats().retries, 0u);
 }
 
 // An RNR NAK, then a receive is posted: the SEND is sent again with the same PSNs and lands.

@@ -62,7 +62,11 @@ TEST_F(Timers, ShortQpTimeoutFailsAcrossTheSameStall) {
   EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
   const EmuStats s = a_.dev->stats();
   EXPECT_EQ(s.retry_exceeded, 1u);
-  EXPECT_EQ(s.starved_retry_exc, 0u);  // a_'s own thread ran all along: the peer's fault
+  // The peer's fault, unless a_'s own thread was itself descheduled for longer than the 4.2 ms
+  // timeout (a loaded machine): only then may the retries be blamed on it.
+  if (s.max_poll_gap_us * 1000 < mlx5::ack_timeout_ns(kShort)) {
+    EXPECT_EQ(s.starved_retry_exc, 0u);
+  }
 }
 
 TEST_F(Timers, DeviceDefaultTimersApplyToQpsWithoutTheirOwn) {

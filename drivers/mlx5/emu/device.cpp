@@ -535,7 +535,8 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
       apply_timers(*q);
       q->connected = true;
       q->state = QpState::kRts;
-      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, q->epsn, q->tm);
+      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, q->epsn, q->tm,
+                 uint64_t{opt_.rnr_timer_us} * 1000);
       return Status{};
     }
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))

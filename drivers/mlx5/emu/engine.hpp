@@ -231,7 +231,7 @@ class Engine {
   void apply_timers(QpCtx& q) noexcept;
   void pump_inline() noexcept;
 
-  // --- mkeys (datapath.cpp)
+  // --- mkeys (mkey.cpp; walk and xlat in datapath.hpp)
   Mkey* lookup(uint32_t key) noexcept;
   // Walks [iova, iova+len) of `key` needing `access` (mkc bits); calls on(host_ptr, n) per piece.
   // `pd` (kAnyPd: unchecked) is the PD of the QP the access comes through: an mkey of another
@@ -246,11 +246,26 @@ class Engine {
   template <class F>
   XlateErr xlat(const Mkey& m, uint64_t off, uint64_t len, F& on, uint32_t depth) noexcept;
 
-  // --- send queue (datapath.cpp)
-  bool poll_sq(QpCtx& q) noexcept;
-  bool poll_rq_doorbell(QpCtx& q) noexcept;
+  // --- the WQE interpreter (wqe.cpp)
   bool execute(QpCtx& q) noexcept;  // the WQE at sq_ci; false = stop for now
-  void sink_sq(QpCtx& q) noexcept;
+  // Its steps: the form, the fence, then the operation (0 or a syndrome, reported).
+  uint8_t check_wqe_form(QpCtx& q, const prm::DecodedWqe& w, prm::DecodeError de, uint32_t avail,
+                         uint32_t* nbb) noexcept;
+  bool fence_waits(const QpCtx& q, uint8_t fence) const noexcept;
+  uint8_t check_fence(QpCtx& q, const prm::DecodedWqe& w) noexcept;
+  uint8_t run_wqe(QpCtx& q, const prm::DecodedWqe& w, SendEntry& e) noexcept;
+  uint8_t exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept;
+  // The control segment's and UMR control segment's reserved bits: 0 or a syndrome (reported).
+  uint8_t check_reserved(QpCtx& q, const prm::DecodedWqe& w, const uint8_t* bb0) noexcept;
+  uint8_t check_local_sges(QpCtx& q, const prm::DecodedWqe& w, uint8_t access,
+                           uint64_t* total) noexcept;
+  void check_hot_local(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept;
+  bool hot_live(QpCtx& q, HotMkey& h) noexcept;
+  // An invalidating UMR or LOCAL_INVAL while an earlier WQE of this SQ that uses the mkey as a
+  // local key has not completed (its fence did not wait for it): reported at the invalidate.
+  void check_invalidate_fence(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept;
+
+  // --- UMR (umr.cpp)
   uint8_t exec_umr(QpCtx& q, const prm::DecodedWqe& w) noexcept;
   // The repeat-block header of a new translation (tmp[0] carries op 0x400): 0 or a syndrome.
   uint8_t umr_check_repeat(QpCtx& q, const prm::DecodedWqe& w, const Klm* tmp,
@@ -258,40 +273,32 @@ class Engine {
   uint8_t umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
   uint8_t umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
                            const Klm*& src) noexcept;
+  uint8_t umr_read_ptr_list(QpCtx& q, const prm::DecodedWqe& w, uint32_t n_oct, Klm* tmp) noexcept;
   uint8_t umr_check_scalars(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m) noexcept;
   // `e`: the bind's translation entry, null when the UMR writes none.
   uint8_t umr_check_bind(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m, const Klm* e) noexcept;
-  // The control segment's and UMR control segment's reserved bits: 0 or a syndrome (reported).
-  uint8_t check_reserved(QpCtx& q, const prm::DecodedWqe& w, const uint8_t* bb0) noexcept;
   // The translation offset of a UMR in octowords (0 without the TRANSLATION_OFFSET flag): the
   // 16-bit field joined with the UMR control bytes 16-19 (the kernel's xlt_offset_47_16).
   uint64_t umr_xlt_offset(const QpCtx& q, const prm::DecodedWqe& w) const noexcept;
-  // An invalidating UMR or LOCAL_INVAL while an earlier WQE of this SQ that uses the mkey as a
-  // local key has not completed (its fence did not wait for it): reported at the invalidate.
-  void check_invalidate_fence(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept;
   uint8_t umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src) noexcept;
   uint8_t umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src, uint32_t off,
                           uint32_t n_oct) noexcept;
-  uint8_t exec_local_inval(QpCtx& q, const prm::DecodedWqe& w) noexcept;
-  uint8_t check_local_sges(QpCtx& q, const prm::DecodedWqe& w, uint8_t access,
-                           uint64_t* total) noexcept;
-  void check_hot_local(QpCtx& q, const prm::DecodedWqe& w, bool* fatal) noexcept;
-  bool hot_live(QpCtx& q, HotMkey& h) noexcept;
+
+  // --- requester (requester.cpp): doorbells, transmit, message-level recovery
+  bool poll_sq(QpCtx& q) noexcept;
+  bool poll_rq_doorbell(QpCtx& q) noexcept;
+  void sink_sq(QpCtx& q) noexcept;
   bool transmit(QpCtx& q) noexcept;
+  bool reads_at_limit(const QpCtx& q) const noexcept;
+  uint8_t gather(QpCtx& q, const prm::DecodedWqe& w, uint64_t off, uint8_t* dst,
+                 uint32_t n) noexcept;
   void go_back(QpCtx& q, size_t from) noexcept;
-  bool emit_send(QpCtx& q) noexcept;
-  void finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept;
-  void enter_error(QpCtx& q) noexcept;
-  bool flush_new(QpCtx& q) noexcept;
   bool timeouts(QpCtx& q) noexcept;
   // A WQE that ran out of transport retries (either wire): counted, and when the device itself
   // was not polled for longer than the QP's timeout while it waited, logged as such.
   [[gnu::cold]] void retry_exceeded(const QpCtx& q, const SendEntry& e) noexcept;
-  // The longest poll gap that ended after `since` (ns; 0 when none was recorded).
-  uint64_t gap_since(uint64_t since) const noexcept;
-  void note_poll_time() noexcept;
 
-  // --- async events and responder errors
+  // --- responder (responder.cpp): requests in, READ responses out, responder errors
   void raise(uint32_t qpn, mlx5::AsyncEventKind k) noexcept;
   // A class C error at the responder (IBTA vol. 1 9.9.3; Linux rxe_resp.c rxe_responder: the
   // RC cases of RESPST_ERR_RKEY_VIOLATION, _LENGTH, _UNSUPPORTED_OPCODE, ... go through
@@ -300,10 +307,7 @@ class Engine {
   // `consumed_receive`: a receive WQE completed in error first (that QP goes to error even
   // under Options::responder_keeps_rts).
   void responder_error(QpCtx& q, uint8_t nak_synd, bool consumed_receive = false) noexcept;
-
-  // --- wire (datapath.cpp)
   bool rx_requests() noexcept;
-  bool rx_responses() noexcept;
   bool stream_reads() noexcept;
   // Returns false when the request could not be consumed yet (no response-ring space).
   bool handle_request(const WireSlot& s) noexcept;
@@ -319,19 +323,30 @@ class Engine {
     if (why == XlateErr::kPd) ++st_.pd_refusals;
     if (why == XlateErr::kQp) ++st_.qp_binding_refusals;
   }
-  void handle_response(const WireSlot& s) noexcept;
   bool respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,
                uint8_t synd) noexcept;
   bool rq_take(QpCtx& q, uint32_t* counter) noexcept;
   uint8_t scatter_recv(QpCtx& q, uint32_t counter, uint64_t off, const uint8_t* data, uint32_t len,
                        uint64_t msg_len) noexcept;
 
-  // --- completions
+  // --- completer (completer.cpp): responses in, send completions, flushes, CQE writers
+  bool rx_responses() noexcept;
+  void handle_response(const WireSlot& s) noexcept;
+  void read_response(QpCtx& q, SendEntry& e, const WireSlot& s) noexcept;
+  void resend_after(QpCtx& q, SendEntry& e, size_t at, PktOp why) noexcept;
+  void finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept;
+  bool emit_send(QpCtx& q) noexcept;
+  void enter_error(QpCtx& q) noexcept;
+  bool flush_new(QpCtx& q) noexcept;
   bool write_cqe(QpCtx& q, const prm::CqeFields& f) noexcept;
   void send_cqe(QpCtx& q, const SendEntry& e, uint8_t synd) noexcept;
   void recv_cqe(QpCtx& q, uint32_t counter, uint8_t cqe_op, uint32_t bytes, uint32_t imm,
                 bool solicited, uint8_t synd) noexcept;
 
+  // --- the poll (datapath.cpp)
+  // The longest poll gap that ended after `since` (ns; 0 when none was recorded).
+  uint64_t gap_since(uint64_t since) const noexcept;
+  void note_poll_time() noexcept;
   void report(QpCtx* q, uint16_t wqe_index, Rule r, std::string text);
   uint64_t now_ns() const noexcept;
   // The port's MTU: the profile's active MTU, at most the wire's packet size.

@@ -189,7 +189,8 @@ uint32_t RoceLink::sq_psn(uint32_t qpn) {
 }
 
 void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu,
-                       uint32_t rq_psn, uint32_t first_msn, const mlx5::RcTimers& tm) {
+                       uint32_t rq_psn, uint32_t first_msn, const mlx5::RcTimers& tm,
+                       uint64_t rnr_wait_ns) {
   auto q = std::make_unique<Qp>();
   q->qpn = qpn;
   q->peer_qpn = peer_qpn;
@@ -212,6 +213,8 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   q->ack_ns = mlx5::ack_timeout_ns(tm.timeout);
   q->retry_cnt = tm.retry_cnt;
   q->retry_left = q->retry_cnt;
+  q->rnr_retry = q->rnr_left = tm.rnr_retry;
+  q->rnr_wait_ns = rnr_wait_ns;
   qps_[qpn] = std::move(q);
 }
 
@@ -220,6 +223,7 @@ void RoceLink::stop(uint32_t qpn) noexcept {
     q->dead = true;
     q->tx_count = q->m_count = 0;
     q->timer_ns = 0;
+    q->rnr_until = 0;
   }
 }
 
@@ -288,15 +292,15 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
   while (const WireSlot* s = w.rx_slot(1, WireClass::kReq)) {
     const PktHdr& h = s->h;
     Qp* qp = find(h.src_qpn);
-    if (!qp || qp->dead ||
-        (qp->skip_gen_valid && static_cast<int32_t>(h.gen - qp->skip_gen) <= 0)) {
-      w.rx_pop(1, WireClass::kReq);  // stale (before an RNR rewind) or the QP is gone
+    if (!qp || qp->dead) {
+      w.rx_pop(1, WireClass::kReq);  // the QP is gone
       work = true;
       continue;
     }
     Qp& q = *qp;
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
+    if (q.rnr_until) break;  // waiting out an RNR NAK: nothing new goes (rxe_req.c)
     roce::Packet p;
     p.src_ip = opt_.local_ipv4;
     p.dst_ip = q.peer_ip;
@@ -413,6 +417,7 @@ void RoceLink::ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept 
   }
   if (progress) {
     q.retry_left = q.retry_cnt;
+    q.rnr_left = q.rnr_retry;
     q.timer_ns = q.tx_count ? now_ : 0;
     q.last_seq_nak = 0xFFFFFFFF;
   }
@@ -423,6 +428,29 @@ void RoceLink::kill(Wire& w, Qp& q, uint8_t synd) noexcept {
   q.dead = true;
   q.tx_count = q.m_count = 0;
   q.timer_ns = 0;
+  q.rnr_until = 0;
+}
+
+// An RNR NAK for the oldest outstanding message (Linux drivers/infiniband/sw/rxe/rxe_comp.c, the
+// COMPST_RNR_RETRY state): with RNR retries left the requester sends nothing until its RNR timer
+// ran out (rxe_req.c rxe_requester: wait_for_rnr_timer), then every unacknowledged packet again
+// from that message on (req_retry: back to the oldest unacknowledged PSN); with none left the
+// WQE completes with RNR_RETRY_EXC_ERR and the QP goes to error. The responder expects the
+// message again from its first PSN (resp_from_engine), so the PSNs stay. The retries are the
+// QP's rnr_retry and come back with progress, as the transport retries do; 7 is not infinite.
+void RoceLink::on_rnr_nak(Wire& w, Qp& q, uint32_t psn) noexcept {
+  if (!q.m_count) return;
+  const Msg& m = q.msgs[q.m_head];
+  if (roce::psn_diff(psn, m.first_psn) < 0 || roce::psn_diff(psn, m.last_psn) > 0) return;
+  if (q.rnr_until) return;  // already waiting (a duplicated NAK)
+  if (q.rnr_left == 0) {
+    kill(w, q, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
+    return;
+  }
+  --q.rnr_left;
+  ++st_.rnr_retries;
+  q.rnr_until = std::max<uint64_t>(now_ + q.rnr_wait_ns, 1);
+  q.timer_ns = 0;  // no ACK timeout while the requester waits
 }
 
 void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
@@ -450,17 +478,8 @@ void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
       return;
     }
     ack_up_to(w, q, p.psn, false);
-    if (type == 1) {  // RNR NAK: the engine waits its RNR timer and sends the message again
-      if (!q.m_count) return;
-      const Msg m = q.msgs[q.m_head];
-      if (roce::psn_diff(p.psn, m.first_psn) < 0 || roce::psn_diff(p.psn, m.last_psn) > 0) return;
-      if (!to_engine_resp(w, q, m, PktOp::kRnrNak, 0)) return;
-      // Everything from this message on is sent again by the engine with the same PSNs.
-      q.tx_count = q.m_count = 0;
-      q.next_psn = m.first_psn;
-      q.skip_gen_valid = true;
-      q.skip_gen = m.gen;
-      q.timer_ns = 0;
+    if (type == 1) {  // RNR NAK: wait the RNR timer, then send it again (on_rnr_nak)
+      on_rnr_nak(w, q, p.psn);
       return;
     }
     const uint8_t code = p.aeth_syndrome & 0x1F;
@@ -819,6 +838,12 @@ bool RoceLink::rx_network(Wire& w) noexcept {
 }
 
 void RoceLink::timers(Wire& w, Qp& q) noexcept {
+  if (q.rnr_until) {  // the RNR timer: when it ran out, everything unacknowledged goes again
+    if (now_ < q.rnr_until) return;
+    q.rnr_until = 0;
+    retransmit(q);
+    return;
+  }
   // The QP's local ACK timeout (4.096 us x 2^timeout, IBTA 9.7.6.1.3); 0 never expires.
   if (!q.tx_count || !q.timer_ns || !q.ack_ns || now_ - q.timer_ns < q.ack_ns) return;
   ++st_.timeouts;

@@ -1,11 +1,12 @@
 // The RoCE v2 link under an emu device: it turns the engine's message-level packets (PktHdr, the
 // same ones the shm wire carries) into RC packets with per-packet PSNs on a raw IPv4 socket, and
-// back. The engine is unchanged and still speaks its own protocol (messages numbered by MSN,
-// RNR/NAK/ACK per message); this layer adds what a network needs and shared memory did not:
-// PSN sequencing from random initial PSNs, ACK coalescing, NAK PSN sequence error, duplicate
-// detection, go-back-N retransmission on a timer with the QP's retry count, "retry exceeded"
-// when the peer is gone, and the checks that make a blind forged packet harmless (source
-// address, PSN against what is outstanding; doc/guides/security.md).
+// back. The engine speaks its own protocol (messages numbered by MSN, NAK/ACK per message); this
+// layer adds what a network needs and shared memory did not: PSN sequencing from random initial
+// PSNs, ACK coalescing, NAK PSN sequence error, duplicate detection, go-back-N retransmission on
+// a timer with the QP's retry count, RNR retries with the QP's rnr_retry, "retry exceeded" when
+// the peer is gone, and the checks that make a blind forged packet harmless (source address, PSN
+// against what is outstanding; doc/guides/security.md). The link owns every resend on this wire:
+// the engine sends each message once (Wire::link_owns_loss) and hears only its final verdict.
 // RC rules modelled after IBTA vol. 1 9.7 (as implemented by Linux rxe: rxe_req.c, rxe_resp.c,
 // rxe_comp.c); see doc/guides/emu.md "RoCEv2 wire".
 //
@@ -52,9 +53,10 @@ class RoceLink {
   // rq_psn: the peer's initial send PSN (its ConnectInfo psn), the first PSN this QP expects;
   // first_msn: the engine's number for the first request message it will be handed (responder
   // side; the wire's MSN counts from 0 at connect, IBTA 9.7.5.1.x / rxe_qp.c resp.msn = 0).
-  // `tm`: the QP's RC timers (retransmission timer and retries).
+  // `tm`: the QP's RC timers (retransmission timer, retries, RNR retries); `rnr_wait_ns`: how
+  // long the requester waits after an RNR NAK before it sends the message again.
   void connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu, uint32_t rq_psn,
-               uint32_t first_msn, const mlx5::RcTimers& tm);
+               uint32_t first_msn, const mlx5::RcTimers& tm, uint64_t rnr_wait_ns);
   void forget(uint32_t qpn);
   // A QP moved to error: it sends nothing more (no retransmission, no timer), in place.
   void stop(uint32_t qpn) noexcept;
@@ -103,9 +105,11 @@ class RoceLink {
     uint64_t ack_ns = 0;     // the QP's local ACK timeout (RcTimers::timeout); 0 = infinite
     uint32_t retry_cnt = 0;  // the QP's RcTimers::retry_cnt
     uint32_t retry_left = 0;
-    bool skip_gen_valid = false;  // after an RNR NAK: engine packets of gen <= skip_gen are stale
-    uint32_t skip_gen = 0;
-    bool dead = false;  // retry exceeded or a fatal NAK: nothing more is sent
+    uint32_t rnr_retry = 0;  // the QP's RcTimers::rnr_retry
+    uint32_t rnr_left = 0;
+    uint64_t rnr_wait_ns = 0;
+    uint64_t rnr_until = 0;  // after an RNR NAK: nothing is sent before this time; 0 = none
+    bool dead = false;       // retry exceeded or a fatal NAK: nothing more is sent
     uint32_t last_seq_nak = 0xFFFFFFFF;
     // responder
     uint32_t epsn = 0;
@@ -138,6 +142,7 @@ class RoceLink {
   void ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
   bool to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
   void kill(Wire& w, Qp& q, uint8_t synd) noexcept;
+  void on_rnr_nak(Wire& w, Qp& q, uint32_t psn) noexcept;
   void retransmit(Qp& q) noexcept;
   void timers(Wire& w, Qp& q) noexcept;
   uint8_t rnr_code() const noexcept;

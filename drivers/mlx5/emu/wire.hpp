@@ -76,7 +76,7 @@ struct alignas(64) RingCtl {
 };
 
 inline constexpr uint64_t kWireMagic = 0x726d64782d776972ull;  // "rdmx-wir"
-inline constexpr uint32_t kWireVersion = 2;  // 2: creator_pid
+inline constexpr uint32_t kWireVersion = 2;                    // 2: creator_pid
 
 // Lives at the start of the (possibly shared) mapping.
 struct WireShared {
@@ -104,6 +104,11 @@ class Wire {
   // played by the link, which the device thread pumps.
   static Result<std::shared_ptr<Wire>> make_roce(const RoceOptions& opt);
   detail::RoceLink* roce() noexcept { return link_.get(); }
+  // A link below the rings owns loss: it resends (timeouts, sequence and RNR NAKs) and hands
+  // the engine only each message's final verdict, so the engine sends every message once. The
+  // in-process and shared-memory rings lose nothing and resend nothing: there the engine's
+  // requester keeps its message-level recovery (Engine::go_back, Engine::timeouts).
+  bool link_owns_loss() const noexcept { return link_ != nullptr; }
   // Largest payload per packet this wire carries (the RoCE wire's path MTU).
   uint32_t mtu_cap() const noexcept { return mtu_cap_; }
 

@@ -284,6 +284,7 @@ struct EmuStats {
     uint64_t tx_packets = 0, rx_packets = 0;
     uint64_t retransmits = 0;  // packets sent again (go-back-N after a timeout or a PSN NAK)
     uint64_t timeouts = 0;     // retransmission timer expiries
+    uint64_t rnr_retries = 0;  // RNR NAKs waited out, then the message sent again
     uint64_t seq_naks_sent = 0, seq_naks_rcvd = 0;  // NAK PSN sequence error
     uint64_t duplicates = 0;   // request packets received behind the expected PSN
     uint64_t out_of_seq = 0;   // request packets ahead of it: dropped, the first NAKed
