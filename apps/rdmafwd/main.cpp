@@ -480,8 +480,8 @@ void report_async_events(const App& a) {
     for (size_t i = 0; i < n; ++i) {
       std::string who;
       for (size_t li = 0; li < a.tb->lanes.size() && who.empty(); ++li)
-        for (const win::PollCore* c : {a.tb->lanes[li]->c, a.tb->lanes[li]->p, a.tb->lanes[li]->r,
-                                       a.tb->lanes[li]->s})
+        for (const win::PollCore* c :
+             {a.tb->lanes[li]->c, a.tb->lanes[li]->p, a.tb->lanes[li]->r, a.tb->lanes[li]->s})
           if (c && c->qp_handle() == ev[i].qpn) who = " (lane " + std::to_string(li) + ")";
       std::fprintf(stderr, "rdmafwd: async event %s on QP 0x%x%s\n",
                    mlx5::async_event_name(ev[i].kind), ev[i].qpn, who.c_str());

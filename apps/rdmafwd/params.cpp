@@ -124,8 +124,8 @@ std::string parse_reconnect_for(const OptionDef&, const std::string&, const std:
   return "";
 }
 
-std::string parse_rpc_remote_invalidate(const OptionDef&, const std::string&,
-                                       const std::string& v, Params& p) {
+std::string parse_rpc_remote_invalidate(const OptionDef&, const std::string&, const std::string& v,
+                                        Params& p) {
   if (v != "on" && v != "off")
     return "option --rpc-remote-invalidate: '" + v + "' is neither on nor off";
   p.rpc_remote_invalidate = v == "on";
