@@ -52,12 +52,19 @@ void on_lane_error(Lane& l, Testbed& tb) {
   if (l.draining) l.drain_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
 }
 
+// A QP of the lane in the error state, unless the peer said goodbye: it may leave as soon as it
+// has our last reply, before that reply's ACK (a TCP FIN's last ACK may not come either), and an
+// error then ends the session rather than failing the lane.
+bool qp_failed(const Lane& l) noexcept {
+  return l.st.peer_bye.get() == 0 && lane_in_error(l);
+}
+
 // One turn of the forwarding loop: a fault maybe, the engine's burst, the counters every 64.
 bool lane_poll(Lane& l, Testbed& tb, const Engine* e) {
   if (l.cfg.fault_every) fault_inject(l, tb, rte_rdtsc());
   const bool busy = e->fwd(l);
   if ((++l.iter & 63) == 0) {
-    if (!l.failed && lane_in_error(l)) l.failed = true;
+    if (!l.failed && qp_failed(l)) l.failed = true;
     l.st.issued.set(l.issued_base + l.issued);
     if (l.dead || (l.cfg.io_limit && l.completed >= l.cfg.io_limit)) l.st.issuing.set(0);
   }
@@ -72,7 +79,7 @@ bool lane_drain(Lane& l, Testbed& tb, const Engine* e) {
     l.draining = true;
     l.drain_deadline = rte_rdtsc() + (l.dead ? hz / 2 : 5 * hz);
   }
-  if (!l.failed && lane_in_error(l)) l.failed = true;
+  if (!l.failed && qp_failed(l)) l.failed = true;
   if (l.failed && !l.dead) {
     on_lane_error(l, tb);
     return false;
