@@ -9,13 +9,19 @@
 namespace prm = rdmx::mlx5::prm;
 
 TEST(Cqe, EverySyndromeHasADistinctName) {
-  const uint8_t all[] = {MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
-                         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,   MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
-                         MLX5_CQE_SYNDROME_MW_BIND_ERR,      MLX5_CQE_SYNDROME_BAD_RESP_ERR,
-                         MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
-                         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR, MLX5_CQE_SYNDROME_REMOTE_OP_ERR,
+  const uint8_t all[] = {MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR,
+                         MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR,
+                         MLX5_CQE_SYNDROME_LOCAL_PROT_ERR,
+                         MLX5_CQE_SYNDROME_WR_FLUSH_ERR,
+                         MLX5_CQE_SYNDROME_MW_BIND_ERR,
+                         MLX5_CQE_SYNDROME_BAD_RESP_ERR,
+                         MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR,
+                         MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR,
+                         MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR,
+                         MLX5_CQE_SYNDROME_REMOTE_OP_ERR,
                          MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR,
-                         MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR, MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR};
+                         MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR,
+                         MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR};
   std::set<std::string> names;
   for (uint8_t s : all) {
     const auto n = prm::syndrome_name(s);
@@ -39,9 +45,15 @@ TEST(Cqe, RequesterCqeBytes) {
   prm::write_cqe(&c, f, 1);
   const auto* b = reinterpret_cast<const uint8_t*>(&c);
   // byte_cnt at 44, sop_drop_qpn at 56, wqe_counter at 60, op_own at 63 (mlx5dv.h layout).
-  EXPECT_EQ(b[44], 0); EXPECT_EQ(b[46], 0x10); EXPECT_EQ(b[47], 0);
-  EXPECT_EQ(b[56], 0x10); EXPECT_EQ(b[57], 0x0a); EXPECT_EQ(b[58], 0xbc); EXPECT_EQ(b[59], 0xde);
-  EXPECT_EQ(b[60], 0x12); EXPECT_EQ(b[61], 0x34);
+  EXPECT_EQ(b[44], 0);
+  EXPECT_EQ(b[46], 0x10);
+  EXPECT_EQ(b[47], 0);
+  EXPECT_EQ(b[56], 0x10);
+  EXPECT_EQ(b[57], 0x0a);
+  EXPECT_EQ(b[58], 0xbc);
+  EXPECT_EQ(b[59], 0xde);
+  EXPECT_EQ(b[60], 0x12);
+  EXPECT_EQ(b[61], 0x34);
   EXPECT_EQ(b[63], 0x01);  // opcode REQ (0) << 4 | owner 1
   EXPECT_EQ(prm::cqe_opcode(&c), MLX5_CQE_REQ);
   EXPECT_EQ(prm::cqe_send_opcode(&c), MLX5_OPCODE_RDMA_READ);

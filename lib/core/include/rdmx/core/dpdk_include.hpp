@@ -16,7 +16,7 @@
 #define RDMX_DPDK_IGNORE_VOLATILE_ _Pragma("GCC diagnostic ignored \"-Wvolatile\"")
 #endif
 
-#define RDMX_DPDK_INCLUDES_BEGIN                         \
-  _Pragma("GCC diagnostic push")                         \
-      _Pragma("GCC diagnostic ignored \"-Wshadow\"") RDMX_DPDK_IGNORE_VOLATILE_
+#define RDMX_DPDK_INCLUDES_BEGIN                                                \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wshadow\"") \
+      RDMX_DPDK_IGNORE_VOLATILE_
 #define RDMX_DPDK_INCLUDES_END _Pragma("GCC diagnostic pop")

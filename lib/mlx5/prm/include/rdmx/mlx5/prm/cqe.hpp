@@ -13,12 +13,24 @@ namespace rdmx::mlx5::prm {
 
 static_assert(sizeof(mlx5_cqe64) == 64 && sizeof(mlx5_err_cqe) == 64);
 
-inline uint8_t cqe_opcode(const mlx5_cqe64* c) noexcept { return c->op_own >> 4; }
-inline uint8_t cqe_owner(const mlx5_cqe64* c) noexcept { return c->op_own & MLX5_CQE_OWNER_MASK; }
-inline bool cqe_solicited(const mlx5_cqe64* c) noexcept { return (c->op_own >> 1) & 1; }
-inline uint16_t cqe_wqe_counter(const mlx5_cqe64* c) noexcept { return load_be(&c->wqe_counter); }
-inline uint32_t cqe_byte_cnt(const mlx5_cqe64* c) noexcept { return load_be(&c->byte_cnt); }
-inline uint32_t cqe_imm_inval(const mlx5_cqe64* c) noexcept { return load_be(&c->imm_inval_pkey); }
+inline uint8_t cqe_opcode(const mlx5_cqe64* c) noexcept {
+  return c->op_own >> 4;
+}
+inline uint8_t cqe_owner(const mlx5_cqe64* c) noexcept {
+  return c->op_own & MLX5_CQE_OWNER_MASK;
+}
+inline bool cqe_solicited(const mlx5_cqe64* c) noexcept {
+  return (c->op_own >> 1) & 1;
+}
+inline uint16_t cqe_wqe_counter(const mlx5_cqe64* c) noexcept {
+  return load_be(&c->wqe_counter);
+}
+inline uint32_t cqe_byte_cnt(const mlx5_cqe64* c) noexcept {
+  return load_be(&c->byte_cnt);
+}
+inline uint32_t cqe_imm_inval(const mlx5_cqe64* c) noexcept {
+  return load_be(&c->imm_inval_pkey);
+}
 inline uint32_t cqe_qpn(const mlx5_cqe64* c) noexcept {
   return load_be(&c->sop_drop_qpn) & kCqeQpnMask;
 }
@@ -57,13 +69,13 @@ std::string_view fence_name(uint8_t fm_ce_se) noexcept;
 // pass `owner`, then publish op_own last with release ordering.
 struct CqeFields {
   uint8_t opcode = MLX5_CQE_REQ;
-  uint8_t send_opcode = 0;   // requester: WQE opcode
+  uint8_t send_opcode = 0;  // requester: WQE opcode
   uint32_t qpn = 0;
   uint16_t wqe_counter = 0;
   uint32_t byte_cnt = 0;
-  uint32_t imm_inval = 0;    // host order; written big-endian
+  uint32_t imm_inval = 0;  // host order; written big-endian
   bool solicited = false;
-  uint8_t syndrome = 0;      // error CQEs
+  uint8_t syndrome = 0;  // error CQEs
   uint8_t vendor_syndrome = 0;
 };
 void write_cqe(mlx5_cqe64* c, const CqeFields& f, uint8_t owner) noexcept;

@@ -13,14 +13,14 @@ namespace rdmx::mlx5::prm {
 
 enum class DecodeError : uint8_t {
   kOk = 0,
-  kDsZero,             // ctrl ds == 0
-  kDsBeyondRing,       // ds spans more WQEBBs than the ring holds
-  kUnknownOpcode,      // opcode the decoder does not know
-  kTruncated,          // segments the opcode needs do not fit in ds
-  kUmrOctowords,       // inline translation size does not match ds, or exceeds the WQE
-  kUmrInlineTooLong,   // more inline KLMs than kMaxDecodedKlm
-  kTooManySges,        // more data segments than kMaxDecodedSges
-  kInlineLength,       // inline byte count runs past ds
+  kDsZero,            // ctrl ds == 0
+  kDsBeyondRing,      // ds spans more WQEBBs than the ring holds
+  kUnknownOpcode,     // opcode the decoder does not know
+  kTruncated,         // segments the opcode needs do not fit in ds
+  kUmrOctowords,      // inline translation size does not match ds, or exceeds the WQE
+  kUmrInlineTooLong,  // more inline KLMs than kMaxDecodedKlm
+  kTooManySges,       // more data segments than kMaxDecodedSges
+  kInlineLength,      // inline byte count runs past ds
 };
 std::string_view decode_error_name(DecodeError e) noexcept;
 
@@ -53,7 +53,7 @@ struct MkcFields {
   bool free = false;
   uint8_t access_mode = 0;  // 5-bit field joined from its two parts
   bool umr_en = false;
-  uint8_t access = 0;       // MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_* bits
+  uint8_t access = 0;  // MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_* bits
   uint32_t qpn = 0;
   uint8_t key = 0;
   uint32_t flags_pd = 0;
@@ -80,9 +80,9 @@ struct DecodedWqe {
   bool has_umr = false;
   UmrCtrlFields umr;
   MkcFields mkc;
-  uint32_t n_klm = 0;         // inline entries decoded (klm_octowords; includes zero padding)
+  uint32_t n_klm = 0;  // inline entries decoded (klm_octowords; includes zero padding)
   KlmFields klm[kMaxDecodedKlm];
-  bool has_klm_ptr = false;   // pointer-mode UMR
+  bool has_klm_ptr = false;  // pointer-mode UMR
   KlmFields klm_ptr;
   // Gather list (WRITE/READ/SEND)
   uint32_t n_sge = 0;
@@ -96,8 +96,7 @@ struct DecodedWqe {
 // Decodes the WQE whose first WQEBB is `slot` (taken modulo n_wqebb) in a ring of n_wqebb
 // WQEBBs. Segments may wrap to the ring's start. Returns kOk or the first problem found; `out`
 // holds what was decoded up to that point.
-DecodeError decode_wqe(const void* ring, uint32_t n_wqebb, uint32_t slot,
-                       DecodedWqe& out) noexcept;
+DecodeError decode_wqe(const void* ring, uint32_t n_wqebb, uint32_t slot, DecodedWqe& out) noexcept;
 
 // Copies `len` inline bytes starting at ring byte offset `off` (wrapping) into dst.
 void copy_from_ring(const void* ring, uint32_t n_wqebb, uint32_t off, void* dst,
