@@ -455,8 +455,20 @@ const endpoint::Wait kStep = {endpoint::kDefaultExchangeTimeout, &g_signal};
 
 // What both sides must run with, negotiated once at the welcome (--metadata before the window
 // sizes it changes: its message is the one that explains). The engine is the client's choice.
+// The link first: the two ends must share one. emu's shared-memory wire joins two processes of
+// one host; emu@roce and mlx5 speak RoCE v2 on a network. Without this field, a server on
+// emu@roce and a client on emu met only when the client found no shared wire, 30 s later.
+const char* link_of(const Params& p) {
+  endpoint::DeviceOptions o;
+  const auto spec = endpoint::parse_device_spec(p.device, &o);
+  if (!spec) return "unknown";
+  return spec.value().backend == endpoint::Backend::kMlx5 || spec.value().wire.starts_with("roce:")
+             ? "network"
+             : "shm";
+}
 endpoint::Fields sizes_fields(const Params& p, unsigned lanes) {
-  return {{"lanes", std::to_string(lanes)},
+  return {{"link", link_of(p)},
+          {"lanes", std::to_string(lanes)},
           {"io-depth", std::to_string(p.io_depth)},
           {"metadata", std::to_string(p.metadata)},
           {"max-pages", std::to_string(p.max_pages)},
@@ -465,6 +477,9 @@ endpoint::Fields sizes_fields(const Params& p, unsigned lanes) {
           {"cm", p.cm ? "on" : "off"}};
 }
 std::string same_option(const endpoint::Field& f) {
+  if (f.key == "link")
+    return "start both on one link: --device emu on both (shared memory, one host), or "
+           "emu@roce:ADDR or mlx5 on both (RoCE v2)";
   return "start both with the same " +
          (f.key == "lanes" ? std::string("--nb-cores") : "--" + f.key);
 }

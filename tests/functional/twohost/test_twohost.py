@@ -1024,14 +1024,36 @@ def case_size_mismatch(binary):
                                                  "--metadata", "8"])
         one_line(cli, out, err, 2, "the client runs metadata 8, this server 0: start both with "
                                    "the same --metadata")
+        cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                                 "--device", "emu@roce:127.0.0.2"])
+        one_line(cli, out, err, 2, "the client runs link network, this server shm: start both on "
+                                   "one link")
         srv.send_signal(signal.SIGINT)
         sout, serr = finish(srv)
     finally:
         reap(srv)
     lines = [l for l in rdmafwd_lines(serr) if "not served" in l]
-    check(len(lines) == 3, f"server lines {lines}", ("server", sout, serr))
+    check(len(lines) == 4, f"server lines {lines}", ("server", sout, serr))
     check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
     check(not leftovers(srv.pid), f"left: {leftovers(srv.pid)}")
+    # The other way round: a RoCE server and a shared-memory client. Before the link field the
+    # client waited 30 s for a shared wire the server never made.
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--device", "emu@roce:127.0.0.1", "--rendezvous-timeout",
+                                     "30"])
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        t0 = time.monotonic()
+        cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}"])
+        one_line(cli, out, err, 2, "the client runs link shm, this server network: start both on "
+                                   "one link")
+        check(time.monotonic() - t0 < 10, f"refusal took {time.monotonic() - t0:.1f} s")
+        srv.send_signal(signal.SIGINT)
+        sout, serr = finish(srv)
+    finally:
+        reap(srv)
+    check(srv.returncode == 130, f"server exit {srv.returncode}", ("server", sout, serr))
 
 
 def interrupted_wait(binary, eal, args, announce, phase):
