@@ -261,6 +261,23 @@ void wait_posted(win::PollCore& core) {
   while (core.umrs_in_flight()) core.poll(16, [](const mlx5::Completion&) {});
 }
 
+// A map, rung and waited for, then its unmap posted; with wait_unmap the unmap is rung and waited
+// for too (else it rides with the next map's doorbell).
+void map_round_trip(win::PollCore& core, std::span<const uint64_t> pg, uint64_t bytes,
+                    uint64_t& errors, bool wait_unmap) {
+  win::MapResult r = core.map(pg, kAccess, 0, bytes);
+  if (!r.ok()) [[unlikely]] {
+    ++errors;
+    return;
+  }
+  core.flush();
+  wait_posted(core);
+  (void)core.unmap(r.window);
+  if (!wait_unmap) return;
+  core.flush();
+  wait_posted(core);
+}
+
 // umr_lat's two round trips: map to completion (the unmap rides with the next map's doorbell),
 // and map then unmap, each to completion.
 void add_umr_lat_cases(win::PollCore& core, std::span<const uint64_t> pg, uint64_t bytes,
@@ -274,31 +291,13 @@ void add_umr_lat_cases(win::PollCore& core, std::span<const uint64_t> pg, uint64
   m.bytes = bytes;
   // One op: map + doorbell, spin until its completion, then post the unmap without waiting
   // (it rides with the next map's doorbell; the wait then covers both).
-  g.push_back(make_bench(m, [&core, &errors, pg, bytes] {
-    win::MapResult r = core.map(pg, kAccess, 0, bytes);
-    if (!r.ok()) [[unlikely]] {
-      ++errors;
-      return;
-    }
-    core.flush();
-    wait_posted(core);
-    (void)core.unmap(r.window);
-  }));
+  g.push_back(make_bench(
+      m, [&core, &errors, pg, bytes] { map_round_trip(core, pg, bytes, errors, false); }));
   CaseResult m2 = m;
   m2.name = "umr_lat.map_unmap.p" + std::to_string(pages);
   m2.unit = "map->completion + unmap->completion";
-  g.push_back(make_bench(m2, [&core, &errors, pg, bytes] {
-    win::MapResult r = core.map(pg, kAccess, 0, bytes);
-    if (!r.ok()) [[unlikely]] {
-      ++errors;
-      return;
-    }
-    core.flush();
-    wait_posted(core);
-    (void)core.unmap(r.window);
-    core.flush();
-    wait_posted(core);
-  }));
+  g.push_back(make_bench(
+      m2, [&core, &errors, pg, bytes] { map_round_trip(core, pg, bytes, errors, true); }));
 }
 
 }  // namespace
