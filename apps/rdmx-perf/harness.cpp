@@ -209,116 +209,129 @@ void progress(const RunConfig& rc, const std::string& name, uint32_t round, uint
                std::chrono::duration<double>(now - start).count(), name.c_str(), round + 1, rounds);
 }
 
+// Every round is cut into chunks of ~kChunkUnits units, each timed on its own: the figure is
+// the median chunk, so a chunk hit by a preemption (milliseconds on a shared machine) is an
+// outlier instead of inflating a whole round's mean. The plain mean over everything is kept
+// as extra "mean_all_ns".
+constexpr uint64_t kChunkUnits = 2048;
+
+// One case's bulk-phase totals over the rounds.
+struct BulkAcc {
+  uint64_t calls = 0, allocs = 0, sys = 0, cycles = 0;
+  std::vector<double> rounds, chunks;
+};
+
+// One bulk round of bench b (after its warm-up): timed chunk by chunk, allocations and system
+// calls counted around it (and callgrind's counts, one dump per case and round).
+void bulk_round(const RunConfig& rc, Bench& b, uint32_t rounds, double ns_per_cycle, BulkAcc& acc) {
+  const uint32_t burst = std::max<uint32_t>(1, b.meta.burst);
+  const uint64_t calls = std::max<uint64_t>(1, rc.iterations / rounds / burst);
+  const uint64_t chunk = std::max<uint64_t>(1, std::min(calls, kChunkUnits / burst));
+  const uint64_t warm = rc.warmup / burst;
+  if (warm) (void)b.run(warm);
+  std::vector<double> mine;
+  mine.reserve(calls / chunk + 1);
+  const uint64_t a0 = thread_allocs();
+  if (rc.syscalls) rc.syscalls->start();
+  if (rc.callgrind) callgrind_start();
+  uint64_t cyc = 0;
+  for (uint64_t done = 0; done < calls;) {
+    const uint64_t k = std::min(chunk, calls - done);
+    const uint64_t c = b.run(k);
+    cyc += c;
+    mine.push_back(static_cast<double>(c) * ns_per_cycle / static_cast<double>(k * burst));
+    done += k;
+  }
+  if (rc.callgrind) {
+    callgrind_stop();
+    callgrind_dump(b.meta.name + " calls=" + std::to_string(calls) +
+                   " units=" + std::to_string(calls * burst));
+  }
+  const uint64_t sys = rc.syscalls ? rc.syscalls->stop() : 0;
+  acc.allocs += thread_allocs() - a0;
+  acc.sys += sys;
+  acc.calls += calls;
+  acc.cycles += cyc;
+  acc.chunks.insert(acc.chunks.end(), mine.begin(), mine.end());
+  std::sort(mine.begin(), mine.end());
+  acc.rounds.push_back(mine[mine.size() / 2]);
+}
+
+// Stamped phase, interleaved like the bulk phase: every round stamps its share of each case's
+// ops in turn (after the same warm-up), so a noisy phase of the machine falls on every case of
+// the group alike; the round-trip tests compare these p50s. Returns each case's per-unit cycles.
+std::vector<std::vector<uint64_t>> stamped_phase(const RunConfig& rc,
+                                                 std::vector<std::unique_ptr<Bench>>& g,
+                                                 uint32_t rounds) {
+  const uint64_t n_st = rc.stamped ? rc.stamped : std::min<uint64_t>(rc.iterations, 1000000);
+  std::vector<std::vector<uint64_t>> samples(g.size());
+  uint64_t longest = 1;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const uint64_t calls = std::max<uint64_t>(1, n_st / std::max<uint32_t>(1, g[i]->meta.burst));
+    samples[i].reserve(calls);
+    longest = std::max(longest, (calls + rounds - 1) / rounds);
+  }
+  std::vector<uint64_t> t(longest + 1);
+  for (uint32_t r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      Bench& b = *g[i];
+      const uint32_t burst = std::max<uint32_t>(1, b.meta.burst);
+      const uint64_t calls = std::max<uint64_t>(1, n_st / burst);
+      const uint64_t k = std::min((calls + rounds - 1) / rounds, calls - samples[i].size());
+      if (k == 0) continue;
+      const uint64_t warm = rc.warmup / burst;
+      if (warm) (void)b.run(warm);
+      b.run_stamped(k, t.data() + 1);
+      for (uint64_t j = 0; j < k; ++j) {
+        const double raw = static_cast<double>(t[j + 1] - t[j]) - rc.timer_overhead;
+        samples[i].push_back(raw > 0 ? static_cast<uint64_t>(raw / burst + 0.5) : 0);
+      }
+    }
+  }
+  return samples;
+}
+
+// A case's figures from its bulk totals and its stamped samples (freed here).
+CaseResult case_result(const RunConfig& rc, const Bench& b, const BulkAcc& acc,
+                       std::vector<uint64_t>& d, double ns_per_cycle) {
+  CaseResult c = b.meta;
+  const uint32_t burst = std::max<uint32_t>(1, c.burst);
+  c.round_ns = acc.rounds;
+  std::vector<double> s = acc.chunks;
+  std::sort(s.begin(), s.end());
+  c.ns = s[s.size() / 2];
+  c.best_ns = *std::min_element(c.round_ns.begin(), c.round_ns.end());
+  c.extra.push_back({"mean_all_ns", static_cast<double>(acc.cycles) * ns_per_cycle /
+                                        static_cast<double>(acc.calls * burst)});
+  c.cycles = c.ns / ns_per_cycle;
+  c.ops_per_s = c.ns > 0 ? 1e9 / c.ns : 0;
+  c.ops = acc.calls * burst;
+  c.allocs_per_op = static_cast<double>(acc.allocs) / static_cast<double>(c.ops);
+  c.syscalls_per_op = (rc.syscalls && rc.syscalls->available())
+                          ? static_cast<double>(acc.sys) / static_cast<double>(c.ops)
+                          : -1;
+  for (uint64_t x : d) c.hist.add(x);
+  c.lat = summarize(d, rc.tsc_hz, std::max(1.0, rc.timer_overhead) / burst);
+  std::vector<uint64_t>().swap(d);
+  return c;
+}
+
 }  // namespace
 
 std::vector<CaseResult> run_group(const RunConfig& rc, std::vector<std::unique_ptr<Bench>>& g) {
   const uint32_t rounds = std::max<uint32_t>(1, rc.rounds);
   const double ns_per_cycle = 1e9 / rc.tsc_hz;
-  // Every round is cut into chunks of ~kChunkUnits units, each timed on its own: the figure is
-  // the median chunk, so a chunk hit by a preemption (milliseconds on a shared machine) is an
-  // outlier instead of inflating a whole round's mean. The plain mean over everything is kept
-  // as extra "mean_all_ns".
-  constexpr uint64_t kChunkUnits = 2048;
-  struct Acc {
-    uint64_t calls = 0, allocs = 0, sys = 0, cycles = 0;
-    std::vector<double> rounds, chunks;
-  };
-  std::vector<Acc> acc(g.size());
+  std::vector<BulkAcc> acc(g.size());
   for (uint32_t r = 0; r < rounds; ++r) {
     for (size_t i = 0; i < g.size(); ++i) {
-      Bench& b = *g[i];
-      const uint32_t burst = std::max<uint32_t>(1, b.meta.burst);
-      const uint64_t calls = std::max<uint64_t>(1, rc.iterations / rounds / burst);
-      const uint64_t chunk = std::max<uint64_t>(1, std::min(calls, kChunkUnits / burst));
-      const uint64_t warm = rc.warmup / burst;
-      if (warm) (void)b.run(warm);
-      std::vector<double> mine;
-      mine.reserve(calls / chunk + 1);
-      const uint64_t a0 = thread_allocs();
-      if (rc.syscalls) rc.syscalls->start();
-      if (rc.callgrind) callgrind_start();
-      uint64_t cyc = 0;
-      for (uint64_t done = 0; done < calls;) {
-        const uint64_t k = std::min(chunk, calls - done);
-        const uint64_t c = b.run(k);
-        cyc += c;
-        mine.push_back(static_cast<double>(c) * ns_per_cycle / static_cast<double>(k * burst));
-        done += k;
-      }
-      if (rc.callgrind) {
-        callgrind_stop();
-        callgrind_dump(b.meta.name + " calls=" + std::to_string(calls) +
-                       " units=" + std::to_string(calls * burst));
-      }
-      const uint64_t sys = rc.syscalls ? rc.syscalls->stop() : 0;
-      acc[i].allocs += thread_allocs() - a0;
-      acc[i].sys += sys;
-      acc[i].calls += calls;
-      acc[i].cycles += cyc;
-      acc[i].chunks.insert(acc[i].chunks.end(), mine.begin(), mine.end());
-      std::sort(mine.begin(), mine.end());
-      acc[i].rounds.push_back(mine[mine.size() / 2]);
-      progress(rc, b.meta.name, r, rounds);
+      bulk_round(rc, *g[i], rounds, ns_per_cycle, acc[i]);
+      progress(rc, g[i]->meta.name, r, rounds);
     }
   }
-
-  // Stamped phase, interleaved like the bulk phase: every round stamps its share of each case's
-  // ops in turn (after the same warm-up), so a noisy phase of the machine falls on every case of
-  // the group alike; the round-trip tests compare these p50s.
-  const uint64_t n_st = rc.stamped ? rc.stamped : std::min<uint64_t>(rc.iterations, 1000000);
-  std::vector<std::vector<uint64_t>> samples(g.size());
-  {
-    uint64_t longest = 1;
-    for (size_t i = 0; i < g.size(); ++i) {
-      const uint64_t calls = std::max<uint64_t>(1, n_st / std::max<uint32_t>(1, g[i]->meta.burst));
-      samples[i].reserve(calls);
-      longest = std::max(longest, (calls + rounds - 1) / rounds);
-    }
-    std::vector<uint64_t> t(longest + 1);
-    for (uint32_t r = 0; r < rounds; ++r) {
-      for (size_t i = 0; i < g.size(); ++i) {
-        Bench& b = *g[i];
-        const uint32_t burst = std::max<uint32_t>(1, b.meta.burst);
-        const uint64_t calls = std::max<uint64_t>(1, n_st / burst);
-        const uint64_t k = std::min((calls + rounds - 1) / rounds, calls - samples[i].size());
-        if (k == 0) continue;
-        const uint64_t warm = rc.warmup / burst;
-        if (warm) (void)b.run(warm);
-        b.run_stamped(k, t.data() + 1);
-        for (uint64_t j = 0; j < k; ++j) {
-          const double raw = static_cast<double>(t[j + 1] - t[j]) - rc.timer_overhead;
-          samples[i].push_back(raw > 0 ? static_cast<uint64_t>(raw / burst + 0.5) : 0);
-        }
-      }
-    }
-  }
-
+  std::vector<std::vector<uint64_t>> samples = stamped_phase(rc, g, rounds);
   std::vector<CaseResult> out;
-  for (size_t i = 0; i < g.size(); ++i) {
-    Bench& b = *g[i];
-    CaseResult c = b.meta;
-    const uint32_t burst = std::max<uint32_t>(1, c.burst);
-    c.round_ns = acc[i].rounds;
-    std::vector<double> s = acc[i].chunks;
-    std::sort(s.begin(), s.end());
-    c.ns = s[s.size() / 2];
-    c.best_ns = *std::min_element(c.round_ns.begin(), c.round_ns.end());
-    c.extra.push_back({"mean_all_ns", static_cast<double>(acc[i].cycles) * ns_per_cycle /
-                                          static_cast<double>(acc[i].calls * burst)});
-    c.cycles = c.ns / ns_per_cycle;
-    c.ops_per_s = c.ns > 0 ? 1e9 / c.ns : 0;
-    c.ops = acc[i].calls * burst;
-    c.allocs_per_op = static_cast<double>(acc[i].allocs) / static_cast<double>(c.ops);
-    c.syscalls_per_op = (rc.syscalls && rc.syscalls->available())
-                            ? static_cast<double>(acc[i].sys) / static_cast<double>(c.ops)
-                            : -1;
-
-    std::vector<uint64_t>& d = samples[i];
-    for (uint64_t x : d) c.hist.add(x);
-    c.lat = summarize(d, rc.tsc_hz, std::max(1.0, rc.timer_overhead) / burst);
-    std::vector<uint64_t>().swap(d);
-    out.push_back(std::move(c));
-  }
+  for (size_t i = 0; i < g.size(); ++i)
+    out.push_back(case_result(rc, *g[i], acc[i], samples[i], ns_per_cycle));
   return out;
 }
 

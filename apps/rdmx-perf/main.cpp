@@ -270,11 +270,9 @@ int usage(const std::string& what) {
   return rdmx::cli::usage_error("rdmx-perf", what + " (see --help)");
 }
 
-// getopt_long over the application arguments, as the other tools (--opt VALUE and --opt=VALUE).
-// Returns -1 to go on, else the exit status (0 after --help, 2 for a usage error, 3 for a device
-// that does not exist): every error is one "rdmx-perf: error:" line, before the EAL starts.
-int parse_options(const std::vector<std::string>& app, const std::vector<std::string>& eal,
-                  Options& o, Ctx& ctx) {
+// --help, or one of rdmx-perf's options, among the EAL's arguments: the exit status (0 after
+// printing the help, 2 after a usage line), else -1.
+int check_eal_args(const std::vector<std::string>& eal) {
   // --help may also come before `--` when there are no EAL arguments.
   for (const auto& a : eal)
     if (a == "--help" || a == "-h") {
@@ -288,90 +286,82 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
       return usage(std::string("--") + name +
                    " is an rdmx-perf option: put it after '--', as in rdmx-perf [EAL args] -- "
                    "--test NAME");
-  std::vector<std::string> args = {"rdmx-perf"};
-  args.insert(args.end(), app.begin(), app.end());
-  std::vector<char*> av;
-  for (auto& x : args) av.push_back(x.data());
-  av.push_back(nullptr);
-  const int argc = static_cast<int>(av.size()) - 1;
-  std::string bad;  // the first bad value
-  auto num = [&](const char* what, uint64_t lo, uint64_t hi) {
-    uint64_t v = lo;
-    if (!bad.empty()) return v;
-    if (!parse_u64(optarg, &v))
-      bad = std::string("--") + what + " '" + optarg + "': not a number";
-    else if (v < lo || v > hi)
-      bad = std::string("--") + what + " " + optarg + ": out of range " + std::to_string(lo) +
-            ".." + std::to_string(hi);
-    return v;
-  };
-  struct Reset {
-    ~Reset() { rdmx::cli::getopt_reset(); }  // av dies with this function; the EAL parses next
-  } reset;
-  opterr = 0;
-  optind = 1;
-  int opt;
-  while ((opt = getopt_long(argc, av.data(), ":h", kOptions, nullptr)) != -1) {
-    switch (opt) {
-      case 'h':
-        std::fputs(kHelp, stdout);
-        return 0;
-      case kTest:
-        o.test = optarg;
-        break;
-      case kIterations:
-        ctx.rc.iterations = num("iterations", 1, kMaxIterations);
-        break;
-      case kWarmup:
-        ctx.rc.warmup = num("warmup", 0, kMaxIterations);
-        break;
-      case kRounds:
-        ctx.rc.rounds = static_cast<uint32_t>(num("rounds", 1, kMaxRounds));
-        break;
-      case kStamped:
-        ctx.rc.stamped = num("stamped", 1, kMaxStamped);
-        break;
-      case kBatch:
-        ctx.batch = static_cast<uint32_t>(num("batch", 1, kMaxBatch));
-        break;
-      case kDevice:
-        ctx.device = optarg;
-        break;
-      case kDeviceCpu:
-        o.device_cpu = static_cast<int>(num("device-cpu", 0, CPU_SETSIZE - 1));
-        break;
-      case kPages:
-        if (bad.empty()) bad = parse_pages(optarg, &ctx.pages);
-        break;
-      case kJson:
-        o.json_path = optarg;
-        break;
-      case kHistogram:
-        o.hist_path = optarg;
-        break;
-      case kCallgrind:
-        o.callgrind = true;
-        break;
-      case kBadRkey:
-        ctx.bad_rkey = true;
-        break;
-      case kCorrupt:
-        ctx.corrupt = optarg;
-        if (ctx.corrupt != "write" && ctx.corrupt != "read")
-          bad = "--corrupt '" + ctx.corrupt + "': write or read";
-        break;
-      case kQuiet:
-        ctx.rc.progress_period_s = 0;
-        break;
-      case kProgressPeriod:
-        ctx.rc.progress_period_s = static_cast<double>(num("progress-period", 1, 3600000)) / 1000.0;
-        break;
-      default:  // '?' or ':'
-        return usage(rdmx::cli::getopt_problem(opt, av.data()));
-    }
-    if (!bad.empty()) return usage(bad);
+  return -1;
+}
+
+// optarg as a number of [lo, hi] for --what; on a bad value `bad` (when still empty) says why.
+uint64_t num_arg(const char* what, uint64_t lo, uint64_t hi, std::string& bad) {
+  uint64_t v = lo;
+  if (!bad.empty()) return v;
+  if (!parse_u64(optarg, &v))
+    bad = std::string("--") + what + " '" + optarg + "': not a number";
+  else if (v < lo || v > hi)
+    bad = std::string("--") + what + " " + optarg + ": out of range " + std::to_string(lo) + ".." +
+          std::to_string(hi);
+  return v;
+}
+
+// One option getopt_long returned (not 'h', '?' or ':'), into o and ctx; `bad` says why a value
+// is refused.
+void apply_option(int opt, Options& o, Ctx& ctx, std::string& bad) {
+  switch (opt) {
+    case kTest:
+      o.test = optarg;
+      break;
+    case kIterations:
+      ctx.rc.iterations = num_arg("iterations", 1, kMaxIterations, bad);
+      break;
+    case kWarmup:
+      ctx.rc.warmup = num_arg("warmup", 0, kMaxIterations, bad);
+      break;
+    case kRounds:
+      ctx.rc.rounds = static_cast<uint32_t>(num_arg("rounds", 1, kMaxRounds, bad));
+      break;
+    case kStamped:
+      ctx.rc.stamped = num_arg("stamped", 1, kMaxStamped, bad);
+      break;
+    case kBatch:
+      ctx.batch = static_cast<uint32_t>(num_arg("batch", 1, kMaxBatch, bad));
+      break;
+    case kDevice:
+      ctx.device = optarg;
+      break;
+    case kDeviceCpu:
+      o.device_cpu = static_cast<int>(num_arg("device-cpu", 0, CPU_SETSIZE - 1, bad));
+      break;
+    case kPages:
+      if (bad.empty()) bad = parse_pages(optarg, &ctx.pages);
+      break;
+    case kJson:
+      o.json_path = optarg;
+      break;
+    case kHistogram:
+      o.hist_path = optarg;
+      break;
+    case kCallgrind:
+      o.callgrind = true;
+      break;
+    case kBadRkey:
+      ctx.bad_rkey = true;
+      break;
+    case kCorrupt:
+      ctx.corrupt = optarg;
+      if (ctx.corrupt != "write" && ctx.corrupt != "read")
+        bad = "--corrupt '" + ctx.corrupt + "': write or read";
+      break;
+    case kQuiet:
+      ctx.rc.progress_period_s = 0;
+      break;
+    case kProgressPeriod:
+      ctx.rc.progress_period_s =
+          static_cast<double>(num_arg("progress-period", 1, 3600000, bad)) / 1000.0;
+      break;
   }
-  if (optind < argc) return usage(std::string("unexpected argument '") + av[optind] + "'");
+}
+
+// The checks across options once all are read, then the output files opened: the exit status of
+// the first problem, else -1.
+int check_options(Options& o, const Ctx& ctx) {
   const bool known =
       o.test == "all" || std::any_of(std::begin(kTests), std::end(kTests),
                                      [&](const TestEntry& t) { return o.test == t.name; });
@@ -394,6 +384,38 @@ int parse_options(const std::vector<std::string>& app, const std::vector<std::st
   if (const int rc = open_out(o.json_path, "json", &o.json); rc >= 0) return rc;
   if (const int rc = open_out(o.hist_path, "histogram", &o.hist); rc >= 0) return rc;
   return -1;
+}
+
+// getopt_long over the application arguments, as the other tools (--opt VALUE and --opt=VALUE).
+// Returns -1 to go on, else the exit status (0 after --help, 2 for a usage error, 3 for a device
+// that does not exist): every error is one "rdmx-perf: error:" line, before the EAL starts.
+int parse_options(const std::vector<std::string>& app, const std::vector<std::string>& eal,
+                  Options& o, Ctx& ctx) {
+  if (const int rc = check_eal_args(eal); rc >= 0) return rc;
+  std::vector<std::string> args = {"rdmx-perf"};
+  args.insert(args.end(), app.begin(), app.end());
+  std::vector<char*> av;
+  for (auto& x : args) av.push_back(x.data());
+  av.push_back(nullptr);
+  const int argc = static_cast<int>(av.size()) - 1;
+  std::string bad;  // the first bad value
+  struct Reset {
+    ~Reset() { rdmx::cli::getopt_reset(); }  // av dies with this function; the EAL parses next
+  } reset;
+  opterr = 0;
+  optind = 1;
+  int opt;
+  while ((opt = getopt_long(argc, av.data(), ":h", kOptions, nullptr)) != -1) {
+    if (opt == 'h') {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+    if (opt == '?' || opt == ':') return usage(rdmx::cli::getopt_problem(opt, av.data()));
+    apply_option(opt, o, ctx, bad);
+    if (!bad.empty()) return usage(bad);
+  }
+  if (optind < argc) return usage(std::string("unexpected argument '") + av[optind] + "'");
+  return check_options(o, ctx);
 }
 
 std::vector<int> usable_cpus() {
@@ -469,6 +491,62 @@ bool write_outputs(const Options& o, const Report& rep) {
   return ok;
 }
 
+// A device thread pinned to a CPU the process may not use would never run (the threaded tests
+// then waited forever): refuse it before anything starts. 2 after one line, else -1.
+int check_device_cpu(int device_cpu, const std::vector<int>& cpus) {
+  if (device_cpu < 0 || std::find(cpus.begin(), cpus.end(), device_cpu) != cpus.end()) return -1;
+  std::string usable;
+  for (int c : cpus) {
+    if (!usable.empty()) usable += ',';
+    usable += std::to_string(c);
+  }
+  std::fprintf(stderr,
+               "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
+               device_cpu, usable.c_str());
+  return 2;
+}
+
+// Placement: the measuring loop on the main lcore, the emu device thread on another CPU (the
+// last usable one but the measuring one, unless --device-cpu says). Returns whether the tests
+// run a device thread; warns when it shares the measuring CPU.
+bool place_threads(const Options& o, const std::vector<int>& cpus, Ctx& ctx, Report& rep) {
+  ctx.measure_cpu = current_affinity_single();
+  ctx.device_cpu = o.device_cpu;
+  if (ctx.device_cpu < 0) {
+    for (int c : cpus)
+      if (c != ctx.measure_cpu) ctx.device_cpu = c;
+    if (ctx.device_cpu < 0) ctx.device_cpu = ctx.measure_cpu;
+  }
+  const bool threaded =
+      o.test == "all" || std::any_of(std::begin(kTests), std::end(kTests), [&](const TestEntry& t) {
+        return t.threaded && o.test == t.name;
+      });
+  if (threaded && ctx.device_cpu == ctx.measure_cpu)
+    rep.warnings.push_back("the emu device thread shares CPU " + std::to_string(ctx.measure_cpu) +
+                           " with the measuring lcore: threaded figures measure time sharing, "
+                           "not the device");
+  if (ctx.measure_cpu < 0)
+    rep.warnings.push_back("the measuring lcore is not pinned to a single CPU");
+  return threaded;
+}
+
+// Runs the tests `test` names (or all), printing each: 1 when one failed, else 0.
+int run_tests(const std::string& test, Ctx& ctx, Report& rep, std::FILE* out) {
+  int rc = 0;
+  for (const TestEntry& t : kTests) {
+    if (test != "all" && test != t.name) continue;
+    try {
+      TestResult r = t.run(ctx);
+      print_test(out, r);
+      rep.tests.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdmx-perf: test %s failed: %s\n", t.name, e.what());
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -493,16 +571,7 @@ int main(int argc, char** argv) {
     split->eal.push_back("-l");
     split->eal.push_back(std::to_string(cpus.empty() ? 0 : cpus.back()));
   }
-  // A device thread pinned to a CPU the process may not use would never run (the threaded
-  // tests then waited forever): refuse it before anything starts.
-  if (o.device_cpu >= 0 && std::find(cpus.begin(), cpus.end(), o.device_cpu) == cpus.end()) {
-    std::string usable;
-    for (int c : cpus) usable += (usable.empty() ? "" : ",") + std::to_string(c);
-    std::fprintf(stderr,
-                 "rdmx-perf: error: --device-cpu %d: not a CPU this process may run on (%s)\n",
-                 o.device_cpu, usable.c_str());
-    return 2;
-  }
+  if (const int rc = check_device_cpu(o.device_cpu, cpus); rc >= 0) return rc;
   auto eal = rdmx::rt::Eal::init(*split, eo);
   if (!eal) {
     // A bad EAL argument is a usage error like the others: one line (Eal::init holds back
@@ -524,39 +593,11 @@ int main(int argc, char** argv) {
   ctx.rc.syscalls = &sc;
   ctx.warnings = &rep.warnings;
 
-  // Placement: the measuring loop on the main lcore, the emu device thread on another CPU.
-  ctx.measure_cpu = current_affinity_single();
-  ctx.device_cpu = o.device_cpu;
-  if (ctx.device_cpu < 0) {
-    for (int c : cpus)
-      if (c != ctx.measure_cpu) ctx.device_cpu = c;
-    if (ctx.device_cpu < 0) ctx.device_cpu = ctx.measure_cpu;
-  }
-  const bool threaded =
-      o.test == "all" || std::any_of(std::begin(kTests), std::end(kTests), [&](const TestEntry& t) {
-        return t.threaded && o.test == t.name;
-      });
-  if (threaded && ctx.device_cpu == ctx.measure_cpu)
-    rep.warnings.push_back("the emu device thread shares CPU " + std::to_string(ctx.measure_cpu) +
-                           " with the measuring lcore: threaded figures measure time sharing, "
-                           "not the device");
-  if (ctx.measure_cpu < 0)
-    rep.warnings.push_back("the measuring lcore is not pinned to a single CPU");
+  const bool threaded = place_threads(o, cpus, ctx, rep);
   describe_config(rep, ctx, o.test, threaded, *eal, cpus, sc);
   print_config(out, rep);
 
-  int rc = 0;
-  for (const TestEntry& t : kTests) {
-    if (o.test != "all" && o.test != t.name) continue;
-    try {
-      TestResult r = t.run(ctx);
-      print_test(out, r);
-      rep.tests.push_back(std::move(r));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rdmx-perf: test %s failed: %s\n", t.name, e.what());
-      rc = 1;
-    }
-  }
+  const int rc = run_tests(o.test, ctx, rep, out);
   for (const auto& w : rep.warnings) std::fprintf(out, "WARNING: %s\n", w.c_str());
   return write_outputs(o, rep) ? rc : 1;
 }

@@ -34,33 +34,20 @@ CaseResult meta(const char* name, const char* role, uint32_t burst) {
   c.burst = burst;
   return c;
 }
-}  // namespace
+// The peers: an rte_mempool with a per-lcore cache, an SP/SC and an MP/MC rte_ring, the rings
+// half full like the window cache.
+struct CachePeers {
+  rte_mempool* mp;
+  rte_ring* spsc;
+  rte_ring* mpmc;
+};
 
-TestResult test_cache(Ctx& ctx) {
-  TestResult t;
-  t.test = "cache";
-
-  // The window cache, as a poll core holds it: nominal size 64, half full.
-  constexpr uint32_t kWindows = 256;
-  auto windows = std::make_unique<win::Window[]>(kWindows);
-  win::WindowCache cache;
-  cache.init(64, kWindows);
-  for (uint32_t i = 0; i < 32; ++i) cache.push(&windows[i]);
-
-  rte_mempool* mp = rte_mempool_create("perf_mp", kMempoolObjs, sizeof(win::Window), kMempoolCache,
-                                       0, nullptr, nullptr, nullptr, nullptr, SOCKET_ID_ANY, 0);
-  if (!mp) fail("rte_mempool_create");
-  rte_ring* spsc =
-      rte_ring_create("perf_spsc", kRingSize, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_ring* mpmc = rte_ring_create("perf_mpmc", kRingSize, SOCKET_ID_ANY, 0);
-  if (!spsc || !mpmc) fail("rte_ring_create");
-  // Rings half full, like the cache.
-  for (uint32_t i = 0; i < kRingSize / 2; ++i) {
-    rte_ring_enqueue(spsc, &windows[i % kWindows]);
-    rte_ring_enqueue(mpmc, &windows[i % kWindows]);
-  }
-
-  std::vector<std::unique_ptr<Bench>> g;
+// get+put of one object: the window cache, then each peer.
+void add_single_cases(win::WindowCache& cache, const CachePeers& p,
+                      std::vector<std::unique_ptr<Bench>>& g) {
+  rte_mempool* mp = p.mp;
+  rte_ring* spsc = p.spsc;
+  rte_ring* mpmc = p.mpmc;
   // -- single --
   g.push_back(make_bench(meta("window_cache.single", "rdmx", 1), [&cache] {
     win::Window* w = cache.pop();
@@ -85,6 +72,14 @@ TestResult test_cache(Ctx& ctx) {
     keep(o);
     (void)rte_ring_mp_enqueue(mpmc, o);
   }));
+}
+
+// The same with bursts of kBurst objects (figures per object).
+void add_burst_cases(win::WindowCache& cache, const CachePeers& p,
+                     std::vector<std::unique_ptr<Bench>>& g) {
+  rte_mempool* mp = p.mp;
+  rte_ring* spsc = p.spsc;
+  rte_ring* mpmc = p.mpmc;
   // -- burst of 32 (figures per object) --
   g.push_back(make_bench(meta("window_cache.burst32", "rdmx", kBurst), [&cache] {
     win::Window* w[kBurst];
@@ -110,21 +105,10 @@ TestResult test_cache(Ctx& ctx) {
     keep(o);
     (void)rte_ring_mp_enqueue_bulk(mpmc, o, kBurst, nullptr);
   }));
+}
 
-  t.cases = run_group(ctx.rc, g);
-
-  // Sanity: every object went back.
-  if (cache.len() != 32) t.notes.push_back("window cache length changed during the run");
-  if (rte_mempool_avail_count(mp) != kMempoolObjs)
-    t.notes.push_back("mempool lost objects during the run");
-
-  const char* singles[] = {"rte_mempool.single", "rte_ring.spsc.single", "rte_ring.mpmc.single"};
-  const char* bursts[] = {"rte_mempool.burst32", "rte_ring.spsc.burst32", "rte_ring.mpmc.burst32"};
-  CaseResult* ws = t.find("window_cache.single");
-  CaseResult* wb = t.find("window_cache.burst32");
-  for (const char* p : singles) add_ratio(*ws, *t.find(p));
-  for (const char* p : bursts) add_ratio(*wb, *t.find(p));
-
+// The cache against the cached rte_mempool (single and burst), and no allocation or system call.
+void add_cache_targets(TestResult& t, const CaseResult* ws, const CaseResult* wb) {
   Target tg;
   tg.name = "window cache get+put <= 0.5 x rte_mempool cached get+put (single)";
   tg.value = ws->ratios[0].value;
@@ -154,6 +138,52 @@ TestResult test_cache(Ctx& ctx) {
     zs.how = "perf tracepoint raw_syscalls:sys_enter, measuring thread";
     t.targets.push_back(zs);
   }
+}
+
+}  // namespace
+
+TestResult test_cache(Ctx& ctx) {
+  TestResult t;
+  t.test = "cache";
+
+  // The window cache, as a poll core holds it: nominal size 64, half full.
+  constexpr uint32_t kWindows = 256;
+  auto windows = std::make_unique<win::Window[]>(kWindows);
+  win::WindowCache cache;
+  cache.init(64, kWindows);
+  for (uint32_t i = 0; i < 32; ++i) cache.push(&windows[i]);
+
+  rte_mempool* mp = rte_mempool_create("perf_mp", kMempoolObjs, sizeof(win::Window), kMempoolCache,
+                                       0, nullptr, nullptr, nullptr, nullptr, SOCKET_ID_ANY, 0);
+  if (!mp) fail("rte_mempool_create");
+  rte_ring* spsc =
+      rte_ring_create("perf_spsc", kRingSize, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring* mpmc = rte_ring_create("perf_mpmc", kRingSize, SOCKET_ID_ANY, 0);
+  if (!spsc || !mpmc) fail("rte_ring_create");
+  // Rings half full, like the cache.
+  for (uint32_t i = 0; i < kRingSize / 2; ++i) {
+    rte_ring_enqueue(spsc, &windows[i % kWindows]);
+    rte_ring_enqueue(mpmc, &windows[i % kWindows]);
+  }
+
+  std::vector<std::unique_ptr<Bench>> g;
+  const CachePeers peers{mp, spsc, mpmc};
+  add_single_cases(cache, peers, g);
+  add_burst_cases(cache, peers, g);
+  t.cases = run_group(ctx.rc, g);
+
+  // Sanity: every object went back.
+  if (cache.len() != 32) t.notes.push_back("window cache length changed during the run");
+  if (rte_mempool_avail_count(mp) != kMempoolObjs)
+    t.notes.push_back("mempool lost objects during the run");
+
+  const char* singles[] = {"rte_mempool.single", "rte_ring.spsc.single", "rte_ring.mpmc.single"};
+  const char* bursts[] = {"rte_mempool.burst32", "rte_ring.spsc.burst32", "rte_ring.mpmc.burst32"};
+  CaseResult* ws = t.find("window_cache.single");
+  CaseResult* wb = t.find("window_cache.burst32");
+  for (const char* p : singles) add_ratio(*ws, *t.find(p));
+  for (const char* p : bursts) add_ratio(*wb, *t.find(p));
+  add_cache_targets(t, ws, wb);
 
   rte_ring_free(spsc);
   rte_ring_free(mpmc);

@@ -534,6 +534,59 @@ class RpcRig {
   bool corrupt_armed_ = false, corrupt_read_ = false;
 };
 
+// One size's group: READ and WRITE, each through a window and register-once; ks gets the rig's
+// case index of each bench, in order.
+std::vector<std::unique_ptr<Bench>> rpc_group(RpcRig& rig, uint32_t pages, uint32_t depth,
+                                              std::vector<uint32_t>& ks) {
+  std::vector<std::unique_ptr<Bench>> g;
+  for (int read = 0; read < 2; ++read)
+    for (int window = 1; window >= 0; --window) {
+      const uint32_t k = rig.add_case(read, window);
+      ks.push_back(k);
+      CaseResult m;
+      m.name = std::string("rpc.") + (read ? "read" : "write") +
+               (window ? ".window" : ".register_once") + ".p" + std::to_string(pages);
+      m.role = window ? "rdmx" : "peer";
+      m.unit = "RPC";
+      m.pages = pages;
+      m.bytes = uint64_t{pages} * kPage;
+      m.depth = depth;
+      g.push_back(make_bench(std::move(m), [&rig, k, pages] { rig.op(k, pages); }));
+    }
+  return g;
+}
+
+// res: write.window, write.register_once, read.window, read.register_once. Each case's RPC and
+// chunk counts (every RPC issued must have completed), (bw) its bandwidth, and the window's
+// overhead over register-once. Adds the RPCs to *issued and *completed.
+void add_rpc_figures(std::vector<CaseResult>& res, RpcRig& rig, const std::vector<uint32_t>& ks,
+                     uint64_t bytes, uint32_t depth, bool bw, uint64_t* issued,
+                     uint64_t* completed) {
+  for (size_t i = 0; i < res.size(); ++i) {
+    const CaseCounts& n = rig.counts(ks[i]);
+    if (n.completed != n.issued)
+      throw std::runtime_error(res[i].name + ": " + std::to_string(n.issued) + " RPCs issued, " +
+                               std::to_string(n.completed) + " completed");
+    *issued += n.issued;
+    *completed += n.completed;
+    CaseResult& c = res[i];
+    c.extra.push_back({"rpcs_issued", static_cast<double>(n.issued)});
+    c.extra.push_back({"rpcs_completed", static_cast<double>(n.completed)});
+    c.extra.push_back({"maps", static_cast<double>(n.chunks.maps)});
+    c.extra.push_back({"remote_invalidations", static_cast<double>(n.chunks.remote_invalidations)});
+    c.extra.push_back({"local_invalidations", static_cast<double>(n.chunks.local_invalidations)});
+    if (bw) c.bw_mb_s = static_cast<double>(bytes) * c.ops_per_s / (1 << 20);
+  }
+  for (size_t k : {0, 2}) {
+    // Depth 1: round trips, compared at p50 (the means carry the device threads'
+    // preemptions); depth 32: throughput, by the median of the chunks' means.
+    const bool p50 = depth == 1;
+    add_ratio(res[k], res[k + 1], p50);
+    const double ov = p50 ? res[k].lat.p50_ns - res[k + 1].lat.p50_ns : res[k].ns - res[k + 1].ns;
+    res[k].extra.push_back({"window_overhead_ns", ov});
+  }
+}
+
 }  // namespace
 
 TestResult test_rpc(Ctx& ctx, bool bw) {
@@ -550,54 +603,16 @@ TestResult test_rpc(Ctx& ctx, bool bw) {
 
   uint64_t total_issued = 0, total_completed = 0;
   for (uint32_t pages : sizes) {
-    const uint64_t bytes = uint64_t{pages} * kPage;
-    std::vector<std::unique_ptr<Bench>> g;
     std::vector<uint32_t> ks;
-    for (int read = 0; read < 2; ++read)
-      for (int window = 1; window >= 0; --window) {
-        const uint32_t k = rig.add_case(read, window);
-        ks.push_back(k);
-        CaseResult m;
-        m.name = std::string("rpc.") + (read ? "read" : "write") +
-                 (window ? ".window" : ".register_once") + ".p" + std::to_string(pages);
-        m.role = window ? "rdmx" : "peer";
-        m.unit = "RPC";
-        m.pages = pages;
-        m.bytes = bytes;
-        m.depth = depth;
-        g.push_back(make_bench(std::move(m), [&rig, k, pages] { rig.op(k, pages); }));
-      }
+    auto g = rpc_group(rig, pages, depth, ks);
     RunConfig rc = ctx.rc;  // an RPC costs about as much as an io_lat I/O: the same tenth
     rc.iterations = std::max<uint64_t>(1, rc.iterations / 10);
     rc.warmup = std::max<uint64_t>(1, rc.warmup / 10);
     auto res = run_group(rc, g);
     rig.drain();
     if (rig.broken()) throw std::runtime_error(rig.why() + "; no figure is reported");
-    // res: write.window, write.register_once, read.window, read.register_once
-    for (size_t i = 0; i < res.size(); ++i) {
-      const CaseCounts& n = rig.counts(ks[i]);
-      if (n.completed != n.issued)
-        throw std::runtime_error(res[i].name + ": " + std::to_string(n.issued) + " RPCs issued, " +
-                                 std::to_string(n.completed) + " completed");
-      total_issued += n.issued;
-      total_completed += n.completed;
-      CaseResult& c = res[i];
-      c.extra.push_back({"rpcs_issued", static_cast<double>(n.issued)});
-      c.extra.push_back({"rpcs_completed", static_cast<double>(n.completed)});
-      c.extra.push_back({"maps", static_cast<double>(n.chunks.maps)});
-      c.extra.push_back(
-          {"remote_invalidations", static_cast<double>(n.chunks.remote_invalidations)});
-      c.extra.push_back({"local_invalidations", static_cast<double>(n.chunks.local_invalidations)});
-      if (bw) c.bw_mb_s = static_cast<double>(bytes) * c.ops_per_s / (1 << 20);
-    }
-    for (size_t k : {0, 2}) {
-      // Depth 1: round trips, compared at p50 (the means carry the device threads'
-      // preemptions); depth 32: throughput, by the median of the chunks' means.
-      const bool p50 = depth == 1;
-      add_ratio(res[k], res[k + 1], p50);
-      const double ov = p50 ? res[k].lat.p50_ns - res[k + 1].lat.p50_ns : res[k].ns - res[k + 1].ns;
-      res[k].extra.push_back({"window_overhead_ns", ov});
-    }
+    add_rpc_figures(res, rig, ks, uint64_t{pages} * kPage, depth, bw, &total_issued,
+                    &total_completed);
     for (auto& c : res) t.cases.push_back(std::move(c));
   }
   rig.client().quiesce();

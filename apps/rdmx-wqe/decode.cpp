@@ -204,8 +204,8 @@ Json klm_json(const prm::KlmFields& k) {
   return Json{{"byte_count", k.byte_count}, {"mkey", k.mkey}, {"address", k.address}};
 }
 
-void describe(const prm::DecodedWqe& d, const void* ring, uint32_t ring_wqebbs, uint32_t pos,
-              Json& j, Table& t) {
+// The control segment (DS 0).
+void describe_ctrl(const prm::DecodedWqe& d, uint32_t pos, Json& j, Table& t) {
   const prm::CtrlFields& c = d.ctrl;
   const std::string opname(prm::wqe_opcode_name(c.opcode));
   j["wqebb"] = pos;
@@ -238,108 +238,110 @@ void describe(const prm::DecodedWqe& d, const void* ring, uint32_t ring_wqebbs, 
         std::string("fence ") + std::string(prm::fence_name(c.fm_ce_se)) + ", completion " +
             ce_name(c.fm_ce_se) + (c.solicited() ? ", solicited" : ""));
   t.row(0x0c, "ctrl", "imm", hex(c.imm, 8), imm_meaning(c.opcode));
+}
 
-  if (d.has_raddr) {
-    j["raddr"] = Json{{"remote_addr", d.raddr}, {"rkey", d.rkey}};
-    t.row(0x10, "raddr", "remote_addr", hex(d.raddr, 16));
-    t.row(0x18, "raddr", "rkey", hex(d.rkey, 8));
-  }
-  if (d.has_umr) {
-    const prm::UmrCtrlFields& u = d.umr;
-    j["umr_ctrl"] = Json{{"flags", u.flags},
-                         {"flag_names", umr_flag_names(u.flags)},
-                         {"klm_octowords", u.klm_octowords},
-                         {"translation_offset", u.translation_offset},
-                         {"mkey_mask", u.mkey_mask},
-                         {"mkey_mask_names", mask_names(u.mkey_mask)}};
-    t.row(0x10, "umr_ctrl", "flags", hex(u.flags, 2), join(umr_flag_names(u.flags)));
-    t.row(0x14, "umr_ctrl", "klm_octowords", std::to_string(u.klm_octowords),
-          "translation size " + std::to_string(u.klm_octowords * 16u) + " bytes");
-    t.row(0x16, "umr_ctrl", "translation_offset", std::to_string(u.translation_offset));
-    t.row(0x18, "umr_ctrl", "mkey_mask", hex(u.mkey_mask, 16), join(mask_names(u.mkey_mask)));
-    const prm::MkcFields& m = d.mkc;
-    j["mkey_ctx"] = Json{{"free", m.free},
-                         {"access_mode", m.access_mode},
-                         {"umr_en", m.umr_en},
-                         {"access", m.access},
-                         {"access_names", access_names(m.access)},
-                         {"qpn", m.qpn},
-                         {"key", m.key},
-                         {"flags_pd", m.flags_pd},
-                         {"start_addr", m.start_addr},
-                         {"len", m.len},
-                         {"translations_octword_size", m.translations_octword_size},
-                         {"log_page_size", m.log_page_size}};
-    // Fields the mask does not cover are ignored by the device: say so in the table.
-    const auto in = [&](uint64_t bits, std::string note) {
-      if (u.mkey_mask & bits) return note;
-      return note + (note.empty() ? "" : " ") + "(not in mask: ignored)";
-    };
-    const uint64_t acc_bits = 0x1full << 17;  // LR LW RR RW A (bits 17-21)
-    t.row(0x40, "mkey_ctx", "free", m.free ? "1" : "0",
-          in(1ull << 29, m.free ? "mkey invalid" : "mkey valid"));
-    t.row(0x40, "mkey_ctx", "access_mode", hex(m.access_mode, 2),
-          std::string(access_mode_name(m.access_mode)) + " (set at create)");
-    t.row(0x42, "mkey_ctx", "access", hex(m.access, 2),
-          in(acc_bits, join(access_names(m.access)) + (m.umr_en ? " umr_en" : "")));
-    t.row(0x44, "mkey_ctx", "qpn", hex(m.qpn, 6),
-          in(1ull << 14, m.qpn == prm::kMkeyQpnNone ? "no QP" : ""));
-    t.row(0x47, "mkey_ctx", "key", hex(m.key, 2), in(1ull << 13, "mkey_7_0 (tag)"));
-    t.row(0x4c, "mkey_ctx", "flags_pd", hex(m.flags_pd, 8), in((1ull << 7) | (1ull << 8), ""));
-    t.row(0x50, "mkey_ctx", "start_addr", hex(m.start_addr, 16), in(1ull << 6, ""));
-    t.row(0x58, "mkey_ctx", "len", std::to_string(m.len), in(1ull << 0, hex(m.len)));
-    t.row(0x74, "mkey_ctx", "translations_octword_size",
-          std::to_string(m.translations_octword_size), "(set at create)");
-    t.row(0x7b, "mkey_ctx", "log_page_size", std::to_string(m.log_page_size), in(1ull << 1, ""));
+// A UMR's control segment (DS 1).
+void describe_umr_ctrl(const prm::UmrCtrlFields& u, Json& j, Table& t) {
+  j["umr_ctrl"] = Json{{"flags", u.flags},
+                       {"flag_names", umr_flag_names(u.flags)},
+                       {"klm_octowords", u.klm_octowords},
+                       {"translation_offset", u.translation_offset},
+                       {"mkey_mask", u.mkey_mask},
+                       {"mkey_mask_names", mask_names(u.mkey_mask)}};
+  t.row(0x10, "umr_ctrl", "flags", hex(u.flags, 2), join(umr_flag_names(u.flags)));
+  t.row(0x14, "umr_ctrl", "klm_octowords", std::to_string(u.klm_octowords),
+        "translation size " + std::to_string(u.klm_octowords * 16u) + " bytes");
+  t.row(0x16, "umr_ctrl", "translation_offset", std::to_string(u.translation_offset));
+  t.row(0x18, "umr_ctrl", "mkey_mask", hex(u.mkey_mask, 16), join(mask_names(u.mkey_mask)));
+}
 
-    if (is_repeat_block(d)) {
-      const prm::KlmFields& h = d.klm[0];
-      const uint32_t num_ent = static_cast<uint32_t>(h.address & 0xffff);
-      Json rb{{"byte_count", h.byte_count},
-              {"op", h.mkey},
-              {"repeat_count", static_cast<uint32_t>(h.address >> 32)},
-              {"num_ent", num_ent}};
-      t.row(0x80, "repeat", "byte_count", std::to_string(h.byte_count), "bytes per repetition");
-      t.row(0x84, "repeat", "op", hex(h.mkey, 8), "repeat block");
-      t.row(0x88, "repeat", "repeat_count", std::to_string(h.address >> 32));
-      t.row(0x8e, "repeat", "num_ent", std::to_string(num_ent));
-      Json ents = Json::array();
-      for (uint32_t i = 1; i <= num_ent; ++i) {
-        const prm::KlmFields& e = d.klm[i];
-        const uint32_t stride = e.byte_count >> 16, bytes = e.byte_count & 0xffff;
-        ents.push_back(Json{
-            {"stride", stride}, {"byte_count", bytes}, {"mkey", e.mkey}, {"address", e.address}});
-        t.row(0x80 + 16 * i, "repeat", "entry " + std::to_string(i - 1),
-              std::to_string(bytes) + "/" + std::to_string(stride),
-              "bytes/stride, mkey " + hex(e.mkey, 8) + " addr " + hex(e.address, 16));
-      }
-      rb["entries"] = ents;
-      j["repeat_block"] = rb;
-      j["translation_pad"] = d.n_klm - 1 - num_ent;
-      if (d.n_klm - 1 - num_ent)
-        t.row(0x80 + 16 * (num_ent + 1), "repeat", "padding",
-              std::to_string(d.n_klm - 1 - num_ent) + " x 16 B");
-    } else if (d.n_klm) {
-      uint32_t n = d.n_klm, pad = 0;
-      while (n > 0 && pad < 3 && zero_klm(d.klm[n - 1])) --n, ++pad;
-      Json klms = Json::array();
-      for (uint32_t i = 0; i < n; ++i) {
-        klms.push_back(klm_json(d.klm[i]));
-        t.row(0x80 + 16 * i, "klm", "entry " + std::to_string(i),
-              std::to_string(d.klm[i].byte_count),
-              "bytes, mkey " + hex(d.klm[i].mkey, 8) + " addr " + hex(d.klm[i].address, 16));
-      }
-      j["klms"] = klms;
-      j["translation_pad"] = pad;
-      if (pad) t.row(0x80 + 16 * n, "klm", "padding", std::to_string(pad) + " x 16 B");
-    }
-    if (d.has_klm_ptr) {
-      j["klm_pointer"] = klm_json(d.klm_ptr);
-      t.row(0x80, "klm_ptr", "byte_count", std::to_string(d.klm_ptr.byte_count));
-      t.row(0x84, "klm_ptr", "lkey", hex(d.klm_ptr.mkey, 8));
-      t.row(0x88, "klm_ptr", "address", hex(d.klm_ptr.address, 16), "KLM array (2 KiB aligned)");
-    }
+// A UMR's mkey context (DS 4-7), each field the mask leaves out marked as ignored.
+void describe_mkc(const prm::DecodedWqe& d, Json& j, Table& t) {
+  const prm::UmrCtrlFields& u = d.umr;
+  const prm::MkcFields& m = d.mkc;
+  j["mkey_ctx"] = Json{{"free", m.free},
+                       {"access_mode", m.access_mode},
+                       {"umr_en", m.umr_en},
+                       {"access", m.access},
+                       {"access_names", access_names(m.access)},
+                       {"qpn", m.qpn},
+                       {"key", m.key},
+                       {"flags_pd", m.flags_pd},
+                       {"start_addr", m.start_addr},
+                       {"len", m.len},
+                       {"translations_octword_size", m.translations_octword_size},
+                       {"log_page_size", m.log_page_size}};
+  // Fields the mask does not cover are ignored by the device: say so in the table.
+  const auto in = [&](uint64_t bits, std::string note) {
+    if (u.mkey_mask & bits) return note;
+    return note + (note.empty() ? "" : " ") + "(not in mask: ignored)";
+  };
+  const uint64_t acc_bits = 0x1full << 17;  // LR LW RR RW A (bits 17-21)
+  t.row(0x40, "mkey_ctx", "free", m.free ? "1" : "0",
+        in(1ull << 29, m.free ? "mkey invalid" : "mkey valid"));
+  t.row(0x40, "mkey_ctx", "access_mode", hex(m.access_mode, 2),
+        std::string(access_mode_name(m.access_mode)) + " (set at create)");
+  t.row(0x42, "mkey_ctx", "access", hex(m.access, 2),
+        in(acc_bits, join(access_names(m.access)) + (m.umr_en ? " umr_en" : "")));
+  t.row(0x44, "mkey_ctx", "qpn", hex(m.qpn, 6),
+        in(1ull << 14, m.qpn == prm::kMkeyQpnNone ? "no QP" : ""));
+  t.row(0x47, "mkey_ctx", "key", hex(m.key, 2), in(1ull << 13, "mkey_7_0 (tag)"));
+  t.row(0x4c, "mkey_ctx", "flags_pd", hex(m.flags_pd, 8), in((1ull << 7) | (1ull << 8), ""));
+  t.row(0x50, "mkey_ctx", "start_addr", hex(m.start_addr, 16), in(1ull << 6, ""));
+  t.row(0x58, "mkey_ctx", "len", std::to_string(m.len), in(1ull << 0, hex(m.len)));
+  t.row(0x74, "mkey_ctx", "translations_octword_size", std::to_string(m.translations_octword_size),
+        "(set at create)");
+  t.row(0x7b, "mkey_ctx", "log_page_size", std::to_string(m.log_page_size), in(1ull << 1, ""));
+}
+
+// A repeat-block translation: its header and entries, then the padding.
+void describe_repeat_block(const prm::DecodedWqe& d, Json& j, Table& t) {
+  const prm::KlmFields& h = d.klm[0];
+  const uint32_t num_ent = static_cast<uint32_t>(h.address & 0xffff);
+  Json rb{{"byte_count", h.byte_count},
+          {"op", h.mkey},
+          {"repeat_count", static_cast<uint32_t>(h.address >> 32)},
+          {"num_ent", num_ent}};
+  t.row(0x80, "repeat", "byte_count", std::to_string(h.byte_count), "bytes per repetition");
+  t.row(0x84, "repeat", "op", hex(h.mkey, 8), "repeat block");
+  t.row(0x88, "repeat", "repeat_count", std::to_string(h.address >> 32));
+  t.row(0x8e, "repeat", "num_ent", std::to_string(num_ent));
+  Json ents = Json::array();
+  for (uint32_t i = 1; i <= num_ent; ++i) {
+    const prm::KlmFields& e = d.klm[i];
+    const uint32_t stride = e.byte_count >> 16, bytes = e.byte_count & 0xffff;
+    ents.push_back(
+        Json{{"stride", stride}, {"byte_count", bytes}, {"mkey", e.mkey}, {"address", e.address}});
+    t.row(0x80 + 16 * i, "repeat", "entry " + std::to_string(i - 1),
+          std::to_string(bytes) + "/" + std::to_string(stride),
+          "bytes/stride, mkey " + hex(e.mkey, 8) + " addr " + hex(e.address, 16));
   }
+  rb["entries"] = ents;
+  j["repeat_block"] = rb;
+  j["translation_pad"] = d.n_klm - 1 - num_ent;
+  if (d.n_klm - 1 - num_ent)
+    t.row(0x80 + 16 * (num_ent + 1), "repeat", "padding",
+          std::to_string(d.n_klm - 1 - num_ent) + " x 16 B");
+}
+
+// An inline KLM list: its entries (trailing zero entries, up to 3, as padding).
+void describe_klms(const prm::DecodedWqe& d, Json& j, Table& t) {
+  uint32_t n = d.n_klm, pad = 0;
+  while (n > 0 && pad < 3 && zero_klm(d.klm[n - 1])) --n, ++pad;
+  Json klms = Json::array();
+  for (uint32_t i = 0; i < n; ++i) {
+    klms.push_back(klm_json(d.klm[i]));
+    t.row(0x80 + 16 * i, "klm", "entry " + std::to_string(i), std::to_string(d.klm[i].byte_count),
+          "bytes, mkey " + hex(d.klm[i].mkey, 8) + " addr " + hex(d.klm[i].address, 16));
+  }
+  j["klms"] = klms;
+  j["translation_pad"] = pad;
+  if (pad) t.row(0x80 + 16 * n, "klm", "padding", std::to_string(pad) + " x 16 B");
+}
+
+// The data segments: the gather list, or the inline data.
+void describe_data(const prm::DecodedWqe& d, const void* ring, uint32_t ring_wqebbs, Json& j,
+                   Table& t) {
   if (d.n_sge) {
     const uint32_t first = d.has_raddr ? 2 : 1;
     Json sges = Json::array();
@@ -362,6 +364,32 @@ void describe(const prm::DecodedWqe& d, const void* ring, uint32_t ring_wqebbs, 
     t.row(off, "inline", "byte_count", std::to_string(d.inline_len), "MLX5_INLINE_SEG set");
     t.row(off + 4, "inline", "data", h.size() > 44 ? h.substr(0, 40) + "..." : h);
   }
+}
+
+void describe(const prm::DecodedWqe& d, const void* ring, uint32_t ring_wqebbs, uint32_t pos,
+              Json& j, Table& t) {
+  describe_ctrl(d, pos, j, t);
+  if (d.has_raddr) {
+    j["raddr"] = Json{{"remote_addr", d.raddr}, {"rkey", d.rkey}};
+    t.row(0x10, "raddr", "remote_addr", hex(d.raddr, 16));
+    t.row(0x18, "raddr", "rkey", hex(d.rkey, 8));
+  }
+  if (d.has_umr) {
+    describe_umr_ctrl(d.umr, j, t);
+    describe_mkc(d, j, t);
+    if (is_repeat_block(d)) {
+      describe_repeat_block(d, j, t);
+    } else if (d.n_klm) {
+      describe_klms(d, j, t);
+    }
+    if (d.has_klm_ptr) {
+      j["klm_pointer"] = klm_json(d.klm_ptr);
+      t.row(0x80, "klm_ptr", "byte_count", std::to_string(d.klm_ptr.byte_count));
+      t.row(0x84, "klm_ptr", "lkey", hex(d.klm_ptr.mkey, 8));
+      t.row(0x88, "klm_ptr", "address", hex(d.klm_ptr.address, 16), "KLM array (2 KiB aligned)");
+    }
+  }
+  describe_data(d, ring, ring_wqebbs, j, t);
 }
 
 std::string error_json(const char* rc, const std::string& msg, const Json* wqes = nullptr) {

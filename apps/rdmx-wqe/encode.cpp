@@ -227,6 +227,74 @@ void parse_bind_mw(Fields& f, Wr& w) {
   w.ds = prm::kUmrHeaderDs + (b.length ? 4 : 0);
 }
 
+// ibv_wr_set_mkey_layout_list: the UMR head, then the inline KLM list.
+void parse_mr_list(Fields& f, const Queue& q, Wr& w) {
+  parse_umr_head(f, q, w);
+  const Json& arr = f.array("entries");
+  const uint64_t desc = f.u64_or("mkey_max_entries", UINT16_MAX, UINT16_MAX);
+  // qp.c mlx5_send_wr_set_mkey_layout: min((max_inline_data + 4) / 16, num_desc).
+  const uint64_t cap = std::min<uint64_t>((uint64_t{q.max_inline_data} + 4) / 16, desc);
+  if (arr.size() > cap)
+    reject("ENOMEM", f.where() + ": " + std::to_string(arr.size()) +
+                         " entries exceed the inline capacity of " + std::to_string(cap) +
+                         " (min((max_inline_data + 4) / 16, mkey_max_entries))");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    Fields e(arr[i], f.where() + ".entries[" + std::to_string(i) + "]");
+    prm::Klm k;
+    k.mkey = static_cast<uint32_t>(e.u64("lkey", UINT32_MAX));
+    k.address = e.u64("addr", UINT64_MAX);
+    k.byte_count = static_cast<uint32_t>(e.u64("length", UINT32_MAX));
+    e.finish();
+    w.klms.push_back(k);
+  }
+  w.ds = prm::kUmrHeaderDs + prm::klm_list_octowords(static_cast<uint32_t>(w.klms.size()));
+}
+
+// ibv_wr_set_mkey_layout_interleaved: the UMR head, then the repeat block's entries.
+void parse_mr_interleaved(Fields& f, const Queue& q, Wr& w) {
+  parse_umr_head(f, q, w);
+  w.repeat_count = static_cast<uint32_t>(f.u64("repeat_count", UINT32_MAX));
+  const Json& arr = f.array("interleaved");
+  const uint64_t desc = f.u64_or("mkey_max_entries", UINT16_MAX, UINT16_MAX);
+  // qp.c: min((max_inline_data + 4) / 16 - 1, num_desc): the header takes one entry.
+  const uint64_t fit = (uint64_t{q.max_inline_data} + 4) / 16;
+  const uint64_t cap = std::min<uint64_t>(fit ? fit - 1 : 0, desc);
+  if (arr.size() > cap)
+    reject("ENOMEM", f.where() + ": " + std::to_string(arr.size()) +
+                         " interleaved entries exceed the inline capacity of " +
+                         std::to_string(cap) +
+                         " (min((max_inline_data + 4) / 16 - 1, mkey_max_entries))");
+  for (size_t i = 0; i < arr.size(); ++i) {
+    Fields e(arr[i], f.where() + ".interleaved[" + std::to_string(i) + "]");
+    prm::RepeatEntry r;
+    r.mkey = static_cast<uint32_t>(e.u64("lkey", UINT32_MAX));
+    r.address = e.u64("addr", UINT64_MAX);
+    const uint64_t bytes = e.u64("bytes_count", UINT32_MAX);
+    const uint64_t skip = e.u64("bytes_skip", UINT32_MAX);
+    e.finish();
+    // The entry's byte_count and stride are 16-bit fields; rdma-core truncates silently,
+    // rdmx rejects.
+    if (bytes > 0xffff || bytes + skip > 0xffff)
+      reject("EINVAL", e.where() + ": bytes_count " + std::to_string(bytes) +
+                           " / stride (bytes_count + bytes_skip) " + std::to_string(bytes + skip) +
+                           " do not fit 16 bits");
+    r.byte_count = static_cast<uint16_t>(bytes);
+    r.stride = static_cast<uint16_t>(bytes + skip);
+    w.repeat.push_back(r);
+  }
+  w.ds = prm::kUmrHeaderDs + prm::repeat_block_octowords(static_cast<uint32_t>(w.repeat.size()));
+}
+
+// The DS of a WRITE/READ/SEND: its header segments, then the gather list or the inline data.
+uint32_t data_wr_ds(const Wr& w) {
+  const uint32_t hdr =
+      (w.info->op == Op::kSend || w.info->op == Op::kSendImm || w.info->op == Op::kSendInv) ? 1 : 2;
+  const uint32_t n_inl = static_cast<uint32_t>(w.inline_data.size());
+  // qp.c: zero inline bytes add no segment; otherwise ceil((4 + len) / 16) DS.
+  return hdr + (w.has_inline ? (n_inl ? (4 + n_inl + 15) / 16 : 0)
+                             : static_cast<uint32_t>(w.sges.size()));
+}
+
 Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
   Fields f(j, wr_where(idx));
   Wr w;
@@ -241,63 +309,12 @@ Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
   (void)f.get("wr_id");  // accepted for verbs familiarity; not part of the WQE
   const uint32_t max_wqe_ds = prm::kMaxWqeDs;
   switch (w.info->op) {
-    case Op::kMrList: {
-      parse_umr_head(f, q, w);
-      const Json& arr = f.array("entries");
-      const uint64_t desc = f.u64_or("mkey_max_entries", UINT16_MAX, UINT16_MAX);
-      // qp.c mlx5_send_wr_set_mkey_layout: min((max_inline_data + 4) / 16, num_desc).
-      const uint64_t cap = std::min<uint64_t>((uint64_t{q.max_inline_data} + 4) / 16, desc);
-      if (arr.size() > cap)
-        reject("ENOMEM", f.where() + ": " + std::to_string(arr.size()) +
-                             " entries exceed the inline capacity of " + std::to_string(cap) +
-                             " (min((max_inline_data + 4) / 16, mkey_max_entries))");
-      for (size_t i = 0; i < arr.size(); ++i) {
-        Fields e(arr[i], f.where() + ".entries[" + std::to_string(i) + "]");
-        prm::Klm k;
-        k.mkey = static_cast<uint32_t>(e.u64("lkey", UINT32_MAX));
-        k.address = e.u64("addr", UINT64_MAX);
-        k.byte_count = static_cast<uint32_t>(e.u64("length", UINT32_MAX));
-        e.finish();
-        w.klms.push_back(k);
-      }
-      w.ds = prm::kUmrHeaderDs + prm::klm_list_octowords(static_cast<uint32_t>(w.klms.size()));
+    case Op::kMrList:
+      parse_mr_list(f, q, w);
       break;
-    }
-    case Op::kMrInterleaved: {
-      parse_umr_head(f, q, w);
-      w.repeat_count = static_cast<uint32_t>(f.u64("repeat_count", UINT32_MAX));
-      const Json& arr = f.array("interleaved");
-      const uint64_t desc = f.u64_or("mkey_max_entries", UINT16_MAX, UINT16_MAX);
-      // qp.c: min((max_inline_data + 4) / 16 - 1, num_desc): the header takes one entry.
-      const uint64_t fit = (uint64_t{q.max_inline_data} + 4) / 16;
-      const uint64_t cap = std::min<uint64_t>(fit ? fit - 1 : 0, desc);
-      if (arr.size() > cap)
-        reject("ENOMEM", f.where() + ": " + std::to_string(arr.size()) +
-                             " interleaved entries exceed the inline capacity of " +
-                             std::to_string(cap) +
-                             " (min((max_inline_data + 4) / 16 - 1, mkey_max_entries))");
-      for (size_t i = 0; i < arr.size(); ++i) {
-        Fields e(arr[i], f.where() + ".interleaved[" + std::to_string(i) + "]");
-        prm::RepeatEntry r;
-        r.mkey = static_cast<uint32_t>(e.u64("lkey", UINT32_MAX));
-        r.address = e.u64("addr", UINT64_MAX);
-        const uint64_t bytes = e.u64("bytes_count", UINT32_MAX);
-        const uint64_t skip = e.u64("bytes_skip", UINT32_MAX);
-        e.finish();
-        // The entry's byte_count and stride are 16-bit fields; rdma-core truncates silently,
-        // rdmx rejects.
-        if (bytes > 0xffff || bytes + skip > 0xffff)
-          reject("EINVAL", e.where() + ": bytes_count " + std::to_string(bytes) +
-                               " / stride (bytes_count + bytes_skip) " +
-                               std::to_string(bytes + skip) + " do not fit 16 bits");
-        r.byte_count = static_cast<uint16_t>(bytes);
-        r.stride = static_cast<uint16_t>(bytes + skip);
-        w.repeat.push_back(r);
-      }
-      w.ds =
-          prm::kUmrHeaderDs + prm::repeat_block_octowords(static_cast<uint32_t>(w.repeat.size()));
+    case Op::kMrInterleaved:
+      parse_mr_interleaved(f, q, w);
       break;
-    }
     case Op::kWrite:
     case Op::kWriteImm:
     case Op::kRead: {
@@ -305,6 +322,7 @@ Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
       w.rkey = static_cast<uint32_t>(f.u64("rkey", UINT32_MAX));
       if (w.info->op == Op::kWriteImm) w.imm = static_cast<uint32_t>(f.u64("imm_data", UINT32_MAX));
       parse_data(f, q, w, w.info->op != Op::kRead);
+      w.ds = data_wr_ds(w);
       break;
     }
     case Op::kSend:
@@ -314,6 +332,7 @@ Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
       if (w.info->op == Op::kSendInv)
         w.imm = static_cast<uint32_t>(f.u64("invalidate_rkey", UINT32_MAX));
       parse_data(f, q, w, true);
+      w.ds = data_wr_ds(w);
       break;
     }
     case Op::kLocalInv:
@@ -323,16 +342,6 @@ Wr parse_wr(const Json& j, size_t idx, const Queue& q) {
     case Op::kBindMw:
       parse_bind_mw(f, w);
       break;
-  }
-  if (w.info->op != Op::kMrList && w.info->op != Op::kMrInterleaved &&
-      w.info->op != Op::kLocalInv && w.info->op != Op::kBindMw) {
-    const uint32_t hdr =
-        (w.info->op == Op::kSend || w.info->op == Op::kSendImm || w.info->op == Op::kSendInv) ? 1
-                                                                                              : 2;
-    const uint32_t n_inl = static_cast<uint32_t>(w.inline_data.size());
-    // qp.c: zero inline bytes add no segment; otherwise ceil((4 + len) / 16) DS.
-    w.ds = hdr + (w.has_inline ? (n_inl ? (4 + n_inl + 15) / 16 : 0)
-                               : static_cast<uint32_t>(w.sges.size()));
   }
   if (w.ds > max_wqe_ds)
     reject("ENOMEM", f.where() + ": the WQE would be " + std::to_string(w.ds) +

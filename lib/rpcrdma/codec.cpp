@@ -34,132 +34,167 @@ struct Reader {
   uint32_t left() const noexcept { return size - off; }
 };
 
-// The decode walk. kFill false: check only (h is not written); true: the bytes passed the
-// check, fill h.
+CodecResult refuse_at(Error e, uint32_t at) noexcept {
+  return CodecResult{e, at};
+}
+
+// The four fixed words: xid, vers, credits, proc (RFC 8166 section 4.2.1).
 template <bool kFill>
-CodecResult walk(Reader& r, Header& h, Role role) noexcept {
-  auto refuse = [&](Error e, uint32_t at) noexcept { return CodecResult{e, at}; };
+CodecResult walk_fixed(Reader& r, Header& h, uint32_t* proc_out) noexcept {
   uint32_t xid, vers, credits, proc;
-  if (!r.get(&xid)) return refuse(Error::kTruncated, r.off);
-  if (!r.get(&vers)) return refuse(Error::kTruncated, r.off);
-  if (vers != kVersion) return refuse(Error::kBadVersion, 4);
-  if (!r.get(&credits)) return refuse(Error::kTruncated, r.off);
-  if (!r.get(&proc)) return refuse(Error::kTruncated, r.off);
+  if (!r.get(&xid)) return refuse_at(Error::kTruncated, r.off);
+  if (!r.get(&vers)) return refuse_at(Error::kTruncated, r.off);
+  if (vers != kVersion) return refuse_at(Error::kBadVersion, 4);
+  if (!r.get(&credits)) return refuse_at(Error::kTruncated, r.off);
+  if (!r.get(&proc)) return refuse_at(Error::kTruncated, r.off);
   if (proc == static_cast<uint32_t>(Proc::kMsgp) || proc == static_cast<uint32_t>(Proc::kDone))
-    return refuse(Error::kDeprecatedProc, 12);
+    return refuse_at(Error::kDeprecatedProc, 12);
   if (proc != static_cast<uint32_t>(Proc::kMsg) && proc != static_cast<uint32_t>(Proc::kNoMsg) &&
       proc != static_cast<uint32_t>(Proc::kError))
-    return refuse(Error::kBadProc, 12);
+    return refuse_at(Error::kBadProc, 12);
   if constexpr (kFill) {
     h.xid = xid;
     h.vers = vers;
     h.credits = credits;
     h.proc = static_cast<Proc>(proc);
   }
+  *proc_out = proc;
+  return {Error::kOk, r.off};
+}
 
-  if (proc == static_cast<uint32_t>(Proc::kError)) {
-    if (role == Role::kCall) return refuse(Error::kWrongDirection, 12);
-    uint32_t err;
-    const uint32_t at = r.off;
-    if (!r.get(&err)) return refuse(Error::kTruncated, at);
-    if (err == static_cast<uint32_t>(ErrCode::kVers)) {
-      uint32_t low, high;
-      if (!r.get(&low)) return refuse(Error::kTruncated, r.off);
-      if (!r.get(&high)) return refuse(Error::kTruncated, r.off);
-      if (low > high) return refuse(Error::kBadVersionRange, at + 4);
-      if constexpr (kFill) {
-        h.vers_low = low;
-        h.vers_high = high;
-      }
-    } else if (err != static_cast<uint32_t>(ErrCode::kChunk)) {
-      return refuse(Error::kBadErrorCode, at);
-    }
-    // RDMA_ERROR carries nothing after its body: no chunk lists, no RPC message.
-    if (r.left()) return refuse(Error::kTrailingBytes, r.off);
+// The body of an RDMA_ERROR (a reply only): the error code, the version range of ERR_VERS.
+template <bool kFill>
+CodecResult walk_error(Reader& r, Header& h, Role role) noexcept {
+  if (role == Role::kCall) return refuse_at(Error::kWrongDirection, 12);
+  uint32_t err;
+  const uint32_t at = r.off;
+  if (!r.get(&err)) return refuse_at(Error::kTruncated, at);
+  if (err == static_cast<uint32_t>(ErrCode::kVers)) {
+    uint32_t low, high;
+    if (!r.get(&low)) return refuse_at(Error::kTruncated, r.off);
+    if (!r.get(&high)) return refuse_at(Error::kTruncated, r.off);
+    if (low > high) return refuse_at(Error::kBadVersionRange, at + 4);
     if constexpr (kFill) {
-      h.err = static_cast<ErrCode>(err);
-      h.n_reads = h.n_writes = 0;
-      h.has_reply = false;
+      h.vers_low = low;
+      h.vers_high = high;
     }
-    return {Error::kOk, r.off};
+  } else if (err != static_cast<uint32_t>(ErrCode::kChunk)) {
+    return refuse_at(Error::kBadErrorCode, at);
   }
+  // RDMA_ERROR carries nothing after its body: no chunk lists, no RPC message.
+  if (r.left()) return refuse_at(Error::kTrailingBytes, r.off);
+  if constexpr (kFill) {
+    h.err = static_cast<ErrCode>(err);
+    h.n_reads = h.n_writes = 0;
+    h.has_reply = false;
+  }
+  return {Error::kOk, r.off};
+}
 
-  const bool call = role == Role::kCall;
-  // Reads a segment's three fields (the offset as an XDR hyper: high word first).
-  auto get_segment = [&](Segment* s) noexcept -> bool {
-    uint32_t hi, lo;
-    if (!r.get(&s->handle) || !r.get(&s->length) || !r.get(&hi) || !r.get(&lo)) return false;
-    s->offset = (uint64_t{hi} << 32) | lo;
-    return true;
-  };
-  // An optional-data discriminator: RFC 4506 section 4.4 (a boolean is 0 or 1, nothing else).
-  auto get_more = [&](bool* more) noexcept -> Error {
-    uint32_t d;
-    if (!r.get(&d)) return Error::kTruncated;
-    if (d > 1) return Error::kBadDiscriminator;
-    *more = d == 1;
-    return Error::kOk;
-  };
-  // A counted array of segments: a Write chunk or the Reply chunk.
-  auto get_chunk = [&](Chunk* c) noexcept -> CodecResult {
-    uint32_t n;
-    const uint32_t at = r.off;
-    if (!r.get(&n)) return refuse(Error::kTruncated, at);
-    if (n > r.left() / kSegmentBytes) return refuse(Error::kCountPastBuffer, at);
-    if (n > kMaxSegments) return refuse(Error::kTooManySegments, at);
-    if (n == 0 && call) return refuse(Error::kEmptyChunk, at);
-    for (uint32_t i = 0; i < n; ++i) {
-      Segment s;
-      const uint32_t seg_at = r.off;
-      get_segment(&s);  // cannot fail: n segments fit (checked above)
-      if (s.length == 0 && call) return refuse(Error::kZeroLengthSegment, seg_at + 4);
-      if constexpr (kFill) c->segments[i] = s;
-    }
-    if constexpr (kFill) c->n_segments = n;
-    return {};
-  };
+// Reads a segment's three fields (the offset as an XDR hyper: high word first).
+bool get_segment(Reader& r, Segment* s) noexcept {
+  uint32_t hi, lo;
+  if (!r.get(&s->handle) || !r.get(&s->length) || !r.get(&hi) || !r.get(&lo)) return false;
+  s->offset = (uint64_t{hi} << 32) | lo;
+  return true;
+}
 
-  // Read list
+// An optional-data discriminator: RFC 4506 section 4.4 (a boolean is 0 or 1, nothing else).
+Error get_more(Reader& r, bool* more) noexcept {
+  uint32_t d;
+  if (!r.get(&d)) return Error::kTruncated;
+  if (d > 1) return Error::kBadDiscriminator;
+  *more = d == 1;
+  return Error::kOk;
+}
+
+// A counted array of segments: a Write chunk or the Reply chunk.
+template <bool kFill>
+CodecResult get_chunk(Reader& r, Chunk* c, bool call) noexcept {
+  uint32_t n;
+  const uint32_t at = r.off;
+  if (!r.get(&n)) return refuse_at(Error::kTruncated, at);
+  if (n > r.left() / kSegmentBytes) return refuse_at(Error::kCountPastBuffer, at);
+  if (n > kMaxSegments) return refuse_at(Error::kTooManySegments, at);
+  if (n == 0 && call) return refuse_at(Error::kEmptyChunk, at);
+  for (uint32_t i = 0; i < n; ++i) {
+    Segment s;
+    const uint32_t seg_at = r.off;
+    get_segment(r, &s);  // cannot fail: n segments fit (checked above)
+    if (s.length == 0 && call) return refuse_at(Error::kZeroLengthSegment, seg_at + 4);
+    if constexpr (kFill) c->segments[i] = s;
+  }
+  if constexpr (kFill) c->n_segments = n;
+  return {};
+}
+
+// The Read list (calls only): its count and whether a segment is at position zero.
+template <bool kFill>
+CodecResult walk_read_list(Reader& r, Header& h, Role role, uint32_t* n_out,
+                           bool* position_zero) noexcept {
   uint32_t n_reads = 0;
-  bool position_zero = false;
   const uint32_t list_at = r.off;
   for (;;) {
     bool more;
     const uint32_t at = r.off;
-    if (Error e = get_more(&more); e != Error::kOk) return refuse(e, at);
+    if (Error e = get_more(r, &more); e != Error::kOk) return refuse_at(e, at);
     if (!more) break;
-    if (role == Role::kReply) return refuse(Error::kWrongDirection, list_at);
-    if (n_reads == kMaxReadSegments) return refuse(Error::kTooManySegments, at);
+    if (role == Role::kReply) return refuse_at(Error::kWrongDirection, list_at);
+    if (n_reads == kMaxReadSegments) return refuse_at(Error::kTooManySegments, at);
     ReadSegment rs;
-    if (!r.get(&rs.position)) return refuse(Error::kTruncated, r.off);
+    if (!r.get(&rs.position)) return refuse_at(Error::kTruncated, r.off);
     // XDR items are 4-byte aligned (RFC 4506 section 3), so is every position in the stream.
-    if (rs.position % 4) return refuse(Error::kMisalignedPosition, at + 4);
+    if (rs.position % 4) return refuse_at(Error::kMisalignedPosition, at + 4);
     const uint32_t seg_at = r.off;
-    if (!get_segment(&rs.target)) return refuse(Error::kTruncated, seg_at);
-    if (rs.target.length == 0) return refuse(Error::kZeroLengthSegment, seg_at + 4);
-    position_zero |= rs.position == 0;
+    if (!get_segment(r, &rs.target)) return refuse_at(Error::kTruncated, seg_at);
+    if (rs.target.length == 0) return refuse_at(Error::kZeroLengthSegment, seg_at + 4);
+    *position_zero |= rs.position == 0;
     if constexpr (kFill) h.reads[n_reads] = rs;
     ++n_reads;
   }
+  *n_out = n_reads;
+  return {};
+}
 
-  // Write list
+// The Write list: its count.
+template <bool kFill>
+CodecResult walk_write_list(Reader& r, Header& h, bool call, uint32_t* n_out) noexcept {
   uint32_t n_writes = 0;
   for (;;) {
     bool more;
     const uint32_t at = r.off;
-    if (Error e = get_more(&more); e != Error::kOk) return refuse(e, at);
+    if (Error e = get_more(r, &more); e != Error::kOk) return refuse_at(e, at);
     if (!more) break;
-    if (n_writes == kMaxWriteChunks) return refuse(Error::kTooManyChunks, at);
-    if (CodecResult c = get_chunk(kFill ? &h.writes[n_writes] : nullptr); !c.ok()) return c;
+    if (n_writes == kMaxWriteChunks) return refuse_at(Error::kTooManyChunks, at);
+    if (CodecResult c = get_chunk<kFill>(r, kFill ? &h.writes[n_writes] : nullptr, call); !c.ok())
+      return c;
     ++n_writes;
   }
+  *n_out = n_writes;
+  return {};
+}
+
+// The decode walk. kFill false: check only (h is not written); true: the bytes passed the
+// check, fill h.
+template <bool kFill>
+CodecResult walk(Reader& r, Header& h, Role role) noexcept {
+  uint32_t proc;
+  if (CodecResult c = walk_fixed<kFill>(r, h, &proc); !c.ok()) return c;
+  if (proc == static_cast<uint32_t>(Proc::kError)) return walk_error<kFill>(r, h, role);
+
+  const bool call = role == Role::kCall;
+  uint32_t n_reads = 0, n_writes = 0;
+  bool position_zero = false;
+  if (CodecResult c = walk_read_list<kFill>(r, h, role, &n_reads, &position_zero); !c.ok())
+    return c;
+  if (CodecResult c = walk_write_list<kFill>(r, h, call, &n_writes); !c.ok()) return c;
 
   // Reply chunk
   bool has_reply;
   const uint32_t reply_at = r.off;
-  if (Error e = get_more(&has_reply); e != Error::kOk) return refuse(e, reply_at);
+  if (Error e = get_more(r, &has_reply); e != Error::kOk) return refuse_at(e, reply_at);
   if (has_reply) {
-    if (CodecResult c = get_chunk(kFill ? &h.reply : nullptr); !c.ok()) return c;
+    if (CodecResult c = get_chunk<kFill>(r, kFill ? &h.reply : nullptr, call); !c.ok()) return c;
   }
 
   if (proc == static_cast<uint32_t>(Proc::kNoMsg)) {
@@ -168,8 +203,8 @@ CodecResult walk(Reader& r, Header& h, Role role) noexcept {
     const bool carried = role == Role::kCall    ? position_zero
                          : role == Role::kReply ? has_reply
                                                 : position_zero || has_reply;
-    if (!carried) return refuse(Error::kNoMsgWithoutChunks, 12);
-    if (r.left()) return refuse(Error::kTrailingBytes, r.off);
+    if (!carried) return refuse_at(Error::kNoMsgWithoutChunks, 12);
+    if (r.left()) return refuse_at(Error::kTrailingBytes, r.off);
   }
   if constexpr (kFill) {
     h.n_reads = n_reads;

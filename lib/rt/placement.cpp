@@ -27,6 +27,111 @@ std::string cpu_desc(const Topology& topo, unsigned cpu) {
          std::to_string(w.core) + ")";
 }
 
+// What the poll cores are placed on so far: the physical cores holding one and every CPU taken
+// (the main lcore's too).
+struct Taken {
+  unsigned main_core;
+  std::set<unsigned> poll_cores;
+  std::set<unsigned> used_cpus;
+};
+
+// The free worker lcore that suits the next poll core best: on the device's node, alone on its
+// physical core, away from the main lcore, lowest CPU first (the score's fields in that order).
+const LcoreSlot* best_poll_lcore(const Topology& topo, const Placement& pl,
+                                 const std::vector<const LcoreSlot*>& workers, const Taken& taken,
+                                 std::tuple<int, int, int, unsigned>* best_score) {
+  const LcoreSlot* best = nullptr;
+  for (const LcoreSlot* w : workers) {
+    if (std::any_of(pl.poll.begin(), pl.poll.end(),
+                    [&](const LcoreSlot& p) { return p.lcore_id == w->lcore_id; })) {
+      continue;
+    }
+    Where at = where(topo, w->cpu, w->socket);
+    std::tuple<int, int, int, unsigned> score{at.node != pl.device_numa_node ? 1 : 0,
+                                              taken.poll_cores.count(at.core) ? 1 : 0,
+                                              at.core == taken.main_core ? 1 : 0, w->cpu};
+    if (best == nullptr || score < *best_score) {
+      best = w;
+      *best_score = score;
+    }
+  }
+  return best;
+}
+
+// Picks n_poll_cores worker lcores one by one, warning about each compromise.
+void place_poll_cores(const Topology& topo, unsigned n_poll_cores,
+                      const std::vector<const LcoreSlot*>& workers, Taken& taken, Placement& pl) {
+  for (unsigned k = 0; k < n_poll_cores; ++k) {
+    std::tuple<int, int, int, unsigned> best_score{};
+    const LcoreSlot* best = best_poll_lcore(topo, pl, workers, taken, &best_score);
+    Where at = where(topo, best->cpu, best->socket);
+    const std::string who =
+        "poll lcore " + std::to_string(best->lcore_id) + " on " + cpu_desc(topo, best->cpu);
+    if (std::get<0>(best_score)) {
+      pl.warnings.push_back(who + " is remote: the device is on node " +
+                            std::to_string(pl.device_numa_node) +
+                            " and no free lcore is left there (add lcores of that node with -l)");
+    }
+    if (std::get<1>(best_score)) {
+      pl.shares_physical_core = true;
+      pl.warnings.push_back(who +
+                            " shares its physical core with another poll lcore (SMT sibling): "
+                            "not enough physical cores");
+    }
+    if (std::get<2>(best_score)) {
+      pl.shares_physical_core = true;
+      pl.warnings.push_back(who + " shares its physical core with the main lcore");
+    }
+    taken.poll_cores.insert(at.core);
+    taken.used_cpus.insert(best->cpu);
+    pl.poll.push_back(*best);
+  }
+}
+
+// Picks the device thread's CPU: any PU of the machine (it is a plain pinned thread, not an
+// lcore), preferring one that shares nothing with a poll core or the main lcore, then the
+// device's node, then a CPU nobody uses.
+Status place_device_thread(const Topology& topo, const Taken& taken, Placement& pl) {
+  const Pu* best = nullptr;
+  std::tuple<int, int, int, unsigned> best_score{};
+  for (const Pu& p : topo.pus) {
+    const bool on_poll_cpu = std::any_of(pl.poll.begin(), pl.poll.end(),
+                                         [&](const LcoreSlot& s) { return s.cpu == p.cpu; });
+    std::tuple<int, int, int, unsigned> score{on_poll_cpu                      ? 3
+                                              : taken.poll_cores.count(p.core) ? 2
+                                              : p.core == taken.main_core      ? 1
+                                                                               : 0,
+                                              p.numa_node != pl.device_numa_node ? 1 : 0,
+                                              taken.used_cpus.count(p.cpu) ? 1 : 0, p.cpu};
+    if (best == nullptr || score < best_score) {
+      best = &p;
+      best_score = score;
+    }
+  }
+  if (best == nullptr) {
+    return make_error(Errc::kInvalidArgument, "placement: the topology has no CPU");
+  }
+  pl.device_thread_cpu = static_cast<int>(best->cpu);
+  const std::string who = "device thread on " + cpu_desc(topo, best->cpu);
+  const int share = std::get<0>(best_score);
+  if (share != 0) pl.shares_physical_core = true;
+  if (share == 3) {
+    pl.warnings.push_back(who +
+                          " shares the CPU of a poll core: both spin, expect a large slowdown");
+  } else if (share == 2) {
+    pl.warnings.push_back(who + " is an SMT sibling of a poll core: not enough physical cores");
+  } else if (share == 1) {
+    pl.warnings.push_back(who +
+                          " shares its physical core with the main lcore (the main thread "
+                          "sleeps while poll cores run; fine for tests, not for measurements)");
+  }
+  if (std::get<1>(best_score)) {
+    pl.warnings.push_back(who + " is not on the device's node " +
+                          std::to_string(pl.device_numa_node));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Placement> plan(const Topology& topo, unsigned n_poll_cores, bool want_device_thread,
@@ -54,95 +159,10 @@ Result<Placement> plan(const Topology& topo, unsigned n_poll_cores, bool want_de
             " worker lcore(s) (the main lcore cannot poll); give more with -l, e.g. -l 0-" +
             std::to_string(n_poll_cores));
   }
-  const unsigned main_core = main ? where(topo, main->cpu, main->socket).core : ~0u;
-  std::set<unsigned> poll_cores;  // physical cores holding a poll core
-  std::set<unsigned> used_cpus;
-  if (main) used_cpus.insert(main->cpu);
-
-  for (unsigned k = 0; k < n_poll_cores; ++k) {
-    const LcoreSlot* best = nullptr;
-    std::tuple<int, int, int, unsigned> best_score{};
-    for (const LcoreSlot* w : workers) {
-      if (std::any_of(pl.poll.begin(), pl.poll.end(),
-                      [&](const LcoreSlot& p) { return p.lcore_id == w->lcore_id; })) {
-        continue;
-      }
-      Where at = where(topo, w->cpu, w->socket);
-      std::tuple<int, int, int, unsigned> score{at.node != device_numa_node ? 1 : 0,
-                                                poll_cores.count(at.core) ? 1 : 0,
-                                                at.core == main_core ? 1 : 0, w->cpu};
-      if (best == nullptr || score < best_score) {
-        best = w;
-        best_score = score;
-      }
-    }
-    Where at = where(topo, best->cpu, best->socket);
-    if (std::get<0>(best_score)) {
-      pl.warnings.push_back("poll lcore " + std::to_string(best->lcore_id) + " on " +
-                            cpu_desc(topo, best->cpu) + " is remote: the device is on node " +
-                            std::to_string(device_numa_node) +
-                            " and no free lcore is left there (add lcores of that node with -l)");
-    }
-    if (std::get<1>(best_score)) {
-      pl.shares_physical_core = true;
-      pl.warnings.push_back("poll lcore " + std::to_string(best->lcore_id) + " on " +
-                            cpu_desc(topo, best->cpu) +
-                            " shares its physical core with another poll lcore (SMT sibling): "
-                            "not enough physical cores");
-    }
-    if (std::get<2>(best_score)) {
-      pl.shares_physical_core = true;
-      pl.warnings.push_back("poll lcore " + std::to_string(best->lcore_id) + " on " +
-                            cpu_desc(topo, best->cpu) +
-                            " shares its physical core with the main lcore");
-    }
-    poll_cores.insert(at.core);
-    used_cpus.insert(best->cpu);
-    pl.poll.push_back(*best);
-  }
-
-  if (want_device_thread) {
-    // Any PU of the machine may host it (it is a plain pinned thread, not an lcore).
-    const Pu* best = nullptr;
-    std::tuple<int, int, int, unsigned> best_score{};
-    for (const Pu& p : topo.pus) {
-      const bool on_poll_cpu = std::any_of(pl.poll.begin(), pl.poll.end(),
-                                           [&](const LcoreSlot& s) { return s.cpu == p.cpu; });
-      std::tuple<int, int, int, unsigned> score{on_poll_cpu                ? 3
-                                                : poll_cores.count(p.core) ? 2
-                                                : p.core == main_core      ? 1
-                                                                           : 0,
-                                                p.numa_node != device_numa_node ? 1 : 0,
-                                                used_cpus.count(p.cpu) ? 1 : 0, p.cpu};
-      if (best == nullptr || score < best_score) {
-        best = &p;
-        best_score = score;
-      }
-    }
-    if (best == nullptr) {
-      return make_error(Errc::kInvalidArgument, "placement: the topology has no CPU");
-    }
-    pl.device_thread_cpu = static_cast<int>(best->cpu);
-    const int share = std::get<0>(best_score);
-    if (share == 3) {
-      pl.shares_physical_core = true;
-      pl.warnings.push_back("device thread on " + cpu_desc(topo, best->cpu) +
-                            " shares the CPU of a poll core: both spin, expect a large slowdown");
-    } else if (share == 2) {
-      pl.shares_physical_core = true;
-      pl.warnings.push_back("device thread on " + cpu_desc(topo, best->cpu) +
-                            " is an SMT sibling of a poll core: not enough physical cores");
-    } else if (share == 1) {
-      pl.shares_physical_core = true;
-      pl.warnings.push_back("device thread on " + cpu_desc(topo, best->cpu) +
-                            " shares its physical core with the main lcore (the main thread "
-                            "sleeps while poll cores run; fine for tests, not for measurements)");
-    }
-    if (std::get<1>(best_score)) {
-      pl.warnings.push_back("device thread on " + cpu_desc(topo, best->cpu) +
-                            " is not on the device's node " + std::to_string(device_numa_node));
-    }
-  }
+  Taken taken{main ? where(topo, main->cpu, main->socket).core : ~0u, {}, {}};
+  if (main) taken.used_cpus.insert(main->cpu);
+  place_poll_cores(topo, n_poll_cores, workers, taken, pl);
+  if (want_device_thread) RDMX_TRY(place_device_thread(topo, taken, pl));
   return pl;
 }
 

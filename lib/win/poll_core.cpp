@@ -38,53 +38,17 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   c->attached_ = true;
   c->stats_index_ = stats_register(&c->stats_);
 
-  mlx5::Device& dev = pool.device();
-  mlx5::QpConfig qc = cfg.qp;
-  qc.pd = pool.pd();  // the windows' PD: UMRs and remote accesses through this QP reach them
-  auto desc = dev.create_qp(qc);
-  if (!desc) return make_error(desc.error().code, "poll core: create_qp: " + desc.error().message);
-  c->qp_created_ = true;
-  const mlx5::QpDesc& d = desc.value();
-  // Every WQE takes >= 1 WQEBB, so at most sq.wqe_cnt send CQEs plus one per receive can be
-  // outstanding (a flush completes every WQE, signaled or not): the CQ must hold them all
-  // (never overflows), plus the spare entry a CQ of 2^n entries keeps (verbs max_cqe = 2^n - 1;
-  // doc/guides/mlx5.md "Capabilities").
-  if (d.cq.cqe_cnt <= d.sq.wqe_cnt + d.rq.wqe_cnt) {
-    c->qp_.init(d, cfg.signal_every);  // so the destructor can destroy it
-    return make_error(Errc::kInvalidArgument, "poll core: CQ of " + std::to_string(d.cq.cqe_cnt) +
-                                                  " CQEs cannot hold the completions of SQ " +
-                                                  std::to_string(d.sq.wqe_cnt) + " + RQ " +
-                                                  std::to_string(d.rq.wqe_cnt) +
-                                                  " plus one spare entry");
-  }
-  const uint32_t largest = pool.max_pages() > pool.inline_klm_limit()
-                               ? mlx5::prm::kUmrPointerDs
-                               : mlx5::prm::umr_inline_ds(pool.max_pages());
-  if (mlx5::prm::ds_to_wqebbs(largest) > d.sq.wqe_cnt)
-    return make_error(Errc::kInvalidArgument, "poll core: SQ too small for one map WQE");
-  c->qp_.init(d, cfg.signal_every);
+  mlx5::QpDesc d;
+  RDMX_TRY(c->create_qp(&d));
   c->parent_lkey_ = pool.parent_lkey();
   c->max_pages_ = pool.max_pages();
   c->inline_limit_ = pool.inline_klm_limit();
   // DeviceCaps::umr_fence is the HCA cap (0 strong, 1 small, 2 none); the UMR WQE itself carries
   // the matching fence, as the kernel's REG_MR does (doc/guides/mlx5-facts.md §5.1, §5.3).
-  c->umr_fence_ = mlx5::prm::umr_fence_bits(dev.caps().umr_fence);
-  c->no_atomic_mask_ = dev.caps().umr_modify_atomic_disabled;
-  // The widest KLM writer this CPU runs within DPDK's SIMD width limit (EAL's
-  // --force-max-simd-bitwidth; 256 by default, and before EAL init, which leaves it 0). Same
-  // bytes as the baseline: tests/unit/prm compares every variant the CPU supports.
-  const uint16_t simd_bits = rte_vect_get_max_simd_bitwidth();
-  const mlx5::prm::KlmVariant klm =
-      cfg.klm_variant
-          ? *cfg.klm_variant
-          : mlx5::prm::klm_best_variant(simd_bits ? simd_bits : uint32_t{RTE_VECT_SIMD_256});
-  if (!mlx5::prm::klm_variant_supported(klm))
-    return make_error(Errc::kUnsupported, std::string("poll core: KLM writer ") +
-                                              mlx5::prm::klm_variant_name(klm) +
-                                              " is not supported by this CPU");
-  c->klm_variant_ = klm;
-  c->klm_mid_ = mlx5::prm::klm_mid_variant(klm);
-  c->klm_list_ = mlx5::prm::klm_list_variant(klm);
+  const mlx5::DeviceCaps& caps = pool.device().caps();
+  c->umr_fence_ = mlx5::prm::umr_fence_bits(caps.umr_fence);
+  c->no_atomic_mask_ = caps.umr_modify_atomic_disabled;
+  RDMX_TRY(c->choose_klm_writer());
   for (uint32_t a = 0; a <= mlx5::kAccessAll; ++a)
     RDMX_ASSERT(kMkcAccess[a] == mlx5::mkc_access_bits(a));
   // Every map takes WQEBBs that only poll() gives back, so a send queue's worth bounds the maps
@@ -95,20 +59,72 @@ Result<std::unique_ptr<PollCore>> PollCore::create(WindowPool& pool, const CoreC
   if (cfg.memory_windows) RDMX_TRY(c->create_memory_windows(cfg.memory_windows), "poll core");
   c->cache_.init(cfg.cache_size, pool.n_windows());
   c->scratch_ = std::make_unique<Window*[]>(std::max(cfg.cache_size, 1u));
+  c->fill_cache();
+  return c;
+}
 
-  const uint32_t want = cfg.initial_windows ? cfg.initial_windows : cfg.cache_size / 2;
-  while (c->cache_.len() < want) {
+Status PollCore::create_qp(mlx5::QpDesc* out) {
+  mlx5::QpConfig qc = cfg_.qp;
+  qc.pd = pool_.pd();  // the windows' PD: UMRs and remote accesses through this QP reach them
+  auto desc = pool_.device().create_qp(qc);
+  if (!desc) return make_error(desc.error().code, "poll core: create_qp: " + desc.error().message);
+  qp_created_ = true;
+  const mlx5::QpDesc& d = desc.value();
+  // Every WQE takes >= 1 WQEBB, so at most sq.wqe_cnt send CQEs plus one per receive can be
+  // outstanding (a flush completes every WQE, signaled or not): the CQ must hold them all
+  // (never overflows), plus the spare entry a CQ of 2^n entries keeps (verbs max_cqe = 2^n - 1;
+  // doc/guides/mlx5.md "Capabilities").
+  if (d.cq.cqe_cnt <= d.sq.wqe_cnt + d.rq.wqe_cnt) {
+    qp_.init(d, cfg_.signal_every);  // so the destructor can destroy it
+    return make_error(Errc::kInvalidArgument, "poll core: CQ of " + std::to_string(d.cq.cqe_cnt) +
+                                                  " CQEs cannot hold the completions of SQ " +
+                                                  std::to_string(d.sq.wqe_cnt) + " + RQ " +
+                                                  std::to_string(d.rq.wqe_cnt) +
+                                                  " plus one spare entry");
+  }
+  const uint32_t largest = pool_.max_pages() > pool_.inline_klm_limit()
+                               ? mlx5::prm::kUmrPointerDs
+                               : mlx5::prm::umr_inline_ds(pool_.max_pages());
+  if (mlx5::prm::ds_to_wqebbs(largest) > d.sq.wqe_cnt)
+    return make_error(Errc::kInvalidArgument, "poll core: SQ too small for one map WQE");
+  qp_.init(d, cfg_.signal_every);
+  *out = d;
+  return {};
+}
+
+// The widest KLM writer this CPU runs within DPDK's SIMD width limit (EAL's
+// --force-max-simd-bitwidth; 256 by default, and before EAL init, which leaves it 0). Same
+// bytes as the baseline: tests/unit/prm compares every variant the CPU supports.
+Status PollCore::choose_klm_writer() {
+  const uint16_t simd_bits = rte_vect_get_max_simd_bitwidth();
+  const mlx5::prm::KlmVariant klm =
+      cfg_.klm_variant
+          ? *cfg_.klm_variant
+          : mlx5::prm::klm_best_variant(simd_bits ? simd_bits : uint32_t{RTE_VECT_SIMD_256});
+  if (!mlx5::prm::klm_variant_supported(klm))
+    return make_error(Errc::kUnsupported, std::string("poll core: KLM writer ") +
+                                              mlx5::prm::klm_variant_name(klm) +
+                                              " is not supported by this CPU");
+  klm_variant_ = klm;
+  klm_mid_ = mlx5::prm::klm_mid_variant(klm);
+  klm_list_ = mlx5::prm::klm_list_variant(klm);
+  return {};
+}
+
+// The cache's first windows (initial_windows, or half the cache) from the depot.
+void PollCore::fill_cache() {
+  const uint32_t want = cfg_.initial_windows ? cfg_.initial_windows : cfg_.cache_size / 2;
+  while (cache_.len() < want) {
     const uint32_t n =
-        pool.depot_get(c->scratch_.get(), std::min(c->cache_.batch(), want - c->cache_.len()));
+        pool_.depot_get(scratch_.get(), std::min(cache_.batch(), want - cache_.len()));
     if (!n) break;
     for (uint32_t i = 0; i < n; ++i) {
-      Window* w = c->scratch_[i];
-      w->owner_ = c->id_;
+      Window* w = scratch_[i];
+      w->owner_ = id_;
       w->state_ = WindowState::kCache;
-      c->cache_.push(w);
+      cache_.push(w);
     }
   }
-  return c;
 }
 
 void PollCore::init_templates() noexcept {

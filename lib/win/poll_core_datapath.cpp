@@ -273,45 +273,35 @@ size_t PollCore::map_burst(std::span<const MapRequest> reqs, std::span<Window*> 
   return i;
 }
 
-MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access,
-                                uint32_t first_byte_offset, uint64_t length) noexcept {
-  MapResult r;
-  if (qp_.in_error()) [[unlikely]] {
-    r.errc = reject(Errc::kQpError);
-    return r;
-  }
-  if (Errc e = validate(pages, access, first_byte_offset, length); e != Errc::kOk) [[unlikely]] {
-    r.errc = reject(e);
-    return r;
-  }
-  if (no_atomic_mask_ && (access & mlx5::kAccessRemoteAtomic)) [[unlikely]] {
-    r.errc = reject(Errc::kUnsupported);  // the device cannot grant atomics by UMR
-    return r;
-  }
-  const uint32_t n = static_cast<uint32_t>(pages.size());
-  const bool pointer = n > inline_limit_;
-  const uint32_t ds = pointer ? prm::kUmrPointerDs : prm::umr_inline_ds(n);
-  mlx5::SqWriter& sq = qp_.sq();
-  if (!sq.has_room(ds)) [[unlikely]] {
-    r.errc = reject_map(pages, Errc::kNoRoom);
-    return r;
-  }
-  // The top of the cache, unless it is empty or (pointer mode) its KLM array is still in use.
-  Window* w;
-  const uint32_t len = cache_.len();
-  const bool top = len != 0 && !(pointer && klm_busy(cache_.at(len - 1)));
-  if (top) [[likely]] {
-    w = cache_.pop();
-  } else {
-    Errc why = Errc::kOk;
-    w = get_window_slow(pointer, why);
-    if (!w) [[unlikely]] {
-      r.errc = reject_map(pages, why);
-      return r;
-    }
-  }
+// map_general's checks before it takes anything: kOk, or why the map is refused.
+Errc PollCore::map_check(std::span<const uint64_t> pages, uint32_t access,
+                         uint32_t first_byte_offset, uint64_t length) noexcept {
+  if (qp_.in_error()) [[unlikely]]
+    return Errc::kQpError;
+  if (Errc e = validate(pages, access, first_byte_offset, length); e != Errc::kOk) [[unlikely]]
+    return e;
+  if (no_atomic_mask_ && (access & mlx5::kAccessRemoteAtomic)) [[unlikely]]
+    return Errc::kUnsupported;  // the device cannot grant atomics by UMR
+  return Errc::kOk;
+}
 
-  const uint8_t key = next_key(w);
+// map_general's window: the top of the cache, unless it is empty or (pointer mode) its KLM array
+// is still in use (*top false then: get_window_slow's, nullptr with *why when there is none).
+Window* PollCore::map_window(bool pointer, bool* top, Errc* why) noexcept {
+  const uint32_t len = cache_.len();
+  *top = len != 0 && !(pointer && klm_busy(cache_.at(len - 1)));
+  if (*top) [[likely]]
+    return cache_.pop();
+  return get_window_slow(pointer, *why);
+}
+
+// Writes the map's UMR WQE (and, pointer mode, w's KLM array) past the producer index, checking
+// every page against the arena in the same pass: false (nothing to commit) when one is not the
+// arena's.
+bool PollCore::write_map_wqe(Window* w, uint8_t key, std::span<const uint64_t> pages,
+                             uint32_t access, uint32_t first_byte_offset, uint64_t length,
+                             bool pointer) noexcept {
+  mlx5::SqWriter& sq = qp_.sq();
   prm::UmrMap m;
   m.qpn = sq.qpn();
   m.wqe_index = sq.wqe_index();
@@ -343,7 +333,33 @@ MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access
   } else {
     prm::build_umr_map_inline(cur, m, pc);
   }
-  if (!pc.ok(m.page_size)) [[unlikely]] {
+  return pc.ok(m.page_size);
+}
+
+MapResult PollCore::map_general(std::span<const uint64_t> pages, uint32_t access,
+                                uint32_t first_byte_offset, uint64_t length) noexcept {
+  MapResult r;
+  if (Errc e = map_check(pages, access, first_byte_offset, length); e != Errc::kOk) [[unlikely]] {
+    r.errc = reject(e);
+    return r;
+  }
+  const uint32_t n = static_cast<uint32_t>(pages.size());
+  const bool pointer = n > inline_limit_;
+  const uint32_t ds = pointer ? prm::kUmrPointerDs : prm::umr_inline_ds(n);
+  mlx5::SqWriter& sq = qp_.sq();
+  if (!sq.has_room(ds)) [[unlikely]] {
+    r.errc = reject_map(pages, Errc::kNoRoom);
+    return r;
+  }
+  bool top;
+  Errc why = Errc::kOk;
+  Window* w = map_window(pointer, &top, &why);
+  if (!w) [[unlikely]] {
+    r.errc = reject_map(pages, why);
+    return r;
+  }
+  const uint8_t key = next_key(w);
+  if (!write_map_wqe(w, key, pages, access, first_byte_offset, length, pointer)) [[unlikely]] {
     cache_.push(w);  // back on top, untouched
     r.errc = reject(Errc::kNotInArena);
     return r;

@@ -69,9 +69,9 @@ uint32_t WindowPool::inline_limit(const mlx5::DeviceCaps& caps, const PoolConfig
   return lim;
 }
 
-Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::Arena& arena,
-                                                       const PoolConfig& cfg) {
-  const mlx5::DeviceCaps& caps = dev.caps();
+namespace {
+
+Status check_config(const mlx5::DeviceCaps& caps, const PoolConfig& cfg) {
   if (cfg.n_windows == 0 || cfg.n_windows > (1u << 24))
     return make_error(Errc::kInvalidArgument, "window pool: n_windows must be 1..2^24");
   if (cfg.max_pages == 0) return make_error(Errc::kInvalidArgument, "window pool: max_pages 0");
@@ -82,47 +82,63 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
                                               std::to_string(caps.max_klm_list));
   if (cfg.max_cores == 0 || cfg.max_cores >= kNoCore)
     return make_error(Errc::kInvalidArgument, "window pool: max_cores");
+  return {};
+}
 
+}  // namespace
+
+Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::Arena& arena,
+                                                       const PoolConfig& cfg) {
+  RDMX_TRY(check_config(dev.caps(), cfg));
   std::unique_ptr<WindowPool> p(new WindowPool());
   p->dev_ = &dev;
   p->arena_ = &arena;
   p->cfg_ = cfg;
-  const uint32_t lim = inline_limit(caps, cfg);
-  p->inline_limit_ = lim;
+  p->inline_limit_ = inline_limit(dev.caps(), cfg);
   p->parent_lkey_ = arena.lkey();
-  if (cfg.own_pd) {
-    RDMX_TRY_ASSIGN(p->pd_, dev.alloc_pd(), "window pool: own PD");
-    p->own_pd_ = true;
-    const mlx5::MrInfo& am = arena.mr();
-    RDMX_TRY_ASSIGN(
-        p->own_mr_,
-        dev.reg_mr_in_pd(reinterpret_cast<void*>(am.addr), am.length, am.access, p->pd_),
-        "window pool: the arena in its own PD");
-    p->parent_lkey_ = p->own_mr_.lkey;
-  }
-
-  // Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM; doc/guides/mlx5-facts.md §2.6), in
-  // the registered arena's reserved tail (never a mappable chunk page).
-  uint64_t klm_base = 0;
-  const uint32_t klm_stride = klm_array_stride(cfg.max_pages);
-  if (cfg.max_pages > lim) {
-    auto r = arena.reserve_tail(size_t{klm_stride} * cfg.n_windows, mlx5::prm::kKlmPtrAlign);
-    if (!r) return make_error(r.error().code, "window pool: KLM arrays: " + r.error().message);
-    klm_base = r.value();
-  }
-  p->klm_base_ = klm_base;
-  p->klm_stride_ = klm_stride;
-
+  if (cfg.own_pd) RDMX_TRY(p->open_own_pd());
+  RDMX_TRY(p->reserve_klm_arrays());
   p->windows_ = std::make_unique<Window[]>(cfg.n_windows);
   const uint32_t hcap = pow2_at_least(cfg.n_windows * 2);
   p->hash_mask_ = hcap - 1;
   p->hash_keys_ = std::make_unique<uint32_t[]>(hcap);
   p->hash_ids_ = std::make_unique<uint32_t[]>(hcap);
+  RDMX_TRY(p->create_depot());
+  RDMX_TRY(p->create_windows());
+  RDMX_LOG_DEBUG("window pool: %u windows x %u pages, inline up to %u KLMs%s", cfg.n_windows,
+                 cfg.max_pages, p->inline_limit_, p->klm_base_ ? ", pointer mode above" : "");
+  return p;
+}
 
-  // Depot: an rte_ring over our own memory (rte_ring_init needs no EAL, so EAL-less tests and
-  // tools use the same code as DPDK apps). MP/MC: any core may refill or flush. Exact size n
-  // (>= every window) so a put never fails.
-  const uint32_t ring_cap = pow2_at_least(cfg.n_windows + 1);
+// A PD of the pool's own, and the arena registered in it (the windows' parent lkey).
+Status WindowPool::open_own_pd() {
+  RDMX_TRY_ASSIGN(pd_, dev_->alloc_pd(), "window pool: own PD");
+  own_pd_ = true;
+  const mlx5::MrInfo& am = arena_->mr();
+  RDMX_TRY_ASSIGN(own_mr_,
+                  dev_->reg_mr_in_pd(reinterpret_cast<void*>(am.addr), am.length, am.access, pd_),
+                  "window pool: the arena in its own PD");
+  parent_lkey_ = own_mr_.lkey;
+  return {};
+}
+
+// Pointer-mode KLM arrays: one per window, 2 KiB aligned (PRM; doc/guides/mlx5-facts.md §2.6), in
+// the registered arena's reserved tail (never a mappable chunk page). None when every map fits
+// inline.
+Status WindowPool::reserve_klm_arrays() {
+  klm_stride_ = klm_array_stride(cfg_.max_pages);
+  if (cfg_.max_pages <= inline_limit_) return {};
+  auto r = arena_->reserve_tail(size_t{klm_stride_} * cfg_.n_windows, mlx5::prm::kKlmPtrAlign);
+  if (!r) return make_error(r.error().code, "window pool: KLM arrays: " + r.error().message);
+  klm_base_ = r.value();
+  return {};
+}
+
+// Depot: an rte_ring over our own memory (rte_ring_init needs no EAL, so EAL-less tests and
+// tools use the same code as DPDK apps). MP/MC: any core may refill or flush. Exact size n
+// (>= every window) so a put never fails.
+Status WindowPool::create_depot() {
+  const uint32_t ring_cap = pow2_at_least(cfg_.n_windows + 1);
   const ssize_t ring_bytes = rte_ring_get_memsize(ring_cap);
   if (ring_bytes < 0) return make_error(Errc::kInvalidArgument, "window pool: depot size");
   void* mem =
@@ -132,38 +148,45 @@ Result<std::unique_ptr<WindowPool>> WindowPool::create(mlx5::Device& dev, mem::A
     std::free(mem);
     return make_error(Errc::kDeviceError, "window pool: rte_ring_init failed");
   }
-  p->depot_ = mem;
+  depot_ = mem;
+  return {};
+}
 
-  for (uint32_t i = 0; i < cfg.n_windows; ++i) {
-    auto mk = dev.create_window_mkey_in_pd(cfg.max_pages, cfg.remote_invalidate, p->pd_);
+// One indirect mkey per window, each indexed and put in the depot.
+Status WindowPool::create_windows() {
+  for (uint32_t i = 0; i < cfg_.n_windows; ++i) {
+    auto mk = dev_->create_window_mkey_in_pd(cfg_.max_pages, cfg_.remote_invalidate, pd_);
     if (!mk) {
       // Windows made so far are destroyed by ~WindowPool (n_windows is shrunk to i).
-      p->cfg_.n_windows = i;
+      cfg_.n_windows = i;
       return make_error(mk.error().code, "window pool: create_window_mkey #" + std::to_string(i) +
                                              ": " + mk.error().message);
     }
-    Window& w = p->windows_[i];
+    Window& w = windows_[i];
     w.mkey_base_ = mk.value() & ~0xffu;
     w.key_ = static_cast<uint8_t>(mk.value() & 0xff);
     w.id_ = i;
     w.state_ = WindowState::kDepot;
     w.owner_ = kNoCore;
-    // Hash insert (index -> id).
-    const uint32_t idx = w.mkey_base_ >> 8;
-    uint32_t h = hash_index(idx) & p->hash_mask_;
-    while (p->hash_keys_[h] != 0) {
-      if (p->hash_keys_[h] == idx + 1)
-        return make_error(Errc::kDeviceError, "window pool: device returned mkey index twice");
-      h = (h + 1) & p->hash_mask_;
-    }
-    p->hash_keys_[h] = idx + 1;
-    p->hash_ids_[h] = i;
+    RDMX_TRY(index_window(i));
     Window* wp = &w;
-    p->depot_put(&wp, 1);
+    depot_put(&wp, 1);
   }
-  RDMX_LOG_DEBUG("window pool: %u windows x %u pages, inline up to %u KLMs%s", cfg.n_windows,
-                 cfg.max_pages, lim, klm_base ? ", pointer mode above" : "");
-  return p;
+  return {};
+}
+
+// Hash insert (mkey index -> window id), for find().
+Status WindowPool::index_window(uint32_t id) {
+  const uint32_t idx = windows_[id].mkey_base_ >> 8;
+  uint32_t h = hash_index(idx) & hash_mask_;
+  while (hash_keys_[h] != 0) {
+    if (hash_keys_[h] == idx + 1)
+      return make_error(Errc::kDeviceError, "window pool: device returned mkey index twice");
+    h = (h + 1) & hash_mask_;
+  }
+  hash_keys_[h] = idx + 1;
+  hash_ids_[h] = id;
+  return {};
 }
 
 WindowPool::~WindowPool() {
@@ -236,21 +259,23 @@ void WindowPool::detach_core(uint16_t id) noexcept {
   if (id < cores_.size()) cores_[id] = nullptr;
 }
 
-Result<Census> WindowPool::check_windows() {
-  const uint32_t n = cfg_.n_windows;
-  std::vector<uint8_t> seen(n, 0);
+// What check_windows() found so far: the windows seen, the counts, the first fault.
+struct WindowPool::CheckState {
+  const WindowPool& pool;
+  std::vector<uint8_t> seen;
   Census c;
-  c.total = n;
   std::string err;
-  auto fail = [&](const Window* w, const std::string& what) {
+
+  void fail(const Window* w, const std::string& what) {
     if (err.empty()) err = describe(*w) + ": " + what;
-  };
+  }
   // A window's recorded UMR position is one of its owner's SQ: never past its producer.
-  auto position_ok = [&](const Window* w, const PollCore* core) {
+  void position_ok(const Window* w, const PollCore* core) {
     if (w->umr_end_ > core->qp().sq().pi()) fail(w, "its last UMR is past its SQ's producer");
-  };
-  auto visit = [&](const Window* w, const char* where) -> bool {
-    if (!owns(w)) {
+  }
+  // Marks w seen; false (and a fault) if it is foreign or was seen already.
+  bool visit(const Window* w, const char* where) {
+    if (!pool.owns(w)) {
       if (err.empty()) err = std::string("a foreign pointer in ") + where;
       return false;
     }
@@ -260,66 +285,85 @@ Result<Census> WindowPool::check_windows() {
     }
     seen[w->id_] = 1;
     return true;
-  };
+  }
+};
 
-  // Core caches.
+Result<Census> WindowPool::check_windows() {
+  const uint32_t n = cfg_.n_windows;
+  CheckState st{*this, std::vector<uint8_t>(n, 0), {}, {}};
+  st.c.total = n;
+  check_caches(st);
+  check_depot(st);
+  check_unowned(st);
+  const Census& c = st.c;
+  if (c.cache + c.unmapping + c.depot + c.mapped != n && st.err.empty())
+    st.err = "counts do not add up to the pool size";
+  if (!st.err.empty()) return make_error(Errc::kState, "check_windows: " + st.err);
+  return c;
+}
+
+// Core caches: each window owned by its core, kCache or kUnmapping.
+void WindowPool::check_caches(CheckState& st) const {
   for (size_t ci = 0; ci < cores_.size(); ++ci) {
     const PollCore* core = cores_[ci];
     if (!core) continue;
     const WindowCache& cache = core->cache();
     for (uint32_t i = 0; i < cache.len(); ++i) {
       const Window* w = cache.at(i);
-      if (!visit(w, "a core cache")) continue;
-      if (w->owner_ != ci) fail(w, "in core " + std::to_string(ci) + "'s cache");
+      if (!st.visit(w, "a core cache")) continue;
+      if (w->owner_ != ci) st.fail(w, "in core " + std::to_string(ci) + "'s cache");
       // A window recorded kUnmapping whose invalidate completed is counted as kCache
       // (PollCore::state_of); one recorded kCache has nothing in flight.
-      position_ok(w, core);
+      st.position_ok(w, core);
       if (w->state_ == WindowState::kCache) {
-        ++c.cache;
-        if (!core->umrs_done(w)) fail(w, "kCache with UMRs in flight");
+        ++st.c.cache;
+        if (!core->umrs_done(w)) st.fail(w, "kCache with UMRs in flight");
       } else if (w->state_ == WindowState::kUnmapping) {
         if (core->state_of(w) == WindowState::kCache)
-          ++c.cache;
+          ++st.c.cache;
         else
-          ++c.unmapping;
+          ++st.c.unmapping;
       } else {
-        fail(w, "in a cache but not kCache/kUnmapping");
+        st.fail(w, "in a cache but not kCache/kUnmapping");
       }
-      if (w->dirty_) ++c.dirty;
+      if (w->dirty_) ++st.c.dirty;
     }
   }
-  // Depot: drain, inspect, put back in the same order.
+}
+
+// Depot: drain, inspect, put back in the same order.
+void WindowPool::check_depot(CheckState& st) {
+  const uint32_t n = cfg_.n_windows;
   std::vector<Window*> dep(n + 1);
   const uint32_t nd = depot_get(dep.data(), n + 1);
   for (uint32_t i = 0; i < nd; ++i) {
     const Window* w = dep[i];
-    if (!visit(w, "the depot")) continue;
-    ++c.depot;
-    if (w->state_ != WindowState::kDepot) fail(w, "in the depot but not kDepot");
-    if (w->owner_ != kNoCore) fail(w, "in the depot with an owner");
-    if (w->umr_end_ != 0 || w->klm_end_ != 0) fail(w, "in the depot with a core's SQ position");
-    if (w->dirty_) fail(w, "in the depot with unknown device state");
+    if (!st.visit(w, "the depot")) continue;
+    ++st.c.depot;
+    if (w->state_ != WindowState::kDepot) st.fail(w, "in the depot but not kDepot");
+    if (w->owner_ != kNoCore) st.fail(w, "in the depot with an owner");
+    if (w->umr_end_ != 0 || w->klm_end_ != 0) st.fail(w, "in the depot with a core's SQ position");
+    if (w->dirty_) st.fail(w, "in the depot with unknown device state");
   }
   if (nd) depot_put(dep.data(), nd);
-  // Everything else must be mapped by a live core.
-  for (uint32_t i = 0; i < n; ++i) {
+}
+
+// Everything else must be mapped by a live core.
+void WindowPool::check_unowned(CheckState& st) const {
+  for (uint32_t i = 0; i < cfg_.n_windows; ++i) {
     const Window* w = &windows_[i];
-    if (seen[i]) continue;
+    if (st.seen[i]) continue;
     if (w->state_ != WindowState::kMapped) {
-      fail(w, "in no cache and not in the depot, but not mapped (lost)");
+      st.fail(w, "in no cache and not in the depot, but not mapped (lost)");
       continue;
     }
-    ++c.mapped;
-    if (w->dirty_) ++c.dirty;
+    ++st.c.mapped;
+    if (w->dirty_) ++st.c.dirty;
     if (w->owner_ >= cores_.size() || !cores_[w->owner_])
-      fail(w, "mapped by no live core");
+      st.fail(w, "mapped by no live core");
     else
-      position_ok(w, cores_[w->owner_]);
+      st.position_ok(w, cores_[w->owner_]);
   }
-  if (c.cache + c.unmapping + c.depot + c.mapped != n && err.empty())
-    err = "counts do not add up to the pool size";
-  if (!err.empty()) return make_error(Errc::kState, "check_windows: " + err);
-  return c;
 }
 
 }  // namespace rdmx::win

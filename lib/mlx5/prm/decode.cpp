@@ -8,15 +8,24 @@ namespace rdmx::mlx5::prm {
 
 std::string_view decode_error_name(DecodeError e) noexcept {
   switch (e) {
-    case DecodeError::kOk: return "ok";
-    case DecodeError::kDsZero: return "ds-zero";
-    case DecodeError::kDsBeyondRing: return "ds-beyond-ring";
-    case DecodeError::kUnknownOpcode: return "unknown-opcode";
-    case DecodeError::kTruncated: return "truncated";
-    case DecodeError::kUmrOctowords: return "umr-octowords-mismatch";
-    case DecodeError::kUmrInlineTooLong: return "umr-inline-too-long";
-    case DecodeError::kTooManySges: return "too-many-sges";
-    case DecodeError::kInlineLength: return "inline-length";
+    case DecodeError::kOk:
+      return "ok";
+    case DecodeError::kDsZero:
+      return "ds-zero";
+    case DecodeError::kDsBeyondRing:
+      return "ds-beyond-ring";
+    case DecodeError::kUnknownOpcode:
+      return "unknown-opcode";
+    case DecodeError::kTruncated:
+      return "truncated";
+    case DecodeError::kUmrOctowords:
+      return "umr-octowords-mismatch";
+    case DecodeError::kUmrInlineTooLong:
+      return "umr-inline-too-long";
+    case DecodeError::kTooManySges:
+      return "too-many-sges";
+    case DecodeError::kInlineLength:
+      return "inline-length";
   }
   return "unknown";
 }
@@ -73,6 +82,58 @@ DecodeError decode_gather(const DsReader& r, uint32_t pos, uint32_t ds, bool all
   return DecodeError::kOk;
 }
 
+// The control segment (DS 0).
+void decode_ctrl(const DsReader& r, CtrlFields& c) noexcept {
+  const uint32_t w0 = r.load<uint32_t>(0, 0);
+  const uint32_t w1 = r.load<uint32_t>(0, 4);
+  c.opmod = static_cast<uint8_t>(w0 >> 24);
+  c.wqe_index = static_cast<uint16_t>(w0 >> 8);
+  c.opcode = static_cast<uint8_t>(w0);
+  c.qpn = w1 >> 8;
+  c.ds = static_cast<uint8_t>(w1 & kCtrlDsMask);
+  c.signature = r.byte(0, 8);
+  c.fm_ce_se = r.byte(0, 11);
+  c.imm = r.load<uint32_t>(0, 12);
+}
+
+// A UMR's control segment (DS 1), mkey context (DS 4-7) and KLM list: inline after the header,
+// or the pointer to it.
+DecodeError decode_umr(const DsReader& r, uint32_t ds, DecodedWqe& out) noexcept {
+  if (ds < kUmrHeaderDs) return DecodeError::kTruncated;
+  out.has_umr = true;
+  UmrCtrlFields& u = out.umr;
+  u.flags = r.byte(1, 0);
+  u.klm_octowords = r.load<uint16_t>(1, 4);
+  u.translation_offset = r.load<uint16_t>(1, 6);
+  u.mkey_mask = r.load<uint64_t>(1, 8);
+  MkcFields& m = out.mkc;
+  const uint8_t b0 = r.byte(4, 0);
+  const uint8_t b2 = r.byte(4, 2);
+  m.free = (b0 & MLX5_WQE_MKEY_CONTEXT_FREE) != 0;
+  m.access_mode = static_cast<uint8_t>((((b0 >> 2) & 0x7) << 2) | (b2 & kMkcAccessModeLowMask));
+  m.umr_en = (b2 & kMkcUmrEn) != 0;
+  m.access = b2 & kMkcAccessAll;
+  const uint32_t qpn_mkey = r.load<uint32_t>(4, 4);
+  m.qpn = qpn_mkey >> 8;
+  m.key = static_cast<uint8_t>(qpn_mkey);
+  m.flags_pd = r.load<uint32_t>(4, 12);
+  m.start_addr = r.load<uint64_t>(5, 0);
+  m.len = r.load<uint64_t>(5, 8);
+  m.translations_octword_size = r.load<uint32_t>(7, 4);
+  m.log_page_size = r.byte(7, 11) & 0x1f;
+  if (u.inline_list()) {
+    if (kUmrHeaderDs + uint32_t{u.klm_octowords} != ds) return DecodeError::kUmrOctowords;
+    if (u.klm_octowords > kMaxDecodedKlm) return DecodeError::kUmrInlineTooLong;
+    for (uint32_t i = 0; i < u.klm_octowords; ++i) out.klm[i] = read_klm(r, kUmrHeaderDs + i);
+    out.n_klm = u.klm_octowords;
+  } else if (u.klm_octowords != 0) {
+    if (ds < kUmrPointerDs) return DecodeError::kTruncated;
+    out.has_klm_ptr = true;
+    out.klm_ptr = read_klm(r, kUmrHeaderDs);
+  }
+  return DecodeError::kOk;
+}
+
 }  // namespace
 
 DecodeError decode_wqe(const void* ring, uint32_t n_wqebb, uint32_t slot,
@@ -82,18 +143,8 @@ DecodeError decode_wqe(const void* ring, uint32_t n_wqebb, uint32_t slot,
   out.n_klm = out.n_sge = 0;
   out.inline_len = 0;
   const DsReader r(ring, n_wqebb, slot);
-
-  const uint32_t w0 = r.load<uint32_t>(0, 0);
-  const uint32_t w1 = r.load<uint32_t>(0, 4);
   CtrlFields& c = out.ctrl;
-  c.opmod = static_cast<uint8_t>(w0 >> 24);
-  c.wqe_index = static_cast<uint16_t>(w0 >> 8);
-  c.opcode = static_cast<uint8_t>(w0);
-  c.qpn = w1 >> 8;
-  c.ds = static_cast<uint8_t>(w1 & kCtrlDsMask);
-  c.signature = r.byte(0, 8);
-  c.fm_ce_se = r.byte(0, 11);
-  c.imm = r.load<uint32_t>(0, 12);
+  decode_ctrl(r, c);
 
   const uint32_t ds = c.ds;
   if (ds == 0) return DecodeError::kDsZero;
@@ -117,41 +168,8 @@ DecodeError decode_wqe(const void* ring, uint32_t n_wqebb, uint32_t slot,
     case MLX5_OPCODE_SEND_IMM:
     case MLX5_OPCODE_SEND_INVAL:
       return decode_gather(r, 1, ds, true, out);
-    case MLX5_OPCODE_UMR: {
-      if (ds < kUmrHeaderDs) return DecodeError::kTruncated;
-      out.has_umr = true;
-      UmrCtrlFields& u = out.umr;
-      u.flags = r.byte(1, 0);
-      u.klm_octowords = r.load<uint16_t>(1, 4);
-      u.translation_offset = r.load<uint16_t>(1, 6);
-      u.mkey_mask = r.load<uint64_t>(1, 8);
-      MkcFields& m = out.mkc;
-      const uint8_t b0 = r.byte(4, 0);
-      const uint8_t b2 = r.byte(4, 2);
-      m.free = (b0 & MLX5_WQE_MKEY_CONTEXT_FREE) != 0;
-      m.access_mode = static_cast<uint8_t>((((b0 >> 2) & 0x7) << 2) | (b2 & kMkcAccessModeLowMask));
-      m.umr_en = (b2 & kMkcUmrEn) != 0;
-      m.access = b2 & kMkcAccessAll;
-      const uint32_t qpn_mkey = r.load<uint32_t>(4, 4);
-      m.qpn = qpn_mkey >> 8;
-      m.key = static_cast<uint8_t>(qpn_mkey);
-      m.flags_pd = r.load<uint32_t>(4, 12);
-      m.start_addr = r.load<uint64_t>(5, 0);
-      m.len = r.load<uint64_t>(5, 8);
-      m.translations_octword_size = r.load<uint32_t>(7, 4);
-      m.log_page_size = r.byte(7, 11) & 0x1f;
-      if (u.inline_list()) {
-        if (kUmrHeaderDs + uint32_t{u.klm_octowords} != ds) return DecodeError::kUmrOctowords;
-        if (u.klm_octowords > kMaxDecodedKlm) return DecodeError::kUmrInlineTooLong;
-        for (uint32_t i = 0; i < u.klm_octowords; ++i) out.klm[i] = read_klm(r, kUmrHeaderDs + i);
-        out.n_klm = u.klm_octowords;
-      } else if (u.klm_octowords != 0) {
-        if (ds < kUmrPointerDs) return DecodeError::kTruncated;
-        out.has_klm_ptr = true;
-        out.klm_ptr = read_klm(r, kUmrHeaderDs);
-      }
-      return DecodeError::kOk;
-    }
+    case MLX5_OPCODE_UMR:
+      return decode_umr(r, ds, out);
     default:
       return DecodeError::kUnknownOpcode;
   }

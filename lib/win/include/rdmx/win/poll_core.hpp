@@ -250,6 +250,11 @@ class PollCore {
   PollCore(WindowPool& pool, const CoreConfig& cfg);
   bool quiesce_until(std::chrono::steady_clock::time_point deadline);
   void init_templates() noexcept;  // tpl_, from the QP, arena and caps (create)
+  // create()'s steps: the QP in the pool's PD (its CQ and SQ large enough), the KLM writer
+  // this CPU runs, the cache's first windows from the depot.
+  Status create_qp(mlx5::QpDesc* out);
+  Status choose_klm_writer();
+  void fill_cache();
 
   // A window's UMR: kInternalCookie, the op (bits 56-62), the window's index (bits 0-31).
   static uint64_t cookie_of(uint8_t op, const Window* w) noexcept {
@@ -275,6 +280,16 @@ class PollCore {
   // empty cache, any error): every check in order, the cursor builders.
   [[gnu::noinline]] MapResult map_general(std::span<const uint64_t> pages, uint32_t access,
                                           uint32_t first_byte_offset, uint64_t length) noexcept;
+  // map_general's steps, inline so that it compiles as one function (the instruction counts of
+  // scripts/check-instructions.sh hold): its checks, its window, its WQE.
+  [[gnu::always_inline]] inline Errc map_check(std::span<const uint64_t> pages, uint32_t access,
+                                               uint32_t first_byte_offset,
+                                               uint64_t length) noexcept;
+  [[gnu::always_inline]] inline Window* map_window(bool pointer, bool* top, Errc* why) noexcept;
+  [[gnu::always_inline]] inline bool write_map_wqe(Window* w, uint8_t key,
+                                                   std::span<const uint64_t> pages, uint32_t access,
+                                                   uint32_t first_byte_offset, uint64_t length,
+                                                   bool pointer) noexcept;
   // map()'s fast path for one request into the SQ burst b, with cache_.at(top - 1) as the window
   // and key draw `draw`, inline (kPointer false: n <= the inline limit) or in pointer mode: the
   // window when its UMR was committed (the window's state is updated; fast_maps_done() does the

@@ -112,6 +112,19 @@ class WindowPool {
  private:
   WindowPool() = default;
 
+  // create()'s steps after the configuration check.
+  Status open_own_pd();
+  Status reserve_klm_arrays();
+  Status create_depot();
+  Status create_windows();
+  Status index_window(uint32_t id);
+
+  // check_windows()'s state and its three walks: the core caches, the depot, the rest.
+  struct CheckState;
+  void check_caches(CheckState& st) const;
+  void check_depot(CheckState& st);
+  void check_unowned(CheckState& st) const;
+
   mlx5::Device* dev_ = nullptr;
   mem::Arena* arena_ = nullptr;
   PoolConfig cfg_;

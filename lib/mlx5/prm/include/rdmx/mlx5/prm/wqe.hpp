@@ -320,6 +320,59 @@ inline void check_one(PageCheck* pc, uint64_t p) noexcept {
   }
 }
 
+// klm_range's middle entries two per step with SSE (SSE4.2: also checked; SSSE3: unchecked
+// only): advances i and out past the pairs written, leaving an odd last entry (and every entry
+// without SSE) to the scalar loop. Inline: it is the loop of klm_range, split for reading only.
+template <bool kCheck>
+[[gnu::always_inline]] inline void klm_mid_pairs([[maybe_unused]] uint8_t*& out,
+                                                 [[maybe_unused]] uint32_t& i,
+                                                 [[maybe_unused]] uint32_t mid_end,
+                                                 [[maybe_unused]] const uint64_t* pages,
+                                                 [[maybe_unused]] uint64_t head,
+                                                 [[maybe_unused]] PageCheck* pc) noexcept {
+#if defined(__SSE4_2__)
+  // Two entries per step: one 16-byte load of two addresses, one pshufb swaps both, each
+  // entry one 16-byte store of {head, address}. The check: psubq, por, pcmpgtq, por.
+  const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
+  const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  __m128i vbase, vlast, vacc, vover;
+  if constexpr (kCheck) {
+    vbase = _mm_set1_epi64x(static_cast<long long>(pc->base));
+    vlast = _mm_set1_epi64x(static_cast<long long>(pc->span - 1));
+    vacc = _mm_setzero_si128();
+    vover = _mm_setzero_si128();
+  }
+  for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
+    const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i));
+    if constexpr (kCheck) {
+      const __m128i d = _mm_sub_epi64(p, vbase);
+      vacc = _mm_or_si128(vacc, d);
+      vover = _mm_or_si128(vover, _mm_cmpgt_epi64(d, vlast));
+    }
+    const __m128i a = _mm_shuffle_epi8(p, swap64);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
+  }
+  if constexpr (kCheck) {
+    vacc = _mm_or_si128(vacc, _mm_unpackhi_epi64(vacc, vacc));
+    vover = _mm_or_si128(vover, _mm_unpackhi_epi64(vover, vover));
+    pc->acc |= static_cast<uint64_t>(_mm_cvtsi128_si64(vacc));
+    pc->over |= static_cast<uint64_t>(_mm_cvtsi128_si64(vover));
+  }
+#elif defined(__SSSE3__)
+  if constexpr (!kCheck) {
+    const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
+    const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
+      const __m128i a =
+          _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i)), swap64);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
+    }
+  }
+#endif
+}
+
 // Entries [from, to) of the KLM list of a chunk-page map, zero padding (entries >= n) included.
 // The first and last entries may cover part of a page and are written on their own; every
 // middle entry is one whole page: 8 constant bytes {byte_count = page_size, mkey = parent lkey}
@@ -355,47 +408,7 @@ inline void klm_range(uint8_t* out, uint32_t from, uint32_t to, const UmrMap& m,
         i = mid_end;
       }
     }
-#if defined(__SSE4_2__)
-    // Two entries per step: one 16-byte load of two addresses, one pshufb swaps both, each
-    // entry one 16-byte store of {head, address}. The check: psubq, por, pcmpgtq, por.
-    const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
-    const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    __m128i vbase, vlast, vacc, vover;
-    if constexpr (kCheck) {
-      vbase = _mm_set1_epi64x(static_cast<long long>(pc->base));
-      vlast = _mm_set1_epi64x(static_cast<long long>(pc->span - 1));
-      vacc = _mm_setzero_si128();
-      vover = _mm_setzero_si128();
-    }
-    for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
-      const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i));
-      if constexpr (kCheck) {
-        const __m128i d = _mm_sub_epi64(p, vbase);
-        vacc = _mm_or_si128(vacc, d);
-        vover = _mm_or_si128(vover, _mm_cmpgt_epi64(d, vlast));
-      }
-      const __m128i a = _mm_shuffle_epi8(p, swap64);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
-    }
-    if constexpr (kCheck) {
-      vacc = _mm_or_si128(vacc, _mm_unpackhi_epi64(vacc, vacc));
-      vover = _mm_or_si128(vover, _mm_unpackhi_epi64(vover, vover));
-      pc->acc |= static_cast<uint64_t>(_mm_cvtsi128_si64(vacc));
-      pc->over |= static_cast<uint64_t>(_mm_cvtsi128_si64(vover));
-    }
-#elif defined(__SSSE3__)
-    if constexpr (!kCheck) {
-      const __m128i head2 = _mm_set1_epi64x(static_cast<long long>(head));
-      const __m128i swap64 = _mm_set_epi8(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-      for (; i + 2 <= mid_end; i += 2, out += 2 * kKlmBytes) {
-        const __m128i a =
-            _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pages + i)), swap64);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi64(head2, a));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + kKlmBytes), _mm_unpackhi_epi64(head2, a));
-      }
-    }
-#endif
+    klm_mid_pairs<kCheck>(out, i, mid_end, pages, head, pc);
     for (; i < mid_end; ++i, out += kKlmBytes) {
       check_one<kCheck>(pc, pages[i]);
       const uint64_t addr = detail::bswap(pages[i]);
