@@ -430,6 +430,10 @@ const OptionDef kOptionTable[] = {
     {"forge-handle-every", 0, "N", K::kNumber, &Params::forge_handle_every, 1, UINT64_MAX, false,
      "tests: an rpc client sends a forged file handle every N calls\n"
      "(the server must answer NFS3ERR_BADHANDLE and serve on)"},
+    {"forge-twin-every", 0, "N", K::kNumber, &Params::forge_twin_every, 1, UINT64_MAX, false,
+     "tests: an rpc client sends every N-th READ call twice for\n"
+     "its slot, back to back (the server must not rewrite a reply\n"
+     "in flight); needs --rpc-remote-invalidate off"},
     {"help", 'h', nullptr, K::kHelp, {}, 0, 0, false, "this text"},
 };
 
@@ -746,6 +750,9 @@ std::string check_params(const Params& p) {
   const DeviceKind dk = device_kind(p);
   const Engine* e = find_engine(p.fwd);
   if (!e) return "unknown forwarding mode '" + p.fwd + "'";
+  // The first reply's SEND_WITH_INV would invalidate the window the second call names.
+  if (p.forge_twin_every && p.rpc_remote_invalidate)
+    return "--forge-twin-every needs --rpc-remote-invalidate off";
   for (std::string m :
        {check_sizes(p), check_network(p, dk), check_roles(p, e), check_device(p, dk, e)})
     if (!m.empty()) return m;

@@ -91,7 +91,7 @@ struct SideSizes {
 
 // Pages of one side for `lanes` lanes.
 uint32_t side_pages(const Params& p, uint32_t recv_pages, unsigned lanes) {
-  const uint32_t small = (2 * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
+  const uint32_t small = (kSmallPerSlot * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
   // A server's p has twice the receive slots (a relay client: see Lane::p_recv_n).
   const uint32_t recv = (p.role == Role::kServer ? 2 : 1) * recv_pages;
   const uint32_t md = 2 * metadata_pages(p.pages_per_io, p.metadata, p.page_size);
@@ -337,7 +337,7 @@ struct LaneBuilder {
     return c;
   }
   Result<uint64_t> small_bufs(Carver& cv, const Lane& l) {
-    return cv.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
+    return cv.take((kSmallPerSlot * l.depth * kSmall + p.page_size - 1) / p.page_size);
   }
   // Side A: client c (and sink s in one process): scattered source/destination pages.
   Status side_a(Lane& l, unsigned i) {

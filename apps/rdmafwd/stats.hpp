@@ -23,6 +23,8 @@ struct LaneSnap {
   // replies the client handed on before their windows were invalid (in errors()).
   uint64_t bad_handles = 0, early_replies = 0;
   uint64_t local_invalidations = 0;  // rpc client: chunk windows it invalidated itself
+  // rpc server: calls that waited for their slot's previous reply to be sent (not an error).
+  uint64_t calls_waited = 0;
   // Gauges (the lane's state when the snapshot was taken; not subtracted by diff()): I/Os issued
   // and neither completed nor counted as failed (fault, abandoned). While the lane runs they are
   // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where

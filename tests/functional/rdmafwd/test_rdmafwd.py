@@ -137,6 +137,26 @@ def case_bad_handle(binary):
     print("bad handle: every forged handle answered NFS3ERR_BADHANDLE, the client served on")
 
 
+def case_twin_calls(binary):
+    # A client ignoring the protocol (hidden --forge-twin-every N: every N-th READ call sent twice
+    # for its slot, back to back, under two xids) makes the server receive a second call for a
+    # slot before the first reply's SEND completed. The server must not rewrite that reply's
+    # buffer (nor the payload's header) while the device may still read it: the second call
+    # waits (calls_waited) and is served after; both replies arrive intact, nothing fails. A
+    # rewrite in flight shows as an I/O error on the server and a reply the client cannot match.
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.7", "--json", "--forge-twin-every", "3",
+                     "--rpc-remote-invalidate", "off"])
+    check(p.returncode == 0, f"twin calls: exit {p.returncode}", p)
+    t = summary(p)["total"]
+    check(t["ios"] > 0 and t["errors"]["total"] == 0 and t["errors"]["refused_requests"] == 0,
+          f"twin calls: {t['ios']} calls, {t['errors']}", p)
+    check(t["calls_waited"] > 0, f"twin calls: no call waited for its slot: {t}", p)
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.2", "--forge-twin-every", "3"])
+    check(p.returncode == 2 and "--rpc-remote-invalidate off" in p.stderr,
+          f"--forge-twin-every without --rpc-remote-invalidate off: exit {p.returncode}", p)
+    print(f"twin calls: {t['ios']} calls, {t['calls_waited']} waited for their slot, no error")
+
+
 def case_no_verify_corrupt(binary):
     # --no-verify: nothing is checked, so the corruption goes unnoticed (exit 0).
     p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--json", "--corrupt-every", "200", "--no-verify"])
@@ -726,6 +746,7 @@ CASES = {
     "no-verify": case_no_verify_corrupt,
     "rpc-local-inv": case_rpc_local_inv,
     "bad-handle": case_bad_handle,
+    "twin-calls": case_twin_calls,
     "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,
