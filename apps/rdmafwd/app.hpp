@@ -62,7 +62,6 @@ struct App {
   Labels labels() const;
   bool finished() const;  // io-count reached, all lanes failed, or the client said goodbye
   std::string config_text() const;
-  std::string config_json() const;
   // Prints `show stats` (text or JSON, as --json says).
   void print_stats(const char* type, int exit_status = -1);
   void print_roce_stats();  // emu@roce: the RoCE v2 link's counters (summary only)

@@ -173,7 +173,7 @@ Status App::start(bool resume) {
     l.cfg.pages = prm.pages_per_io;
     l.cfg.metadata = prm.metadata;
     l.cfg.depth = l.depth;
-    l.cfg.verify = prm.verify && device_kind(prm) != DeviceKind::kEmuSink;
+    l.cfg.verify = verifies(prm);
     l.cfg.corrupt_every = prm.corrupt_every;
     l.cfg.forge_rkey_every = prm.forge_rkey_every;
     l.cfg.forge_handle_every = prm.forge_handle_every;
@@ -300,24 +300,11 @@ std::string App::config_text() const {
                 prm.fwd.c_str(), find_engine(prm.fwd)->what, prm.device.c_str(),
                 role_name(prm.role), tb->lanes.size(), lcs.c_str(), prm.pages_per_io, prm.page_size,
                 prm.pages_per_io * prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
-                prm.windows_per_core,
-                prm.verify && device_kind(prm) != DeviceKind::kEmuSink ? "on" : "off",
-                prm.stats_period, prm.duration, prm.io_count);
+                prm.windows_per_core, verifies(prm) ? "on" : "off", prm.stats_period, prm.duration,
+                prm.io_count);
   std::string s = buf;
   for (const std::string& n : tb->notes) s += "  " + n + "\n";
   return s;
-}
-
-std::string App::config_json() const {
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "{\"fwd\":\"%s\",\"device\":\"%s\",\"role\":\"%s\",\"lanes\":%zu,"
-                "\"pages_per_io\":%u,\"page_size\":%u,\"max_pages\":%u,\"io_depth\":%u,"
-                "\"burst\":%u,\"windows_per_core\":%u,\"verify\":%s,\"running\":%s}",
-                prm.fwd.c_str(), prm.device.c_str(), role_name(prm.role), tb->lanes.size(),
-                prm.pages_per_io, prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
-                prm.windows_per_core, prm.verify ? "true" : "false", running ? "true" : "false");
-  return buf;
 }
 
 void App::print_stats(const char* type, int exit_status) {

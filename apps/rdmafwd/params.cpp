@@ -763,4 +763,8 @@ DeviceKind device_kind(const Params& p) {
   return endpoint::device_kind(p.device);
 }
 
+bool verifies(const Params& p) {
+  return p.verify && device_kind(p) != DeviceKind::kEmuSink;
+}
+
 }  // namespace rdmafwd

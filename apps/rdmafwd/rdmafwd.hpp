@@ -148,6 +148,10 @@ std::string check_params(const Params& p);
 // fails with kNoDevice (exit 3).
 using DeviceKind = endpoint::DeviceKind;
 DeviceKind device_kind(const Params& p);
+// Whether the lanes verify payloads: --verify (the default), and a device that moves them (a
+// sink completes WQEs without effect: nothing to check). What `show config`, telemetry's
+// /rdmafwd/config and the lanes use.
+bool verifies(const Params& p);
 
 // ---- Counters written by one poll lcore ------------------------------------------------------
 // One writer (its poll lcore: relaxed load + store, a plain mov on x86), any number of readers.

@@ -524,33 +524,50 @@ def case_no_device(binary):
     check(q.returncode == 3 and "mlx5_0" in q.stderr, f"--cm server: exit {q.returncode}", q)
 
 
+def telemetry_query(p, cmds):
+    """Reads the telemetry socket path rdmafwd `p` prints, then asks it each of `cmds`."""
+    path = None
+    deadline = time.time() + 15
+    while time.time() < deadline and path is None:
+        line = p.stdout.readline()
+        if line.startswith("rdmafwd: telemetry: "):
+            path = line.split()[2]
+    check(path is not None, "no telemetry line")
+    time.sleep(1.0)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    json.loads(s.recv(16384).decode())  # the greeting
+    got = {}
+    for cmd in cmds:
+        s.send(cmd.encode())
+        got[cmd] = json.loads(s.recv(65536).decode())[cmd]
+    s.close()
+    return got
+
+
 def case_telemetry(binary):
+    # /rdmafwd/config's verify is what the lanes run: off on emu-sink (nothing moved to check),
+    # whatever --verify says.
+    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "write", "--device", "emu-sink",
+                                           "--duration", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        cfg = telemetry_query(p, ["/rdmafwd/config"])["/rdmafwd/config"]
+    finally:
+        out, err = p.communicate(timeout=30)
+    check(p.returncode == 0 and cfg["verify"] == 0, f"emu-sink config: {cfg}, exit {p.returncode}")
     p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--duration", "4"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    path = None
     try:
-        deadline = time.time() + 15
-        while time.time() < deadline and path is None:
-            line = p.stdout.readline()
-            if line.startswith("rdmafwd: telemetry: "):
-                path = line.split()[2]
-        check(path is not None, "no telemetry line")
-        time.sleep(1.0)
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        s.connect(path)
-        json.loads(s.recv(16384).decode())  # the greeting
-        got = {}
-        for cmd in ["/rdmafwd/stats", "/rdmafwd/config", "/rdmafwd/windows", "/rdmx/stats",
-                    "/rdmx/cores"]:
-            s.send(cmd.encode())
-            got[cmd] = json.loads(s.recv(65536).decode())[cmd]
-        s.close()
+        got = telemetry_query(p, ["/rdmafwd/stats", "/rdmafwd/config", "/rdmafwd/windows",
+                                  "/rdmx/stats", "/rdmx/cores"])
         st = got["/rdmafwd/stats"]
         check(st["ios"] > 0, f"stats: {st}")
         # While forwarding, what is in flight is not an error (it was counted as lost once).
         check(st["errors"] == 0 and st["lost_ios"] == 0 and "in_flight" in st, f"stats: {st}")
         check(st["since"] == "start" and st["bytes_kind"] == "moved", f"stats: {st}")
-        check(got["/rdmafwd/config"]["fwd"] == "rpc", f"config: {got['/rdmafwd/config']}")
+        check(got["/rdmafwd/config"]["fwd"] == "rpc" and got["/rdmafwd/config"]["verify"] == 1,
+              f"config: {got['/rdmafwd/config']}")
         check(got["/rdmafwd/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmafwd/windows']}")
         # The library's own commands: every poll core of the process (at least the client and
         # the peer of the lane), and its window counters, read after rdmafwd's (they only grow).
