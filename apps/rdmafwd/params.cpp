@@ -33,11 +33,15 @@ const char* role_name(Role r) noexcept {
 
 namespace {
 
+// Decimal only: `--burst 010` is refused rather than read as octal 8 (as base 0 would), and
+// `0x10` too (doc/guides/rdmafwd.md, "Options").
 bool to_u64(const std::string& s, uint64_t& out) {
-  if (s.empty() || s[0] == '-') return false;
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return false;
+  for (char ch : s)
+    if (ch < '0' || ch > '9') return false;
   errno = 0;
   char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (errno != 0 || end == s.c_str() || *end != '\0') return false;
   out = v;
   return true;
@@ -487,8 +491,8 @@ std::string apply_option(const OptionDef& o, const std::string& name, const std:
     case K::kNumber: {
       uint64_t n = 0;
       if (!to_u64(v, n) || n < o.lo || n > o.hi)
-        return "option " + name + ": '" + v + "' is not a number in " + std::to_string(o.lo) +
-               ".." + std::to_string(o.hi);
+        return "option " + name + ": '" + v + "' is not a decimal number in " +
+               std::to_string(o.lo) + ".." + std::to_string(o.hi);
       if (auto* f = std::get_if<uint32_t Params::*>(&o.field)) p.*(*f) = static_cast<uint32_t>(n);
       if (auto* f = std::get_if<uint64_t Params::*>(&o.field)) p.*(*f) = n;
       return o.parse ? o.parse(o, name, v, p) : "";

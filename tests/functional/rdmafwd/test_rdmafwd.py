@@ -380,6 +380,10 @@ def case_bad_args(binary):
         (["--fwd", "bogus"], "unknown mode 'bogus'"),
         (["--pages-per-io"], "needs a value"),
         (["--burst", "0"], "--burst"),
+        # Numbers are decimal: 010 is not octal 8, 0x10 not 16 (both refused, one line).
+        (["--duration", "0.2", "--burst", "010"], "--burst: '010' is not a decimal number in 1.."),
+        (["--duration", "0.2", "--burst", "0x10"], "--burst: '0x10' is not a decimal number in 1.."),
+        (["--duration", "0.2", "--io-count", "+5"], "--io-count: '+5' is not a decimal number"),
         (["--frobnicate"], "unknown option '--frobnicate'"),
         (["--role", "server"], "--role server needs --listen"),
         (["--page-size", "1000"], "not a chunk page size"),
@@ -403,7 +407,7 @@ def case_bad_args(binary):
         (["--role", "server", "--listen", "7471", "--max-refusals", "0/1"], "is not N/SECONDS"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "3/0"], "is not N/SECONDS"),
         (["--metadata", "2"], "--metadata: '2': 0 or 4..128"),
-        (["--metadata", "200"], "--metadata: '200' is not a number in 0..128"),
+        (["--metadata", "200"], "--metadata: '200' is not a decimal number in 0..128"),
         (["--fwd", "write", "--metadata", "8"], "--metadata is for --fwd rpc"),
         (["--metadata", "8", "--page-size", "65536"], "--metadata needs --page-size 4096"),
         (["--metadata", "8", "--max-pages", "16"], "do not fit windows of 16 pages"),  # getopt_long: a unique prefix names --duration
