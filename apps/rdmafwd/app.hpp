@@ -52,6 +52,7 @@ struct App {
   Status start(bool resume = false);
   // Errors of runs cut short by a lost connection that the client re-established: the I/Os in
   // flight then (abandoned, counted) and the lanes that failed; not failures of this process.
+  // The JSON summary's errors.excused (doc/guides/rdmafwd.md, "Statistics").
   uint64_t excused_errors = 0;
   Status stop();
   void refresh_census();

@@ -311,7 +311,7 @@ void App::print_stats(const char* type, int exit_status) {
   const Snapshot s = stats();
   const double secs = seconds();
   if (prm.json) {
-    std::printf("%s\n", format_json(s, secs, labels(), type, exit_status).c_str());
+    std::printf("%s\n", format_json(s, secs, labels(), type, exit_status, excused_errors).c_str());
   } else {
     std::fputs(format_text(s, secs, labels()).c_str(), stdout);
   }

@@ -385,7 +385,7 @@ std::string format_text(const Snapshot& s, double secs, const Labels& lb) {
 }
 
 std::string format_json(const Snapshot& s, double secs, const Labels& lb, const char* type,
-                        int exit_status) {
+                        int exit_status, uint64_t excused) {
   nlohmann::ordered_json j;
   j["type"] = type;
   j["fwd"] = lb.fwd;
@@ -397,6 +397,7 @@ std::string format_json(const Snapshot& s, double secs, const Labels& lb, const 
   j["lanes"] = nlohmann::ordered_json::array();
   for (const LaneSnap& l : s.lanes) j["lanes"].push_back(json_lane(l, secs));
   j["total"] = json_lane(s.total(), secs);
+  j["total"]["errors"]["excused"] = excused;
   // Labels come from the command line: never let a byte there break the line.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

@@ -85,8 +85,10 @@ const std::vector<StatField>& stat_fields();
 
 // Final / `show stats` block. `seconds`: forwarding time the counters cover.
 std::string format_text(const Snapshot& s, double seconds, const Labels& lb);
+// `excused`: the total's errors a reconnect excused (App::excused_errors), as errors.excused:
+// errors.total - errors.excused are the errors the exit status counts.
 std::string format_json(const Snapshot& s, double seconds, const Labels& lb, const char* type,
-                        int exit_status = -1);
+                        int exit_status = -1, uint64_t excused = 0);
 // One periodic line per lane (+ total when more than one lane).
 std::string format_period(const Snapshot& delta, double seconds, double at, const Labels& lb);
 
