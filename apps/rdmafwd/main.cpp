@@ -262,7 +262,7 @@ Labels App::labels() const {
   lb.since = since;
   if (prm.fwd == "umr")
     lb.bytes_kind = "mapped";
-  else if (device_kind(prm) == DeviceKind::kEmuSink)
+  else if (endpoint::device_is_sink(prm.device))
     lb.bytes_kind = "posted";
   return lb;
 }
@@ -611,7 +611,7 @@ Phase place_lcores(const rt::Eal& eal, App& a, Run& r) {
                                   " (give more with -l, e.g. -l 0-" +
                                   std::to_string(a.prm.nb_cores) + ")");
   }
-  r.threaded_emu = device_kind(a.prm) == DeviceKind::kEmuThreaded;
+  r.threaded_emu = endpoint::device_kind(a.prm.device) == endpoint::DeviceKind::kEmuThreaded;
   auto topo = rt::discover_topology();
   if (topo) {
     const rt::DeviceLocality loc = rt::emu_device_locality(0);
@@ -783,11 +783,10 @@ struct Segment {
 Batch batch_of(const Params& p) {
   Batch b;
   b.serve_on = p.role == Role::kServer && p.serve_clients != 1;
-  const bool on_network =
-      device_kind(p) == DeviceKind::kMlx5 || p.device.find("@roce:") != std::string::npos;
-  b.reconnect_for = p.role != Role::kClient ? 0
-                    : p.reconnect_for >= 0  ? p.reconnect_for
-                                            : (on_network ? 10.0 : 0.0);
+  b.reconnect_for = p.role != Role::kClient                 ? 0
+                    : p.reconnect_for >= 0                  ? p.reconnect_for
+                    : endpoint::device_on_network(p.device) ? 10.0
+                                                            : 0.0;
   return b;
 }
 

@@ -144,10 +144,6 @@ std::string usage_error_text(const std::string& prog, const std::string& msg);
 // Checks that hold between options (also after `set ...`). Empty when fine.
 std::string check_params(const Params& p);
 
-// What --device names (lib/endpoint's grammar). kNone: it names no device; make_testbed then
-// fails with kNoDevice (exit 3).
-using DeviceKind = endpoint::DeviceKind;
-DeviceKind device_kind(const Params& p);
 // Whether the lanes verify payloads: --verify (the default), and a device that moves them (a
 // sink completes WQEs without effect: nothing to check). What `show config`, telemetry's
 // /rdmafwd/config and the lanes use.

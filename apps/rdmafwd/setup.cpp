@@ -940,7 +940,7 @@ Result<endpoint::Session> tcp_client_hello(Params& p, unsigned lanes, const Say&
   RDMX_TRY_ASSIGN(endpoint::Session s, endpoint::Session::client(std::move(ch), hello));
   RDMX_TRY(s.await(endpoint::SessionEvent::kWelcome, kStep));
   if (const std::string* wire = endpoint::field(s.welcome_fields(), "wire")) p.wire = *wire;
-  if (device_kind(p) != DeviceKind::kMlx5 && p.wire.empty())
+  if (endpoint::device_kind(p.device) != endpoint::DeviceKind::kMlx5 && p.wire.empty())
     return make_error(Errc::kProtocol,
                       "server " + s.peer() + " named no emu wire (is it running on --device emu?)");
   return s;
