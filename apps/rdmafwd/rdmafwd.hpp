@@ -365,11 +365,16 @@ struct Lane {
   std::vector<Slot> slots;            // client side
   std::vector<Slot> srv;              // server side (by client slot)
   std::vector<win::Window*> targets;  // write/read: the peer's persistent windows
-  std::vector<uint64_t> ring;         // umr: issue TSC per I/O number
   std::vector<uint32_t> free_slots;
   uint32_t n_free = 0;
   uint64_t issued = 0, completed = 0, seq = 0, srv_count = 0, sink_seq = 0;
-  uint64_t umr_base = 0;
+  // --fwd umr (engines/umr.cpp): the issue TSC of each I/O in flight, by I/O number modulo
+  // io-depth, and the client core's UMR completion counter when I/O number 0 was issued (two
+  // UMRs per I/O complete in SQ order: the counter tells how many I/Os completed).
+  struct UmrState {
+    std::vector<uint64_t> issue_tsc;
+    uint64_t umr_base = 0;
+  } umr;
   int64_t credits = 0;                // relay: messages the source may still inject
   std::vector<win::Window*> unmap_q;  // unmaps refused for lack of SQ room, retried
   uint32_t unmap_n = 0;

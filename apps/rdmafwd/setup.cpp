@@ -407,7 +407,7 @@ struct LaneBuilder {
     l.slots.resize(l.depth);
     l.srv.resize(l.depth);
     l.targets.resize(l.depth);
-    l.ring.resize(l.depth);
+    l.umr.issue_tsc.resize(l.depth);
     l.free_slots.resize(l.depth);
     l.unmap_q.resize(size_t{l.depth} * 2 + 4);
     l.p_recv_n = l.depth;
