@@ -52,6 +52,7 @@ struct App {
   Status start(bool resume = false);
   // Errors of runs cut short by a lost connection that the client re-established: the I/Os in
   // flight then (abandoned, counted) and the lanes that failed; not failures of this process.
+  // The JSON summary's errors.excused (doc/guides/rdmafwd.md, "Statistics").
   uint64_t excused_errors = 0;
   Status stop();
   void refresh_census();
@@ -62,7 +63,6 @@ struct App {
   Labels labels() const;
   bool finished() const;  // io-count reached, all lanes failed, or the client said goodbye
   std::string config_text() const;
-  std::string config_json() const;
   // Prints `show stats` (text or JSON, as --json says).
   void print_stats(const char* type, int exit_status = -1);
   void print_roce_stats();  // emu@roce: the RoCE v2 link's counters (summary only)

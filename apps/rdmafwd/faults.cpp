@@ -213,7 +213,7 @@ bool recover_lane(Lane& l, Testbed& tb) {
   }
   l.issued = l.completed = issued;
   // umr counts completions from the core's UMR counter (two per I/O) since its start.
-  if (std::strcmp(e->name, "umr") == 0) l.umr_base = l.c->stats().umr_completions - 2 * issued;
+  if (std::strcmp(e->name, "umr") == 0) l.umr.umr_base = l.c->stats().umr_completions - 2 * issued;
   l.failed = false;
   l.st.faults_recovered.add(1);
   l.fault.settling = false;

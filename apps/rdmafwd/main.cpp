@@ -173,10 +173,11 @@ Status App::start(bool resume) {
     l.cfg.pages = prm.pages_per_io;
     l.cfg.metadata = prm.metadata;
     l.cfg.depth = l.depth;
-    l.cfg.verify = prm.verify && device_kind(prm) != DeviceKind::kEmuSink;
+    l.cfg.verify = verifies(prm);
     l.cfg.corrupt_every = prm.corrupt_every;
     l.cfg.forge_rkey_every = prm.forge_rkey_every;
     l.cfg.forge_handle_every = prm.forge_handle_every;
+    l.cfg.forge_twin_every = prm.forge_twin_every;
     l.cfg.io_limit = prm.io_count ? prm.io_count / n_lanes + (l.index < prm.io_count % n_lanes) : 0;
     l.cfg.fault_every = prm.fault_every;
     l.cfg.fault_kinds = prm.fault_kinds;
@@ -261,7 +262,7 @@ Labels App::labels() const {
   lb.since = since;
   if (prm.fwd == "umr")
     lb.bytes_kind = "mapped";
-  else if (device_kind(prm) == DeviceKind::kEmuSink)
+  else if (endpoint::device_is_sink(prm.device))
     lb.bytes_kind = "posted";
   return lb;
 }
@@ -299,31 +300,18 @@ std::string App::config_text() const {
                 prm.fwd.c_str(), find_engine(prm.fwd)->what, prm.device.c_str(),
                 role_name(prm.role), tb->lanes.size(), lcs.c_str(), prm.pages_per_io, prm.page_size,
                 prm.pages_per_io * prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
-                prm.windows_per_core,
-                prm.verify && device_kind(prm) != DeviceKind::kEmuSink ? "on" : "off",
-                prm.stats_period, prm.duration, prm.io_count);
+                prm.windows_per_core, verifies(prm) ? "on" : "off", prm.stats_period, prm.duration,
+                prm.io_count);
   std::string s = buf;
   for (const std::string& n : tb->notes) s += "  " + n + "\n";
   return s;
-}
-
-std::string App::config_json() const {
-  char buf[1024];
-  std::snprintf(buf, sizeof buf,
-                "{\"fwd\":\"%s\",\"device\":\"%s\",\"role\":\"%s\",\"lanes\":%zu,"
-                "\"pages_per_io\":%u,\"page_size\":%u,\"max_pages\":%u,\"io_depth\":%u,"
-                "\"burst\":%u,\"windows_per_core\":%u,\"verify\":%s,\"running\":%s}",
-                prm.fwd.c_str(), prm.device.c_str(), role_name(prm.role), tb->lanes.size(),
-                prm.pages_per_io, prm.page_size, prm.max_pages, prm.io_depth, prm.burst,
-                prm.windows_per_core, prm.verify ? "true" : "false", running ? "true" : "false");
-  return buf;
 }
 
 void App::print_stats(const char* type, int exit_status) {
   const Snapshot s = stats();
   const double secs = seconds();
   if (prm.json) {
-    std::printf("%s\n", format_json(s, secs, labels(), type, exit_status).c_str());
+    std::printf("%s\n", format_json(s, secs, labels(), type, exit_status, excused_errors).c_str());
   } else {
     std::fputs(format_text(s, secs, labels()).c_str(), stdout);
   }
@@ -623,7 +611,7 @@ Phase place_lcores(const rt::Eal& eal, App& a, Run& r) {
                                   " (give more with -l, e.g. -l 0-" +
                                   std::to_string(a.prm.nb_cores) + ")");
   }
-  r.threaded_emu = device_kind(a.prm) == DeviceKind::kEmuThreaded;
+  r.threaded_emu = endpoint::device_kind(a.prm.device) == endpoint::DeviceKind::kEmuThreaded;
   auto topo = rt::discover_topology();
   if (topo) {
     const rt::DeviceLocality loc = rt::emu_device_locality(0);
@@ -795,11 +783,10 @@ struct Segment {
 Batch batch_of(const Params& p) {
   Batch b;
   b.serve_on = p.role == Role::kServer && p.serve_clients != 1;
-  const bool on_network =
-      device_kind(p) == DeviceKind::kMlx5 || p.device.find("@roce:") != std::string::npos;
-  b.reconnect_for = p.role != Role::kClient ? 0
-                    : p.reconnect_for >= 0  ? p.reconnect_for
-                                            : (on_network ? 10.0 : 0.0);
+  b.reconnect_for = p.role != Role::kClient                 ? 0
+                    : p.reconnect_for >= 0                  ? p.reconnect_for
+                    : endpoint::device_on_network(p.device) ? 10.0
+                                                            : 0.0;
   return b;
 }
 

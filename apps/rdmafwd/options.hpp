@@ -16,7 +16,7 @@ namespace rdmafwd {
 // What an option's value is.
 enum class ArgKind : uint8_t {
   kFlag,     // no value: sets its bool field to OptionDef::flag_value
-  kNumber,   // an unsigned integer in [lo, hi] (decimal, 0x hex or 0 octal)
+  kNumber,   // an unsigned decimal integer in [lo, hi], without leading zeros
   kSeconds,  // a non-negative number of seconds
   kText,     // a non-empty word
   kCustom,   // parsed by OptionDef::parse

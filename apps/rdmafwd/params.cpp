@@ -33,11 +33,15 @@ const char* role_name(Role r) noexcept {
 
 namespace {
 
+// Decimal only: `--burst 010` is refused rather than read as octal 8 (as base 0 would), and
+// `0x10` too (doc/guides/rdmafwd.md, "Options").
 bool to_u64(const std::string& s, uint64_t& out) {
-  if (s.empty() || s[0] == '-') return false;
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return false;
+  for (char ch : s)
+    if (ch < '0' || ch > '9') return false;
   errno = 0;
   char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (errno != 0 || end == s.c_str() || *end != '\0') return false;
   out = v;
   return true;
@@ -430,6 +434,10 @@ const OptionDef kOptionTable[] = {
     {"forge-handle-every", 0, "N", K::kNumber, &Params::forge_handle_every, 1, UINT64_MAX, false,
      "tests: an rpc client sends a forged file handle every N calls\n"
      "(the server must answer NFS3ERR_BADHANDLE and serve on)"},
+    {"forge-twin-every", 0, "N", K::kNumber, &Params::forge_twin_every, 1, UINT64_MAX, false,
+     "tests: an rpc client sends every N-th READ call twice for\n"
+     "its slot, back to back (the server must not rewrite a reply\n"
+     "in flight); needs --rpc-remote-invalidate off"},
     {"help", 'h', nullptr, K::kHelp, {}, 0, 0, false, "this text"},
 };
 
@@ -483,8 +491,8 @@ std::string apply_option(const OptionDef& o, const std::string& name, const std:
     case K::kNumber: {
       uint64_t n = 0;
       if (!to_u64(v, n) || n < o.lo || n > o.hi)
-        return "option " + name + ": '" + v + "' is not a number in " + std::to_string(o.lo) +
-               ".." + std::to_string(o.hi);
+        return "option " + name + ": '" + v + "' is not a decimal number in " +
+               std::to_string(o.lo) + ".." + std::to_string(o.hi);
       if (auto* f = std::get_if<uint32_t Params::*>(&o.field)) p.*(*f) = static_cast<uint32_t>(n);
       if (auto* f = std::get_if<uint64_t Params::*>(&o.field)) p.*(*f) = n;
       return o.parse ? o.parse(o, name, v, p) : "";
@@ -660,7 +668,7 @@ std::string check_sizes(const Params& p) {
 }
 
 // The network options: --listen/--peer and what needs them.
-std::string check_network(const Params& p, DeviceKind dk) {
+std::string check_network(const Params& p, endpoint::DeviceKind dk) {
   const bool tcp = !p.listen.empty() || !p.peer.empty();
   if (!p.listen.empty() && p.role != Role::kServer)
     return "--listen is for the server (--role server)";
@@ -670,14 +678,14 @@ std::string check_network(const Params& p, DeviceKind dk) {
     return "--max-refusals is for the server (--role server)";
   if (p.isolate && p.role != Role::kServer) return "--isolate is for the server (--role server)";
   if (p.cm && !tcp) return "--cm is for two processes meeting over --listen/--peer";
-  if (p.cm && dk != DeviceKind::kMlx5)
+  if (p.cm && dk != endpoint::DeviceKind::kMlx5)
     return "--cm connects the QPs through rdma_cm: an mlx5 device only (--device mlx5_N); emu "
            "devices meet over the TCP rendezvous alone";
   if (p.reconnect_for > 0 && p.peer.empty())
     return "--reconnect-for is for a client that meets its server over TCP (--role client "
            "--peer HOST[:PORT])";
   // A server that restarts makes a new shared-memory wire: only a client on a network finds it.
-  const bool on_network = dk == DeviceKind::kMlx5 || p.device.find("@roce:") != std::string::npos;
+  const bool on_network = endpoint::device_on_network(p.device);
   if (p.reconnect_for > 0 && !on_network)
     return "--reconnect-for needs a device on a network (emu@roce:ADDR or mlx5): a restarted "
            "server makes a new emu shared-memory wire";
@@ -687,14 +695,13 @@ std::string check_network(const Params& p, DeviceKind dk) {
     return "--serve-clients is for a server of one client at a time (not with --clients)";
   // emu's shared-memory wire is one link to one client process: a client killed holds its side
   // of the wire to the end. Over a network the next client reaches the same QPs.
-  if (p.serve_clients != 1 && dk != DeviceKind::kMlx5 &&
-      p.device.find("@roce:") == std::string::npos)
+  if (p.serve_clients != 1 && !on_network)
     return "--serve-clients " + std::to_string(p.serve_clients) +
            " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
            "joins one client process";
   if (p.clients > 1 && p.listen.empty())
     return "--clients is for a server that listens (--role server --listen [ADDR:]PORT)";
-  if (p.clients > 1 && dk != DeviceKind::kMlx5 && p.device.find("@roce:") == std::string::npos)
+  if (p.clients > 1 && !on_network)
     return "--clients " + std::to_string(p.clients) +
            " needs a device on a network (emu@roce:ADDR or mlx5): emu's shared-memory wire "
            "joins two processes";
@@ -724,14 +731,14 @@ std::string check_roles(const Params& p, const Engine* e) {
 }
 
 // What the device can do: emu-inline, emu-sink, faults.
-std::string check_device(const Params& p, DeviceKind dk, const Engine* e) {
-  if (dk == DeviceKind::kEmuInline)
+std::string check_device(const Params& p, endpoint::DeviceKind dk, const Engine* e) {
+  if (dk == endpoint::DeviceKind::kEmuInline)
     return "--device emu-inline runs the device on the doorbell, in one thread; rdmafwd's lanes "
            "run on their own lcores: use --device emu (threaded)";
-  if (dk == DeviceKind::kEmuSink && e->needs_data) {
+  if (dk == endpoint::DeviceKind::kEmuSink && e->needs_data) {
     return "--device emu-sink moves no data: --fwd " + p.fwd + " needs --device emu";
   }
-  if (p.fault_every && (p.role != Role::kBoth || dk == DeviceKind::kMlx5))
+  if (p.fault_every && (p.role != Role::kBoth || dk == endpoint::DeviceKind::kMlx5))
     return "--fault-every injects emulated-device faults: single-process --device emu only";
   if (p.fault_every && p.strict)
     return "--fault-every recovers QPs through the control path (system calls): not with "
@@ -743,17 +750,20 @@ std::string check_device(const Params& p, DeviceKind dk, const Engine* e) {
 }  // namespace
 
 std::string check_params(const Params& p) {
-  const DeviceKind dk = device_kind(p);
+  const endpoint::DeviceKind dk = endpoint::device_kind(p.device);
   const Engine* e = find_engine(p.fwd);
   if (!e) return "unknown forwarding mode '" + p.fwd + "'";
+  // The first reply's SEND_WITH_INV would invalidate the window the second call names.
+  if (p.forge_twin_every && p.rpc_remote_invalidate)
+    return "--forge-twin-every needs --rpc-remote-invalidate off";
   for (std::string m :
        {check_sizes(p), check_network(p, dk), check_roles(p, e), check_device(p, dk, e)})
     if (!m.empty()) return m;
   return "";
 }
 
-DeviceKind device_kind(const Params& p) {
-  return endpoint::device_kind(p.device);
+bool verifies(const Params& p) {
+  return p.verify && !endpoint::device_is_sink(p.device);
 }
 
 }  // namespace rdmafwd

@@ -104,6 +104,8 @@ struct Params {
                                     // key byte of the server's rkey every N one-sided ops
   uint64_t forge_handle_every = 0;  // hidden (tests): an rpc client flips a byte of the file
                                     // handle the server handed out in every N-th call
+  uint64_t forge_twin_every = 0;    // hidden (tests): an rpc client sends every N-th READ call
+                                    // twice for its slot (a second xid) in one burst
   // --rpc-remote-invalidate on|off (rpc client): offer remote invalidation in the RFC 8797
   // private data of the hello (off: the server replies with plain SENDs and the client
   // invalidates each call's windows itself).
@@ -142,10 +144,10 @@ std::string usage_error_text(const std::string& prog, const std::string& msg);
 // Checks that hold between options (also after `set ...`). Empty when fine.
 std::string check_params(const Params& p);
 
-// What --device names (lib/endpoint's grammar). kNone: it names no device; make_testbed then
-// fails with kNoDevice (exit 3).
-using DeviceKind = endpoint::DeviceKind;
-DeviceKind device_kind(const Params& p);
+// Whether the lanes verify payloads: --verify (the default), and a device that moves them (a
+// sink completes WQEs without effect: nothing to check). What `show config`, telemetry's
+// /rdmafwd/config and the lanes use.
+bool verifies(const Params& p);
 
 // ---- Counters written by one poll lcore ------------------------------------------------------
 // One writer (its poll lcore: relaxed load + store, a plain mov on x86), any number of readers.
@@ -213,6 +215,10 @@ struct alignas(64) LaneCounters {
   // Server (rpc): calls answered NFS3ERR_BADHANDLE (another file handle than the one this
   // server handed out); the client is served on. The peer's doing: not an error here.
   Counter bad_handles;
+  // Server (rpc): calls for a slot whose previous reply was still being sent, held until that
+  // SEND completed and then served (two calls for one slot at once: a client ignoring the
+  // protocol; a lost acknowledgement on a lossy link). Not an error.
+  Counter calls_waited;
   // Client (rpc): replies handed on before every window of their call was invalid on the device
   // (engines/rpc.cpp, finish_call). Always 0 unless the engine has a bug.
   Counter early_replies;
@@ -263,6 +269,7 @@ struct RunConfig {
   uint64_t corrupt_every = 0;
   uint64_t forge_rkey_every = 0;
   uint64_t forge_handle_every = 0;
+  uint64_t forge_twin_every = 0;
   uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
   uint64_t fault_every = 0;
   uint32_t fault_kinds = 0;
@@ -349,16 +356,25 @@ struct Lane {
     uint64_t inv_base = 0;
     bool inv_posted = false, left_mapped = false;
     bool forged = false;  // --forge-handle-every: the call carries a forged file handle
+    // --forge-twin-every: the second call's xid (0: none), whether its reply and the first
+    // call's are still due, and whether the second's reply was bad.
+    uint32_t twin_xid = 0;
+    bool twin_due = false, first_due = false, twin_bad = false;
     uint64_t inv_fence = 0;
   };
   std::vector<Slot> slots;            // client side
   std::vector<Slot> srv;              // server side (by client slot)
   std::vector<win::Window*> targets;  // write/read: the peer's persistent windows
-  std::vector<uint64_t> ring;         // umr: issue TSC per I/O number
   std::vector<uint32_t> free_slots;
   uint32_t n_free = 0;
   uint64_t issued = 0, completed = 0, seq = 0, srv_count = 0, sink_seq = 0;
-  uint64_t umr_base = 0;
+  // --fwd umr (engines/umr.cpp): the issue TSC of each I/O in flight, by I/O number modulo
+  // io-depth, and the client core's UMR completion counter when I/O number 0 was issued (two
+  // UMRs per I/O complete in SQ order: the counter tells how many I/Os completed).
+  struct UmrState {
+    std::vector<uint64_t> issue_tsc;
+    uint64_t umr_base = 0;
+  } umr;
   int64_t credits = 0;                // relay: messages the source may still inject
   std::vector<win::Window*> unmap_q;  // unmaps refused for lack of SQ room, retried
   uint32_t unmap_n = 0;
@@ -381,6 +397,20 @@ struct Lane {
   // completed, and the SQ producer past each one's last such SEND (engines/rpc.cpp, hold_extra).
   uint32_t p_recv_held = 0;
   std::vector<uint64_t> extra_end;
+  // rpc server: by client slot, the SQ producer past the slot's last reply SEND (signaled);
+  // the calls for a slot still in service (its WRITE's RDMA READ running, its last reply's SEND
+  // not completed, an earlier call waiting), served in arrival order once it is free
+  // (engines/rpc.cpp, serve_waiting): a FIFO of io-depth (the credits bound it), `waiting_for`
+  // counts each slot's.
+  struct WaitingCall {
+    rpcrdma::Segment seg;
+    uint64_t tsc = 0;
+    uint32_t slot = 0, xid = 0, count = 0, proc = 0;
+  };
+  std::vector<uint64_t> reply_end;
+  std::vector<WaitingCall> waiting;
+  std::vector<uint32_t> waiting_for;
+  uint32_t waiting_head = 0, n_waiting = 0;
   uint64_t rpc_errors_sent = 0;  // server: calls answered with RDMA_ERROR (header refused)
   bool draining = false;
   bool failed = false;  // a QP went to error: issue nothing more until recovered

@@ -91,7 +91,7 @@ struct SideSizes {
 
 // Pages of one side for `lanes` lanes.
 uint32_t side_pages(const Params& p, uint32_t recv_pages, unsigned lanes) {
-  const uint32_t small = (2 * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
+  const uint32_t small = (kSmallPerSlot * p.io_depth * kSmall + p.page_size - 1) / p.page_size;
   // A server's p has twice the receive slots (a relay client: see Lane::p_recv_n).
   const uint32_t recv = (p.role == Role::kServer ? 2 : 1) * recv_pages;
   const uint32_t md = 2 * metadata_pages(p.pages_per_io, p.metadata, p.page_size);
@@ -337,7 +337,7 @@ struct LaneBuilder {
     return c;
   }
   Result<uint64_t> small_bufs(Carver& cv, const Lane& l) {
-    return cv.take((2 * l.depth * kSmall + p.page_size - 1) / p.page_size);
+    return cv.take((kSmallPerSlot * l.depth * kSmall + p.page_size - 1) / p.page_size);
   }
   // Side A: client c (and sink s in one process): scattered source/destination pages.
   Status side_a(Lane& l, unsigned i) {
@@ -407,7 +407,7 @@ struct LaneBuilder {
     l.slots.resize(l.depth);
     l.srv.resize(l.depth);
     l.targets.resize(l.depth);
-    l.ring.resize(l.depth);
+    l.umr.issue_tsc.resize(l.depth);
     l.free_slots.resize(l.depth);
     l.unmap_q.resize(size_t{l.depth} * 2 + 4);
     l.p_recv_n = l.depth;
@@ -955,7 +955,7 @@ Result<endpoint::Session> tcp_client_hello(Params& p, unsigned lanes, const Say&
   RDMX_TRY_ASSIGN(endpoint::Session s, endpoint::Session::client(std::move(ch), hello));
   RDMX_TRY(s.await(endpoint::SessionEvent::kWelcome, kStep));
   if (const std::string* wire = endpoint::field(s.welcome_fields(), "wire")) p.wire = *wire;
-  if (device_kind(p) != DeviceKind::kMlx5 && p.wire.empty())
+  if (endpoint::device_kind(p.device) != endpoint::DeviceKind::kMlx5 && p.wire.empty())
     return make_error(Errc::kProtocol,
                       "server " + s.peer() + " named no emu wire (is it running on --device emu?)");
   return s;

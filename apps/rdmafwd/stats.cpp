@@ -82,6 +82,7 @@ void LaneSnap::take(const Lane& l) {
   bad_handles = c.bad_handles.get();
   early_replies = c.early_replies.get();
   local_invalidations = c.local_invalidations.get();
+  calls_waited = c.calls_waited.get();
   refused = 0;
   win = {};
   for (auto [dev, k] : {std::pair{l.dev_a, l.c}, std::pair{l.dev_a, l.s}, std::pair{l.dev_b, l.p},
@@ -104,7 +105,7 @@ void LaneSnap::take(const Lane& l) {
 #define RDMAFWD_FIELDS(X)                                                                       \
   X(ios) X(bytes) X(io_errors) X(verify_fail) X(rejected) X(corrupted) X(issued) X(abandoned)  \
   X(faults_injected) X(faults_recovered) X(fault_ios) X(dead) X(refused) X(refused_requests)   \
-  X(bad_handles) X(early_replies) X(local_invalidations)
+  X(bad_handles) X(early_replies) X(local_invalidations) X(calls_waited)
 // clang-format on
 
 #define RDMAFWD_GAUGES(X) X(in_flight) X(lost)
@@ -238,6 +239,7 @@ const std::vector<StatField>& stat_fields() {
       {"/faults/core_recoveries", nullptr, nullptr, nullptr, "faults", K::kCounter,
        U(s.win.recoveries)},
       {"/corrupted", nullptr, nullptr, nullptr, "faults", K::kCounter, U(s.corrupted)},
+      {"/calls_waited", nullptr, "calls_waited", nullptr, "io", K::kCounter, U(s.calls_waited)},
   };
   return t;
 }
@@ -383,7 +385,7 @@ std::string format_text(const Snapshot& s, double secs, const Labels& lb) {
 }
 
 std::string format_json(const Snapshot& s, double secs, const Labels& lb, const char* type,
-                        int exit_status) {
+                        int exit_status, uint64_t excused) {
   nlohmann::ordered_json j;
   j["type"] = type;
   j["fwd"] = lb.fwd;
@@ -395,6 +397,7 @@ std::string format_json(const Snapshot& s, double secs, const Labels& lb, const 
   j["lanes"] = nlohmann::ordered_json::array();
   for (const LaneSnap& l : s.lanes) j["lanes"].push_back(json_lane(l, secs));
   j["total"] = json_lane(s.total(), secs);
+  j["total"]["errors"]["excused"] = excused;
   // Labels come from the command line: never let a byte there break the line.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

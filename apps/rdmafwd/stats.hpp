@@ -23,6 +23,8 @@ struct LaneSnap {
   // replies the client handed on before their windows were invalid (in errors()).
   uint64_t bad_handles = 0, early_replies = 0;
   uint64_t local_invalidations = 0;  // rpc client: chunk windows it invalidated itself
+  // rpc server: calls that waited for their slot's previous reply to be sent (not an error).
+  uint64_t calls_waited = 0;
   // Gauges (the lane's state when the snapshot was taken; not subtracted by diff()): I/Os issued
   // and neither completed nor counted as failed (fault, abandoned). While the lane runs they are
   // in flight; once its drain ended they are lost (always 0 unless rdmafwd has a bug). 0 where
@@ -83,8 +85,10 @@ const std::vector<StatField>& stat_fields();
 
 // Final / `show stats` block. `seconds`: forwarding time the counters cover.
 std::string format_text(const Snapshot& s, double seconds, const Labels& lb);
+// `excused`: the total's errors a reconnect excused (App::excused_errors), as errors.excused:
+// errors.total - errors.excused are the errors the exit status counts.
 std::string format_json(const Snapshot& s, double seconds, const Labels& lb, const char* type,
-                        int exit_status = -1);
+                        int exit_status = -1, uint64_t excused = 0);
 // One periodic line per lane (+ total when more than one lane).
 std::string format_period(const Snapshot& delta, double seconds, double at, const Labels& lb);
 

@@ -73,7 +73,7 @@ int cmd_config(const char*, const char*, rte_tel_data* d) {
   rte_tel_data_add_dict_u64(d, "io_depth", a.prm.io_depth);
   rte_tel_data_add_dict_u64(d, "burst", a.prm.burst);
   rte_tel_data_add_dict_u64(d, "windows_per_core", a.prm.windows_per_core);
-  rte_tel_data_add_dict_u64(d, "verify", a.prm.verify ? 1 : 0);
+  rte_tel_data_add_dict_u64(d, "verify", verifies(a.prm) ? 1 : 0);  // what runs
   rte_tel_data_add_dict_u64(d, "running", a.running ? 1 : 0);
   return 0;
 }

@@ -290,6 +290,15 @@ DeviceKind device_kind(std::string_view spec) noexcept {
   return DeviceKind::kEmuThreaded;
 }
 
+bool device_on_network(std::string_view spec) noexcept {
+  auto s = parse_device_spec(spec, nullptr);
+  return s && (s.value().backend == Backend::kMlx5 || is_roce(s.value().wire));
+}
+
+bool device_is_sink(std::string_view spec) noexcept {
+  return device_kind(spec) == DeviceKind::kEmuSink;
+}
+
 const char* device_kind_name(DeviceKind k) noexcept {
   switch (k) {
     case DeviceKind::kEmuThreaded:

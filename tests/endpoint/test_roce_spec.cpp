@@ -28,6 +28,26 @@ TEST(RoceSpec, WireAndOptions) {
   EXPECT_EQ(o.emu.timers.retry_cnt, 3);
 }
 
+// The questions applications ask of a spec (rdmafwd's option checks) come from the grammar,
+// never from searching the string.
+TEST(RoceSpec, NetworkAndSink) {
+  EXPECT_TRUE(device_on_network("emu@roce:127.0.9.1"));
+  EXPECT_TRUE(device_on_network("emu-sink@roce:127.0.9.1,mtu=2048"));
+  EXPECT_TRUE(device_on_network("mlx5"));
+  EXPECT_TRUE(device_on_network("mlx5_3,port=2"));
+  EXPECT_FALSE(device_on_network("emu"));
+  EXPECT_FALSE(device_on_network("emu@shm:roce"));
+  EXPECT_FALSE(device_on_network("emu-inline"));
+  EXPECT_FALSE(device_on_network("mlx5_0@roce:127.0.9.1"));        // malformed: emu only
+  EXPECT_FALSE(device_on_network("emu@roce:127.0.9.1,loss=100"));  // malformed option
+  EXPECT_TRUE(device_is_sink("emu-sink"));
+  EXPECT_TRUE(device_is_sink("emu-sink:wqe512"));
+  EXPECT_TRUE(device_is_sink("emu-sink@roce:127.0.9.1"));
+  EXPECT_FALSE(device_is_sink("emu"));
+  EXPECT_FALSE(device_is_sink("mlx5"));
+  EXPECT_FALSE(device_is_sink("emu-sink,bogus=1"));
+}
+
 TEST(RoceSpec, Refusals) {
   const struct {
     const char* spec;

@@ -30,6 +30,10 @@ enum : uint8_t {
 // 32-byte handle rdmafwd's server hands out 148, a READ call 140, the replies 96 (READ) and 80
 // (WRITE) (test_peer_checks measures each).
 inline constexpr uint32_t kSmall = 256;
+// kSmall buffers per slot of a lane's small area: client c_small: the request, the reply's
+// receive, the second request of --forge-twin-every (tests); server p_small: the reply, the
+// reply that belongs to no slot (by receive slot).
+inline constexpr uint32_t kSmallPerSlot = 3;
 
 inline uint32_t io_len(const Lane& l) noexcept {
   return l.cfg.pages * l.page_size;

@@ -19,6 +19,8 @@
 //                       (the only verdict that does not drop it)
 //   offset              a slot's start: a multiple of max_len, slot < depth   kSlot
 //   slot                not waiting for the RDMA READ of an earlier WRITE     kSlotBusy
+//                       (when `busy` says so: rdmafwd's rpc server never
+//                       does, it queues such a call until the slot is free)
 //   count               1 .. max_len; with metadata whole page-sized blocks   kLen
 //   READ chunks         no Read list, no Reply chunk, one Write chunk of one  kChunk
 //                       segment at least count + blocks x metadata long

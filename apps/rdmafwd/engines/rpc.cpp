@@ -71,6 +71,10 @@ uint64_t req_buf(const Lane& l, uint32_t slot) {
 uint64_t reply_recv_buf(const Lane& l, uint32_t k) {
   return l.c_small + uint64_t{l.depth + k} * kSmall;
 }
+// --forge-twin-every (tests): the second request of a slot's call.
+uint64_t twin_req_buf(const Lane& l, uint32_t slot) {
+  return l.c_small + uint64_t{2 * l.depth + slot} * kSmall;
+}
 uint64_t srv_reply_buf(const Lane& l, uint32_t slot) {
   return l.p_small + uint64_t{slot} * kSmall;
 }
@@ -134,6 +138,10 @@ bool start(Lane& l) {
     l.srv_outstanding = 0;
     l.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
     l.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
+    l.reply_end.assign(l.depth, 0);
+    l.waiting.assign(l.depth, Lane::WaitingCall{});
+    l.waiting_for.assign(l.depth, 0);
+    l.waiting_head = l.n_waiting = 0;
   }
   return true;
 }
@@ -149,6 +157,12 @@ void flip(Lane& l, uint32_t s, bool dst) {
           ? reinterpret_cast<uint8_t*>((dst ? l.p_md_dst : l.p_md_src).slot(s)[0]) + md_len / 2
           : reinterpret_cast<uint8_t*>((dst ? l.p_dst : l.p_src).slot(s)[0]) + len / 2;
   *b ^= 0x5a;
+}
+
+// Slot s's reply buffer is still being sent: its last reply's SEND has not completed (the
+// device may read it again, to send it again after a lost acknowledgement).
+bool reply_in_flight(const Lane& l, uint32_t s) {
+  return l.p->qp().sq().ci() < l.reply_end[s];
 }
 
 // The credits the server grants: its receive slots posted for the client (RFC 8166 3.3.1):
@@ -188,11 +202,12 @@ void send_extra(Lane& l, uint32_t k, uint32_t bytes) {
   l.extra_end[k] = l.p->qp().sq().pi();
 }
 
-// SENDs `bytes` of `buf`: as SEND_WITH_INV naming `inv_rkey` when it is not 0.
+// SENDs `bytes` of `buf`, signaled (its completion frees the buffer, reply_in_flight): as
+// SEND_WITH_INV naming `inv_rkey` when it is not 0.
 bool server_send(Lane& l, uint64_t buf, uint32_t bytes, uint32_t inv_rkey, uint64_t ck) {
   const mlx5::prm::Sge sg = sge(buf, bytes, l.lkey_b);
-  const Errc e =
-      inv_rkey ? l.p->post_send_inv({&sg, 1}, inv_rkey, ck) : l.p->post_send({&sg, 1}, ck);
+  const Errc e = inv_rkey ? l.p->post_send_inv({&sg, 1}, inv_rkey, ck, true)
+                          : l.p->post_send({&sg, 1}, ck, true);
   if (e != Errc::kOk) {
     note_reject(l, e);
     io_failed(l);
@@ -205,6 +220,7 @@ bool server_send(Lane& l, uint64_t buf, uint32_t bytes, uint32_t inv_rkey, uint6
 // RFC 8166 3.6), the ONC RPC accepted reply and the NFSv3 results.
 void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* written) {
   Lane::Slot& v = l.srv[s];
+  if (reply_in_flight(l, s)) l.st.io_errors.add(1);  // never: server_request holds such a call
   rr::Header h;
   h.xid = static_cast<uint32_t>(v.seq);
   h.credits = grant(l);
@@ -234,6 +250,7 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
   // the client invalidates its window itself.
   const uint32_t inv = l.rpc.server.may_invalidate_peer ? v.rkey : 0;
   if (!server_send(l, srv_reply_buf(l, s), r.length + m, inv, cookie(kCkSrvReply, s))) return;
+  l.reply_end[s] = l.p->qp().sq().pi();
   if (l.remote_client) io_done(l, v.tsc, rte_rdtsc(), v.len);  // served (two-process server)
 }
 
@@ -331,17 +348,16 @@ bool server_map_md(Lane& l, uint32_t s, bool rd, uint32_t xid, uint32_t blocks) 
 }
 
 // READ: the payload written into the client's Write chunk, then the reply.
-void server_read(Lane& l, uint32_t s, const rr::Segment& seg, const nfs::Call& call,
+void server_read(Lane& l, uint32_t s, const rr::Segment& seg, uint32_t xid, uint32_t count,
                  const mlx5::prm::Sge& sg, uint32_t wire) {
   win::PollCore& p = *l.p;
   Lane::Slot& v = l.srv[s];
   auto* ph = reinterpret_cast<PayloadHdr*>(l.p_src.slot(s)[0]);
   ph->magic = kPayloadMagic;
-  ph->seq = call.xid;
+  ph->seq = xid;
   ph->slot = s;
-  ph->len = call.count;
-  const Csum cs =
-      call.count == io_len(l) ? l.csums[l.depth + s] : csum_range(l.p_src.slot(s)[0], call.count);
+  ph->len = count;
+  const Csum cs = count == io_len(l) ? l.csums[l.depth + s] : csum_range(l.p_src.slot(s)[0], count);
   ph->csum_a = cs.a;
   ph->csum_b = cs.b;
   if (corrupt_now(l)) {
@@ -380,6 +396,54 @@ void server_write(Lane& l, uint32_t s, const rr::Segment& seg, const mlx5::prm::
   v.busy = true;  // until its READ completed (server_read_done): the slot is in use
 }
 
+// Slot s can take a call: no WRITE's RDMA READ into it runs, its reply buffer is not being sent.
+bool slot_free(const Lane& l, uint32_t s) {
+  return !l.srv[s].busy && !reply_in_flight(l, s);
+}
+
+// Queues a call for a slot in service. The FIFO holds io-depth: calls received and not answered
+// are fewer than the credits granted (check_rpc_call), so it is never full.
+void wait_call(Lane& l, const Lane::WaitingCall& w) {
+  if (l.n_waiting == l.depth) {  // never
+    refuse_request(l, RpcVerdict::kCredits);
+    return;
+  }
+  l.waiting[(l.waiting_head + l.n_waiting++) % l.depth] = w;
+  ++l.waiting_for[w.slot];
+  l.st.calls_waited.add(1);
+}
+
+// Serves a call accepted for slot s (server_request, or serve_waiting once the slot's last reply
+// was sent): moves the payload and replies.
+void serve_call(Lane& l, uint32_t s, const rr::Segment& seg, uint32_t xid, uint32_t count,
+                uint32_t proc, uint64_t now) {
+  Lane::Slot& v = l.srv[s];
+  if (v.op == 0xff) flip(l, s, false);  // undo the previous corruption of this slot's source
+  const bool rd = proc == nfs::kProcRead;
+  v.seq = xid;
+  v.rkey = seg.handle;
+  v.len = count;
+  v.op = static_cast<uint8_t>(proc);
+  v.tsc = now;
+  // Two processes: a request accepted is the server's I/O (served by server_reply), so that
+  // issued = completed + failed + abandoned holds on this side too.
+  if (l.remote_client) ++l.issued;
+  const uint32_t md = l.cfg.metadata;
+  const uint32_t blocks = count / l.page_size;
+  v.w = nullptr;
+  if (md && !server_map_md(l, s, rd, xid, blocks)) return;
+  // With metadata the local SGE is the window (iova 0, data + metadata interleaved).
+  const RpcLimits lim{l.depth, io_len(l), l.page_size, md, 0, {}};
+  const uint32_t wire = static_cast<uint32_t>(rpc_wire_bytes(count, lim));
+  auto local = [&](const SlotBufs& b) {
+    return v.w ? sge(0, wire, v.w->lkey()) : sge(b.slot(s)[0], count, l.lkey_b);
+  };
+  if (rd)
+    server_read(l, s, seg, xid, count, local(l.p_src), wire);
+  else
+    server_write(l, s, seg, local(l.p_dst));
+}
+
 void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   win::PollCore& p = *l.p;
   if (l.refusing) return;  // its client is being dropped: nothing more of it is read
@@ -395,9 +459,9 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
                       l.cfg.metadata, grant(l),  {l.rpc.fh.data(), l.rpc.fh_len}};
   nfs::Call call;
   uint32_t s = 0;
+  // A call for a slot still in service waits for it (slot_free): nothing is refused as busy.
   const RpcVerdict verdict = check_rpc_call(
-      h, msg.subspan(r.length), lim, l.srv_outstanding,
-      [&](uint32_t slot) { return l.srv[slot].busy; }, call, s);
+      h, msg.subspan(r.length), lim, l.srv_outstanding, [](uint32_t) { return false; }, call, s);
   if (verdict == RpcVerdict::kHandle) {
     server_bad_handle(l, k, call);
     return;
@@ -410,35 +474,37 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
     server_bye_reply(l, k, h.xid);
     return;
   }
-  // The receive slot is free again: the call is decoded.
+  // The receive slot is free again: the call is decoded (what it asks is copied out).
   if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
-  ++l.srv_outstanding;
-  Lane::Slot& v = l.srv[s];
-  if (v.op == 0xff) flip(l, s, false);  // undo the previous corruption of this slot's source
-  const bool rd = call.proc == nfs::kProcRead;
-  const rr::Segment seg = rd ? h.writes[0].segments[0] : h.reads[0].target;
-  v.seq = call.xid;
-  v.rkey = seg.handle;
-  v.len = call.count;
-  v.op = static_cast<uint8_t>(call.proc);
-  v.tsc = now;
-  // Two processes: a request accepted is the server's I/O (served by server_reply), so that
-  // issued = completed + failed + abandoned holds on this side too.
-  if (l.remote_client) ++l.issued;
-  const uint32_t md = l.cfg.metadata;
-  const uint32_t blocks = call.count / l.page_size;
-  v.w = nullptr;
-  if (md && !server_map_md(l, s, rd, call.xid, blocks)) return;
-  // With metadata the local SGE is the window (iova 0, data + metadata interleaved).
-  const uint32_t wire = static_cast<uint32_t>(rpc_wire_bytes(call.count, lim));
-  auto local = [&](const SlotBufs& b) {
-    return v.w ? sge(0, wire, v.w->lkey()) : sge(b.slot(s)[0], call.count, l.lkey_b);
-  };
-  if (rd)
-    server_read(l, s, seg, call, local(l.p_src), wire);
-  else
-    server_write(l, s, seg, local(l.p_dst));
+  ++l.srv_outstanding;  // until its reply: counted against the credits while it waits too
+  const rr::Segment seg = call.proc == nfs::kProcRead ? h.writes[0].segments[0] : h.reads[0].target;
+  // The slot is still in service: its WRITE's RDMA READ runs, or its reply buffer (and a READ's
+  // source header) is still being sent, or an earlier call waits for it. A client may send a
+  // call for a slot as soon as it has the previous reply (the acknowledgement of that SEND may
+  // come later, or be lost), or, ignoring the protocol, sooner; rewriting the buffers now would
+  // change what the device sends. The call waits (counted) and the others are served. Linux's
+  // server: svc_rdma_send_ctxt_get (net/sunrpc/xprtrdma/svc_rdma_sendto.c) only hands out a send
+  // buffer that svc_rdma_wc_send returned, once its SEND completed.
+  if (!slot_free(l, s) || l.waiting_for[s] != 0) {
+    wait_call(l, {seg, now, s, call.xid, call.count, call.proc});
+    return;
+  }
+  serve_call(l, s, seg, call.xid, call.count, call.proc, now);
+}
+
+// The calls that waited for their slot, in arrival order, while the first one's slot is free.
+bool serve_waiting(Lane& l) {
+  bool any = false;
+  while (l.n_waiting && slot_free(l, l.waiting[l.waiting_head].slot)) {
+    const Lane::WaitingCall w = l.waiting[l.waiting_head];
+    l.waiting_head = (l.waiting_head + 1) % l.depth;
+    --l.n_waiting;
+    --l.waiting_for[w.slot];
+    serve_call(l, w.slot, w.seg, w.xid, w.count, w.proc, w.tsc);
+    any = true;
+  }
+  return any;
 }
 
 void server_read_done(Lane& l, uint32_t s) {
@@ -487,18 +553,21 @@ bool server_poll(Lane& l, uint64_t now) {
     }
   });
   if (p.qp().in_error() && !l.failed && !l.st.peer_bye.get()) io_failed(l);
-  if (n) p.flush();
-  return n > 0;
+  const bool served = l.n_waiting && serve_waiting(l);
+  if (n || served) p.flush();
+  return n > 0 || served;
 }
 
 // ---- client ------------------------------------------------------------------------------------
-// The slot whose call has `xid` and no reply yet (Slot::done_seq == seq once its reply came); -1
-// when none. At most io-depth slots to look at.
-int find_call(const Lane& l, uint32_t xid) {
+// The slot whose call has `xid` and no reply yet (Slot::first_due), or (`twin`) whose second
+// call of --forge-twin-every has it (Slot::twin_due); -1 when none. At most io-depth slots to
+// look at.
+int find_call(const Lane& l, uint32_t xid, bool& twin) {
   for (uint32_t s = 0; s < l.depth; ++s) {
     const Lane::Slot& sl = l.slots[s];
-    if (sl.busy && sl.done_seq != sl.seq && static_cast<uint32_t>(sl.seq) == xid)
-      return static_cast<int>(s);
+    if (!sl.busy) continue;
+    twin = sl.twin_due && sl.twin_xid == xid;
+    if (twin || (sl.first_due && static_cast<uint32_t>(sl.seq) == xid)) return static_cast<int>(s);
   }
   return -1;
 }
@@ -569,7 +638,8 @@ void client_reply(Lane& l, const mlx5::Completion& x) {
                                      std::min(x.byte_len, kSmall));
   rr::Header h;
   const rr::CodecResult r = rr::decode(msg, h, rr::Role::kReply, l.rpc.client.inline_recv);
-  const int found = r.ok() ? find_call(l, h.xid) : -1;
+  bool twin = false;
+  const int found = r.ok() ? find_call(l, h.xid, twin) : -1;
   const uint8_t verdict =
       found < 0 ? kReplyBad
                 : check_reply(l, static_cast<uint32_t>(found), h, msg.subspan(r.length));
@@ -583,7 +653,16 @@ void client_reply(Lane& l, const mlx5::Completion& x) {
   const uint32_t s = static_cast<uint32_t>(found);
   --l.outstanding;
   l.granted = std::clamp(h.credits, 1u, l.depth);  // a grant of 0 would stall: at least one
-  l.slots[s].expect_a = verdict;
+  Lane::Slot& sl = l.slots[s];
+  if (twin) {
+    sl.twin_due = false;
+    sl.twin_bad = verdict != kReplyGood;
+  } else {
+    sl.first_due = false;
+    sl.expect_a = verdict;
+  }
+  if (sl.first_due || sl.twin_due) return;  // --forge-twin-every: the other reply is due
+  if (sl.twin_bad && sl.expect_a == kReplyGood) sl.expect_a = kReplyBad;
   retire_call(l, s, &x);
 }
 
@@ -611,13 +690,13 @@ void finish_call(Lane& l, uint32_t s, uint64_t now) {
   if (l.cfg.verify) {
     bool good = sl.expect_a == kReplyGood;
     if (good && sl.op == nfs::kProcRead) {
+      // Twice called (--forge-twin-every): the second call's payload landed last.
+      const uint32_t xid = sl.twin_xid ? sl.twin_xid : static_cast<uint32_t>(sl.seq);
       const auto* h = reinterpret_cast<const PayloadHdr*>(l.c_dst.slot(s)[0]);
       const Csum cs = csum_pages(l.c_dst.slot(s), l.page_size, sl.len);
-      good = h->magic == kPayloadMagic && h->seq == static_cast<uint32_t>(sl.seq) &&
-             cs.a == h->csum_a && cs.b == h->csum_b;
+      good = h->magic == kPayloadMagic && h->seq == xid && cs.a == h->csum_a && cs.b == h->csum_b;
       if (l.cfg.metadata)
-        good = good && md_ok(l.c_md_dst.slot(s)[0], l.cfg.metadata, sl.len / l.page_size,
-                             static_cast<uint32_t>(sl.seq));
+        good = good && md_ok(l.c_md_dst.slot(s)[0], l.cfg.metadata, sl.len / l.page_size, xid);
     }
     if (!good && sl.expect_a != kReplyBad) l.st.verify_fail.add(1);
   }
@@ -659,11 +738,13 @@ bool client_poll(Lane& l, uint64_t now) {
   return n > 0 || done;
 }
 
-// Encodes slot s's call (transport header with its chunk `seg`, ONC RPC call, NFSv3 arguments)
-// into its request buffer: the bytes, 0 if it did not fit (it always does: kSmall).
-uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr::Segment& seg) {
+// Encodes slot s's call `xid` (transport header with its chunk `seg`, ONC RPC call, NFSv3
+// arguments) into the request buffer at `buf_addr`: the bytes, 0 if it did not fit (it always
+// does: kSmall).
+uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr::Segment& seg,
+                     uint64_t buf_addr, uint32_t xid) {
   rr::Header h;
-  h.xid = static_cast<uint32_t>(seq);
+  h.xid = xid;
   h.credits = l.depth;  // asked: as many as the client has slots
   h.proc = rr::Proc::kMsg;
   if (proc == nfs::kProcRead) {
@@ -674,7 +755,7 @@ uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr:
     h.n_reads = 1;
     h.reads[0] = {nfs::write_data_position(l.rpc.fh_len), seg};  // RFC 8267 4: the data's position
   }
-  const std::span<uint8_t> buf = small_span(req_buf(l, s));
+  const std::span<uint8_t> buf = small_span(buf_addr);
   const rr::CodecResult r = rr::encode(h, buf, rr::Role::kCall, l.rpc.client.inline_send);
   if (!r.ok()) return 0;
   // The file handle the server handed out; --forge-handle-every (tests): one byte flipped.
@@ -695,6 +776,21 @@ uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr:
   call.data_len = proc == nfs::kProcWrite ? call.count : 0;
   const uint32_t m = nfs::encode_call(call, buf.subspan(r.length));
   return m ? r.length + m : 0;
+}
+
+// --forge-twin-every (tests): a client ignoring the protocol sends slot s's READ call again
+// right behind it, under another xid (~seq) and within its credits: the server gets a second
+// call for the slot before the first reply's SEND completed. Both replies are awaited.
+void send_twin(Lane& l, uint32_t s, const rr::Segment& seg) {
+  Lane::Slot& sl = l.slots[s];
+  if (l.outstanding >= l.granted) return;
+  const uint32_t xid = ~static_cast<uint32_t>(sl.seq);
+  const uint32_t bytes = encode_call(l, s, nfs::kProcRead, sl.seq, seg, twin_req_buf(l, s), xid);
+  const mlx5::prm::Sge sg = sge(twin_req_buf(l, s), bytes, l.lkey_a);
+  if (bytes == 0 || l.c->post_send({&sg, 1}, cookie(kCkReq, s)) != Errc::kOk) return;
+  sl.twin_xid = xid;
+  sl.twin_due = true;
+  ++l.outstanding;
 }
 
 uint32_t client_issue(Lane& l, uint64_t now) {
@@ -747,7 +843,11 @@ uint32_t client_issue(Lane& l, uint64_t now) {
     sl.len = len;
     sl.tsc = now;
     sl.busy = true;
-    const uint32_t bytes = encode_call(l, slot, proc, seq, seg);
+    sl.first_due = true;
+    sl.twin_due = sl.twin_bad = false;
+    sl.twin_xid = 0;
+    const uint32_t bytes =
+        encode_call(l, slot, proc, seq, seg, req_buf(l, slot), static_cast<uint32_t>(seq));
     const mlx5::prm::Sge sg = sge(req_buf(l, slot), bytes, l.lkey_a);
     e = bytes ? c.post_send({&sg, 1}, cookie(kCkReq, slot)) : Errc::kOutOfRange;
     if (e != Errc::kOk) {  // not sent: its window is retired, the slot freed after
@@ -760,6 +860,7 @@ uint32_t client_issue(Lane& l, uint64_t now) {
     ++l.outstanding;
     ++l.issued;
     ++n;
+    if (rd && l.cfg.forge_twin_every && seq % l.cfg.forge_twin_every == 0) send_twin(l, slot, seg);
   }
   c.flush();
   return n;
@@ -807,7 +908,8 @@ bool rpc_undo_corruption(Lane& l) {
 // Two-process client: tells the server it is done, with an NFSv3 NULL call (no chunks, no
 // window); any engine's server lane takes it as the goodbye (peer_checks.hpp, rpc_goodbye).
 bool rpc_send_bye(Lane& l) {
-  const uint32_t bytes = encode_call(l, 0, nfs::kProcNull, l.seq + 1, rr::Segment{});
+  const uint32_t bytes = encode_call(l, 0, nfs::kProcNull, l.seq + 1, rr::Segment{}, req_buf(l, 0),
+                                     static_cast<uint32_t>(l.seq + 1));
   const mlx5::prm::Sge sg = sge(req_buf(l, 0), bytes, l.lkey_a);
   if (bytes == 0 || l.c->post_send({&sg, 1}, cookie(kCkBye, 0), true) != Errc::kOk) return false;
   l.c->flush();

@@ -137,6 +137,26 @@ def case_bad_handle(binary):
     print("bad handle: every forged handle answered NFS3ERR_BADHANDLE, the client served on")
 
 
+def case_twin_calls(binary):
+    # A client ignoring the protocol (hidden --forge-twin-every N: every N-th READ call sent twice
+    # for its slot, back to back, under two xids) makes the server receive a second call for a
+    # slot before the first reply's SEND completed. The server must not rewrite that reply's
+    # buffer (nor the payload's header) while the device may still read it: the second call
+    # waits (calls_waited) and is served after; both replies arrive intact, nothing fails. A
+    # rewrite in flight shows as an I/O error on the server and a reply the client cannot match.
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.7", "--json", "--forge-twin-every", "3",
+                     "--rpc-remote-invalidate", "off"])
+    check(p.returncode == 0, f"twin calls: exit {p.returncode}", p)
+    t = summary(p)["total"]
+    check(t["ios"] > 0 and t["errors"]["total"] == 0 and t["errors"]["refused_requests"] == 0,
+          f"twin calls: {t['ios']} calls, {t['errors']}", p)
+    check(t["calls_waited"] > 0, f"twin calls: no call waited for its slot: {t}", p)
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.2", "--forge-twin-every", "3"])
+    check(p.returncode == 2 and "--rpc-remote-invalidate off" in p.stderr,
+          f"--forge-twin-every without --rpc-remote-invalidate off: exit {p.returncode}", p)
+    print(f"twin calls: {t['ios']} calls, {t['calls_waited']} waited for their slot, no error")
+
+
 def case_no_verify_corrupt(binary):
     # --no-verify: nothing is checked, so the corruption goes unnoticed (exit 0).
     p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--json", "--corrupt-every", "200", "--no-verify"])
@@ -360,6 +380,10 @@ def case_bad_args(binary):
         (["--fwd", "bogus"], "unknown mode 'bogus'"),
         (["--pages-per-io"], "needs a value"),
         (["--burst", "0"], "--burst"),
+        # Numbers are decimal: 010 is not octal 8, 0x10 not 16 (both refused, one line).
+        (["--duration", "0.2", "--burst", "010"], "--burst: '010' is not a decimal number in 1.."),
+        (["--duration", "0.2", "--burst", "0x10"], "--burst: '0x10' is not a decimal number in 1.."),
+        (["--duration", "0.2", "--io-count", "+5"], "--io-count: '+5' is not a decimal number"),
         (["--frobnicate"], "unknown option '--frobnicate'"),
         (["--role", "server"], "--role server needs --listen"),
         (["--page-size", "1000"], "not a chunk page size"),
@@ -383,7 +407,7 @@ def case_bad_args(binary):
         (["--role", "server", "--listen", "7471", "--max-refusals", "0/1"], "is not N/SECONDS"),
         (["--role", "server", "--listen", "7471", "--max-refusals", "3/0"], "is not N/SECONDS"),
         (["--metadata", "2"], "--metadata: '2': 0 or 4..128"),
-        (["--metadata", "200"], "--metadata: '200' is not a number in 0..128"),
+        (["--metadata", "200"], "--metadata: '200' is not a decimal number in 0..128"),
         (["--fwd", "write", "--metadata", "8"], "--metadata is for --fwd rpc"),
         (["--metadata", "8", "--page-size", "65536"], "--metadata needs --page-size 4096"),
         (["--metadata", "8", "--max-pages", "16"], "do not fit windows of 16 pages"),  # getopt_long: a unique prefix names --duration
@@ -504,33 +528,50 @@ def case_no_device(binary):
     check(q.returncode == 3 and "mlx5_0" in q.stderr, f"--cm server: exit {q.returncode}", q)
 
 
+def telemetry_query(p, cmds):
+    """Reads the telemetry socket path rdmafwd `p` prints, then asks it each of `cmds`."""
+    path = None
+    deadline = time.time() + 15
+    while time.time() < deadline and path is None:
+        line = p.stdout.readline()
+        if line.startswith("rdmafwd: telemetry: "):
+            path = line.split()[2]
+    check(path is not None, "no telemetry line")
+    time.sleep(1.0)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    json.loads(s.recv(16384).decode())  # the greeting
+    got = {}
+    for cmd in cmds:
+        s.send(cmd.encode())
+        got[cmd] = json.loads(s.recv(65536).decode())[cmd]
+    s.close()
+    return got
+
+
 def case_telemetry(binary):
+    # /rdmafwd/config's verify is what the lanes run: off on emu-sink (nothing moved to check),
+    # whatever --verify says.
+    p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "write", "--device", "emu-sink",
+                                           "--duration", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        cfg = telemetry_query(p, ["/rdmafwd/config"])["/rdmafwd/config"]
+    finally:
+        out, err = p.communicate(timeout=30)
+    check(p.returncode == 0 and cfg["verify"] == 0, f"emu-sink config: {cfg}, exit {p.returncode}")
     p = subprocess.Popen([binary] + EAL + ["--", "--fwd", "rpc", "--duration", "4"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    path = None
     try:
-        deadline = time.time() + 15
-        while time.time() < deadline and path is None:
-            line = p.stdout.readline()
-            if line.startswith("rdmafwd: telemetry: "):
-                path = line.split()[2]
-        check(path is not None, "no telemetry line")
-        time.sleep(1.0)
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        s.connect(path)
-        json.loads(s.recv(16384).decode())  # the greeting
-        got = {}
-        for cmd in ["/rdmafwd/stats", "/rdmafwd/config", "/rdmafwd/windows", "/rdmx/stats",
-                    "/rdmx/cores"]:
-            s.send(cmd.encode())
-            got[cmd] = json.loads(s.recv(65536).decode())[cmd]
-        s.close()
+        got = telemetry_query(p, ["/rdmafwd/stats", "/rdmafwd/config", "/rdmafwd/windows",
+                                  "/rdmx/stats", "/rdmx/cores"])
         st = got["/rdmafwd/stats"]
         check(st["ios"] > 0, f"stats: {st}")
         # While forwarding, what is in flight is not an error (it was counted as lost once).
         check(st["errors"] == 0 and st["lost_ios"] == 0 and "in_flight" in st, f"stats: {st}")
         check(st["since"] == "start" and st["bytes_kind"] == "moved", f"stats: {st}")
-        check(got["/rdmafwd/config"]["fwd"] == "rpc", f"config: {got['/rdmafwd/config']}")
+        check(got["/rdmafwd/config"]["fwd"] == "rpc" and got["/rdmafwd/config"]["verify"] == 1,
+              f"config: {got['/rdmafwd/config']}")
         check(got["/rdmafwd/windows"]["pool_A"]["ok"] == 1, f"windows: {got['/rdmafwd/windows']}")
         # The library's own commands: every poll core of the process (at least the client and
         # the peer of the lane), and its window counters, read after rdmafwd's (they only grow).
@@ -726,6 +767,7 @@ CASES = {
     "no-verify": case_no_verify_corrupt,
     "rpc-local-inv": case_rpc_local_inv,
     "bad-handle": case_bad_handle,
+    "twin-calls": case_twin_calls,
     "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,

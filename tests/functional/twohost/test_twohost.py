@@ -719,6 +719,11 @@ def case_roce_server_restart(binary, extra=()):
         c, s = summary(cout)["total"], summary(sout)["total"]
         # Every I/O issued completed once: served and verified, or abandoned at the failure.
         f = c["faults"]
+        # The errors of the failure (what was in flight, the lane that failed) are excused by
+        # the reconnect: what is left is what the exit status counts (none).
+        e = c["errors"]
+        check(e["excused"] >= abandoned > 0 and e["total"] - e["excused"] == 0,
+              f"client errors {e}: total - excused must be 0 after a reconnect, exit 0", *procs)
         check(c["errors"]["verify"] == 0 and f["abandoned_ios"] == abandoned and
               f["issued"] == c["ios"] + abandoned and f["lost_ios"] == 0,
               f"client: issued {f['issued']}, completed {c['ios']}, abandoned "

@@ -118,6 +118,13 @@ enum class DeviceKind { kNone, kEmuThreaded, kEmuInline, kEmuSink, kMlx5 };
 DeviceKind device_kind(std::string_view spec) noexcept;
 // "threaded", "inline", "sink" (emu's mode names) or "mlx5"; "" for kNone.
 const char* device_kind_name(DeviceKind k) noexcept;
+// Whether the device reaches its peer over a network (mlx5, or emu on a RoCE v2 wire), so that
+// the peer may be another host, restart, or be one of several clients; emu's in-process and
+// shared-memory wires join two fixed sides on this host. false for a malformed spec.
+bool device_on_network(std::string_view spec) noexcept;
+// Whether the device is a sink: every work request completes and no data moves (emu-sink), so
+// there is no payload to verify. false for a malformed spec.
+bool device_is_sink(std::string_view spec) noexcept;
 
 // The emu device profiles a spec may name ("emu:wqe512"): name and the one line it models.
 struct ProfileInfo {
