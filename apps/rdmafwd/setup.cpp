@@ -459,12 +459,7 @@ const endpoint::Wait kStep = {endpoint::kDefaultExchangeTimeout, &g_signal};
 // one host; emu@roce and mlx5 speak RoCE v2 on a network. Without this field, a server on
 // emu@roce and a client on emu met only when the client found no shared wire, 30 s later.
 const char* link_of(const Params& p) {
-  endpoint::DeviceOptions o;
-  const auto spec = endpoint::parse_device_spec(p.device, &o);
-  if (!spec) return "unknown";
-  return spec.value().backend == endpoint::Backend::kMlx5 || spec.value().wire.starts_with("roce:")
-             ? "network"
-             : "shm";
+  return endpoint::device_on_network(p.device) ? "network" : "shm";
 }
 endpoint::Fields sizes_fields(const Params& p, unsigned lanes) {
   return {{"link", link_of(p)},

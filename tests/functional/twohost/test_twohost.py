@@ -1468,8 +1468,9 @@ def case_blockd_client_killed(binary, blockd):
 
 FRAME_HELLO, FRAME_WELCOME, FRAME_INFO, FRAME_READY, FRAME_REFUSE = 1, 2, 3, 4, 5
 # What a default rdmafwd server states in its hello check (setup.cpp sizes_fields).
-DEFAULT_HELLO = (b"fwd rpc\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\npages-per-io 16\n"
-                 b"page-size 4096\ncm off\n")
+# "link shm": the server runs emu's shared-memory wire; a RoCE server wants "link network".
+DEFAULT_HELLO = (b"fwd rpc\nlink shm\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\n"
+                 b"pages-per-io 16\npage-size 4096\ncm off\n")
 
 
 def send_frame(sock, kind, payload):
@@ -1647,7 +1648,8 @@ def hostile_main(host, port, mode, my_ip):
     GID) and then sends a second INFO. Prints what it saw, one "key value" line each."""
     c = socket.create_connection((host, int(port)), timeout=30)
     print("addr %s:%d" % c.getsockname(), flush=True)
-    send_frame(c, FRAME_HELLO, DEFAULT_HELLO.replace(b"io-depth 32", b"io-depth 8"))
+    send_frame(c, FRAME_HELLO, DEFAULT_HELLO.replace(b"io-depth 32", b"io-depth 8")
+               .replace(b"link shm", b"link network"))
     check(recv_frame(c)[0] == FRAME_WELCOME, "no welcome")
     kind, info = recv_frame(c)
     gid = bytes(10) + b"\xff\xff" + socket.inet_aton(my_ip)
