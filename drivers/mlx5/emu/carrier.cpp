@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -128,6 +129,46 @@ unsigned UdpCarrier::recv_burst(RxPkt* out, unsigned max) noexcept {
     out[i] = RxPkt{rx_bufs_.data() + size_t(i) * kRxBuf, msgs[i].msg_len,
                    (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0};
   return static_cast<unsigned>(got);
+}
+
+// ---- RingCarrier -------------------------------------------------------------------------------
+void init_pkt_ring(PktRing* r) noexcept {
+  r->ctl.head.store(0, std::memory_order_relaxed);
+  r->ctl.tail.store(0, std::memory_order_release);
+}
+
+uint32_t RingCarrier::tx_room() const noexcept {
+  const uint64_t h = tx_->ctl.head.load(std::memory_order_relaxed);
+  const uint64_t t = tx_->ctl.tail.load(std::memory_order_acquire);
+  return static_cast<uint32_t>(kPktSlots - (h - t));
+}
+
+void RingCarrier::send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t) noexcept {
+  if (len > sizeof(PktSlot::bytes) || tx_room() == 0) {
+    ++st_.ring_full;
+    return;
+  }
+  const uint64_t h = tx_->ctl.head.load(std::memory_order_relaxed);
+  PktSlot& s = tx_->slots[h & (kPktSlots - 1)];
+  s.len = static_cast<uint32_t>(len);
+  s.dst_ip = dst_ip;
+  std::memcpy(s.bytes, pkt, len);
+  tx_->ctl.head.store(h + 1, std::memory_order_release);
+  ++st_.tx_packets;
+}
+
+unsigned RingCarrier::recv_burst(RxPkt* out, unsigned max) noexcept {
+  const uint64_t t = rx_->ctl.tail.load(std::memory_order_relaxed) + held_;
+  if (held_) rx_->ctl.tail.store(t, std::memory_order_release);  // the last burst is read
+  held_ = 0;
+  const uint64_t h = rx_->ctl.head.load(std::memory_order_acquire);
+  const unsigned n = static_cast<unsigned>(std::min<uint64_t>(h - t, std::min(max, kRxBatch)));
+  for (unsigned i = 0; i < n; ++i) {
+    const PktSlot& s = rx_->slots[(t + i) & (kPktSlots - 1)];
+    out[i] = RxPkt{s.bytes, s.len, false};
+  }
+  held_ = n;
+  return n;
 }
 
 }  // namespace rdmx::emu::detail
