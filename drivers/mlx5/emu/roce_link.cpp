@@ -94,14 +94,21 @@ uint32_t read_psns(uint64_t len, uint32_t mtu) noexcept {  // rxe_req.c update_w
 
 }  // namespace
 
-Result<std::unique_ptr<RoceLink>> RoceLink::open(const RoceOptions& opt) {
+Result<std::unique_ptr<RoceLink>> RoceLink::open(const RoceOptions& opt,
+                                                 std::unique_ptr<Carrier> carrier) {
   if (opt.window < 2 || opt.window > 4096 || opt.mtu < 256 || opt.mtu > kWireMtu ||
       (opt.mtu & (opt.mtu - 1)) != 0)
     return make_error(Errc::kInvalidArgument,
                       "emu: RoCE wire: window must be 2..4096 and mtu a power of two 256..4096");
-  auto c = UdpCarrier::open(opt);
-  if (!c) return std::move(c).error();
-  std::unique_ptr<RoceLink> l(new RoceLink(opt, std::move(c.value())));
+  if (carrier && (opt.loss != 0 || opt.reorder != 0 || opt.duplicate != 0 || !opt.pcap.empty()))
+    return make_error(Errc::kInvalidArgument,
+                      "emu: RoCE wire: loss, reorder, duplicate and pcap need the UDP carrier");
+  if (!carrier) {
+    auto c = UdpCarrier::open(opt);
+    if (!c) return std::move(c).error();
+    carrier = std::move(c.value());
+  }
+  std::unique_ptr<RoceLink> l(new RoceLink(opt, std::move(carrier)));
   l->scratch_.resize(opt.mtu + roce::kMaxOverhead);
   return l;
 }
@@ -212,7 +219,8 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     Qp& q = *qp;
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
-    if (q.rnr_until) break;  // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (q.rnr_until) break;               // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (carrier_->tx_room() == 0) break;  // a full packet ring: the next pump sends it
     roce::Packet p;
     p.src_ip = opt_.local_ipv4;
     p.dst_ip = q.peer_ip;

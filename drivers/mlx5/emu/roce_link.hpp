@@ -43,7 +43,10 @@ struct ReqShape {
 
 class RoceLink {
  public:
-  static Result<std::unique_ptr<RoceLink>> open(const RoceOptions& opt);
+  // Over raw sockets (UdpCarrier), or over `carrier` when given (then opt's impairments and
+  // pcap, which are the UdpCarrier's, must be unset).
+  static Result<std::unique_ptr<RoceLink>> open(const RoceOptions& opt,
+                                                std::unique_ptr<Carrier> carrier = nullptr);
   ~RoceLink() = default;
   RoceLink(const RoceLink&) = delete;
   RoceLink& operator=(const RoceLink&) = delete;
