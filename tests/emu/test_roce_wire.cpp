@@ -21,6 +21,7 @@
 
 #include "emu_util.hpp"
 #include "roce.hpp"
+#include "wire.hpp"
 
 namespace rdmx::emu::test {
 namespace {
@@ -347,6 +348,57 @@ TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
   EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
   EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and retry_cnt retries
   EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
+  pair_.a.reset();
+  a_.dev = nullptr;
+}
+
+// The same RC links over lossless packet rings (RingCarrier) instead of sockets: every operation
+// with its bytes checked, nothing dropped, resent or timed out; needs no CAP_NET_RAW.
+TEST_F(RoceWire, OverPacketRingsEveryOperation) {
+  RoceOptions ra, rb;
+  ra.local_ipv4 = ip4(10, 0, 0, 1);
+  rb.local_ipv4 = ip4(10, 0, 0, 2);
+  auto w = Wire::make_roce_ring_pair(ra, rb);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  open_on(w.value().first, w.value().second);
+  ASSERT_FALSE(HasFatalFailure());
+  all_ops(3);
+  const EmuStats sa = a_.dev->stats(), sb = b_.dev->stats();
+  EXPECT_GT(sa.roce.tx_packets, 0u);
+  EXPECT_EQ(sb.roce.rx_packets, sa.roce.tx_packets);
+  EXPECT_EQ(sa.roce.rx_packets, sb.roce.tx_packets);
+  EXPECT_GT(sb.roce.acks_sent, 0u);
+  for (const EmuStats* s : {&sa, &sb}) {
+    EXPECT_EQ(s->roce.retransmits, 0u);
+    EXPECT_EQ(s->roce.timeouts, 0u);
+    for (uint64_t d : s->roce.rx_dropped) EXPECT_EQ(d, 0u);
+  }
+}
+
+// Over the rings a peer that is gone is found by the requester link's timer, as on a network:
+// timeout x (retry_cnt + 1), then TRANSPORT_RETRY_EXC_ERR. Impairments belong to the UDP carrier.
+TEST_F(RoceWire, OverPacketRingsPeerGoneIsRetryExceeded) {
+  RoceOptions ra, rb;
+  ra.local_ipv4 = ip4(10, 0, 0, 1);
+  rb.local_ipv4 = ip4(10, 0, 0, 2);
+  rb.loss = 0.01;
+  EXPECT_FALSE(Wire::make_roce_ring_pair(ra, rb).ok());
+  rb.loss = 0;
+  auto w = Wire::make_roce_ring_pair(ra, rb);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  Options o;
+  o.timers.timeout = 9;  // 2.1 ms
+  o.timers.retry_cnt = 3;
+  open_on(w.value().first, w.value().second, true, o);
+  ASSERT_FALSE(HasFatalFailure());
+  Buf src;
+  src.alloc(*a_.dev, 4096, 1);
+  pair_.b.reset();
+  b_.dev = nullptr;
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, 0x1000, 0x1234, {{src.addr(), 3000, src.mr.lkey}});
+  auto c = wait(a_, 1);
+  EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and retry_cnt retries
   pair_.a.reset();
   a_.dev = nullptr;
 }

@@ -287,6 +287,9 @@ class Engine {
   // --- requester (requester.cpp): doorbells, transmit, message-level recovery
   bool poll_sq(QpCtx& q) noexcept;
   bool poll_rq_doorbell(QpCtx& q) noexcept;
+  [[gnu::cold, gnu::noinline]] void bad_doorbell(QpCtx& q, const char* ring, uint16_t v,
+                                                 uint16_t pi, uint32_t ahead, uint32_t n,
+                                                 const char* what) noexcept;
   void sink_sq(QpCtx& q) noexcept;
   bool transmit(QpCtx& q) noexcept;
   bool reads_at_limit(const QpCtx& q) const noexcept;

@@ -32,29 +32,37 @@ PktOp pkt_op(uint8_t op) noexcept {
 }  // namespace
 
 // ---- doorbells ----------------------------------------------------------------------------------
+// A doorbell record that moved backwards, or claims more outstanding entries than the ring holds:
+// reported; past-written always errors the QP (the device would read slots nobody wrote),
+// backwards only when the checker is fatal.
+void Engine::bad_doorbell(QpCtx& q, const char* ring, uint16_t v, uint16_t pi, uint32_t ahead,
+                          uint32_t n, const char* what) noexcept {
+  const bool backwards = static_cast<uint16_t>(pi - v) < 0x8000;
+  char buf[160];
+  if (backwards) {
+    std::snprintf(buf, sizeof(buf), "%s doorbell record moved backwards: %u -> %u", ring, pi, v);
+    report(&q, v, Rule::kDoorbellBackwards, buf);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%s doorbell record %u claims %u %s a ring of %u", ring, v,
+                  ahead, what, n);
+    report(&q, v, Rule::kDoorbellPastWritten, buf);
+  }
+  if (q.state != QpState::kError && (!backwards || opt_.checker_fatal)) enter_error(q);
+}
+
 bool Engine::poll_rq_doorbell(QpCtx& q) noexcept {
   if (!q.rq_n) return false;
   const uint16_t v = static_cast<uint16_t>(load_dbr(q.rq_db));
   if (v == q.rq_db_seen) return false;
   const uint16_t fwd = static_cast<uint16_t>(v - static_cast<uint16_t>(q.rq_pi));
-  const uint16_t back = static_cast<uint16_t>(static_cast<uint16_t>(q.rq_pi) - v);
   q.rq_db_seen = v;
   if (q.rq_pi + fwd - q.rq_ci <= q.rq_n) {
     q.rq_pi += fwd;
     ++st_.doorbells;
     return true;
   }
-  char buf[128];
-  if (back < 0x8000) {
-    std::snprintf(buf, sizeof(buf), "RQ doorbell record moved backwards: %u -> %u",
-                  static_cast<uint16_t>(q.rq_pi), v);
-    report(&q, v, Rule::kDoorbellBackwards, buf);
-  } else {
-    std::snprintf(buf, sizeof(buf), "RQ doorbell record %u is %u receives ahead of a ring of %u", v,
-                  q.rq_pi + fwd - q.rq_ci, q.rq_n);
-    report(&q, v, Rule::kDoorbellPastWritten, buf);
-  }
-  if (q.state != QpState::kError && (back >= 0x8000 || opt_.checker_fatal)) enter_error(q);
+  bad_doorbell(q, "RQ", v, static_cast<uint16_t>(q.rq_pi), q.rq_pi + fwd - q.rq_ci, q.rq_n,
+               "receives ahead of");
   return true;
 }
 
@@ -63,7 +71,6 @@ bool Engine::poll_sq(QpCtx& q) noexcept {
   const uint16_t v = static_cast<uint16_t>(load_dbr(q.sq_db));
   if (v != q.sq_db_seen) {
     const uint16_t fwd = static_cast<uint16_t>(v - static_cast<uint16_t>(q.sq_pi));
-    const uint16_t back = static_cast<uint16_t>(static_cast<uint16_t>(q.sq_pi) - v);
     const uint32_t oldest = q.inflight.empty() ? q.sq_ci : q.inflight.front().counter;
     q.sq_db_seen = v;
     work = true;
@@ -71,18 +78,8 @@ bool Engine::poll_sq(QpCtx& q) noexcept {
       q.sq_pi += fwd;
       ++st_.doorbells;
     } else {
-      char buf[160];
-      if (back < 0x8000) {
-        std::snprintf(buf, sizeof(buf), "SQ doorbell record moved backwards: %u -> %u",
-                      static_cast<uint16_t>(q.sq_pi), v);
-        report(&q, v, Rule::kDoorbellBackwards, buf);
-      } else {
-        std::snprintf(buf, sizeof(buf),
-                      "SQ doorbell record %u claims %u WQEBBs outstanding in a ring of %u", v,
-                      q.sq_pi + fwd - oldest, q.sq_n);
-        report(&q, v, Rule::kDoorbellPastWritten, buf);
-      }
-      if (q.state != QpState::kError && (back >= 0x8000 || opt_.checker_fatal)) enter_error(q);
+      bad_doorbell(q, "SQ", v, static_cast<uint16_t>(q.sq_pi), q.sq_pi + fwd - oldest, q.sq_n,
+                   "WQEBBs outstanding in");
     }
   }
   if (opt_.mode == Mode::kSink) {

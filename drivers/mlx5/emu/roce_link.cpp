@@ -1,12 +1,6 @@
 #include "roce_link.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include <rdmx/core/log.hpp>
@@ -20,20 +14,6 @@ namespace {
 
 static_assert(sizeof(EmuStats::Roce::rx_dropped) / sizeof(uint64_t) >=
               static_cast<size_t>(roce::Drop::kCount));
-
-std::string ip_str(uint32_t ip) {
-  char b[INET_ADDRSTRLEN];
-  const in_addr a{htonl(ip)};
-  inet_ntop(AF_INET, &a, b, sizeof b);
-  return b;
-}
-
-Status sys_error(const std::string& what) {
-  const int e = errno;
-  std::string msg = "emu: RoCE wire: " + what + ": " + std::strerror(e);
-  if (e == EPERM || e == EACCES) msg += " (a raw IPv4 socket needs CAP_NET_RAW)";
-  return make_error(Errc::kDeviceError, msg);
-}
 
 uint8_t req_opcode(PktOp op, bool first, bool last) noexcept {
   using namespace roce;
@@ -55,12 +35,6 @@ uint8_t req_opcode(PktOp op, bool first, bool last) noexcept {
   }
 }
 
-// Request opcode -> kind (0 send, 1 write, 2 read), first, last, the engine operation.
-struct ReqShape {
-  uint8_t kind;
-  bool first, last;
-  PktOp op;
-};
 bool req_shape(uint8_t opc, ReqShape* s) noexcept {
   using namespace roce;
   switch (opc) {
@@ -120,55 +94,33 @@ uint32_t read_psns(uint64_t len, uint32_t mtu) noexcept {  // rxe_req.c update_w
 
 }  // namespace
 
-Result<std::unique_ptr<RoceLink>> RoceLink::open(const RoceOptions& opt) {
-  if (opt.loss < 0 || opt.loss >= 1 || opt.reorder < 0 || opt.reorder >= 1 || opt.duplicate < 0 ||
-      opt.duplicate >= 1)
-    return make_error(Errc::kInvalidArgument,
-                      "emu: RoCE wire: loss, reorder and duplicate are fractions in [0, 1)");
+Result<std::unique_ptr<RoceLink>> RoceLink::open(const RoceOptions& opt,
+                                                 std::unique_ptr<Carrier> carrier) {
   if (opt.window < 2 || opt.window > 4096 || opt.mtu < 256 || opt.mtu > kWireMtu ||
       (opt.mtu & (opt.mtu - 1)) != 0)
     return make_error(Errc::kInvalidArgument,
                       "emu: RoCE wire: window must be 2..4096 and mtu a power of two 256..4096");
-  std::unique_ptr<RoceLink> l(new RoceLink(opt));
-  const std::string where = ip_str(opt.local_ipv4);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  local.sin_addr.s_addr = htonl(opt.local_ipv4);
-  // IPPROTO_RAW implies IP_HDRINCL (raw(7)): the kernel sends our IP header as written, except
-  // that it always fills the checksum and total length and fills the ID only when it is 0.
-  l->tx_fd_ = socket(AF_INET, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_RAW);
-  if (l->tx_fd_ < 0) return sys_error("socket(SOCK_RAW, IPPROTO_RAW)").error();
-  l->rx_fd_ = socket(AF_INET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_UDP);
-  if (l->rx_fd_ < 0) return sys_error("socket(SOCK_RAW, IPPROTO_UDP)").error();
-  if (bind(l->rx_fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
-    return sys_error("bind raw socket to " + where).error();
-  const int rcvbuf = 4 << 20;
-  (void)setsockopt(l->rx_fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  // Claims UDP port 4791 on the address: no ICMP port-unreachable goes back for our packets, and
-  // a second RoCE device (or rxe) on the same address is refused. Never read; the kernel drops
-  // what overflows its small buffer.
-  l->port_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (l->port_fd_ < 0) return sys_error("socket(SOCK_DGRAM)").error();
-  local.sin_port = htons(roce::kUdpPort);
-  if (bind(l->port_fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
-    if (errno == EADDRINUSE)
-      return make_error(Errc::kBusy, "emu: RoCE wire: " + where +
-                                         ":4791 is in use (another RoCE device on this address?)");
-    return sys_error("bind " + where + ":4791 (is the address on this host?)").error();
+  if (carrier && (opt.loss != 0 || opt.reorder != 0 || opt.duplicate != 0 || !opt.pcap.empty()))
+    return make_error(Errc::kInvalidArgument,
+                      "emu: RoCE wire: loss, reorder, duplicate and pcap need the UDP carrier");
+  if (!carrier) {
+    auto c = UdpCarrier::open(opt);
+    if (!c) return std::move(c).error();
+    carrier = std::move(c.value());
   }
-  const int small = 1;
-  (void)setsockopt(l->port_fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  if (!opt.pcap.empty() && !l->pcap_.open(opt.pcap.c_str()))
-    return sys_error("cannot write pcap " + opt.pcap).error();
+  std::unique_ptr<RoceLink> l(new RoceLink(opt, std::move(carrier)));
   l->scratch_.resize(opt.mtu + roce::kMaxOverhead);
-  l->held_.resize(opt.mtu + roce::kMaxOverhead);
-  l->rx_bufs_.resize(size_t{kRxBatch} * kRxBuf);
   return l;
 }
 
-RoceLink::~RoceLink() {
-  for (int fd : {tx_fd_, rx_fd_, port_fd_})
-    if (fd >= 0) ::close(fd);
+EmuStats::Roce RoceLink::stats() const noexcept {
+  EmuStats::Roce s = st_;
+  const CarrierStats& c = carrier_->stats();
+  s.tx_packets = c.tx_packets;
+  s.injected_loss = c.injected_loss;
+  s.injected_reorder = c.injected_reorder;
+  s.injected_dup = c.injected_dup;
+  return s;
 }
 
 RoceLink::Qp* RoceLink::find(uint32_t qpn) noexcept {
@@ -233,41 +185,8 @@ void RoceLink::forget(uint32_t qpn) {
 }
 
 // ---- transmit ----------------------------------------------------------------------------------
-void RoceLink::xmit(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept {
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(dst_ip);
-  if (sendto(tx_fd_, pkt, len, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) ==
-      static_cast<ssize_t>(len))
-    ++st_.tx_packets;
-  if (pcap_.is_open()) pcap_.write(pkt, len, now_);
-}
-
 void RoceLink::put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept {
-  if (opt_.loss > 0 && uniform() < opt_.loss) {
-    ++st_.injected_loss;
-    return;
-  }
-  if (opt_.reorder > 0 && held_len_ == 0 && uniform() < opt_.reorder) {
-    std::memcpy(held_.data(), pkt, len);
-    held_len_ = static_cast<uint32_t>(len);
-    held_dst_ = dst_ip;
-    ++st_.injected_reorder;
-    return;
-  }
-  xmit(pkt, len, dst_ip);
-  if (opt_.duplicate > 0 && uniform() < opt_.duplicate) {
-    ++st_.injected_dup;
-    xmit(pkt, len, dst_ip);
-  }
-  flush_held();
-}
-
-void RoceLink::flush_held() noexcept {
-  if (!held_len_) return;
-  const uint32_t n = held_len_;
-  held_len_ = 0;
-  xmit(held_.data(), n, held_dst_);
+  carrier_->send(pkt, len, dst_ip, now_);
 }
 
 void RoceLink::send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept {
@@ -300,7 +219,8 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     Qp& q = *qp;
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
-    if (q.rnr_until) break;  // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (q.rnr_until) break;               // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (carrier_->tx_room() == 0) break;  // a full packet ring: the next pump sends it
     roce::Packet p;
     p.src_ip = opt_.local_ipv4;
     p.dst_ip = q.peer_ip;
@@ -471,31 +391,42 @@ void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     ++st_.stale_resps;
     return;
   }
-  if (p.opcode == roce::kAcknowledge) {
-    const uint8_t type = roce::aeth_type(p.aeth_syndrome);
-    if (type == 0) {
-      ack_up_to(w, q, p.psn, true);
-      return;
-    }
-    ack_up_to(w, q, p.psn, false);
-    if (type == 1) {  // RNR NAK: wait the RNR timer, then send it again (on_rnr_nak)
-      on_rnr_nak(w, q, p.psn);
-      return;
-    }
-    const uint8_t code = p.aeth_syndrome & 0x1F;
-    if (code == 0) {  // PSN sequence error: go back to the oldest unacknowledged packet
-      ++st_.seq_naks_rcvd;
-      if (p.psn != q.last_seq_nak) retransmit(q);
-      q.last_seq_nak = p.psn;
-      return;
-    }
-    // Invalid request, remote access, remote operational: the WQE fails, the QP errors.
-    const uint8_t synd = code == 1   ? MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR
-                         : code == 2 ? MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
-                                     : MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
-    kill(w, q, synd);
+  if (p.opcode == roce::kAcknowledge)
+    on_acknowledge(w, q, p);
+  else
+    on_read_response(w, q, p);
+}
+
+// An ACK completes what it covers; a NAK first completes what precedes its PSN (rxe_comp.c
+// check_ack), then: RNR waits and resends, a PSN sequence error goes back, the rest fail the QP.
+void RoceLink::on_acknowledge(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+  const uint8_t type = roce::aeth_type(p.aeth_syndrome);
+  if (type == 0) {
+    ack_up_to(w, q, p.psn, true);
     return;
   }
+  ack_up_to(w, q, p.psn, false);
+  if (type == 1) {  // RNR NAK: wait the RNR timer, then send it again (on_rnr_nak)
+    on_rnr_nak(w, q, p.psn);
+    return;
+  }
+  const uint8_t code = p.aeth_syndrome & 0x1F;
+  if (code == 0) {  // PSN sequence error: go back to the oldest unacknowledged packet
+    ++st_.seq_naks_rcvd;
+    if (p.psn != q.last_seq_nak) retransmit(q);
+    q.last_seq_nak = p.psn;
+    return;
+  }
+  // Invalid request, remote access, remote operational: the WQE fails, the QP errors.
+  const uint8_t synd = code == 1   ? MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR
+                       : code == 2 ? MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
+                                   : MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
+  kill(w, q, synd);
+}
+
+// A READ response packet: handed to the engine when it is the next one of the oldest message, a
+// READ; the last one completes it.
+void RoceLink::on_read_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   // READ response: implicitly acknowledges every earlier message (rxe_comp.c).
   while (q.m_count && !q.msgs[q.m_head].read &&
          roce::psn_diff(q.msgs[q.m_head].last_psn, p.psn) < 0) {
@@ -580,7 +511,8 @@ void RoceLink::on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   }
 }
 
-void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+// The PSN check of a request (rxe_resp.c check_psn): true when it is the expected one.
+bool RoceLink::check_psn(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   switch (roce::classify_psn(p.psn, q.epsn)) {
     case roce::PsnClass::kAhead:
       // A packet was lost (or the PSN is forged): one NAK PSN sequence error carrying ePSN,
@@ -592,13 +524,18 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
         q.nak_sent = true;
         ++st_.seq_naks_sent;
       }
-      return;
+      return false;
     case roce::PsnClass::kDuplicate:
       on_duplicate(w, q, p);
-      return;
+      return false;
     case roce::PsnClass::kExpected:
       break;
   }
+  return true;
+}
+
+void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+  if (!check_psn(w, q, p)) return;
   ReqShape sh;
   if (!req_shape(p.opcode, &sh)) return;
   // Opcode sequence (rxe_resp.c check_op_seq) and lengths (rxe_resp_check_length): FIRST and
@@ -631,7 +568,14 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     ++q.r_count;
     r = RMsg{q.rmsn, p.psn, p.psn, sh.kind == 2, false};
   }
-  RMsg& r = q.rmsgs[(q.r_head + q.r_count - 1) % q.rmsgs.size()];
+  to_engine_req(q, p, sh, s);
+  w.tx_commit(1, WireClass::kReq);
+  advance_epsn(q, p, sh);
+}
+
+// The engine's request packet for an expected request packet `p` of the message in progress.
+void RoceLink::to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh,
+                             WireSlot* s) noexcept {
   PktHdr& h = s->h;
   h = PktHdr{};
   h.op = sh.op;
@@ -649,7 +593,12 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   // checks the receive buffer against it on every packet).
   h.msg_len = sh.kind == 0 ? q.cur_off + p.payload_len : q.cur_len;
   if (p.payload_len) std::memcpy(s->payload, p.payload, p.payload_len);
-  w.tx_commit(1, WireClass::kReq);
+}
+
+// After an expected request packet went to the engine: the next expected PSN (a READ takes one
+// per response packet, rxe_resp.c), the READ remembered for its duplicates, the message's end.
+void RoceLink::advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) noexcept {
+  RMsg& r = q.rmsgs[(q.r_head + q.r_count - 1) % q.rmsgs.size()];
   uint32_t n = 1;
   if (sh.kind == 2) {
     n = read_psns(p.reth_len, q.mtu);
@@ -663,131 +612,144 @@ void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
     r.done = true;
     q.rmsn = q.rmsn + 1;
     q.in_msg = false;
-  } else {
-    q.in_msg = true;
-    // AckReq inside a message: acknowledge what arrived, when no earlier message still awaits
-    // the engine's verdict (a coalesced ACK would complete it); otherwise the engine's ACK of
-    // that message covers this message's packets too (resp_from_engine).
-    if (p.ack_req && q.r_count == 1) {
-      q.acked_psn = p.psn;
-      q.acked_msn = wire_msn(q, q.rmsn);
-      send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
-    }
+    return;
+  }
+  q.in_msg = true;
+  // AckReq inside a message: acknowledge what arrived, when no earlier message still awaits
+  // the engine's verdict (a coalesced ACK would complete it); otherwise the engine's ACK of
+  // that message covers this message's packets too (on_verdict).
+  if (p.ack_req && q.r_count == 1) {
+    q.acked_psn = p.psn;
+    q.acked_msn = wire_msn(q, q.rmsn);
+    send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
   }
 }
 
+// ---- engine verdicts ---------------------------------------------------------------------------
 // Engine responses -> ACK / NAK / READ responses. Consecutive ACKs of one QP in a batch are
-// coalesced into the last one (IBTA 9.7.5.1.2).
+// coalesced into the last one (IBTA 9.7.5.1.2): `held` is the QP whose ACK waits.
 bool RoceLink::resp_from_engine(Wire& w) noexcept {
   bool work = false;
-  Qp* ack_q = nullptr;
-  auto flush_ack = [&] {
-    if (ack_q) send_ack(*ack_q, roce::kAethAck, ack_q->acked_psn, ack_q->acked_msn);
-    ack_q = nullptr;
-  };
+  Qp* held = nullptr;
   while (const WireSlot* s = w.rx_slot(1, WireClass::kResp)) {
-    const PktHdr& h = s->h;
     work = true;
-    Qp* qp = find(h.src_qpn);
-    if (!qp) {
-      w.rx_pop(1, WireClass::kResp);
-      continue;
-    }
-    Qp& q = *qp;
-    if (ack_q && ack_q != qp) flush_ack();
-    // The message this answers: pending ones in order, or a READ being replayed.
-    RMsg* r = nullptr;
-    uint32_t at = 0;
-    for (; at < q.r_count; ++at) {
-      RMsg& c = q.rmsgs[(q.r_head + at) % q.rmsgs.size()];
-      if (c.msn == h.msn) {
-        r = &c;
-        break;
-      }
-    }
-    auto pop_through = [&] {
-      q.r_head = (q.r_head + at + 1) % q.rmsgs.size();
-      q.r_count -= at + 1;
-    };
-    switch (h.op) {
-      case PktOp::kAck:
-        if (r) {
-          q.acked_psn = r->last_psn;
-          q.acked_msn = wire_msn(q, h.msn + 1);
-          pop_through();
-          // Only a message in progress left: its packets so far are acknowledged too (it may
-          // be longer than the requester's window and its AckReq points passed meanwhile).
-          if (q.r_count == 1 && q.in_msg && !q.rmsgs[q.r_head].read)
-            q.acked_psn = roce::psn_add(q.epsn, -1);
-          ack_q = &q;
-        }
-        break;
-      case PktOp::kReadResp: {
-        const ReadRec* rr = nullptr;
-        for (const ReadRec& c : q.reads)
-          if (c.valid && c.msn == h.msn) rr = &c;
-        if (!rr) break;
-        flush_ack();
-        const uint32_t k = static_cast<uint32_t>(h.offset / q.mtu);
-        const bool last = h.flags & kPktLast;
-        roce::Packet p;
-        p.src_ip = opt_.local_ipv4;
-        p.dst_ip = q.peer_ip;
-        p.ip_id = next_ip_id();
-        p.sport = q.sport;
-        p.dqpn = q.peer_qpn;
-        p.psn = roce::psn_add(rr->resp_psn, static_cast<int32_t>(k));
-        p.opcode = rr->resp_n == 1 ? roce::kReadRespOnly
-                   : k == 0        ? roce::kReadRespFirst
-                   : last          ? roce::kReadRespLast
-                                   : roce::kReadRespMiddle;
-        p.aeth_syndrome = roce::kAethAck;
-        p.aeth_msn = wire_msn(q, h.msn + 1);
-        p.payload = s->payload;
-        p.payload_len = h.len;
-        const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
-        if (n) put(scratch_.data(), n, q.peer_ip);
-        if (last && r) {
-          q.acked_psn = r->last_psn;
-          q.acked_msn = wire_msn(q, h.msn + 1);
-          pop_through();
-        }
-        break;
-      }
-      case PktOp::kNak: {
-        flush_ack();
-        const uint8_t code = h.syndrome == MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR      ? 0x62
-                             : h.syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR ? 0x61
-                                                                                    : 0x63;
-        send_ack(q, code, r ? r->last_psn : q.epsn, wire_msn(q, h.msn));
-        if (r) pop_through();
-        // A refused READ was not executed: no resource answers its duplicates (rxe keeps a
-        // resource only for a READ that passed check_rkey, rxe_prepare_res in read_reply).
-        for (ReadRec& c : q.reads)
-          if (c.valid && c.msn == h.msn) c.valid = false;
-        break;
-      }
-      case PktOp::kRnrNak:
-      case PktOp::kDrop:
-        flush_ack();
-        if (!r) break;
-        // The message is not executed: expect it again from its first PSN.
-        if (h.op == PktOp::kRnrNak)
-          send_ack(q, static_cast<uint8_t>(roce::kAethRnr | rnr_code()), r->first_psn,
-                   wire_msn(q, h.msn));
-        q.epsn = r->first_psn;
-        q.rmsn = r->msn;
-        q.in_msg = false;
-        q.nak_sent = true;  // the requester goes back on the RNR NAK (or its timer)
-        q.r_count = at;     // this message and everything after it come again
-        break;
-      default:
-        break;
+    if (Qp* q = find(s->h.src_qpn)) {
+      if (held != q) flush_ack(held);
+      on_verdict(*q, *s, held);
     }
     w.rx_pop(1, WireClass::kResp);
   }
-  flush_ack();
+  flush_ack(held);
   return work;
+}
+
+void RoceLink::flush_ack(Qp*& held) noexcept {
+  if (held) send_ack(*held, roce::kAethAck, held->acked_psn, held->acked_msn);
+  held = nullptr;
+}
+
+// The pending message numbered `msn` and how many pending ones precede it (*at); nullptr (and
+// *at = r_count) when none is: a READ being replayed.
+RoceLink::RMsg* RoceLink::pending(Qp& q, uint32_t msn, uint32_t* at) noexcept {
+  for (*at = 0; *at < q.r_count; ++*at) {
+    RMsg& c = q.rmsgs[(q.r_head + *at) % q.rmsgs.size()];
+    if (c.msn == msn) return &c;
+  }
+  return nullptr;
+}
+
+void RoceLink::pop_through(Qp& q, uint32_t at) noexcept {
+  q.r_head = (q.r_head + at + 1) % q.rmsgs.size();
+  q.r_count -= at + 1;
+}
+
+void RoceLink::on_verdict(Qp& q, const WireSlot& s, Qp*& held) noexcept {
+  const PktHdr& h = s.h;
+  uint32_t at = 0;
+  RMsg* r = pending(q, h.msn, &at);
+  switch (h.op) {
+    case PktOp::kAck:
+      if (!r) return;
+      q.acked_psn = r->last_psn;
+      q.acked_msn = wire_msn(q, h.msn + 1);
+      pop_through(q, at);
+      // Only a message in progress left: its packets so far are acknowledged too (it may be
+      // longer than the requester's window and its AckReq points passed meanwhile).
+      if (q.r_count == 1 && q.in_msg && !q.rmsgs[q.r_head].read)
+        q.acked_psn = roce::psn_add(q.epsn, -1);
+      held = &q;
+      return;
+    case PktOp::kReadResp:
+      send_read_resp(q, s, r, at, held);
+      return;
+    case PktOp::kNak:
+      flush_ack(held);
+      send_nak(q, h, r, at);
+      return;
+    case PktOp::kRnrNak:
+    case PktOp::kDrop:
+      flush_ack(held);
+      if (!r) return;
+      // The message is not executed: expect it again from its first PSN.
+      if (h.op == PktOp::kRnrNak)
+        send_ack(q, static_cast<uint8_t>(roce::kAethRnr | rnr_code()), r->first_psn,
+                 wire_msn(q, h.msn));
+      q.epsn = r->first_psn;
+      q.rmsn = r->msn;
+      q.in_msg = false;
+      q.nak_sent = true;  // the requester goes back on the RNR NAK (or its timer)
+      q.r_count = at;     // this message and everything after it come again
+      return;
+    default:
+      return;
+  }
+}
+
+// One READ response packet of the engine's (a first execution or a replay) on the network.
+void RoceLink::send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp*& held) noexcept {
+  const PktHdr& h = s.h;
+  const ReadRec* rr = nullptr;
+  for (const ReadRec& c : q.reads)
+    if (c.valid && c.msn == h.msn) rr = &c;
+  if (!rr) return;
+  flush_ack(held);
+  const uint32_t k = static_cast<uint32_t>(h.offset / q.mtu);
+  const bool last = h.flags & kPktLast;
+  roce::Packet p;
+  p.src_ip = opt_.local_ipv4;
+  p.dst_ip = q.peer_ip;
+  p.ip_id = next_ip_id();
+  p.sport = q.sport;
+  p.dqpn = q.peer_qpn;
+  p.psn = roce::psn_add(rr->resp_psn, static_cast<int32_t>(k));
+  p.opcode = rr->resp_n == 1 ? roce::kReadRespOnly
+             : k == 0        ? roce::kReadRespFirst
+             : last          ? roce::kReadRespLast
+                             : roce::kReadRespMiddle;
+  p.aeth_syndrome = roce::kAethAck;
+  p.aeth_msn = wire_msn(q, h.msn + 1);
+  p.payload = s.payload;
+  p.payload_len = h.len;
+  const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
+  if (n) put(scratch_.data(), n, q.peer_ip);
+  if (last && r) {
+    q.acked_psn = r->last_psn;
+    q.acked_msn = wire_msn(q, h.msn + 1);
+    pop_through(q, at);
+  }
+}
+
+// The engine refused a request: a NAK with the matching AETH code (IBTA 9.7.5.2.x, rxe_resp.c).
+void RoceLink::send_nak(Qp& q, const PktHdr& h, RMsg* r, uint32_t at) noexcept {
+  const uint8_t code = h.syndrome == MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR      ? 0x62
+                       : h.syndrome == MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR ? 0x61
+                                                                              : 0x63;
+  send_ack(q, code, r ? r->last_psn : q.epsn, wire_msn(q, h.msn));
+  if (r) pop_through(q, at);
+  // A refused READ was not executed: no resource answers its duplicates (rxe keeps a
+  // resource only for a READ that passed check_rkey, rxe_prepare_res in read_reply).
+  for (ReadRec& c : q.reads)
+    if (c.valid && c.msn == h.msn) c.valid = false;
 }
 
 uint8_t RoceLink::rnr_code() const noexcept {
@@ -797,23 +759,16 @@ uint8_t RoceLink::rnr_code() const noexcept {
 // ---- receive -----------------------------------------------------------------------------------
 bool RoceLink::rx_network(Wire& w) noexcept {
   // Only take packets the engine's rings can hold; the rest waits in the socket buffer.
-  if (w.tx_free(1, WireClass::kReq) < kRxBatch || w.tx_free(1, WireClass::kResp) < kRxBatch)
+  if (w.tx_free(1, WireClass::kReq) < Carrier::kRxBatch ||
+      w.tx_free(1, WireClass::kResp) < Carrier::kRxBatch)
     return false;
-  mmsghdr msgs[kRxBatch];
-  iovec iov[kRxBatch];
-  for (unsigned i = 0; i < kRxBatch; ++i) {
-    iov[i] = {rx_bufs_.data() + size_t{i} * kRxBuf, kRxBuf};
-    msgs[i] = {};
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
-  }
-  const int got = recvmmsg(rx_fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
-  if (got <= 0) return false;
-  for (int i = 0; i < got; ++i) {
-    const uint8_t* b = rx_bufs_.data() + size_t(i) * kRxBuf;
+  RxPkt pkts[Carrier::kRxBatch];
+  const unsigned got = carrier_->recv_burst(pkts, Carrier::kRxBatch);
+  if (got == 0) return false;
+  for (unsigned i = 0; i < got; ++i) {
     roce::Packet p;
-    roce::Drop d = (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) ? roce::Drop::kNotRoce
-                                                           : roce::decode(b, msgs[i].msg_len, &p);
+    roce::Drop d =
+        pkts[i].truncated ? roce::Drop::kNotRoce : roce::decode(pkts[i].data, pkts[i].len, &p);
     Qp* q = nullptr;
     if (d == roce::Drop::kNone) {
       q = find(p.dqpn);
@@ -865,7 +820,7 @@ bool RoceLink::pump(Wire& w, uint64_t now_ns, bool* pending) noexcept {
     timers(w, *q);
     *pending |= q->tx_count != 0 || q->r_count != 0;
   }
-  flush_held();
+  carrier_->flush(now_);
   return work;
 }
 

@@ -1,17 +1,19 @@
 // The RoCE v2 link under an emu device: it turns the engine's message-level packets (PktHdr, the
-// same ones the shm wire carries) into RC packets with per-packet PSNs on a raw IPv4 socket, and
-// back. The engine speaks its own protocol (messages numbered by MSN, NAK/ACK per message); this
-// layer adds what a network needs and shared memory did not: PSN sequencing from random initial
-// PSNs, ACK coalescing, NAK PSN sequence error, duplicate detection, go-back-N retransmission on
-// a timer with the QP's retry count, RNR retries with the QP's rnr_retry, "retry exceeded" when
-// the peer is gone, and the checks that make a blind forged packet harmless (source address, PSN
-// against what is outstanding; doc/guides/security.md). The link owns every resend on this wire:
-// the engine sends each message once (Wire::link_owns_loss) and hears only its final verdict.
-// RC rules modelled after IBTA vol. 1 9.7 (as implemented by Linux rxe: rxe_req.c, rxe_resp.c,
-// rxe_comp.c); see doc/guides/emu.md "RoCEv2 wire".
+// same ones the shm wire carries) into RC packets with per-packet PSNs, and back; a Carrier
+// (carrier.hpp) moves the encoded packets (UdpCarrier: raw IPv4 sockets, impairments, pcap). The
+// engine speaks its own protocol (messages numbered by MSN, NAK/ACK per message); this layer adds
+// what a network needs and shared memory did not: PSN sequencing from random initial PSNs, ACK
+// coalescing, NAK PSN sequence error, duplicate detection, go-back-N retransmission on a timer with
+// the QP's retry count, RNR retries with the QP's rnr_retry, "retry exceeded" when the peer is
+// gone, and the checks that make a blind forged packet harmless (source address, PSN against what
+// is outstanding; doc/guides/security.md). The link owns every resend on this wire: the engine
+// sends each message once (Wire::link_owns_loss) and hears only its final verdict. RC rules
+// modelled after IBTA vol. 1 9.7 (as implemented by Linux rxe: rxe_req.c, rxe_resp.c, rxe_comp.c);
+// see doc/guides/emu.md "RoCEv2 wire".
 //
-// Everything runs in the device thread under the engine's mutex: pump() makes the system calls
-// (recvmmsg, sendto); poll cores never call into it. Buffers are sized when a QP is connected.
+// Everything runs in the device thread under the engine's mutex: pump() drives the carrier (its
+// system calls: recvmmsg, sendto); poll cores never call into it. Buffers are sized when a QP is
+// connected.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 
 #include <rdmx/emu/emu.hpp>
 
+#include "carrier.hpp"
 #include "roce.hpp"
 #include "wire.hpp"
 
@@ -31,10 +34,20 @@ class Wire;
 
 namespace detail {
 
+// A request opcode's shape: kind (0 send, 1 write, 2 read), first, last, the engine operation.
+struct ReqShape {
+  uint8_t kind;
+  bool first, last;
+  PktOp op;
+};
+
 class RoceLink {
  public:
-  static Result<std::unique_ptr<RoceLink>> open(const RoceOptions& opt);
-  ~RoceLink();
+  // Over raw sockets (UdpCarrier), or over `carrier` when given (then opt's impairments and
+  // pcap, which are the UdpCarrier's, must be unset).
+  static Result<std::unique_ptr<RoceLink>> open(const RoceOptions& opt,
+                                                std::unique_ptr<Carrier> carrier = nullptr);
+  ~RoceLink() = default;
   RoceLink(const RoceLink&) = delete;
   RoceLink& operator=(const RoceLink&) = delete;
 
@@ -63,7 +76,8 @@ class RoceLink {
   // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
   // Returns true when it did work; *pending |= something awaits an answer.
   bool pump(Wire& w, uint64_t now_ns, bool* pending) noexcept;
-  const EmuStats::Roce& stats() const noexcept { return st_; }
+  // The link's counters with the carrier's (tx_packets, injected_*).
+  EmuStats::Roce stats() const noexcept;
 
  private:
   struct TxPkt {
@@ -128,7 +142,8 @@ class RoceLink {
     uint32_t read_next = 0;
   };
 
-  explicit RoceLink(const RoceOptions& opt) : opt_(opt), rng_(opt.seed) {}
+  RoceLink(const RoceOptions& opt, std::unique_ptr<Carrier> c)
+      : opt_(opt), carrier_(std::move(c)) {}
   uint32_t wire_msn(const Qp& q, uint32_t engine_msn) const noexcept {
     return (engine_msn - q.rmsn0) & roce::kPsnMask;
   }
@@ -137,8 +152,19 @@ class RoceLink {
   bool tx_from_engine(Wire& w) noexcept;
   bool resp_from_engine(Wire& w) noexcept;
   bool rx_network(Wire& w) noexcept;
+  bool check_psn(Wire& w, Qp& q, const roce::Packet& p) noexcept;
   void on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh, WireSlot* s) noexcept;
+  void advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) noexcept;
   void on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_acknowledge(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_read_response(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void flush_ack(Qp*& held) noexcept;
+  RMsg* pending(Qp& q, uint32_t msn, uint32_t* at) noexcept;
+  void pop_through(Qp& q, uint32_t at) noexcept;
+  void on_verdict(Qp& q, const WireSlot& s, Qp*& held) noexcept;
+  void send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp*& held) noexcept;
+  void send_nak(Qp& q, const PktHdr& h, RMsg* r, uint32_t at) noexcept;
   void ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
   bool to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
   void kill(Wire& w, Qp& q, uint8_t synd) noexcept;
@@ -151,27 +177,17 @@ class RoceLink {
     return ip_id_;
   }
   void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
-  void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // with impairments
-  void xmit(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;
-  void flush_held() noexcept;
-  double uniform() noexcept { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // to the carrier
 
   RoceOptions opt_;
-  int tx_fd_ = -1, rx_fd_ = -1, port_fd_ = -1;
+  std::unique_ptr<Carrier> carrier_;
   uint16_t ip_id_ = 0;
   uint64_t now_ = 0;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
   EmuStats::Roce st_;
-  std::mt19937_64 rng_;                            // impairments (seeded: reproducible)
   std::mt19937 psn_rng_{std::random_device{}()};   // initial PSNs (never reproducible)
   std::unordered_map<uint32_t, uint32_t> sq_psn_;  // per QP, stated but not yet connected
-  roce::Pcap pcap_;
-  std::vector<uint8_t> scratch_;  // one encoded packet
-  std::vector<uint8_t> held_;     // reordering: a packet held back behind the next one
-  uint32_t held_len_ = 0, held_dst_ = 0;
-  static constexpr unsigned kRxBatch = 16;
-  static constexpr size_t kRxBuf = 9216;
-  std::vector<uint8_t> rx_bufs_;
+  std::vector<uint8_t> scratch_;                   // one encoded packet
 };
 
 }  // namespace detail

@@ -232,15 +232,40 @@ detail::Engine* Wire::engine(int side) noexcept {
   return eng_[side];
 }
 
-Result<std::shared_ptr<Wire>> Wire::make_roce(const RoceOptions& opt) {
-  auto link = detail::RoceLink::open(opt);
-  if (!link) return std::move(link).error();
+std::shared_ptr<Wire> Wire::over_link(std::unique_ptr<detail::RoceLink> link,
+                                      const RoceOptions& opt) {
   std::shared_ptr<Wire> w = make_local();
-  w->link_ = std::move(link.value());
+  w->link_ = std::move(link);
   w->mtu_cap_ = opt.mtu;
   w->sh_->side_open[1].store(1, std::memory_order_release);  // the network is the peer
   w->token_ = 0x526f434500000000ull | opt.local_ipv4;        // "RoCE" + address
   return w;
+}
+
+Result<std::shared_ptr<Wire>> Wire::make_roce(const RoceOptions& opt) {
+  auto link = detail::RoceLink::open(opt);
+  if (!link) return std::move(link).error();
+  return over_link(std::move(link.value()), opt);
+}
+
+Result<std::pair<std::shared_ptr<Wire>, std::shared_ptr<Wire>>> Wire::make_roce_ring_pair(
+    const RoceOptions& a, const RoceOptions& b) {
+  struct Rings {
+    detail::PktRing r[2];
+  };
+  auto rings = std::make_shared<Rings>();
+  for (detail::PktRing& r : rings->r) detail::init_pkt_ring(&r);
+  auto la =
+      detail::RoceLink::open(a, std::make_unique<detail::RingCarrier>(&rings->r[0], &rings->r[1]));
+  if (!la) return std::move(la).error();
+  auto lb =
+      detail::RoceLink::open(b, std::make_unique<detail::RingCarrier>(&rings->r[1], &rings->r[0]));
+  if (!lb) return std::move(lb).error();
+  std::pair<std::shared_ptr<Wire>, std::shared_ptr<Wire>> p{over_link(std::move(la.value()), a),
+                                                            over_link(std::move(lb.value()), b)};
+  p.first->carrier_mem_ = rings;
+  p.second->carrier_mem_ = rings;
+  return p;
 }
 
 Result<std::shared_ptr<Wire>> make_roce_wire(const RoceOptions& opt) {

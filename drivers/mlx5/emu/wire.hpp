@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include <rdmx/emu/emu.hpp>
 
@@ -103,6 +104,11 @@ class Wire {
   // RoCE v2 over the network (roce_link.hpp): the rings of an in-process wire whose side 1 is
   // played by the link, which the device thread pumps.
   static Result<std::shared_ptr<Wire>> make_roce(const RoceOptions& opt);
+  // Two RoCE wires in one process whose links meet on a lossless packet ring per direction
+  // (RingCarrier) instead of the network: RoCE v2 packets, the link's RC rules, no sockets.
+  // `a` and `b` give each side's address (any; nothing is routed) and window and MTU.
+  static Result<std::pair<std::shared_ptr<Wire>, std::shared_ptr<Wire>>> make_roce_ring_pair(
+      const RoceOptions& a, const RoceOptions& b);
   detail::RoceLink* roce() noexcept { return link_.get(); }
   // A link below the rings owns loss: it resends (timeouts, sequence and RNR NAKs) and hands
   // the engine only each message's final verdict, so the engine sends every message once. The
@@ -134,6 +140,8 @@ class Wire {
 
  private:
   Wire() = default;
+  static std::shared_ptr<Wire> over_link(std::unique_ptr<detail::RoceLink> link,
+                                         const RoceOptions& opt);
   RingCtl& ctl(int r) noexcept { return sh_->ctl[r]; }
 
   WireShared* sh_ = nullptr;
@@ -144,6 +152,7 @@ class Wire {
   uint64_t token_ = 0;
   std::mutex mu_;
   detail::Engine* eng_[2] = {nullptr, nullptr};
+  std::shared_ptr<void> carrier_mem_;  // a ring pair's packet rings (outlive link_)
   std::unique_ptr<detail::RoceLink> link_;
   uint32_t mtu_cap_ = kWireMtu;
   Mode mode_[2] = {Mode::kInline, Mode::kInline};

@@ -1,0 +1,126 @@
+// A carrier moves encoded RoCE v2 packets (IPv4 header through ICRC, as roce::encode writes them)
+// between the RC links of two emu devices. It knows nothing of RC: PSNs, ACKs, retransmission
+// and the responder rules are the link's (roce_link.hpp). A carrier may lose, reorder or
+// duplicate packets; the link above it recovers, as an RC QP does over a real Ethernet.
+//
+// UdpCarrier: raw IPv4 sockets (UDP port 4791) with injected impairments and an optional pcap.
+// RingCarrier: a lossless SPSC ring of packet slots per direction, in memory the caller maps (the
+// heap, or a /dev/shm mapping two processes share): the wire of two emu devices with no network.
+//
+// Everything runs in the device thread under the engine's mutex; the buffers are sized at open.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <rdmx/emu/emu.hpp>
+
+#include "roce.hpp"
+#include "wire.hpp"
+
+namespace rdmx::emu::detail {
+
+// One received packet: a view valid until the next recv_burst.
+struct RxPkt {
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+  bool truncated = false;  // longer than the receive buffer: not a packet this stack sent
+};
+
+// What the carrier counts (EmuStats::Roce's fields of the same names).
+struct CarrierStats {
+  uint64_t tx_packets = 0;
+  uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
+  uint64_t ring_full = 0;  // RingCarrier: packets refused for lack of a free slot (not sent)
+};
+
+class Carrier {
+ public:
+  static constexpr unsigned kRxBatch = 16;  // the most packets one recv_burst returns
+
+  virtual ~Carrier() = default;
+  // Device thread. Puts one encoded packet on the wire toward `dst_ip` (host order); best
+  // effort: a lossy carrier may drop, hold back or duplicate it. `now_ns` stamps the pcap.
+  virtual void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept = 0;
+  // Device thread. Ends a round of sends: a packet held back for reordering goes now.
+  virtual void flush(uint64_t now_ns) noexcept = 0;
+  // Device thread. Receives up to `max` (<= kRxBatch) packets into `out`; returns how many.
+  virtual unsigned recv_burst(RxPkt* out, unsigned max) noexcept = 0;
+  // Device thread. How many packets send() takes now without refusing one (UINT32_MAX: no
+  // limit the caller can see, as a socket's).
+  virtual uint32_t tx_room() const noexcept = 0;
+  const CarrierStats& stats() const noexcept { return st_; }
+
+ protected:
+  CarrierStats st_;
+};
+
+class UdpCarrier final : public Carrier {
+ public:
+  // Opens the sockets on opt.local_ipv4 (needs CAP_NET_RAW) and the pcap; checks the
+  // impairment fractions. Errors carry the address and the failing call.
+  static Result<std::unique_ptr<UdpCarrier>> open(const RoceOptions& opt);
+  ~UdpCarrier() override;
+  UdpCarrier(const UdpCarrier&) = delete;
+  UdpCarrier& operator=(const UdpCarrier&) = delete;
+
+  void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override;
+  void flush(uint64_t now_ns) noexcept override;
+  unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
+  uint32_t tx_room() const noexcept override { return UINT32_MAX; }
+
+ private:
+  explicit UdpCarrier(const RoceOptions& opt) : opt_(opt), rng_(opt.seed) {}
+  void xmit(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept;
+  double uniform() noexcept { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+
+  static constexpr size_t kRxBuf = 9216;
+  RoceOptions opt_;
+  int tx_fd_ = -1, rx_fd_ = -1, port_fd_ = -1;
+  std::mt19937_64 rng_;  // impairments (seeded: reproducible)
+  roce::Pcap pcap_;
+  std::vector<uint8_t> held_;  // reordering: a packet held back behind the next one
+  uint32_t held_len_ = 0, held_dst_ = 0;
+  std::vector<uint8_t> rx_bufs_;
+};
+
+// One direction of a RingCarrier. No pointers and a fixed size, so that it can live in a mapping
+// two processes share; a slot holds one packet of the largest path MTU with every header.
+inline constexpr uint32_t kPktSlots = 128;  // per direction: two full QP windows (RoceOptions)
+static_assert((kPktSlots & (kPktSlots - 1)) == 0, "a power of two");
+struct alignas(64) PktSlot {
+  uint32_t len;
+  uint32_t dst_ip;
+  uint8_t pad[56];
+  uint8_t bytes[(kWireMtu + roce::kMaxOverhead + 63) / 64 * 64];
+};
+struct PktRing {
+  RingCtl ctl;  // head: the sender's, tail: the receiver's (free-running, acquire/release)
+  PktSlot slots[kPktSlots];
+};
+// Sets an unused ring empty (before either side uses it).
+void init_pkt_ring(PktRing* r) noexcept;
+
+class RingCarrier final : public Carrier {
+ public:
+  // Sends on `tx`, receives from `rx`; the peer's carrier has them the other way round. The
+  // rings outlive the carrier.
+  RingCarrier(PktRing* tx, PktRing* rx) noexcept : tx_(tx), rx_(rx) {}
+  // Copies the packet into the next free slot; with none free it is refused (counted
+  // ring_full): the RC link above resends it as it would a packet an Ethernet port dropped.
+  void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override;
+  void flush(uint64_t) noexcept override {}
+  // The packets stay in their slots (no copy) until the next recv_burst hands them back.
+  unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
+  uint32_t tx_room() const noexcept override;
+
+ private:
+  PktRing* tx_;
+  PktRing* rx_;
+  uint32_t held_ = 0;  // slots of the last recv_burst, released by the next one
+};
+
+}  // namespace rdmx::emu::detail
