@@ -1444,14 +1444,18 @@ def case_blockd_idle_door(binary, blockd):
 def case_blockd_client_killed(binary, blockd):
     """Two clients at once over emu RoCE v2 across the namespace pair; one is killed (SIGKILL)
     in the middle of its run. The server drops it alone (one line), the other client carries on
-    and verifies its data, a third client takes the dead one's slot, and the server ends 0."""
+    and verifies its data, a third client takes the dead one's slot, and the server ends 0.
+    The kill waits for the victim's "running" line (its rendezvous done): a kill timed from its
+    "connecting to" line alone could land during the rendezvous on a loaded machine, where the
+    server refuses a joining client ("not served", its slot free at once) instead of dropping a
+    running one."""
     def steps(n, addr_c, server, srv, client, clis):
         clis.append(client(n.addr_b, 1500))  # the survivor
         wait_line(srv, srv.stdout, "waiting for client 2 of 2")
         victim = client(addr_c, 1000000)  # runs until killed
         try:
-            wait_line(victim, victim.stdout, "connecting to")
-            time.sleep(1.0)  # in the middle of its run
+            wait_line(victim, victim.stdout, "blockd: client: running")
+            time.sleep(0.3)  # in the middle of its run
         finally:
             victim.kill()
             victim.wait()
