@@ -32,16 +32,8 @@ class UmrAlloc : public EmuTest {
   // Maps `n` pages of `arena` into `win` through a pointer-mode KLM array (signaled) and runs
   // the device until it completes; returns the allocations of the post and its execution.
   uint64_t map_pointer(uint32_t win, Buf& arena, Buf& klm, uint32_t n) {
-    prm::UmrMap m;
-    m.qpn = a_.desc.qpn;
-    m.fm_ce_se = fm(a_, true);
-    m.mkey = win;
-    m.access = kAccRW;
-    m.parent_lkey = arena.mr.lkey;
-    m.page_size = 4096;
-    m.length = uint64_t{n} * 4096;
     for (uint32_t i = 0; i < n; ++i) pages_[i] = arena.addr(size_t{i} * 4096);
-    m.pages = std::span<const uint64_t>(pages_, n);
+    prm::UmrMap m = page_map(a_, true, win, arena, std::span<const uint64_t>(pages_, n));
     prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(klm.p), m);
     // Inline mode: the doorbell runs the device (Engine::pump_inline) in this thread.
     const uint64_t before = t_allocs;
