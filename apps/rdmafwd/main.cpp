@@ -52,11 +52,10 @@ void on_lane_error(Lane& l, Testbed& tb) {
   if (l.draining) l.drain_deadline = rte_rdtsc() + 5 * rte_get_tsc_hz();
 }
 
-// A QP of the lane in the error state, unless the peer said goodbye: it may leave as soon as it
-// has our last reply, before that reply's ACK (a TCP FIN's last ACK may not come either), and an
-// error then ends the session rather than failing the lane.
+// A QP of the lane in the error state, unless the peer said goodbye: the session's rule
+// (rdmx/endpoint/session.hpp qp_error_is_failure), the goodbye read by the lane's poll core.
 bool qp_failed(const Lane& l) noexcept {
-  return l.st.peer_bye.get() == 0 && lane_in_error(l);
+  return endpoint::qp_error_is_failure(l.st.peer_bye.get() != 0) && lane_in_error(l);
 }
 
 // One turn of the forwarding loop: a fault maybe, the engine's burst, the counters every 64.

@@ -711,7 +711,12 @@ int main(int argc, char** argv) {
   if (!g_gen || !g_lat) fatal("client", "out of memory");
   if (srv && !listen_at && blockd_peer_start(&g_cfg, &g_peer[0]) < 0) fatal("server", "start");
   if (cli) post_recvs(&C);
-  if (peer) TRY(rdmx_conn_ready(g_conn, 0, &g_stop)); /* both sides' receives are posted */
+  if (peer) { /* both sides' receives are posted: the server serves this client from now on */
+    TRY(rdmx_conn_ready(g_conn, 0, &g_stop));
+    printf("blockd: client: running %llu requests at qd %u on %s\n", (unsigned long long)g_requests,
+           g_qd, rdmx_conn_peer(g_conn));
+    fflush(stdout);
+  }
   /* TCP server: each client in turn gets its core (isolated: its own PD and windows), is
    * connected, and runs as soon as it is ready; the next is accepted meanwhile (its requests
    * wait in its receive queue until the loop below polls it). A client refused on the way

@@ -119,6 +119,8 @@ static void handle(const struct blockd_server_cfg* c, struct peer* P, const stru
   }
   if (q->op == OP_STOP) { /* the client is done: it may close its connection from now on */
     P->state = PEER_STOPPED;
+    /* Its goodbye: a QP error from now on ends its session (the library's rule). */
+    if (P->conn) (void)rdmx_conn_peer_bye(P->conn);
     drop_on(c, P, reply(P, q, 0, 0));
     return;
   }
@@ -158,6 +160,16 @@ int blockd_serve(const struct blockd_server_cfg* c, struct peer* P) {
       char why[96];
       snprintf(why, sizeof why, "%s failed: %s", rdmx_opcode_name(wc[i].opcode),
                rdmx_syndrome_name(wc[i].status));
+      /* After its STOP the client may leave before our reply's ACK: its session ends, it was
+       * served to its end (rdmx_conn_qp_error); before, it is dropped. */
+      if (P->state == PEER_STOPPED && P->conn && rdmx_conn_qp_error(P->conn, why) == 0) {
+        if (!c->quiet)
+          printf("blockd: server: client %s left after its STOP (%s): served to its end\n", P->name,
+                 why);
+        fflush(stdout);
+        P->state = PEER_DONE;
+        break;
+      }
       blockd_drop(c, P, why);
       break;
     }

@@ -1397,6 +1397,25 @@ int rdmx_conn_peer_gone(const rdmx_conn* c) {
   return !c || c->s.channel().peer_gone() ? 1 : 0;
 }
 
+int rdmx_conn_peer_bye(rdmx_conn* c) {
+  return guarded("rdmx_conn_peer_bye", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_conn_peer_bye: NULL argument");
+    if (auto s = c->s.peer_bye_in_band(); !s) return fail(s.error(), "rdmx_conn_peer_bye");
+    return 0;
+  });
+}
+
+int rdmx_conn_qp_error(rdmx_conn* c, const char* what) {
+  return guarded("rdmx_conn_qp_error", [&]() -> int {
+    if (!c) return fail(RDMX_EINVAL, "rdmx_conn_qp_error: NULL argument");
+    // The session's rule (session.hpp): after the peer's goodbye the error ends it.
+    if (c->s.qp_error(what ? what : "a QP in error") != endpoint::SessionEvent::kDropped &&
+        c->s.state() != endpoint::SessionState::kDropped)
+      return 0;
+    return fail(RDMX_EQPERROR, c->s.error().message);
+  });
+}
+
 void rdmx_conn_close(rdmx_conn* c) {
   delete c;
 }

@@ -322,6 +322,29 @@ void Session::drop(Errc code, std::string_view why) {
   fail(make_error(code, std::string(why)));
 }
 
+Status Session::peer_bye_in_band(std::string_view text) {
+  if (state_ != SessionState::kRunning)
+    return make_error(Errc::kState, std::string("peer_bye_in_band: the session is in state ") +
+                                        session_state_name(state_));
+  peer_bye_ = true;
+  bye_text_ = std::string(text);
+  state_ = SessionState::kClosing;
+  return {};
+}
+
+SessionEvent Session::qp_error(std::string_view what) {
+  if (state_ == SessionState::kDropped) return SessionEvent::kNone;
+  if (!qp_error_is_failure(peer_bye_)) {
+    if (state_ == SessionState::kClosed) return SessionEvent::kNone;
+    state_ = SessionState::kClosed;
+    ch_.close();
+    return SessionEvent::kClosed;
+  }
+  return fail(make_error(
+      Errc::kDeviceError,
+      "peer " + peer() + ": a QP failed before the peer's goodbye (" + std::string(what) + ")"));
+}
+
 Result<SessionEvent> Session::wait_event(Wait w) {
   const auto end = Clock::now() + w.timeout;
   for (;;) {

@@ -162,7 +162,7 @@ void WindowCache::init(uint32_t nominal_size, uint32_t capacity) {
   batch_ = std::max(nominal_size / 2, 1u);
   cap_ = std::max(capacity, nominal_size) + 1;
   slots_ = std::make_unique<Window*[]>(cap_);
-  len_ = 0;
+  len_.set(0);
 }
 
 namespace {
@@ -244,7 +244,7 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
   //    had completed is judged against the consumer before).
   const uint64_t done_at = qp_.sq().ci();
   qp_.reset();
-  umrs_in_flight_ = 0;
+  umrs_in_flight_.set(0);
   rq_posted_ = false;
   // 3. Every window of this core whose device state is not known to be free gets a fresh
   //    invalidate; mapped windows come back to the cache (their mappings are gone).
@@ -298,7 +298,7 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
     ++posted;
   }
   if (!quiesce_until(deadline))
-    return make_error(Errc::kTimeout, "recover: " + std::to_string(umrs_in_flight_) +
+    return make_error(Errc::kTimeout, "recover: " + std::to_string(umrs_in_flight_.get()) +
                                           " invalidates did not complete within " +
                                           std::to_string(budget.count() / 1000000) + " ms");
   if (qp_.in_error()) return make_error(Errc::kQpError, "recover: QP failed again");

@@ -20,6 +20,10 @@
  *               never gave out: our WRITE completes with a remote access error, the server's QP
  *               (the responder) goes to the error state with an async event (which blockd
  *               prints), and the server closes the connection
+ *   bye-leave   a STOP with no receive posted for its reply, then we leave: the server's reply
+ *               can never be taken (received nor ACKed: its SEND fails, RNR retries exceeded on
+ *               emu), a QP error after our goodbye, which ends our session on the server rather
+ *               than failing it; the server closes the connection
  * Prints one line "blockd_hostile MODE: ok ..." and exits 0; or "blockd_hostile MODE: FAIL ..."
  * and exits 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -179,8 +183,8 @@ static unsigned out_of_range(void) {
   return i;
 }
 
-/* Port, core, connection to the server, receives posted, ready. */
-static void connect_client(const char* device) {
+/* Port, core, connection to the server, receives posted (recvs: not), ready. */
+static void connect_client_recvs(const char* device, int recvs) {
   char hello[160], ans[300];
   rdmx_port_opts o;
   rdmx_core_opts co;
@@ -199,9 +203,12 @@ static void connect_client(const char* device) {
   C.tx = C.rx + MAXQ * MSG;
   TRY(rdmx_core_create(C.port, &co, &C.core));
   TRY(rdmx_conn_exchange(g_conn, &C.core, 1, 0, NULL));
-  for (uint32_t t = 0; t <= QD; ++t) TRY(blockd_post_recv(&C, t));
+  for (uint32_t t = 0; recvs && t <= QD; ++t) TRY(blockd_post_recv(&C, t));
   rdmx_flush(C.core);
   TRY(rdmx_conn_ready(g_conn, 0, NULL));
+}
+static void connect_client(const char* device) {
+  connect_client_recvs(device, 1);
 }
 
 int main(int argc, char** argv) {
@@ -266,6 +273,23 @@ int main(int argc, char** argv) {
     if (!closed_within(10)) die("the server kept our connection after its QP failed");
     printf("blockd_hostile %s: ok, refused with %s, dropped\n", g_mode,
            rdmx_syndrome_name(wc.status));
+  } else if (!strcmp(g_mode, "bye-leave")) {
+    struct req q = {OP_STOP, QD, 0, 0, 0, 0, 0};
+    rdmx_sge sge;
+    rdmx_completion wc;
+    const double end = now_s() + 5;
+    int n = 0;
+    connect_client_recvs(argv[3], 0);
+    memcpy(C.tx, &q, sizeof q);
+    sge = blockd_sge(&C, C.tx, sizeof q);
+    TRY(rdmx_post_send(C.core, &sge, 1, 9, RDMX_POST_SIGNALED));
+    rdmx_flush(C.core);
+    while (now_s() < end && (n = rdmx_poll(C.core, &wc, 1)) == 0) {
+    }
+    TRY(n);
+    if (n != 1 || wc.status) die("our STOP was not delivered");
+    if (!closed_within(10)) die("the server kept our connection after its reply failed");
+    printf("blockd_hostile %s: ok, STOP delivered, its reply left untaken\n", g_mode);
   } else {
     fprintf(stderr, "blockd_hostile: unknown mode '%s'\n", g_mode);
     return 2;

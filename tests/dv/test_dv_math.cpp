@@ -507,6 +507,25 @@ TEST(DvMath, CmRouteAdoptedIntoTransitions) {
   EXPECT_EQ(rts_transition(with_timers(p, tm), 5).attr.timeout, 9);
 }
 
+TEST(DvMath, CmRouteKeepsTheDscpOfTheDeviceOptions) {
+  int rm = 0, sm = 0;
+  const ibv_qp_attr rtr = cm_rtr(rm), rts = cm_rts(sm);
+  auto r = cm_route_from_attrs(rtr, rm, rts, sm);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r.value().global);
+  ASSERT_EQ(r.value().traffic_class, 96);  // rdma_cm's (its ToS)
+  QpParams dev;
+  dev.use_grh = true;
+  dev.traffic_class = 46 << 2;  // DSCP 46 (expedited forwarding) set in DvOptions
+  const QpParams p = apply_cm_route(dev, r.value());
+  EXPECT_EQ(p.traffic_class, 46 << 2);
+  EXPECT_EQ(rtr_transition(p, apply_cm_dgid({}, r.value())).attr.ah_attr.grh.traffic_class,
+            46 << 2);
+  EXPECT_EQ(p.hop_limit, 2);  // the rest of the route still applies
+  dev.traffic_class = 0;      // none set: rdma_cm's stands
+  EXPECT_EQ(apply_cm_route(dev, r.value()).traffic_class, 96);
+}
+
 TEST(DvMath, CmRouteOnlyFieldsTheMaskMarksValid) {
   int rm = 0, sm = 0;
   ibv_qp_attr rtr = cm_rtr(rm), rts = cm_rts(sm);

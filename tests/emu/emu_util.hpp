@@ -26,6 +26,10 @@ inline std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
   return v;
 }
 
+constexpr uint8_t kAccRW = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE |
+                           MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
+                           MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
+
 // A buffer with an MR, page aligned.
 struct Buf {
   std::vector<uint8_t> mem;
@@ -127,6 +131,21 @@ class EmuTest : public ::testing::Test {
   void recv(Side& s, uint64_t cookie, std::vector<prm::Sge> sges) {
     ASSERT_TRUE(s.qp.rq().post(sges, cookie));
     s.qp.rq().ring_doorbell();
+  }
+  // A read-write map of whole 4 KiB `pages` of `arena` into window `win` from side `s`, to be
+  // written inline or as a pointer-mode KLM array (prm::write_page_klms).
+  prm::UmrMap page_map(Side& s, bool signal, uint32_t win, const Buf& arena,
+                       std::span<const uint64_t> pages) {
+    prm::UmrMap m;
+    m.qpn = s.desc.qpn;
+    m.fm_ce_se = fm(s, signal);
+    m.mkey = win;
+    m.access = kAccRW;
+    m.parent_lkey = arena.mr.lkey;
+    m.page_size = 4096;
+    m.length = pages.size() * 4096;
+    m.pages = pages;
+    return m;
   }
   // Inline UMR map of `pages` (each `page` bytes of parent MR) into window `mkey`.
   void umr_map(Side& s, uint64_t cookie, uint32_t mkey, uint32_t parent_lkey,
@@ -245,9 +264,5 @@ class EmuModeTest : public EmuTest, public ::testing::WithParamInterface<Mode> {
 inline std::string mode_param_name(const ::testing::TestParamInfo<Mode>& i) {
   return mode_name(i.param);
 }
-
-constexpr uint8_t kAccRW = MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE |
-                           MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ |
-                           MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE;
 
 }  // namespace rdmx::emu::test

@@ -296,15 +296,7 @@ TEST_P(Ops, UmrPointerModeAndLocalUseWithFence) {
   const uint32_t win = w.value();
   std::vector<uint64_t> pages;
   for (int i = 7; i >= 0; --i) pages.push_back(arena.addr(size_t(i) * 4096));
-  prm::UmrMap m;
-  m.qpn = a_.desc.qpn;
-  m.fm_ce_se = fm(a_, false);
-  m.mkey = win;
-  m.access = kAccRW;
-  m.parent_lkey = arena.mr.lkey;
-  m.page_size = 4096;
-  m.length = 8 * 4096;
-  m.pages = pages;
+  prm::UmrMap m = page_map(a_, false, win, arena, pages);
   prm::write_page_klms(reinterpret_cast<mlx5_wqe_umr_klm_seg*>(klm.p), m);
   post(
       a_, MLX5_OPCODE_UMR, 1,

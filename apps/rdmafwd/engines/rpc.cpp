@@ -40,6 +40,7 @@
 
 #include <infiniband/mlx5dv.h>
 
+#include <rdmx/endpoint/session.hpp>
 #include <rdmx/rpcrdma/cm_private.hpp>
 
 #include "common.hpp"
@@ -533,13 +534,12 @@ void server_read_done(Lane& l, uint32_t s) {
 
 bool server_poll(Lane& l, uint64_t now) {
   win::PollCore& p = *l.p;
-  // After the client's goodbye its QP may go at once (it has our NULL reply; the ACK of that
-  // reply may never come, as a TCP FIN's last ACK may not): an error then ends the session, it
-  // is not a failure of the lane.
-  const bool closing = l.st.peer_bye.get() != 0;
+  // After the client's goodbye a QP error ends the session, it is not a failure of the lane
+  // (the session's rule: rdmx/endpoint/session.hpp qp_error_is_failure).
+  const bool failure = endpoint::qp_error_is_failure(l.st.peer_bye.get() != 0);
   const uint32_t n = p.poll(l.cfg.burst * 4, [&](const mlx5::Completion& x) {
     if (!x.ok()) {
-      if (!closing) io_failed(l);
+      if (failure) io_failed(l);
       return;
     }
     const uint8_t kind = cookie_kind(x.cookie);
@@ -552,7 +552,8 @@ bool server_poll(Lane& l, uint64_t now) {
       release_extra(l, s - l.depth);  // a reply of no slot was sent (hold_extra)
     }
   });
-  if (p.qp().in_error() && !l.failed && !l.st.peer_bye.get()) io_failed(l);
+  if (p.qp().in_error() && !l.failed && endpoint::qp_error_is_failure(l.st.peer_bye.get() != 0))
+    io_failed(l);
   const bool served = l.n_waiting && serve_waiting(l);
   if (n || served) p.flush();
   return n > 0 || served;

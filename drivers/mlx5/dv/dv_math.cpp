@@ -203,7 +203,12 @@ QpParams apply_cm_route(QpParams p, const CmRoute& r) noexcept {
   if (r.have_av) p.sl = r.sl;
   if (r.global) {
     p.hop_limit = r.hop_limit;
-    p.traffic_class = r.traffic_class;
+    // A traffic class (DSCP << 2) set in the device options wins: rdma_cm's is the id's ToS or,
+    // where the application set none, the device's default_roce_tos (Linux
+    // drivers/infiniband/core/cma.c cma_resolve_iboe_route: tos_set ? tos : default_roce_tos),
+    // and this QP is not rdma_cm's (rdma_set_option(RDMA_OPTION_ID_TOS) is never called on the
+    // id). 0, the option's default, leaves rdma_cm's.
+    if (p.traffic_class == 0) p.traffic_class = r.traffic_class;
   }
   if (r.mtu) p.mtu = *r.mtu;
   if (r.min_rnr_timer) p.min_rnr_timer = *r.min_rnr_timer;

@@ -408,7 +408,10 @@ class Engine {
   size_t poll_events(std::span<mlx5::AsyncEvent> out);
   prm::DecodedWqe dw_;   // scratch decode buffer (one per device)
   prm::DecodedWqe dw2_;  // second scratch (transmit / response paths)
-  std::vector<uint8_t> scratch_;
+  // A UMR's new translation entries, read and checked before the commit (umr.cpp): room for
+  // the largest any window takes (create_window_mkey: capacity <= align4(max_klm_list)), so
+  // no UMR allocates.
+  std::vector<Klm> umr_xlt_ = std::vector<Klm>(prm::align4(opt_.max_klm_list));
 
   bool poll_locked(bool* pending);
 

@@ -1,6 +1,8 @@
 // The UMR WQE: the rules on its control segment, translation entries and mkey context, and the
 // commit into the mkey table. Runs under Engine::mu_.
+#include <algorithm>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -9,6 +11,23 @@
 namespace rdmx::emu::detail {
 
 // ---- UMR ----------------------------------------------------------------------------------------
+namespace {
+
+// The bytes entries [first, last) translate, each entry's offset into `prefix` when given (the
+// translation walks it). A repeat-block entry's bytes are the low 16 bits of its byte_count
+// (stride << 16 | bytes, rdma-core qp.c umr_strided_seg_create).
+uint64_t sum_entries(const Klm* k, size_t first, size_t last, bool repeat,
+                     uint64_t* prefix) noexcept {
+  uint64_t acc = 0;
+  for (size_t i = first; i < last; ++i) {
+    if (prefix) prefix[i] = acc;
+    acc += repeat ? k[i].byte_count & 0xffff : k[i].byte_count;
+  }
+  return acc;
+}
+
+}  // namespace
+
 uint64_t Engine::umr_xlt_offset(const QpCtx& q, const prm::DecodedWqe& w) const noexcept {
   if (!(w.umr.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET)) return 0;
   const uint8_t* b = q.sq_buf + size_t{w.ctrl.wqe_index & (q.sq_n - 1u)} * 64 + 32;
@@ -167,7 +186,7 @@ uint8_t Engine::umr_check_ctrl(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m
   return 0;
 }
 
-// The new translation entries (inline, or behind the pointer-mode lkey) into scratch_; `src`
+// The new translation entries (inline, or behind the pointer-mode lkey) into umr_xlt_; `src`
 // stays null when the UMR writes none.
 uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey& m,
                                  const Klm*& src) noexcept {
@@ -191,8 +210,8 @@ uint8_t Engine::umr_read_entries(QpCtx& q, const prm::DecodedWqe& w, const Mkey&
     report(&q, idx16, Rule::kTooManyEntries, buf);
     return kSynMwBind;
   }
-  scratch_.resize(size_t{n_oct} * sizeof(Klm));
-  Klm* tmp = reinterpret_cast<Klm*>(scratch_.data());
+  // off + n_oct <= capacity <= align4(max_klm_list): umr_xlt_ holds it (sized at creation).
+  Klm* tmp = umr_xlt_.data();
   if (u.inline_list()) {
     for (uint32_t i = 0; i < n_oct; ++i)
       tmp[i] = Klm{w.klm[i].byte_count, w.klm[i].mkey, w.klm[i].address};
@@ -239,23 +258,21 @@ uint8_t Engine::umr_read_ptr_list(QpCtx& q, const prm::DecodedWqe& w, uint32_t n
     report(&q, w.ctrl.wqe_index, Rule::kKlmPtrAlign, buf);
     if (opt_.checker_fatal) return kSynLocQpOp;
   }
-  std::vector<uint8_t> raw(size_t{n_oct} * 16);
+  // The device reads the list as it lies in memory, 16 bytes per entry ({BE32 byte_count, BE32
+  // mkey, BE64 address}, mlx5_wqe_umr_klm_seg): Klm has that layout in host order, so the bytes
+  // land in `tmp` and are swapped in place.
+  static_assert(sizeof(Klm) == 16 && offsetof(Klm, mkey) == 4 && offsetof(Klm, addr) == 8);
+  uint8_t* raw = reinterpret_cast<uint8_t*>(tmp);
   size_t pos = 0;
-  const XlateErr xe =
-      walk(w.klm_ptr.mkey, w.klm_ptr.address, raw.size(), kLR, [&](uint8_t* p, uint64_t n) {
-        std::memcpy(raw.data() + pos, p, n);
-        pos += n;
-      });
+  const XlateErr xe = walk(w.klm_ptr.mkey, w.klm_ptr.address, size_t{n_oct} * sizeof(Klm), kLR,
+                           [&](uint8_t* p, uint64_t n) {
+                             std::memcpy(raw + pos, p, n);
+                             pos += n;
+                           });
   if (xe != XlateErr::kOk) return kSynLocProt;
-  for (uint32_t i = 0; i < n_oct; ++i) {
-    uint32_t bc, key;
-    uint64_t addr;
-    std::memcpy(&bc, raw.data() + i * 16, 4);
-    std::memcpy(&key, raw.data() + i * 16 + 4, 4);
-    std::memcpy(&addr, raw.data() + i * 16 + 8, 8);
-    tmp[i] =
-        Klm{::rdmx::detail::bswap(bc), ::rdmx::detail::bswap(key), ::rdmx::detail::bswap(addr)};
-  }
+  for (uint32_t i = 0; i < n_oct; ++i)
+    tmp[i] = Klm{::rdmx::detail::bswap(tmp[i].byte_count), ::rdmx::detail::bswap(tmp[i].mkey),
+                 ::rdmx::detail::bswap(tmp[i].addr)};
   return 0;
 }
 
@@ -271,8 +288,7 @@ uint8_t Engine::umr_check_repeat(QpCtx& q, const prm::DecodedWqe& w, const Klm* 
   const uint32_t n = static_cast<uint32_t>(tmp[0].addr & 0xffff);
   const uint32_t rsvd = static_cast<uint32_t>((tmp[0].addr >> 16) & 0xffff);
   const uint32_t repeat_count = static_cast<uint32_t>(tmp[0].addr >> 32);
-  uint64_t sum = 0;
-  for (uint32_t i = 1; i <= n && i < n_oct; ++i) sum += tmp[i].byte_count & 0xffff;
+  const uint64_t sum = sum_entries(tmp, 1, std::min(n + 1, n_oct), true, nullptr);
   const char* why = nullptr;
   if (n == 0)
     why = "no entries";
@@ -372,6 +388,11 @@ uint8_t Engine::umr_commit(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Kl
 // recomputes the prefix sums the translation walks.
 uint8_t Engine::umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src,
                                 uint32_t off, uint32_t n_oct) noexcept {
+  // The window's first translation takes room for its capacity: no later UMR allocates.
+  if (m.klm.capacity() < m.capacity) {
+    m.klm.reserve(m.capacity);
+    m.prefix.reserve(m.capacity);
+  }
   if (off == 0 && !(w.umr.flags & MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET)) {
     m.klm.assign(src, src + n_oct);
   } else {
@@ -379,25 +400,18 @@ uint8_t Engine::umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, con
     std::copy(src, src + n_oct, m.klm.begin() + off);
   }
   m.prefix.resize(m.klm.size());
-  uint64_t acc = 0;
   uint32_t n_real = 0;
   m.repeat = off == 0 && !m.klm.empty() && m.klm[0].mkey == prm::kRepeatBlockOp;
   if (m.repeat) {  // checked by umr_check_repeat: the header takes a slot, as on the device
     const uint32_t n_rep = static_cast<uint32_t>(m.klm[0].addr & 0xffff);
     m.block = m.klm[0].byte_count;
-    for (uint32_t i = 1; i <= n_rep; ++i) {
-      m.prefix[i] = acc;
-      acc += m.klm[i].byte_count & 0xffff;
-    }
+    (void)sum_entries(m.klm.data(), 1, n_rep + 1, true, m.prefix.data());
     n_real = n_rep + 1;
     m.xlat_bytes = m.block * (m.klm[0].addr >> 32);
   } else {
-    for (size_t i = 0; i < m.klm.size(); ++i) {
-      m.prefix[i] = acc;
-      acc += m.klm[i].byte_count;
-      n_real += m.klm[i].byte_count ? 1 : 0;
-    }
-    m.xlat_bytes = acc;
+    m.xlat_bytes = sum_entries(m.klm.data(), 0, m.klm.size(), false, m.prefix.data());
+    n_real = static_cast<uint32_t>(
+        std::count_if(m.klm.begin(), m.klm.end(), [](const Klm& k) { return k.byte_count != 0; }));
   }
   if (n_real > m.max_entries) {
     char buf[160];

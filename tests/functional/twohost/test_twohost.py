@@ -1387,6 +1387,35 @@ def case_blockd_hostile(binary, blockd, hostile_bin):
           f"{len(refused)} requests refused, {len(events)} async event; the next client verified")
 
 
+def case_blockd_bye_leave(binary, blockd, hostile_bin):
+    """A blockd client (RoCE v2 on loopback addresses) that sends its STOP and leaves without
+    taking the reply: no receive posted for it, so the server's reply SEND fails (RNR retries
+    exceeded), as a reply whose ACK never comes does once the client left. After the client's
+    goodbye a QP error ends its session, it is not a failure (Session::qp_error through
+    rdmx_conn_peer_bye / rdmx_conn_qp_error): the server says so in one stdout line, drops
+    nobody and ends 0 at once, its one client served to its end."""
+    port = free_port()
+    server = f"127.0.0.1:{port}"
+    srv = subprocess.Popen([blockd, "--role", "server", "--listen", server, "--blocks", "256",
+                            "--device", "emu@roce:127.0.0.1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        said = blockd_hostile_run(hostile_bin, "bye-leave", server, "emu@roce:127.0.0.2", 256)
+        sout, serr = finish(srv, timeout=15)  # before: the client dropped, the server waits on
+    finally:
+        reap(srv)
+    procs = [("server", sout, serr)]
+    check(srv.returncode == 0, f"server exit {srv.returncode}", *procs)
+    check(" dropped" not in sout + serr, "the server dropped the client after its goodbye",
+          *procs)
+    left = [l for l in sout.splitlines() if "left after its STOP" in l]
+    check(len(left) == 1 and "served to its end" in left[0], "no line for the client's end",
+          *procs)
+    print(said)
+    print(left[0])
+
+
 def case_blockd_hostile_roce(binary, blockd, hostile_bin):
     """Two clients at once, isolated, over emu RoCE v2 across the namespace pair: a victim (a
     real blockd client, first, so it owns blocks 0-255 of the server's volume) and then a hostile
@@ -1442,14 +1471,18 @@ def case_blockd_idle_door(binary, blockd):
 def case_blockd_client_killed(binary, blockd):
     """Two clients at once over emu RoCE v2 across the namespace pair; one is killed (SIGKILL)
     in the middle of its run. The server drops it alone (one line), the other client carries on
-    and verifies its data, a third client takes the dead one's slot, and the server ends 0."""
+    and verifies its data, a third client takes the dead one's slot, and the server ends 0.
+    The kill waits for the victim's "running" line (its rendezvous done): a kill timed from its
+    "connecting to" line alone could land during the rendezvous on a loaded machine, where the
+    server refuses a joining client ("not served", its slot free at once) instead of dropping a
+    running one."""
     def steps(n, addr_c, server, srv, client, clis):
         clis.append(client(n.addr_b, 1500))  # the survivor
         wait_line(srv, srv.stdout, "waiting for client 2 of 2")
         victim = client(addr_c, 1000000)  # runs until killed
         try:
-            wait_line(victim, victim.stdout, "connecting to")
-            time.sleep(1.0)  # in the middle of its run
+            wait_line(victim, victim.stdout, "blockd: client: running")
+            time.sleep(0.3)  # in the middle of its run
         finally:
             victim.kill()
             victim.wait()
@@ -1749,6 +1782,7 @@ BLOCKD_CASES = {
     "blockd-idle-door": case_blockd_idle_door,
 }
 HOSTILE_CASES = {
+    "blockd-bye-leave": case_blockd_bye_leave,
     "blockd-hostile": case_blockd_hostile,
     "blockd-hostile-roce": case_blockd_hostile_roce,
 }

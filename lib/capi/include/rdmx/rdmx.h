@@ -439,6 +439,18 @@ RDMX_API int rdmx_conn_try_ready(rdmx_conn* c, uint32_t timeout_ms);
 
 /* [setup] Without waiting: 1 once the peer closed the connection (it ended or died). */
 RDMX_API int rdmx_conn_peer_gone(const rdmx_conn* c);
+/* [setup] The peer's goodbye came on the data path (the application's own last message, such as
+ * blockd's STOP): from now on a QP error of the connection's cores ends the connection rather
+ * than failing it (rdmx_conn_qp_error). 0, or -RDMX_ESTATE when the connection is not running
+ * (rdmx_conn_ready not done, or already ended). */
+RDMX_API int rdmx_conn_peer_bye(rdmx_conn* c);
+/* [setup] A core of the connection completed work in error (its QP is in the error state; `what`
+ * names it, e.g. "SEND failed: transport-retry-exceeded"). After the peer's goodbye
+ * (rdmx_conn_peer_bye) this ends the connection and is not a failure: the peer may leave as soon
+ * as it has this side's last reply, before that reply's ACK comes, and this side's retransmission
+ * then fails; returns 0. Before it: -RDMX_EQPERROR, rdmx_last_error() naming the peer and `what`
+ * (the connection is dropped). */
+RDMX_API int rdmx_conn_qp_error(rdmx_conn* c, const char* what);
 RDMX_API void rdmx_conn_close(rdmx_conn* c);
 
 /* [hot] The core's port. */

@@ -36,6 +36,14 @@
 // checks the fields both must agree on, once, and refuses the peer otherwise) or refuse().
 // Session::after_hello() starts in INFO for a caller that exchanged its own hello (the C API).
 //
+// After the peer's goodbye, a QP error ends the session; it is not a failure. The peer may leave
+// as soon as it has this side's last reply, before that reply's ACK reaches this side (as a TCP
+// FIN's last ACK may never come): this side's retransmission then ends in
+// transport-retry-exceeded (IBTA 9.7.6.1.3: the requester retries an unacknowledged request
+// retry_cnt times, then completes it in error and moves the QP to the error state). The goodbye
+// is a BYE frame, or one the application read on the data path (peer_bye_in_band(): blockd's
+// STOP, an RPC NULL call); qp_error() applies the rule.
+//
 // Time: each wait on the peer (its welcome, infos, ready; its goodbye after ours) has
 // Config::step_timeout from the moment this side sent its own frame; past it the session is
 // DROPPED (kTimeout). step() never waits; wait_event() blocks on top of it, for at most its
@@ -75,6 +83,12 @@ std::string disagreement(const Fields& theirs, const Fields& mine,
                          std::string_view us = "this side");
 
 // ---- Session -----------------------------------------------------------------------------------
+
+// The rule above, for a reader that holds only the goodbye flag (a poll core): whether a QP
+// error is a failure. Any thread; hot path.
+constexpr bool qp_error_is_failure(bool peer_said_bye) noexcept {
+  return !peer_said_bye;
+}
 
 enum class SessionState : uint8_t { kHello, kInfo, kReady, kRunning, kClosing, kClosed, kDropped };
 enum class SessionEvent : uint8_t {
@@ -146,6 +160,15 @@ class Session {
   Status close(std::string_view text = {});
   // Ends the session now, for the application's reason: the socket closes, DROPPED.
   void drop(Errc code, std::string_view why);
+  // RUNNING: the peer's goodbye came on the data path (the application's own last message), not
+  // as a BYE frame: CLOSING with peer_said_bye(), as a BYE frame would make it (close() may
+  // answer). kState in any other state.
+  Status peer_bye_in_band(std::string_view text = {});
+  // A QP of the session went to the error state (`what` names it: "SEND failed: ..."). After the
+  // peer's goodbye (CLOSING or CLOSED with peer_said_bye()) it ends the session, CLOSED, and
+  // returns kClosed: not a failure (see above). Before, the session is DROPPED (kDropped,
+  // error() names the peer and `what`, kDeviceError). A session that ended already: kNone.
+  SessionEvent qp_error(std::string_view what);
 
   SessionState state() const noexcept { return state_; }
   bool is_client() const noexcept { return client_; }

@@ -90,7 +90,7 @@ class PollCore {
   const KeyGen& keys() const noexcept { return keys_; }
   // The KLM writer variant chosen at create (CPU features, DPDK's SIMD width limit).
   mlx5::prm::KlmVariant klm_variant() const noexcept { return klm_variant_; }
-  uint32_t umrs_in_flight() const noexcept { return umrs_in_flight_; }
+  uint32_t umrs_in_flight() const noexcept { return static_cast<uint32_t>(umrs_in_flight_.get()); }
   WindowPool& pool() noexcept { return pool_; }
   // The Errc of the last rejected call (map_burst/unmap_burst stop at it).
   Errc last_error() const noexcept { return last_errc_; }
@@ -433,7 +433,8 @@ class PollCore {
     uint64_t page_mask = 0;        // page size - 1
   } tpl_;
   bool rq_posted_ = false;
-  uint32_t umrs_in_flight_ = 0;  // this core's map/unmap UMRs not yet completed
+  // This core's map/unmap UMRs not yet completed; read by other threads (rdmx_core_stats_get).
+  Counter umrs_in_flight_;
   Errc last_errc_ = Errc::kOk;
   mlx5::QueuePair qp_;
   Window* windows_ = nullptr;  // pool_.window(0): the pool's windows never move

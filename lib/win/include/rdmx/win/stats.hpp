@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <span>
 
+#include <rdmx/core/counter.hpp>
 #include <rdmx/core/result.hpp>
 
 #ifndef RDMX_STATS
@@ -48,15 +49,15 @@ inline constexpr bool kStatsEnabled = RDMX_STATS != 0;
 // library's flags (pkg-config --cflags rdmx-cpp carries -DRDMX_STATS=0 from a -Dstats=false build).
 bool library_stats_enabled() noexcept;
 
-// A counter with one writer (its poll core). kAlways: counts even with -Dstats=false.
+// A counter with one writer (its poll core): rdmx::SingleWriter with release stores and acquire
+// loads (the snapshot's order, above). kAlways: counts even with -Dstats=false.
 template <bool kAlways>
 class StatCounter {
  public:
   static constexpr bool kCounts = kAlways || kStatsEnabled;
   // Writer (owning core) only. Hot path.
   void add(uint64_t d) noexcept {
-    if constexpr (kCounts)
-      v_.store(v_.load(std::memory_order_relaxed) + d, std::memory_order_release);
+    if constexpr (kCounts) v_.add(d);
   }
   StatCounter& operator+=(uint64_t d) noexcept {
     add(d);
@@ -69,14 +70,14 @@ class StatCounter {
   // Any thread.
   uint64_t get() const noexcept {
     if constexpr (kCounts)
-      return v_.load(std::memory_order_acquire);
+      return v_.get();
     else
       return 0;
   }
   operator uint64_t() const noexcept { return get(); }  // NOLINT: reads as the number it is
 
  private:
-  std::atomic<uint64_t> v_{0};
+  SingleWriter<std::memory_order_release, std::memory_order_acquire> v_;
 };
 using Stat = StatCounter<false>;
 // Never compiled out: maps and mw_binds number the key generator's draws; umr_completions is how

@@ -192,7 +192,8 @@ struct CmRoute {
 // ibv_mtu, a timer outside its range (mlx5::check_rc_timers).
 Result<CmRoute> cm_route_from_attrs(const ibv_qp_attr& rtr, int rtr_mask, const ibv_qp_attr& rts,
                                     int rts_mask);
-// `p` with what the route states in place of the device's options (DvOptions).
+// `p` with what the route states in place of the device's options (DvOptions), except a
+// non-zero traffic class of the options: a DSCP set there wins over rdma_cm's.
 QpParams apply_cm_route(QpParams p, const CmRoute& r) noexcept;
 // The peer's connect info with the route's DGID (when the route is global): the address the CM
 // resolved, rather than the GID the peer wrote into its private data.
