@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <rdmx/core/counter.hpp>
 #include <rdmx/core/histogram.hpp>
 #include <rdmx/core/result.hpp>
 #include <rdmx/endpoint/device.hpp>
@@ -151,16 +152,7 @@ bool verifies(const Params& p);
 
 // ---- Counters written by one poll lcore ------------------------------------------------------
 // One writer (its poll lcore: relaxed load + store, a plain mov on x86), any number of readers.
-struct Counter {
-  std::atomic<uint64_t> v{0};
-  Counter() = default;
-  explicit Counter(uint64_t init) : v(init) {}
-  void add(uint64_t d) noexcept {
-    v.store(v.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
-  }
-  void set(uint64_t x) noexcept { v.store(x, std::memory_order_relaxed); }
-  uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
-};
+using Counter = rdmx::Counter;
 
 // Latency histogram in TSC cycles (rdmx/core/histogram.hpp, 16 sub-buckets per power of two:
 // ~6 % resolution), preallocated; add() is a few instructions, no allocation. Also the exact
@@ -170,6 +162,7 @@ class LatencyHist {
   using Buckets = LogLinearBuckets<5>;
   static constexpr uint32_t kBuckets = Buckets::kBuckets;
 
+  LatencyHist() noexcept { min_.set(UINT64_MAX); }
   void add(uint64_t cycles) noexcept {
     counts_[Buckets::index(cycles)].add(1);
     sum_.add(cycles);
@@ -183,8 +176,7 @@ class LatencyHist {
 
  private:
   std::array<Counter, kBuckets> counts_{};
-  Counter max_, sum_;
-  Counter min_{UINT64_MAX};
+  Counter max_, sum_, min_;
 };
 
 // A plain copy of a histogram (main thread).
