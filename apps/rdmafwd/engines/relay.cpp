@@ -23,6 +23,8 @@
 // (the whole CQ, each pass) before the next relay-in receives, so at most io-depth more slots
 // wait for their relay-out completion; the relay-in queue cannot run dry. The client's RDMA
 // goodbye (an rpc bye request) reaches relay-in and ends the server's lane.
+#include <algorithm>
+
 #include "common.hpp"
 #include "peer_checks.hpp"
 
@@ -34,9 +36,9 @@ bool start(Lane& l) {
   const uint32_t len = io_len(l);
   for (uint32_t i = 0; l.c && i < l.depth; ++i)
     l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
-  l.credits = l.depth;
-  l.backlog_head = l.backlog_n = 0;
-  l.sink_seq = l.seq;
+  l.relay.credits = l.depth;
+  l.relay.backlog_head = l.relay.backlog_n = 0;
+  l.relay.sink_seq = l.seq;
   return true;
 }
 
@@ -44,18 +46,18 @@ bool start(Lane& l) {
 // At most io-depth messages are in flight, so seq % depth names one of them.
 void release(Lane& l, uint64_t seq) {
   if (l.remote_peer) {  // two processes: the sink's repost is the one release the client sees
-    ++l.credits;
+    ++l.relay.credits;
     return;
   }
   uint8_t& r = l.srv[seq % l.depth].op;
   if (++r == 2) {
     r = 0;
-    ++l.credits;
+    ++l.relay.credits;
   }
 }
 
 void backlog_push(Lane& l, uint32_t k) {
-  l.backlog[(l.backlog_head + l.backlog_n++) % l.p_recv_n] = k;
+  l.relay.backlog[(l.relay.backlog_head + l.relay.backlog_n++) % l.p_recv_n] = k;
 }
 
 // Relay-out: forwards received slot k (byte_len in relay_w's place until mapped).
@@ -75,7 +77,7 @@ bool relay_forward(Lane& l, uint32_t k, uint32_t bytes) {
     (void)r.unmap(m.window);
     return false;
   }
-  l.relay_w[k] = m.window;
+  l.relay.relay_w[k] = m.window;
   return true;
 }
 
@@ -92,11 +94,11 @@ bool sink_poll(Lane& l, uint64_t now, uint32_t cap) {
     const auto* h = reinterpret_cast<const PayloadHdr*>(l.s_recv.slot(k)[0]);
     if (l.cfg.verify) {
       const bool good =
-          h->magic == kPayloadMagic && h->seq == l.sink_seq + 1 && h->len == x.byte_len &&
+          h->magic == kPayloadMagic && h->seq == l.relay.sink_seq + 1 && h->len == x.byte_len &&
           csum_pages(l.s_recv.slot(k), l.page_size, x.byte_len) == Csum{h->csum_a, h->csum_b};
       if (!good) l.st.verify_fail.add(1);
     }
-    l.sink_seq = h->seq;
+    l.relay.sink_seq = h->seq;
     io_done(l, h->tsc, now, x.byte_len);
     release(l, h->seq);
     if (Errc e = post_slot_recv(s, l.s_recv, k, l.page_size, l.lkey_a, kCkSinkRecv); e != Errc::kOk)
@@ -123,9 +125,9 @@ bool relay_poll(Lane& l, uint32_t cap) {
       release(l, h->seq);
     else if (x.ok())  // forwarded: no latency sample (the server has no clock of the source);
       io_done_untimed(l, l.srv[k].len);  // the bytes it received, not the client's header's
-    if (l.relay_w[k]) {
-      if (r.unmap(l.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
-      l.relay_w[k] = nullptr;
+    if (l.relay.relay_w[k]) {
+      if (r.unmap(l.relay.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
+      l.relay.relay_w[k] = nullptr;
     }
     if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
       note_reject(l, e);
@@ -161,11 +163,11 @@ bool relay_poll(Lane& l, uint32_t cap) {
     if (l.remote_client) ++l.issued;
     backlog_push(l, k);
   });
-  while (l.backlog_n && !l.failed) {
-    const uint32_t k = l.backlog[l.backlog_head];
+  while (l.relay.backlog_n && !l.failed) {
+    const uint32_t k = l.relay.backlog[l.relay.backlog_head];
     if (!relay_forward(l, k, l.srv[k].len)) break;
-    l.backlog_head = (l.backlog_head + 1) % l.p_recv_n;
-    --l.backlog_n;
+    l.relay.backlog_head = (l.relay.backlog_head + 1) % l.p_recv_n;
+    --l.relay.backlog_n;
   }
   r.flush();
   if (reposted) p.flush();
@@ -216,12 +218,12 @@ bool source_poll_and_inject(Lane& l, uint64_t now, uint32_t cap, uint32_t& issue
   retry_unmaps(c, l);
   const uint32_t len = io_len(l);
   uint32_t slot = 0;
-  while (issued < l.cfg.burst && l.credits > 0 && may_issue(l) && pop_slot(l, slot)) {
+  while (issued < l.cfg.burst && l.relay.credits > 0 && may_issue(l) && pop_slot(l, slot)) {
     if (!source_send(l, slot, len, now)) {
       push_slot(l, slot);
       break;
     }
-    --l.credits;
+    --l.relay.credits;
     ++l.issued;
     ++issued;
   }
@@ -243,12 +245,17 @@ bool fwd(Lane& l) {
 
 bool idle(Lane& l) {
   if (l.failed) return true;
-  if (!all_slots_free(l) || l.unmap_n != 0 || l.backlog_n != 0 ||
-      l.credits != static_cast<int64_t>(l.depth))
+  if (!all_slots_free(l) || l.unmap_n != 0 || l.relay.backlog_n != 0 ||
+      l.relay.credits != static_cast<int64_t>(l.depth))
     return false;
-  for (win::Window* w : l.relay_w)
+  for (win::Window* w : l.relay.relay_w)
     if (w) return false;  // relay-out completion not seen yet
   return true;
+}
+
+// Recovery: every window is about to be invalidated, the relay-out ones with the rest.
+void before_reconnect(Lane& l) {
+  std::fill(l.relay.relay_w.begin(), l.relay.relay_w.end(), nullptr);
 }
 
 }  // namespace
@@ -257,6 +264,7 @@ extern const Engine kRelayEngine = {
     "relay", "zero-copy source -> relay -> sink: received chunk pages are mapped and sent on",
     true,    false,
     start,   fwd,
-    idle};
+    idle,    before_reconnect,
+    nullptr};
 
 }  // namespace rdmafwd

@@ -127,22 +127,23 @@ bool start(Lane& l) {
   if (l.c) {
     for (uint32_t i = 0; i < l.depth; ++i)
       l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
-    l.calls.assign(l.depth, rr::CallChunks{});  // setup path: allocates on the first run only
-    l.retiring.assign(l.depth, 0);
-    l.retiring_head = l.retiring_n = 0;
-    l.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
-    l.outstanding = 0;
+    l.rpc_client.calls.assign(l.depth,
+                              rr::CallChunks{});  // setup path: allocates on the first run only
+    l.rpc_client.retiring.assign(l.depth, 0);
+    l.rpc_client.retiring_head = l.rpc_client.retiring_n = 0;
+    l.rpc_client.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
+    l.rpc_client.outstanding = 0;
   }
   if (l.p) {
     for (uint32_t i = 0; i < l.depth; ++i)
       l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], len);
-    l.srv_outstanding = 0;
-    l.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
-    l.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
-    l.reply_end.assign(l.depth, 0);
-    l.waiting.assign(l.depth, Lane::WaitingCall{});
-    l.waiting_for.assign(l.depth, 0);
-    l.waiting_head = l.n_waiting = 0;
+    l.rpc_server.outstanding = 0;
+    l.rpc_server.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
+    l.rpc_server.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
+    l.rpc_server.reply_end.assign(l.depth, 0);
+    l.rpc_server.waiting.assign(l.depth, RpcServerState::WaitingCall{});
+    l.rpc_server.waiting_for.assign(l.depth, 0);
+    l.rpc_server.waiting_head = l.rpc_server.n_waiting = 0;
   }
   return true;
 }
@@ -163,13 +164,13 @@ void flip(Lane& l, uint32_t s, bool dst) {
 // Slot s's reply buffer is still being sent: its last reply's SEND has not completed (the
 // device may read it again, to send it again after a lost acknowledgement).
 bool reply_in_flight(const Lane& l, uint32_t s) {
-  return l.p->qp().sq().ci() < l.reply_end[s];
+  return l.p->qp().sq().ci() < l.rpc_server.reply_end[s];
 }
 
 // The credits the server grants: its receive slots posted for the client (RFC 8166 3.3.1):
 // io-depth, less those held under a reply that belongs to no slot (hold_extra).
 uint32_t grant(const Lane& l) {
-  return std::min(l.depth, l.p_recv_n - l.p_recv_held);
+  return std::min(l.depth, l.p_recv_n - l.rpc_server.p_recv_held);
 }
 
 // A reply that belongs to no slot is written into the extra buffer of the receive slot k its
@@ -181,12 +182,12 @@ uint32_t grant(const Lane& l) {
 // credits, sooner still, while the SEND is not even sent. Returns the buffer; a buffer written
 // while its previous SEND had not completed is counted as an I/O error (never, with the hold).
 std::span<uint8_t> hold_extra(Lane& l, uint32_t k) {
-  ++l.p_recv_held;
-  if (l.p->qp().sq().ci() < l.extra_end[k]) l.st.io_errors.add(1);
+  ++l.rpc_server.p_recv_held;
+  if (l.p->qp().sq().ci() < l.rpc_server.extra_end[k]) l.st.io_errors.add(1);
   return small_span(srv_extra_buf(l, k));
 }
 void release_extra(Lane& l, uint32_t k) {
-  --l.p_recv_held;
+  --l.rpc_server.p_recv_held;
   if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
 }
@@ -200,7 +201,7 @@ void send_extra(Lane& l, uint32_t k, uint32_t bytes) {
     release_extra(l, k);
     return;
   }
-  l.extra_end[k] = l.p->qp().sq().pi();
+  l.rpc_server.extra_end[k] = l.p->qp().sq().pi();
 }
 
 // SENDs `bytes` of `buf`, signaled (its completion frees the buffer, reply_in_flight): as
@@ -241,7 +242,7 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
   rep.data_len = v.len;
   rep.committed = nfs::kFileSync;
   const uint32_t m = r.ok() ? nfs::encode_reply(v.op, rep, buf.subspan(r.length)) : 0;
-  --l.srv_outstanding;
+  --l.rpc_server.outstanding;
   if (m == 0) {  // the sizes are fixed (kSmall fits every reply): never here
     l.st.io_errors.add(1);
     return;
@@ -251,12 +252,12 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
   // the client invalidates its window itself.
   const uint32_t inv = l.rpc.server.may_invalidate_peer ? v.rkey : 0;
   if (!server_send(l, srv_reply_buf(l, s), r.length + m, inv, cookie(kCkSrvReply, s))) return;
-  l.reply_end[s] = l.p->qp().sq().pi();
+  l.rpc_server.reply_end[s] = l.p->qp().sq().pi();
   if (l.remote_client) io_done(l, v.tsc, rte_rdtsc(), v.len);  // served (two-process server)
 }
 
 bool corrupt_now(Lane& l) {
-  return l.cfg.corrupt_every && (++l.srv_count % l.cfg.corrupt_every) == 0;
+  return l.cfg.corrupt_every && (++l.rpc_server.count % l.cfg.corrupt_every) == 0;
 }
 
 // A call that breaks peer_checks.hpp's rules: counted and the lane serves its client no more
@@ -284,7 +285,7 @@ void server_error_reply(Lane& l, uint32_t k, std::span<const uint8_t> msg, rr::E
     release_extra(l, k);
     return;
   }
-  ++l.rpc_errors_sent;
+  ++l.rpc_server.errors_sent;
   send_extra(l, k, r.length);
 }
 
@@ -404,13 +405,13 @@ bool slot_free(const Lane& l, uint32_t s) {
 
 // Queues a call for a slot in service. The FIFO holds io-depth: calls received and not answered
 // are fewer than the credits granted (check_rpc_call), so it is never full.
-void wait_call(Lane& l, const Lane::WaitingCall& w) {
-  if (l.n_waiting == l.depth) {  // never
+void wait_call(Lane& l, const RpcServerState::WaitingCall& w) {
+  if (l.rpc_server.n_waiting == l.depth) {  // never
     refuse_request(l, RpcVerdict::kCredits);
     return;
   }
-  l.waiting[(l.waiting_head + l.n_waiting++) % l.depth] = w;
-  ++l.waiting_for[w.slot];
+  l.rpc_server.waiting[(l.rpc_server.waiting_head + l.rpc_server.n_waiting++) % l.depth] = w;
+  ++l.rpc_server.waiting_for[w.slot];
   l.st.calls_waited.add(1);
 }
 
@@ -462,7 +463,8 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   uint32_t s = 0;
   // A call for a slot still in service waits for it (slot_free): nothing is refused as busy.
   const RpcVerdict verdict = check_rpc_call(
-      h, msg.subspan(r.length), lim, l.srv_outstanding, [](uint32_t) { return false; }, call, s);
+      h, msg.subspan(r.length), lim, l.rpc_server.outstanding, [](uint32_t) { return false; }, call,
+      s);
   if (verdict == RpcVerdict::kHandle) {
     server_bad_handle(l, k, call);
     return;
@@ -478,7 +480,7 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   // The receive slot is free again: the call is decoded (what it asks is copied out).
   if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
-  ++l.srv_outstanding;  // until its reply: counted against the credits while it waits too
+  ++l.rpc_server.outstanding;  // until its reply: counted against the credits while it waits too
   const rr::Segment seg = call.proc == nfs::kProcRead ? h.writes[0].segments[0] : h.reads[0].target;
   // The slot is still in service: its WRITE's RDMA READ runs, or its reply buffer (and a READ's
   // source header) is still being sent, or an earlier call waits for it. A client may send a
@@ -487,7 +489,7 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   // change what the device sends. The call waits (counted) and the others are served. Linux's
   // server: svc_rdma_send_ctxt_get (net/sunrpc/xprtrdma/svc_rdma_sendto.c) only hands out a send
   // buffer that svc_rdma_wc_send returned, once its SEND completed.
-  if (!slot_free(l, s) || l.waiting_for[s] != 0) {
+  if (!slot_free(l, s) || l.rpc_server.waiting_for[s] != 0) {
     wait_call(l, {seg, now, s, call.xid, call.count, call.proc});
     return;
   }
@@ -497,11 +499,12 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
 // The calls that waited for their slot, in arrival order, while the first one's slot is free.
 bool serve_waiting(Lane& l) {
   bool any = false;
-  while (l.n_waiting && slot_free(l, l.waiting[l.waiting_head].slot)) {
-    const Lane::WaitingCall w = l.waiting[l.waiting_head];
-    l.waiting_head = (l.waiting_head + 1) % l.depth;
-    --l.n_waiting;
-    --l.waiting_for[w.slot];
+  while (l.rpc_server.n_waiting &&
+         slot_free(l, l.rpc_server.waiting[l.rpc_server.waiting_head].slot)) {
+    const RpcServerState::WaitingCall w = l.rpc_server.waiting[l.rpc_server.waiting_head];
+    l.rpc_server.waiting_head = (l.rpc_server.waiting_head + 1) % l.depth;
+    --l.rpc_server.n_waiting;
+    --l.rpc_server.waiting_for[w.slot];
     serve_call(l, w.slot, w.seg, w.xid, w.count, w.proc, w.tsc);
     any = true;
   }
@@ -554,7 +557,7 @@ bool server_poll(Lane& l, uint64_t now) {
   });
   if (p.qp().in_error() && !l.failed && endpoint::qp_error_is_failure(l.st.peer_bye.get() != 0))
     io_failed(l);
-  const bool served = l.n_waiting && serve_waiting(l);
+  const bool served = l.rpc_server.n_waiting && serve_waiting(l);
   if (n || served) p.flush();
   return n > 0 || served;
 }
@@ -580,9 +583,10 @@ int find_call(const Lane& l, uint32_t xid, bool& twin) {
 void note_retired(Lane& l, uint32_t s) {
   Lane::Slot& sl = l.slots[s];
   if (sl.inv_posted) return;
-  const rr::CallChunks& ch = l.calls[s];
+  const rr::CallChunks& ch = l.rpc_client.calls[s];
   sl.inv_posted = true;
-  sl.inv_fence = l.chunk_stats.local_invalidations != sl.inv_base ? l.c->qp().sq().pi() : 0;
+  sl.inv_fence =
+      l.rpc_client.chunk_stats.local_invalidations != sl.inv_base ? l.c->qp().sq().pi() : 0;
   sl.left_mapped = false;
   for (uint32_t i = 0; i < ch.n_windows(); ++i) {
     const win::Window* w = ch.window(i);
@@ -598,16 +602,16 @@ void retire_call(Lane& l, uint32_t s, const mlx5::Completion* reply) {
   Lane::Slot& sl = l.slots[s];
   sl.done_seq = sl.seq;
   sl.inv_posted = false;
-  sl.inv_base = l.chunk_stats.local_invalidations;
+  sl.inv_base = l.rpc_client.chunk_stats.local_invalidations;
   // The window the reply's SEND_WITH_INV freed on receipt (frwr_reminv looks at the same).
   sl.inv_rkey =
       reply && reply->ok() && reply->cqe_opcode == MLX5_CQE_RESP_SEND_INV ? reply->imm : 0;
-  const Errc e = l.calls[s].retire(*l.c, reply, l.rpc.client.peer_may_invalidate,
-                                   l.chunk_stats);  // kNoRoom: later
+  const Errc e = l.rpc_client.calls[s].retire(*l.c, reply, l.rpc.client.peer_may_invalidate,
+                                              l.rpc_client.chunk_stats);  // kNoRoom: later
   if (e == Errc::kOk) note_retired(l, s);
   if (e != Errc::kOk && e != Errc::kNoRoom) note_reject(l, e);
-  l.st.local_invalidations.set(l.chunk_stats.local_invalidations);
-  l.retiring[(l.retiring_head + l.retiring_n++) % l.depth] = s;
+  l.st.local_invalidations.set(l.rpc_client.chunk_stats.local_invalidations);
+  l.rpc_client.retiring[(l.rpc_client.retiring_head + l.rpc_client.retiring_n++) % l.depth] = s;
 }
 
 // What the reply to slot s's call says (kReply*); `written`: a READ's bytes in the Write chunk.
@@ -623,7 +627,7 @@ uint8_t check_reply(const Lane& l, uint32_t s, const rr::Header& h, std::span<co
   if (sl.op == nfs::kProcRead) {
     // The Write chunk echoed (RFC 8166 3.6): our window, with every byte written.
     if (h.n_writes != 1 || h.writes[0].n_segments != 1 ||
-        h.writes[0].segments[0].handle != l.calls[s].rkey(0) ||
+        h.writes[0].segments[0].handle != l.rpc_client.calls[s].rkey(0) ||
         h.writes[0].segments[0].length != wire || rep.count != sl.len || rep.data_len != sl.len)
       return kReplyBad;
   } else if (h.n_writes != 0 || rep.count != sl.len) {
@@ -652,8 +656,9 @@ void client_reply(Lane& l, const mlx5::Completion& x) {
     return;
   }
   const uint32_t s = static_cast<uint32_t>(found);
-  --l.outstanding;
-  l.granted = std::clamp(h.credits, 1u, l.depth);  // a grant of 0 would stall: at least one
+  --l.rpc_client.outstanding;
+  l.rpc_client.granted =
+      std::clamp(h.credits, 1u, l.depth);  // a grant of 0 would stall: at least one
   Lane::Slot& sl = l.slots[s];
   if (twin) {
     sl.twin_due = false;
@@ -677,7 +682,7 @@ void finish_call(Lane& l, uint32_t s, uint64_t now) {
   Lane::Slot& sl = l.slots[s];
   if (!sl.inv_posted || sl.left_mapped || l.c->qp().sq().ci() < sl.inv_fence)
     l.st.early_replies.add(1);
-  (void)l.calls[s].reset(*l.c);
+  (void)l.rpc_client.calls[s].reset(*l.c);
   if (sl.expect_a == kCallAbandoned) {
     push_slot(l, s);
     return;
@@ -709,17 +714,18 @@ void finish_call(Lane& l, uint32_t s, uint64_t now) {
 // whose windows are invalid.
 bool pump_retiring(Lane& l, uint64_t now) {
   bool any = false;
-  while (l.retiring_n) {
-    const uint32_t s = l.retiring[l.retiring_head];
-    rr::CallChunks& ch = l.calls[s];
-    if (ch.retire(*l.c, nullptr, l.rpc.client.peer_may_invalidate, l.chunk_stats) != Errc::kOk)
+  while (l.rpc_client.retiring_n) {
+    const uint32_t s = l.rpc_client.retiring[l.rpc_client.retiring_head];
+    rr::CallChunks& ch = l.rpc_client.calls[s];
+    if (ch.retire(*l.c, nullptr, l.rpc.client.peer_may_invalidate, l.rpc_client.chunk_stats) !=
+        Errc::kOk)
       break;
     note_retired(l, s);
-    l.st.local_invalidations.set(l.chunk_stats.local_invalidations);
+    l.st.local_invalidations.set(l.rpc_client.chunk_stats.local_invalidations);
     if (!ch.done(*l.c)) break;
     finish_call(l, s, now);
-    l.retiring_head = (l.retiring_head + 1) % l.depth;
-    --l.retiring_n;
+    l.rpc_client.retiring_head = (l.rpc_client.retiring_head + 1) % l.depth;
+    --l.rpc_client.retiring_n;
     any = true;
   }
   return any;
@@ -784,21 +790,22 @@ uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr:
 // call for the slot before the first reply's SEND completed. Both replies are awaited.
 void send_twin(Lane& l, uint32_t s, const rr::Segment& seg) {
   Lane::Slot& sl = l.slots[s];
-  if (l.outstanding >= l.granted) return;
+  if (l.rpc_client.outstanding >= l.rpc_client.granted) return;
   const uint32_t xid = ~static_cast<uint32_t>(sl.seq);
   const uint32_t bytes = encode_call(l, s, nfs::kProcRead, sl.seq, seg, twin_req_buf(l, s), xid);
   const mlx5::prm::Sge sg = sge(twin_req_buf(l, s), bytes, l.lkey_a);
   if (bytes == 0 || l.c->post_send({&sg, 1}, cookie(kCkReq, s)) != Errc::kOk) return;
   sl.twin_xid = xid;
   sl.twin_due = true;
-  ++l.outstanding;
+  ++l.rpc_client.outstanding;
 }
 
 uint32_t client_issue(Lane& l, uint64_t now) {
   win::PollCore& c = *l.c;
   const uint32_t len = io_len(l);
   uint32_t n = 0, slot = 0;
-  while (n < l.cfg.burst && may_issue(l) && l.outstanding < l.granted && pop_slot(l, slot)) {
+  while (n < l.cfg.burst && may_issue(l) && l.rpc_client.outstanding < l.rpc_client.granted &&
+         pop_slot(l, slot)) {
     Lane::Slot& sl = l.slots[slot];
     const uint64_t seq = l.seq + 1;
     const uint32_t proc = (seq & 1) ? nfs::kProcRead : nfs::kProcWrite;
@@ -811,16 +818,16 @@ uint32_t client_issue(Lane& l, uint64_t now) {
       else
         std::memset(reinterpret_cast<void*>(l.c_md_dst.slot(slot)[0]), 0, size_t{l.cfg.pages} * md);
     }
-    rr::CallChunks& ch = l.calls[slot];
+    rr::CallChunks& ch = l.rpc_client.calls[slot];
     rr::Segment seg;
     Errc e;
     if (md) {
       const win::InterleavedPart parts[2] = {{b.slot(slot)[0], l.page_size, 0},
                                              {(rd ? l.c_md_dst : l.c_md_src).slot(slot)[0], md, 0}};
-      e = ch.map_interleaved(c, parts, l.cfg.pages, kRpcAccess, &seg, l.chunk_stats);
+      e = ch.map_interleaved(c, parts, l.cfg.pages, kRpcAccess, &seg, l.rpc_client.chunk_stats);
     } else {
       e = ch.map(c, std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len, &seg,
-                 l.chunk_stats);
+                 l.rpc_client.chunk_stats);
     }
     if (e != Errc::kOk) {
       note_reject(l, e);
@@ -858,7 +865,7 @@ uint32_t client_issue(Lane& l, uint64_t now) {
       break;
     }
     l.seq = seq;
-    ++l.outstanding;
+    ++l.rpc_client.outstanding;
     ++l.issued;
     ++n;
     if (rd && l.cfg.forge_twin_every && seq % l.cfg.forge_twin_every == 0) send_twin(l, slot, seg);
@@ -876,35 +883,25 @@ bool fwd(Lane& l) {
   return busy;
 }
 
-bool idle(Lane& l) {
-  if (l.failed) return true;
-  if (l.c && (!all_slots_free(l) || l.retiring_n != 0)) return false;
-  if (l.p) {
-    // Undo a corruption still in place (the buffer's checksum was computed at start).
-    for (uint32_t s = 0; s < l.depth; ++s) {
-      if (l.srv[s].op == 0xff) {
-        flip(l, s, false);
-        l.srv[s].op = 0;
-      }
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-// After a recovery: undoes a corruption still in place (the engine's start checksums the source).
-bool rpc_undo_corruption(Lane& l) {
-  bool any = false;
+// Undoes a corruption still in place (--corrupt-every): start() checksums the source buffers.
+void undo_corruption(Lane& l) {
+  if (!l.p) return;
   for (uint32_t s = 0; s < l.depth; ++s) {
     if (l.srv[s].op == 0xff) {
       flip(l, s, false);
       l.srv[s].op = 0;
-      any = true;
     }
   }
-  return any;
 }
+
+bool idle(Lane& l) {
+  if (l.failed) return true;
+  if (l.c && (!all_slots_free(l) || l.rpc_client.retiring_n != 0)) return false;
+  undo_corruption(l);
+  return true;
+}
+
+}  // namespace
 
 // Two-process client: tells the server it is done, with an NFSv3 NULL call (no chunks, no
 // window); any engine's server lane takes it as the goodbye (peer_checks.hpp, rpc_goodbye).
@@ -924,9 +921,10 @@ bool rpc_send_bye(Lane& l) {
 }
 
 extern const Engine kRpcEngine = {
-    "rpc", "NFSv3 READ/WRITE over RPC-over-RDMA v1: chunks in windows, replies SEND_WITH_INV",
-    true,  true,
-    start, fwd,
-    idle};
+    "rpc",  "NFSv3 READ/WRITE over RPC-over-RDMA v1: chunks in windows, replies SEND_WITH_INV",
+    true,   true,
+    start,  fwd,
+    idle,   undo_corruption,
+    nullptr};
 
 }  // namespace rdmafwd

@@ -2,7 +2,7 @@
 // One I/O = one map UMR + one invalidate UMR on the client core's SQ; it is complete when its
 // invalidate UMR completed. UMRs complete in SQ order, so the I/O count follows from the core's
 // UMR completion counter (two per I/O) and the issue TSCs live in a ring indexed by I/O number
-// (Lane::UmrState).
+// (UmrState, engines/state.hpp).
 #include "common.hpp"
 
 namespace rdmafwd {
@@ -69,9 +69,16 @@ bool idle(Lane& l) {
   return l.completed == l.issued && l.unmap_n == 0;
 }
 
+// After a recovery the I/O count carries on: completions count from the core's UMR counter (two
+// per I/O) as if I/O number 0 had been issued at its present value less the I/Os so far.
+void recovered(Lane& l) {
+  l.umr.umr_base = l.c->stats().umr_completions - 2 * l.issued;
+}
+
 }  // namespace
 
 extern const Engine kUmrEngine = {
-    "umr", "map + unmap only (registration rate)", false, false, start, fwd, idle};
+    "umr",    "map + unmap only (registration rate)", false, false, start, fwd, idle, nullptr,
+    recovered};
 
 }  // namespace rdmafwd
