@@ -109,6 +109,7 @@ struct Params {
                                     // handle the server handed out in every N-th call
   uint64_t forge_twin_every = 0;    // hidden (tests): an rpc client sends every N-th READ call
                                     // twice for its slot (a second xid) in one burst
+  bool forge_credits = false;       // hidden (tests): an rpc client ignores its credits
   // --rpc-remote-invalidate on|off (rpc client): offer remote invalidation in the RFC 8797
   // private data of the hello (off: the server replies with plain SENDs and the client
   // invalidates each call's windows itself).
@@ -259,6 +260,7 @@ struct RunConfig {
   uint64_t forge_rkey_every = 0;
   uint64_t forge_handle_every = 0;
   uint64_t forge_twin_every = 0;
+  bool forge_credits = false;
   uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
   uint64_t fault_every = 0;
   uint32_t fault_kinds = 0;

@@ -138,7 +138,8 @@ bool start(Lane& l) {
     for (uint32_t i = 0; i < l.depth; ++i)
       l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], len);
     l.rpc_server.outstanding = 0;
-    l.rpc_server.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
+    l.rpc_server.granted = 1;      // RFC 8166 3.3.1: one call until the first reply's grant
+    l.rpc_server.p_recv_held = 0;  // every receive slot was posted (setup, recovery)
     l.rpc_server.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
     l.rpc_server.reply_end.assign(l.depth, 0);
     l.rpc_server.waiting.assign(l.depth, RpcServerState::WaitingCall{});
@@ -167,10 +168,16 @@ bool reply_in_flight(const Lane& l, uint32_t s) {
   return l.p->qp().sq().ci() < l.rpc_server.reply_end[s];
 }
 
-// The credits the server grants: its receive slots posted for the client (RFC 8166 3.3.1):
-// io-depth, less those held under a reply that belongs to no slot (hold_extra).
-uint32_t grant(const Lane& l) {
-  return std::min(l.depth, l.p_recv_n - l.rpc_server.p_recv_held);
+// The credits the server grants in a reply: its receive slots posted for the client (RFC 8166
+// 3.3.1): io-depth, less those held under a reply that belongs to no slot (hold_extra). Calls
+// are checked against the grant the client goes by: the one in the last reply (RFC 8166 3.3.1:
+// credits are granted in each reply; one until the first), not what the server could grant
+// now, and a grant of 0 counted as 1 as the client counts it (Linux net/sunrpc/xprtrdma/
+// rpc_rdma.c, rpcrdma_reply_handler: "don't deadlock").
+uint32_t grant(Lane& l) {
+  const uint32_t credits = std::min(l.depth, l.p_recv_n - l.rpc_server.p_recv_held);
+  l.rpc_server.granted = std::max(credits, 1u);
+  return credits;
 }
 
 // A reply that belongs to no slot is written into the extra buffer of the receive slot k its
@@ -457,8 +464,9 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
     server_error_reply(l, k, msg, r.error);
     return;
   }
+  const uint32_t credits = l.rpc_server.granted;  // what the client goes by (grant)
   const RpcLimits lim{l.depth,        io_len(l), l.page_size,
-                      l.cfg.metadata, grant(l),  {l.rpc.fh.data(), l.rpc.fh_len}};
+                      l.cfg.metadata, credits,   {l.rpc.fh.data(), l.rpc.fh_len}};
   nfs::Call call;
   uint32_t s = 0;
   // A call for a slot still in service waits for it (slot_free): nothing is refused as busy.
@@ -800,15 +808,25 @@ void send_twin(Lane& l, uint32_t s, const rr::Segment& seg) {
   ++l.rpc_client.outstanding;
 }
 
+// The calls the client may have without a reply: the server's last grant. --forge-credits
+// (tests): io-depth, and the first call a WRITE (its reply waits for the server's RDMA READ, so
+// the calls behind it reach the server before any grant).
+uint32_t credit_limit(const Lane& l) {
+  return l.cfg.forge_credits ? l.depth : l.rpc_client.granted;
+}
+uint32_t next_proc(const Lane& l, uint64_t seq) {
+  return ((seq + l.cfg.forge_credits) & 1) ? nfs::kProcRead : nfs::kProcWrite;
+}
+
 uint32_t client_issue(Lane& l, uint64_t now) {
   win::PollCore& c = *l.c;
   const uint32_t len = io_len(l);
   uint32_t n = 0, slot = 0;
-  while (n < l.cfg.burst && may_issue(l) && l.rpc_client.outstanding < l.rpc_client.granted &&
+  while (n < l.cfg.burst && may_issue(l) && l.rpc_client.outstanding < credit_limit(l) &&
          pop_slot(l, slot)) {
     Lane::Slot& sl = l.slots[slot];
     const uint64_t seq = l.seq + 1;
-    const uint32_t proc = (seq & 1) ? nfs::kProcRead : nfs::kProcWrite;
+    const uint32_t proc = next_proc(l, seq);
     const bool rd = proc == nfs::kProcRead;
     const SlotBufs& b = rd ? l.c_dst : l.c_src;
     const uint32_t md = l.cfg.metadata;
