@@ -336,6 +336,14 @@ void server_bye_reply(Lane& l, uint32_t k, uint32_t xid) {
     release_extra(l, k);
 }
 
+// A call accepted that cannot be served (its window or its RDMA WRITE / READ refused): it gets
+// no reply, so it is no longer outstanding, and the lane fails (the runner recovers it).
+void call_failed(Lane& l, Errc e) {
+  note_reject(l, e);
+  --l.rpc_server.outstanding;
+  io_failed(l);
+}
+
 // With metadata, the local side: the slot's data and metadata behind one window of this core.
 bool server_map_md(Lane& l, uint32_t s, bool rd, uint32_t xid, uint32_t blocks) {
   win::PollCore& p = *l.p;
@@ -348,8 +356,7 @@ bool server_map_md(Lane& l, uint32_t s, bool rd, uint32_t xid, uint32_t blocks) 
       map_with_md(p, (rd ? l.p_src : l.p_dst).slot(s)[0], (rd ? l.p_md_src : l.p_md_dst).slot(s)[0],
                   l.page_size, md, blocks, mlx5::kAccessLocalWrite);
   if (!m.ok()) {
-    note_reject(l, m.errc);
-    io_failed(l);
+    call_failed(l, m.errc);
     return false;
   }
   l.srv[s].w = m.window;
@@ -376,8 +383,7 @@ void server_read(Lane& l, uint32_t s, const rr::Segment& seg, uint32_t xid, uint
   }
   const Errc e = p.post_write({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvWrite, s));
   if (e != Errc::kOk) {
-    note_reject(l, e);
-    io_failed(l);
+    call_failed(l, e);
     return;
   }
   const uint8_t op = v.op;
@@ -398,8 +404,7 @@ void server_write(Lane& l, uint32_t s, const rr::Segment& seg, const mlx5::prm::
   Lane::Slot& v = l.srv[s];
   const Errc e = p.post_read({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvRead, s), true);
   if (e != Errc::kOk) {
-    note_reject(l, e);
-    io_failed(l);
+    call_failed(l, e);
     return;
   }
   v.busy = true;  // until its READ completed (server_read_done): the slot is in use
