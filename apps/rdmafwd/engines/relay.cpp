@@ -108,15 +108,20 @@ bool sink_poll(Lane& l, uint64_t now, uint32_t cap) {
   return n > 0;
 }
 
-// Relay: relay-out completions unmap and give the receive slot back to relay-in; every message
-// relay-in received is forwarded (or queued until a window / SQ room frees).
-bool relay_poll(Lane& l, uint32_t cap) {
-  win::PollCore& p = *l.p;
+// Gives relay-in receive slot k back (its message forwarded, or the client's goodbye read).
+void repost_relay_in(Lane& l, uint32_t k) {
+  if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
+    note_reject(l, e);
+}
+
+// Relay-out: each completion releases the message's credit (two processes: counts it as the
+// server's I/O), unmaps its window and gives its relay-in slot back (`reposted`). Returns the
+// completions.
+uint32_t relay_out_done(Lane& l, uint32_t cap, bool& reposted) {
   win::PollCore& r = *l.r;
-  bool reposted = false;
   // Two processes: every relay-out completion, each pass (see the top of the file).
   const uint32_t r_cap = l.remote_client ? std::max(cap, l.p_recv_n) : cap;
-  uint32_t n = r.poll(r_cap, [&](const mlx5::Completion& x) {
+  return r.poll(r_cap, [&](const mlx5::Completion& x) {
     if (x.recv) return;
     const uint32_t k = cookie_slot(x.cookie);
     if (!x.ok()) io_failed(l);
@@ -125,52 +130,65 @@ bool relay_poll(Lane& l, uint32_t cap) {
       release(l, h->seq);
     else if (x.ok())  // forwarded: no latency sample (the server has no clock of the source);
       io_done_untimed(l, l.srv[k].len);  // the bytes it received, not the client's header's
-    if (l.relay.relay_w[k]) {
-      if (r.unmap(l.relay.relay_w[k]) != Errc::kOk) l.st.rejected.add(1);
-      l.relay.relay_w[k] = nullptr;
+    if (win::Window*& w = l.relay.relay_w[k]) {
+      if (r.unmap(w) != Errc::kOk) l.st.rejected.add(1);
+      w = nullptr;
     }
-    if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
-      note_reject(l, e);
+    repost_relay_in(l, k);
     reposted = true;
   });
-  n += p.poll(cap, [&](const mlx5::Completion& x) {
-    if (!x.ok()) {
-      io_failed(l);
-      return;
-    }
-    if (!x.recv) return;
-    const uint32_t k = cookie_slot(x.cookie);
-    // Two processes: the client's goodbye (an rpc NFSv3 NULL call) ends this lane.
-    if (l.remote_client && x.byte_len <= kSmall &&
-        rpc_goodbye({reinterpret_cast<const uint8_t*>(l.p_recv.slot(k)[0]), x.byte_len})) {
-      l.st.peer_bye.set(1);
-      if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv);
-          e != Errc::kOk)
-        note_reject(l, e);
-      reposted = true;
-      return;
-    }
-    if (l.refusing) return;  // its client is being dropped: nothing more of it is relayed
-    if (!check_relay_message(x.byte_len, l.p_recv.per_slot * l.page_size)) {
-      l.st.refused_requests.add(1);
-      l.st.refused_why.set(static_cast<uint64_t>(RpcVerdict::kLen));
-      l.refusing = true;
-      return;
-    }
-    l.srv[k].len = x.byte_len;
-    // Two processes: a message accepted is the server's I/O, so that issued = completed +
-    // failed + abandoned holds on this side too (doc/guides/rdmafwd.md, statistics).
-    if (l.remote_client) ++l.issued;
-    backlog_push(l, k);
-  });
-  while (l.relay.backlog_n && !l.failed) {
-    const uint32_t k = l.relay.backlog[l.relay.backlog_head];
-    if (!relay_forward(l, k, l.srv[k].len)) break;
-    l.relay.backlog_head = (l.relay.backlog_head + 1) % l.p_recv_n;
-    --l.relay.backlog_n;
+}
+
+// Relay-in: one message received into slot k, checked and queued for relay-out; the
+// two-process client's goodbye (an rpc NFSv3 NULL call) ends the lane. Returns whether the slot
+// was posted again.
+bool relay_in(Lane& l, uint32_t k, uint32_t byte_len) {
+  if (l.remote_client && byte_len <= kSmall &&
+      rpc_goodbye({reinterpret_cast<const uint8_t*>(l.p_recv.slot(k)[0]), byte_len})) {
+    l.st.peer_bye.set(1);
+    repost_relay_in(l, k);
+    return true;
   }
-  r.flush();
-  if (reposted) p.flush();
+  if (l.refusing) return false;  // its client is being dropped: nothing more of it is relayed
+  if (!check_relay_message(byte_len, l.p_recv.per_slot * l.page_size)) {
+    l.st.refused_requests.add(1);
+    l.st.refused_why.set(static_cast<uint64_t>(RpcVerdict::kLen));
+    l.refusing = true;
+    return false;
+  }
+  l.srv[k].len = byte_len;
+  // Two processes: a message accepted is the server's I/O, so that issued = completed +
+  // failed + abandoned holds on this side too (doc/guides/rdmafwd.md, statistics).
+  if (l.remote_client) ++l.issued;
+  backlog_push(l, k);
+  return false;
+}
+
+// Relay-out: the received messages in arrival order, while a window and SQ room are there.
+void forward_backlog(Lane& l) {
+  RelayState& rs = l.relay;
+  while (rs.backlog_n && !l.failed) {
+    const uint32_t k = rs.backlog[rs.backlog_head];
+    if (!relay_forward(l, k, l.srv[k].len)) break;
+    rs.backlog_head = (rs.backlog_head + 1) % l.p_recv_n;
+    --rs.backlog_n;
+  }
+}
+
+// Relay: relay-out completions first (they give receive slots back), then every message
+// relay-in received is forwarded (or queued until a window / SQ room frees).
+bool relay_poll(Lane& l, uint32_t cap) {
+  bool reposted = false;
+  uint32_t n = relay_out_done(l, cap, reposted);
+  n += l.p->poll(cap, [&](const mlx5::Completion& x) {
+    if (!x.ok())
+      io_failed(l);
+    else if (x.recv)
+      reposted |= relay_in(l, cookie_slot(x.cookie), x.byte_len);
+  });
+  forward_backlog(l);
+  l.r->flush();
+  if (reposted) l.p->flush();
   return n > 0;
 }
 
