@@ -121,31 +121,37 @@ win::MapResult map_with_md(win::PollCore& c, uint64_t data, uint64_t meta, uint3
   return c.map_interleaved(parts, blocks, access);
 }
 
+// Client: each slot's source checksum, its call chunks, no call outstanding, one credit.
+void client_start(Lane& l) {
+  RpcClientState& cs = l.rpc_client;
+  for (uint32_t i = 0; i < l.depth; ++i)
+    l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, io_len(l));
+  cs.calls.assign(l.depth, rr::CallChunks{});  // setup path: allocates on the first run only
+  cs.retiring.assign(l.depth, 0);
+  cs.retiring_head = cs.retiring_n = 0;
+  cs.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
+  cs.outstanding = 0;
+}
+
+// Server: each slot's source checksum, no call outstanding or waiting, nothing held.
+void server_start(Lane& l) {
+  RpcServerState& ss = l.rpc_server;
+  for (uint32_t i = 0; i < l.depth; ++i)
+    l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], io_len(l));
+  ss.outstanding = 0;
+  ss.granted = 1;                   // RFC 8166 3.3.1: one call until the first reply's grant
+  ss.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
+  ss.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
+  ss.reply_end.assign(l.depth, 0);
+  ss.waiting.assign(l.depth, RpcServerState::WaitingCall{});
+  ss.waiting_for.assign(l.depth, 0);
+  ss.waiting_head = ss.n_waiting = 0;
+}
+
 bool start(Lane& l) {
   reset_slots(l);
-  const uint32_t len = io_len(l);
-  if (l.c) {
-    for (uint32_t i = 0; i < l.depth; ++i)
-      l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
-    l.rpc_client.calls.assign(l.depth,
-                              rr::CallChunks{});  // setup path: allocates on the first run only
-    l.rpc_client.retiring.assign(l.depth, 0);
-    l.rpc_client.retiring_head = l.rpc_client.retiring_n = 0;
-    l.rpc_client.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
-    l.rpc_client.outstanding = 0;
-  }
-  if (l.p) {
-    for (uint32_t i = 0; i < l.depth; ++i)
-      l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], len);
-    l.rpc_server.outstanding = 0;
-    l.rpc_server.granted = 1;      // RFC 8166 3.3.1: one call until the first reply's grant
-    l.rpc_server.p_recv_held = 0;  // every receive slot was posted (setup, recovery)
-    l.rpc_server.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
-    l.rpc_server.reply_end.assign(l.depth, 0);
-    l.rpc_server.waiting.assign(l.depth, RpcServerState::WaitingCall{});
-    l.rpc_server.waiting_for.assign(l.depth, 0);
-    l.rpc_server.waiting_head = l.rpc_server.n_waiting = 0;
-  }
+  if (l.c) client_start(l);
+  if (l.p) server_start(l);
   return true;
 }
 
@@ -823,77 +829,89 @@ uint32_t next_proc(const Lane& l, uint64_t seq) {
   return ((seq + l.cfg.forge_credits) & 1) ? nfs::kProcRead : nfs::kProcWrite;
 }
 
+// Maps slot s's chunk (its pages, with --metadata interleaved with their metadata) into a
+// window: the call's segment `seg`. A WRITE's metadata is what the server must find, a READ's
+// is cleared so that stale tags fail.
+Errc map_call(Lane& l, uint32_t s, bool rd, uint64_t seq, rr::Segment& seg) {
+  RpcClientState& cs = l.rpc_client;
+  const SlotBufs& b = rd ? l.c_dst : l.c_src;
+  const uint32_t md = l.cfg.metadata;
+  if (!md)
+    return cs.calls[s].map(*l.c, std::span<const uint64_t>(b.slot(s), l.cfg.pages), kRpcAccess, 0,
+                           io_len(l), &seg, cs.chunk_stats);
+  const uint64_t meta = (rd ? l.c_md_dst : l.c_md_src).slot(s)[0];
+  if (!rd)
+    md_fill(meta, md, l.cfg.pages, seq);
+  else
+    std::memset(reinterpret_cast<void*>(meta), 0, size_t{l.cfg.pages} * md);
+  const win::InterleavedPart parts[2] = {{b.slot(s)[0], l.page_size, 0}, {meta, md, 0}};
+  return cs.calls[s].map_interleaved(*l.c, parts, l.cfg.pages, kRpcAccess, &seg, cs.chunk_stats);
+}
+
+// Slot s's payload header: a WRITE's names the call and the checksum of the rest; a READ's is
+// cleared, so a reply whose payload never landed cannot pass.
+void head_payload(Lane& l, uint32_t s, bool rd, uint64_t seq) {
+  auto* h = reinterpret_cast<PayloadHdr*>((rd ? l.c_dst : l.c_src).slot(s)[0]);
+  if (rd) {
+    h->seq = 0;
+    return;
+  }
+  h->magic = kPayloadMagic;
+  h->seq = static_cast<uint32_t>(seq);
+  h->slot = s;
+  h->len = io_len(l);
+  h->csum_a = l.csums[s].a;
+  h->csum_b = l.csums[s].b;
+}
+
+// One call `seq` for slot s: its chunk mapped, its payload headed, the call SENT (ordered after
+// the map's UMR on the same SQ). False when it could not go: the slot freed (map refused) or
+// the call abandoned (its window retired, the slot freed after).
+bool issue_call(Lane& l, uint32_t s, uint64_t seq, uint64_t now) {
+  Lane::Slot& sl = l.slots[s];
+  const uint32_t proc = next_proc(l, seq);
+  const bool rd = proc == nfs::kProcRead;
+  rr::Segment seg;
+  Errc e = map_call(l, s, rd, seq, seg);
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    push_slot(l, s);
+    return false;
+  }
+  head_payload(l, s, rd, seq);
+  sl.seq = seq;
+  sl.done_seq = 0;
+  sl.op = static_cast<uint8_t>(proc);
+  sl.len = io_len(l);
+  sl.tsc = now;
+  sl.busy = true;
+  sl.first_due = true;
+  sl.twin_due = sl.twin_bad = false;
+  sl.twin_xid = 0;
+  const uint32_t bytes =
+      encode_call(l, s, proc, seq, seg, req_buf(l, s), static_cast<uint32_t>(seq));
+  const mlx5::prm::Sge sg = sge(req_buf(l, s), bytes, l.lkey_a);
+  e = bytes ? l.c->post_send({&sg, 1}, cookie(kCkReq, s)) : Errc::kOutOfRange;
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    sl.expect_a = kCallAbandoned;
+    retire_call(l, s, nullptr);
+    return false;
+  }
+  l.seq = seq;
+  ++l.rpc_client.outstanding;
+  ++l.issued;
+  if (rd && l.cfg.forge_twin_every && seq % l.cfg.forge_twin_every == 0) send_twin(l, s, seg);
+  return true;
+}
+
+// Calls while the burst, the credits and a free slot allow.
 uint32_t client_issue(Lane& l, uint64_t now) {
-  win::PollCore& c = *l.c;
-  const uint32_t len = io_len(l);
   uint32_t n = 0, slot = 0;
   while (n < l.cfg.burst && may_issue(l) && l.rpc_client.outstanding < credit_limit(l) &&
-         pop_slot(l, slot)) {
-    Lane::Slot& sl = l.slots[slot];
-    const uint64_t seq = l.seq + 1;
-    const uint32_t proc = next_proc(l, seq);
-    const bool rd = proc == nfs::kProcRead;
-    const SlotBufs& b = rd ? l.c_dst : l.c_src;
-    const uint32_t md = l.cfg.metadata;
-    if (md) {  // write: the metadata the server must find; read: cleared, so stale tags fail
-      if (!rd)
-        md_fill(l.c_md_src.slot(slot)[0], md, l.cfg.pages, seq);
-      else
-        std::memset(reinterpret_cast<void*>(l.c_md_dst.slot(slot)[0]), 0, size_t{l.cfg.pages} * md);
-    }
-    rr::CallChunks& ch = l.rpc_client.calls[slot];
-    rr::Segment seg;
-    Errc e;
-    if (md) {
-      const win::InterleavedPart parts[2] = {{b.slot(slot)[0], l.page_size, 0},
-                                             {(rd ? l.c_md_dst : l.c_md_src).slot(slot)[0], md, 0}};
-      e = ch.map_interleaved(c, parts, l.cfg.pages, kRpcAccess, &seg, l.rpc_client.chunk_stats);
-    } else {
-      e = ch.map(c, std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len, &seg,
-                 l.rpc_client.chunk_stats);
-    }
-    if (e != Errc::kOk) {
-      note_reject(l, e);
-      push_slot(l, slot);
-      break;
-    }
-    auto* h = reinterpret_cast<PayloadHdr*>(b.slot(slot)[0]);
-    if (!rd) {
-      h->magic = kPayloadMagic;
-      h->seq = static_cast<uint32_t>(seq);
-      h->slot = slot;
-      h->len = len;
-      h->csum_a = l.csums[slot].a;
-      h->csum_b = l.csums[slot].b;
-    } else {
-      h->seq = 0;  // a reply whose payload never landed cannot pass
-    }
-    sl.seq = seq;
-    sl.done_seq = 0;
-    sl.op = static_cast<uint8_t>(proc);
-    sl.len = len;
-    sl.tsc = now;
-    sl.busy = true;
-    sl.first_due = true;
-    sl.twin_due = sl.twin_bad = false;
-    sl.twin_xid = 0;
-    const uint32_t bytes =
-        encode_call(l, slot, proc, seq, seg, req_buf(l, slot), static_cast<uint32_t>(seq));
-    const mlx5::prm::Sge sg = sge(req_buf(l, slot), bytes, l.lkey_a);
-    e = bytes ? c.post_send({&sg, 1}, cookie(kCkReq, slot)) : Errc::kOutOfRange;
-    if (e != Errc::kOk) {  // not sent: its window is retired, the slot freed after
-      note_reject(l, e);
-      sl.expect_a = kCallAbandoned;
-      retire_call(l, slot, nullptr);
-      break;
-    }
-    l.seq = seq;
-    ++l.rpc_client.outstanding;
-    ++l.issued;
+         pop_slot(l, slot) && issue_call(l, slot, l.seq + 1, now))
     ++n;
-    if (rd && l.cfg.forge_twin_every && seq % l.cfg.forge_twin_every == 0) send_twin(l, slot, seg);
-  }
-  c.flush();
+  l.c->flush();
   return n;
 }
 
