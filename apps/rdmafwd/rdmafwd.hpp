@@ -354,8 +354,7 @@ struct Lane {
   std::vector<uint32_t> free_slots;
   uint32_t n_free = 0;
   uint64_t issued = 0, completed = 0, seq = 0;
-  std::vector<win::Window*> unmap_q;  // unmaps refused for lack of SQ room, retried
-  uint32_t unmap_n = 0;
+  UnmapQueue unmaps;        // the client core's unmaps refused for lack of SQ room
   std::vector<Csum> csums;  // per slot checksums computed at start
   // Each engine's own state (engines/state.hpp).
   UmrState umr;

@@ -409,7 +409,7 @@ struct LaneBuilder {
     l.onesided.targets.resize(l.depth);
     l.umr.issue_tsc.resize(l.depth);
     l.free_slots.resize(l.depth);
-    l.unmap_q.resize(size_t{l.depth} * 2 + 4);
+    l.unmaps.q.resize(size_t{l.depth} * 2 + 4);
     l.p_recv_n = l.depth;
     // Indexed by relay-in slot (up to 2 x depth).
     l.relay.relay_w.assign(size_t{l.depth} * 2, nullptr);

@@ -86,7 +86,7 @@ bool poll_ios(Lane& l, win::PollCore& c, uint64_t now) {
       io_done(l, sl.tsc, now, len);
       sl.done_seq = sl.seq;
     }
-    unmap_or_queue(c, l, sl.w);
+    unmap_or_queue(c, l.unmaps, sl.w);
     push_slot(l, s);
   }) > 0;
   if (c.qp().in_error() && !l.failed) io_failed(l);
@@ -136,7 +136,7 @@ bool issue_io(Lane& l, win::PollCore& c, uint32_t slot, uint64_t now) {
                         : c.post_read({&sg, 1}, 0, rkey, cookie(kCkIo, slot), true);
   if (e != Errc::kOk) {
     note_reject(l, e);
-    unmap_or_queue(c, l, m.window);
+    unmap_or_queue(c, l.unmaps, m.window);
     return false;
   }
   sl.w = m.window;
@@ -151,7 +151,7 @@ bool fwd(Lane& l) {
   win::PollCore& c = *l.c;
   const uint64_t now = rte_rdtsc();
   const bool busy = poll_ios<kWrite>(l, c, now);
-  retry_unmaps(c, l);
+  retry_unmaps(c, l.unmaps);
   uint32_t n = 0, slot = 0;
   for (; n < l.cfg.burst && may_issue(l) && pop_slot(l, slot); ++n) {
     if (!issue_io<kWrite>(l, c, slot, now)) {
@@ -165,7 +165,7 @@ bool fwd(Lane& l) {
 
 template <bool kWrite>
 bool idle(Lane& l) {
-  if (!l.failed && (!all_slots_free(l) || l.unmap_n != 0)) return false;
+  if (!l.failed && (!all_slots_free(l) || l.unmaps.n != 0)) return false;
   if (!l.onesided.targets_unmapped && !l.remote_peer) {
     win::PollCore& p = *l.p;
     for (uint32_t i = 0; i < l.depth; ++i) {

@@ -212,7 +212,7 @@ bool source_send(Lane& l, uint32_t slot, uint32_t len, uint64_t now) {
   const mlx5::prm::Sge sg = sge(m.iova, len, m.lkey);
   if (const Errc e = c.post_send({&sg, 1}, cookie(kCkSrc, slot), true); e != Errc::kOk) {
     note_reject(l, e);
-    unmap_or_queue(c, l, m.window);
+    unmap_or_queue(c, l.unmaps, m.window);
     return false;
   }
   ++l.seq;
@@ -228,12 +228,12 @@ bool source_poll_and_inject(Lane& l, uint64_t now, uint32_t cap, uint32_t& issue
     if (x.recv || cookie_kind(x.cookie) != kCkSrc) return;
     const uint32_t slot = cookie_slot(x.cookie);
     if (!x.ok()) io_failed(l);
-    unmap_or_queue(c, l, l.slots[slot].w);
+    unmap_or_queue(c, l.unmaps, l.slots[slot].w);
     push_slot(l, slot);
   }) > 0;
   for (win::PollCore* k : {l.c, l.p, l.r, l.s})
     if (k && k->qp().in_error() && !l.failed) io_failed(l);
-  retry_unmaps(c, l);
+  retry_unmaps(c, l.unmaps);
   const uint32_t len = io_len(l);
   uint32_t slot = 0;
   while (issued < l.cfg.burst && l.relay.credits > 0 && may_issue(l) && pop_slot(l, slot)) {
@@ -263,7 +263,7 @@ bool fwd(Lane& l) {
 
 bool idle(Lane& l) {
   if (l.failed) return true;
-  if (!all_slots_free(l) || l.unmap_n != 0 || l.relay.backlog_n != 0 ||
+  if (!all_slots_free(l) || l.unmaps.n != 0 || l.relay.backlog_n != 0 ||
       l.relay.credits != static_cast<int64_t>(l.depth))
     return false;
   for (win::Window* w : l.relay.relay_w)

@@ -16,6 +16,13 @@ struct Csum {
   bool operator==(const Csum&) const = default;
 };
 
+// Unmaps a core refused for lack of SQ room, retried in order (engines/common.hpp,
+// unmap_or_queue and retry_unmaps): umr, write/read and relay's source.
+struct UnmapQueue {
+  std::vector<rdmx::win::Window*> q;
+  uint32_t n = 0;
+};
+
 // --fwd umr (engines/umr.cpp): the issue TSC of each I/O in flight, by I/O number modulo
 // io-depth, and the client core's UMR completion counter when I/O number 0 was issued (two UMRs
 // per I/O complete in SQ order: the counter tells how many I/Os completed).

@@ -47,8 +47,8 @@ uint32_t issue_maps(Lane& l, win::PollCore& c, uint64_t now) {
     l.umr.issue_tsc[slot] = now;
     ++l.issued;
     ++n;
-    unmap_or_queue(c, l, m.window);
-    if (l.unmap_n) break;
+    unmap_or_queue(c, l.unmaps, m.window);
+    if (l.unmaps.n) break;
   }
   return n;
 }
@@ -58,15 +58,15 @@ bool fwd(Lane& l) {
   bool busy = poll_umrs(l, c);
   const uint64_t now = rte_rdtsc();
   complete_ios(l, c, now);
-  retry_unmaps(c, l);
-  if (l.unmap_n == 0 && may_issue(l)) busy |= issue_maps(l, c, now) > 0;
+  retry_unmaps(c, l.unmaps);
+  if (l.unmaps.n == 0 && may_issue(l)) busy |= issue_maps(l, c, now) > 0;
   c.flush();
   return busy;
 }
 
 bool idle(Lane& l) {
   if (l.failed) return true;  // the runner counts what never completed
-  return l.completed == l.issued && l.unmap_n == 0;
+  return l.completed == l.issued && l.unmaps.n == 0;
 }
 
 // After a recovery the I/O count carries on: completions count from the core's UMR counter (two
