@@ -9,15 +9,10 @@
 // (Device::connect), every PollCore recovers (all windows invalidated, back in the cache), the
 // receives are posted again, the engine restarts (persistent windows mapped again) and the lane
 // resumes. A recovery that fails leaves the lane dead (counted, exit status 1).
-#include <cstring>
-
-#include "engines/common.hpp"
 #include "faults.hpp"
+#include "engines/common.hpp"
 
 namespace rdmafwd {
-
-bool rpc_undo_corruption(Lane& l);
-
 namespace {
 
 constexpr const char* kFaultNames[kFaultKinds] = {"error-cqe", "qp-error", "unreachable", "delay"};
@@ -202,8 +197,7 @@ bool recover_lane(Lane& l, Testbed& tb) {
     l.completed = issued;
     return false;
   }
-  if (l.p && std::strcmp(e->name, "rpc") == 0) (void)rpc_undo_corruption(l);
-  std::fill(l.relay_w.begin(), l.relay_w.end(), nullptr);
+  if (e->before_reconnect) e->before_reconnect(l);
   // 4. Both ends back to RTS, the cores recovered, receives posted, the engine restarted.
   if (Status s = reconnect_lane(tb, l); !s || !e->start(l)) {
     l.dead = true;
@@ -212,8 +206,7 @@ bool recover_lane(Lane& l, Testbed& tb) {
     return false;
   }
   l.issued = l.completed = issued;
-  // umr counts completions from the core's UMR counter (two per I/O) since its start.
-  if (std::strcmp(e->name, "umr") == 0) l.umr.umr_base = l.c->stats().umr_completions - 2 * issued;
+  if (e->recovered) e->recovered(l);
   l.failed = false;
   l.st.faults_recovered.add(1);
   l.fault.settling = false;

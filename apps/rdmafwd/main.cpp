@@ -177,6 +177,7 @@ Status App::start(bool resume) {
     l.cfg.forge_rkey_every = prm.forge_rkey_every;
     l.cfg.forge_handle_every = prm.forge_handle_every;
     l.cfg.forge_twin_every = prm.forge_twin_every;
+    l.cfg.forge_credits = prm.forge_credits;
     l.cfg.io_limit = prm.io_count ? prm.io_count / n_lanes + (l.index < prm.io_count % n_lanes) : 0;
     l.cfg.fault_every = prm.fault_every;
     l.cfg.fault_kinds = prm.fault_kinds;

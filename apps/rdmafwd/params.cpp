@@ -438,6 +438,10 @@ const OptionDef kOptionTable[] = {
      "tests: an rpc client sends every N-th READ call twice for\n"
      "its slot, back to back (the server must not rewrite a reply\n"
      "in flight); needs --rpc-remote-invalidate off"},
+    {"forge-credits", 0, nullptr, K::kFlag, &Params::forge_credits, 0, 0, false,
+     "tests: an rpc client ignores the credits the server granted\n"
+     "(io-depth calls from the first, a WRITE); the server must\n"
+     "refuse the call past its grant"},
     {"help", 'h', nullptr, K::kHelp, {}, 0, 0, false, "this text"},
 };
 

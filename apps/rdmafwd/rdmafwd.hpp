@@ -31,6 +31,8 @@
 #include <rdmx/win/poll_core.hpp>
 #include <rdmx/win/window_pool.hpp>
 
+#include "engines/state.hpp"
+
 namespace rdmafwd {
 
 using namespace rdmx;
@@ -107,6 +109,7 @@ struct Params {
                                     // handle the server handed out in every N-th call
   uint64_t forge_twin_every = 0;    // hidden (tests): an rpc client sends every N-th READ call
                                     // twice for its slot (a second xid) in one burst
+  bool forge_credits = false;       // hidden (tests): an rpc client ignores its credits
   // --rpc-remote-invalidate on|off (rpc client): offer remote invalidation in the RFC 8797
   // private data of the hello (off: the server replies with plain SENDs and the client
   // invalidates each call's windows itself).
@@ -247,11 +250,6 @@ struct SlotBufs {
 struct Lane;
 struct Engine;
 
-struct Csum {
-  uint64_t a = 0, b = 0;
-  bool operator==(const Csum&) const = default;
-};
-
 struct RunConfig {
   const Engine* engine = nullptr;
   uint32_t burst = 16;
@@ -262,6 +260,7 @@ struct RunConfig {
   uint64_t forge_rkey_every = 0;
   uint64_t forge_handle_every = 0;
   uint64_t forge_twin_every = 0;
+  bool forge_credits = false;
   uint64_t io_limit = 0;  // this lane's share of --io-count; 0 = none
   uint64_t fault_every = 0;
   uint32_t fault_kinds = 0;
@@ -322,10 +321,6 @@ struct Lane {
   uint32_t lkey_a = 0, lkey_b = 0;
   bool remote_peer = false;    // two-process client: p lives in the other process
   bool remote_client = false;  // two-process server: c lives in the other process
-  // Two-process write/read (client): the server's window over each of its slots (mapped by the
-  // server at the rendezvous), and for read the checksum of what each holds.
-  std::vector<uint32_t> remote_rkeys;
-  std::vector<Csum> remote_csums;
 
   RunConfig cfg;
   LaneCounters st;
@@ -354,56 +349,20 @@ struct Lane {
     bool twin_due = false, first_due = false, twin_bad = false;
     uint64_t inv_fence = 0;
   };
-  std::vector<Slot> slots;            // client side
-  std::vector<Slot> srv;              // server side (by client slot)
-  std::vector<win::Window*> targets;  // write/read: the peer's persistent windows
+  std::vector<Slot> slots;  // client side
+  std::vector<Slot> srv;    // server side (by client slot)
   std::vector<uint32_t> free_slots;
   uint32_t n_free = 0;
-  uint64_t issued = 0, completed = 0, seq = 0, srv_count = 0, sink_seq = 0;
-  // --fwd umr (engines/umr.cpp): the issue TSC of each I/O in flight, by I/O number modulo
-  // io-depth, and the client core's UMR completion counter when I/O number 0 was issued (two
-  // UMRs per I/O complete in SQ order: the counter tells how many I/Os completed).
-  struct UmrState {
-    std::vector<uint64_t> issue_tsc;
-    uint64_t umr_base = 0;
-  } umr;
-  int64_t credits = 0;                // relay: messages the source may still inject
-  std::vector<win::Window*> unmap_q;  // unmaps refused for lack of SQ room, retried
-  uint32_t unmap_n = 0;
-  std::vector<win::Window*> relay_w;  // relay: window per receive slot being forwarded
-  std::vector<uint32_t> backlog;      // relay: receive slots waiting for a window / SQ room
-  uint32_t backlog_head = 0, backlog_n = 0;
-  bool targets_unmapped = false;
+  uint64_t issued = 0, completed = 0, seq = 0;
+  UnmapQueue unmaps;        // the client core's unmaps refused for lack of SQ room
   std::vector<Csum> csums;  // per slot checksums computed at start
-  // rpc client (engines/rpc.cpp): each slot's call chunks and their counters; the slots whose
-  // reply came, their windows being retired (FIFO, `retiring_n` from `retiring_head`); the
-  // credits the server granted and the calls sent without a reply yet. Server: calls received
-  // and not answered yet.
-  RpcAgreed rpc;
-  std::vector<rpcrdma::CallChunks> calls;
-  rpcrdma::ChunkStats chunk_stats;
-  std::vector<uint32_t> retiring;
-  uint32_t retiring_head = 0, retiring_n = 0;
-  uint32_t granted = 1, outstanding = 0, srv_outstanding = 0;
-  // rpc server: receive slots held under a reply that belongs to no slot until its SEND
-  // completed, and the SQ producer past each one's last such SEND (engines/rpc.cpp, hold_extra).
-  uint32_t p_recv_held = 0;
-  std::vector<uint64_t> extra_end;
-  // rpc server: by client slot, the SQ producer past the slot's last reply SEND (signaled);
-  // the calls for a slot still in service (its WRITE's RDMA READ running, its last reply's SEND
-  // not completed, an earlier call waiting), served in arrival order once it is free
-  // (engines/rpc.cpp, serve_waiting): a FIFO of io-depth (the credits bound it), `waiting_for`
-  // counts each slot's.
-  struct WaitingCall {
-    rpcrdma::Segment seg;
-    uint64_t tsc = 0;
-    uint32_t slot = 0, xid = 0, count = 0, proc = 0;
-  };
-  std::vector<uint64_t> reply_end;
-  std::vector<WaitingCall> waiting;
-  std::vector<uint32_t> waiting_for;
-  uint32_t waiting_head = 0, n_waiting = 0;
-  uint64_t rpc_errors_sent = 0;  // server: calls answered with RDMA_ERROR (header refused)
+  // Each engine's own state (engines/state.hpp).
+  UmrState umr;
+  OneSidedState onesided;  // write, read
+  RelayState relay;
+  RpcClientState rpc_client;
+  RpcServerState rpc_server;
+  RpcAgreed rpc;  // rpc: what the client and the server agreed at setup
   bool draining = false;
   bool failed = false;  // a QP went to error: issue nothing more until recovered
   bool dead = false;    // recovery impossible or failed: the lane stays stopped
@@ -440,6 +399,13 @@ struct Engine {
   bool (*fwd)(Lane&);
   // After stop: true once nothing is in flight (the engine's persistent windows unmapped).
   bool (*idle)(Lane&);
+  // Recovery of the lane after a QP error (faults.cpp, recover_lane); nullptr when the engine
+  // needs nothing. before_reconnect: nothing is in flight any more and every window is about to
+  // be invalidated (the engine forgets the ones it held, undoes what it changed in place).
+  // recovered: after start(), with l.issued and l.completed restored to the counts before the
+  // error (the engine rebases what it derives from them).
+  void (*before_reconnect)(Lane&);
+  void (*recovered)(Lane&);
 };
 const Engine* find_engine(const std::string& name) noexcept;
 const std::vector<const Engine*>& engines();

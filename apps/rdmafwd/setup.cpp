@@ -406,14 +406,15 @@ struct LaneBuilder {
     // Engine state, preallocated.
     l.slots.resize(l.depth);
     l.srv.resize(l.depth);
-    l.targets.resize(l.depth);
+    l.onesided.targets.resize(l.depth);
     l.umr.issue_tsc.resize(l.depth);
     l.free_slots.resize(l.depth);
-    l.unmap_q.resize(size_t{l.depth} * 2 + 4);
+    l.unmaps.q.resize(size_t{l.depth} * 2 + 4);
     l.p_recv_n = l.depth;
-    l.relay_w.assign(size_t{l.depth} * 2, nullptr);  // indexed by relay-in slot (up to 2 x depth)
+    // Indexed by relay-in slot (up to 2 x depth).
+    l.relay.relay_w.assign(size_t{l.depth} * 2, nullptr);
     l.srv.resize(size_t{l.depth} * 2);
-    l.backlog.resize(size_t{l.depth} * 2);
+    l.relay.backlog.resize(size_t{l.depth} * 2);
     l.csums.resize(size_t{l.depth} * 2);
     if (p.role == Role::kBoth) {
       RDMX_TRY(endpoint::connect_cores(*l.c, *l.p), "connect c-p");
@@ -669,7 +670,7 @@ Result<std::string> map_targets(const Params& p, Testbed& tb, bool write, LaneRa
             std::span<const uint64_t>(b.slot(i), p.pages_per_io),
             mlx5::kAccessLocalWrite | mlx5::kAccessRemoteWrite | mlx5::kAccessRemoteRead, 0, len);
         if (m.ok()) {
-          l.targets[i] = m.window;
+          l.onesided.targets[i] = m.window;
           o << ' ' << m.window->rkey();
           break;
         }
@@ -717,13 +718,13 @@ Status adopt_targets(Testbed& tb, const std::string& text) {
       if (what == "rkeys") {
         uint32_t k = 0;
         if (!(in >> k)) return make_error(Errc::kProtocol, "the server sent too few keys");
-        l.remote_rkeys.push_back(k);
+        l.onesided.remote_rkeys.push_back(k);
       } else {
         Csum c;
         char colon = 0;
         if (!(in >> c.a >> colon >> c.b) || colon != ':')
           return make_error(Errc::kProtocol, "the server sent too few checksums");
-        l.remote_csums.push_back(c);
+        l.onesided.remote_csums.push_back(c);
       }
     }
   }
@@ -983,8 +984,8 @@ Status tcp_client_finish(const Params& p, Testbed& tb) {
   RDMX_TRY(s.await(endpoint::SessionEvent::kReady, kStep));
   RDMX_TRY(adopt_targets(tb, s.peer_ready_text()));
   for (auto& lp : tb.lanes)
-    if (((p.fwd == "write" || p.fwd == "read") && lp->remote_rkeys.size() != lp->depth) ||
-        (p.fwd == "read" && lp->remote_csums.size() != lp->depth))
+    if (((p.fwd == "write" || p.fwd == "read") && lp->onesided.remote_rkeys.size() != lp->depth) ||
+        (p.fwd == "read" && lp->onesided.remote_csums.size() != lp->depth))
       return make_error(Errc::kProtocol, "the server sent no windows for --fwd " + p.fwd +
                                              " (is it an older rdmafwd?)");
   tb.notes.push_back("client: server " + s.peer() + " over TCP from " +
@@ -1201,7 +1202,7 @@ Status release_lanes(Testbed& tb) {
     l.peer_dropped.store(false, std::memory_order_release);
     l.st.peer_bye.set(0);
     l.st.failed.set(0);
-    l.targets_unmapped = false;
+    l.onesided.targets_unmapped = false;
   }
   tb.lanes_used = true;
   tb.lost_peer = -1;
@@ -1223,8 +1224,8 @@ Status reconnect_client(Params& p, Testbed& tb, const Say& say, std::chrono::mil
       if (k) RDMX_TRY(endpoint::disconnect_core(*k), "lane " + std::to_string(l.index));
     l.failed = l.dead = false;
     l.st.failed.set(0);
-    l.remote_rkeys.clear();
-    l.remote_csums.clear();
+    l.onesided.remote_rkeys.clear();
+    l.onesided.remote_csums.clear();
   }
   tb.lanes_used = true;
   tb.lost_peer = -1;

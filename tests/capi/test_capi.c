@@ -362,9 +362,9 @@ static void test_memory_windows(void) {
   REQUIRE(rdmx_pages_alloc(pa, pages, 1) == 0);
   mem = (uint8_t*)(uintptr_t)pages[0];
   memset(mem, 0xEE, 4096);
-  CHECK_RC(rdmx_bind_mw(ca, mem + 100, 1000, RDMX_ACCESS_REMOTE_WRITE | RDMX_ACCESS_REMOTE_READ, 0,
-                        &m),
-           0);
+  CHECK_RC(
+      rdmx_bind_mw(ca, mem + 100, 1000, RDMX_ACCESS_REMOTE_WRITE | RDMX_ACCESS_REMOTE_READ, 0, &m),
+      0);
   CHECK(m.iova == (uint64_t)(uintptr_t)(mem + 100) && m.length == 1000);
   settle(ca);
   for (i = 0; i < 1000; ++i) b_mem[i] = (uint8_t)(i * 7 + 3);

@@ -60,23 +60,23 @@ inline void reset_slots(Lane& l) noexcept {
     l.free_slots[l.n_free++] = i;
   }
   l.issued = l.completed = 0;
-  l.unmap_n = 0;
+  l.unmaps.n = 0;
 }
 inline bool all_slots_free(const Lane& l) noexcept {
   return l.n_free == l.depth;
 }
 
-// Unmaps later when the SQ has no room now.
-inline void unmap_or_queue(win::PollCore& k, Lane& l, win::Window* w) noexcept {
-  if (l.unmap_n == 0 && k.unmap(w) == Errc::kOk) return;
-  l.unmap_q[l.unmap_n++] = w;
+// Unmaps later when the SQ has no room now (or earlier unmaps still wait: in order).
+inline void unmap_or_queue(win::PollCore& k, UnmapQueue& u, win::Window* w) noexcept {
+  if (u.n == 0 && k.unmap(w) == Errc::kOk) return;
+  u.q[u.n++] = w;
 }
-inline void retry_unmaps(win::PollCore& k, Lane& l) noexcept {
+inline void retry_unmaps(win::PollCore& k, UnmapQueue& u) noexcept {
   uint32_t done = 0;
-  while (done < l.unmap_n && k.unmap(l.unmap_q[done]) == Errc::kOk) ++done;
+  while (done < u.n && k.unmap(u.q[done]) == Errc::kOk) ++done;
   if (done == 0) return;
-  for (uint32_t i = done; i < l.unmap_n; ++i) l.unmap_q[i - done] = l.unmap_q[i];
-  l.unmap_n -= done;
+  for (uint32_t i = done; i < u.n; ++i) u.q[i - done] = u.q[i];
+  u.n -= done;
 }
 
 // An I/O completed without a latency sample (a relay server has no clock of the source).

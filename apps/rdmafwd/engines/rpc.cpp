@@ -121,29 +121,37 @@ win::MapResult map_with_md(win::PollCore& c, uint64_t data, uint64_t meta, uint3
   return c.map_interleaved(parts, blocks, access);
 }
 
+// Client: each slot's source checksum, its call chunks, no call outstanding, one credit.
+void client_start(Lane& l) {
+  RpcClientState& cs = l.rpc_client;
+  for (uint32_t i = 0; i < l.depth; ++i)
+    l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, io_len(l));
+  cs.calls.assign(l.depth, rr::CallChunks{});  // setup path: allocates on the first run only
+  cs.retiring.assign(l.depth, 0);
+  cs.retiring_head = cs.retiring_n = 0;
+  cs.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
+  cs.outstanding = 0;
+}
+
+// Server: each slot's source checksum, no call outstanding or waiting, nothing held.
+void server_start(Lane& l) {
+  RpcServerState& ss = l.rpc_server;
+  for (uint32_t i = 0; i < l.depth; ++i)
+    l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], io_len(l));
+  ss.outstanding = 0;
+  ss.granted = 1;                   // RFC 8166 3.3.1: one call until the first reply's grant
+  ss.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
+  ss.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
+  ss.reply_end.assign(l.depth, 0);
+  ss.waiting.assign(l.depth, RpcServerState::WaitingCall{});
+  ss.waiting_for.assign(l.depth, 0);
+  ss.waiting_head = ss.n_waiting = 0;
+}
+
 bool start(Lane& l) {
   reset_slots(l);
-  const uint32_t len = io_len(l);
-  if (l.c) {
-    for (uint32_t i = 0; i < l.depth; ++i)
-      l.csums[i] = csum_pages(l.c_src.slot(i), l.page_size, len);
-    l.calls.assign(l.depth, rr::CallChunks{});  // setup path: allocates on the first run only
-    l.retiring.assign(l.depth, 0);
-    l.retiring_head = l.retiring_n = 0;
-    l.granted = 1;  // RFC 8166 3.3.1: one call until the server's first grant
-    l.outstanding = 0;
-  }
-  if (l.p) {
-    for (uint32_t i = 0; i < l.depth; ++i)
-      l.csums[l.depth + i] = csum_range(l.p_src.slot(i)[0], len);
-    l.srv_outstanding = 0;
-    l.p_recv_held = 0;               // every receive slot was posted (setup, recovery)
-    l.extra_end.assign(l.depth, 0);  // setup path: allocates on the first run only
-    l.reply_end.assign(l.depth, 0);
-    l.waiting.assign(l.depth, Lane::WaitingCall{});
-    l.waiting_for.assign(l.depth, 0);
-    l.waiting_head = l.n_waiting = 0;
-  }
+  if (l.c) client_start(l);
+  if (l.p) server_start(l);
   return true;
 }
 
@@ -163,13 +171,19 @@ void flip(Lane& l, uint32_t s, bool dst) {
 // Slot s's reply buffer is still being sent: its last reply's SEND has not completed (the
 // device may read it again, to send it again after a lost acknowledgement).
 bool reply_in_flight(const Lane& l, uint32_t s) {
-  return l.p->qp().sq().ci() < l.reply_end[s];
+  return l.p->qp().sq().ci() < l.rpc_server.reply_end[s];
 }
 
-// The credits the server grants: its receive slots posted for the client (RFC 8166 3.3.1):
-// io-depth, less those held under a reply that belongs to no slot (hold_extra).
-uint32_t grant(const Lane& l) {
-  return std::min(l.depth, l.p_recv_n - l.p_recv_held);
+// The credits the server grants in a reply: its receive slots posted for the client (RFC 8166
+// 3.3.1): io-depth, less those held under a reply that belongs to no slot (hold_extra). Calls
+// are checked against the grant the client goes by: the one in the last reply (RFC 8166 3.3.1:
+// credits are granted in each reply; one until the first), not what the server could grant
+// now, and a grant of 0 counted as 1 as the client counts it (Linux net/sunrpc/xprtrdma/
+// rpc_rdma.c, rpcrdma_reply_handler: "don't deadlock").
+uint32_t grant(Lane& l) {
+  const uint32_t credits = std::min(l.depth, l.p_recv_n - l.rpc_server.p_recv_held);
+  l.rpc_server.granted = std::max(credits, 1u);
+  return credits;
 }
 
 // A reply that belongs to no slot is written into the extra buffer of the receive slot k its
@@ -181,12 +195,12 @@ uint32_t grant(const Lane& l) {
 // credits, sooner still, while the SEND is not even sent. Returns the buffer; a buffer written
 // while its previous SEND had not completed is counted as an I/O error (never, with the hold).
 std::span<uint8_t> hold_extra(Lane& l, uint32_t k) {
-  ++l.p_recv_held;
-  if (l.p->qp().sq().ci() < l.extra_end[k]) l.st.io_errors.add(1);
+  ++l.rpc_server.p_recv_held;
+  if (l.p->qp().sq().ci() < l.rpc_server.extra_end[k]) l.st.io_errors.add(1);
   return small_span(srv_extra_buf(l, k));
 }
 void release_extra(Lane& l, uint32_t k) {
-  --l.p_recv_held;
+  --l.rpc_server.p_recv_held;
   if (Errc e = post_slot_recv(*l.p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
 }
@@ -200,7 +214,7 @@ void send_extra(Lane& l, uint32_t k, uint32_t bytes) {
     release_extra(l, k);
     return;
   }
-  l.extra_end[k] = l.p->qp().sq().pi();
+  l.rpc_server.extra_end[k] = l.p->qp().sq().pi();
 }
 
 // SENDs `bytes` of `buf`, signaled (its completion frees the buffer, reply_in_flight): as
@@ -241,7 +255,7 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
   rep.data_len = v.len;
   rep.committed = nfs::kFileSync;
   const uint32_t m = r.ok() ? nfs::encode_reply(v.op, rep, buf.subspan(r.length)) : 0;
-  --l.srv_outstanding;
+  --l.rpc_server.outstanding;
   if (m == 0) {  // the sizes are fixed (kSmall fits every reply): never here
     l.st.io_errors.add(1);
     return;
@@ -251,12 +265,12 @@ void server_reply(Lane& l, uint32_t s, uint32_t status, const rr::Segment* writt
   // the client invalidates its window itself.
   const uint32_t inv = l.rpc.server.may_invalidate_peer ? v.rkey : 0;
   if (!server_send(l, srv_reply_buf(l, s), r.length + m, inv, cookie(kCkSrvReply, s))) return;
-  l.reply_end[s] = l.p->qp().sq().pi();
+  l.rpc_server.reply_end[s] = l.p->qp().sq().pi();
   if (l.remote_client) io_done(l, v.tsc, rte_rdtsc(), v.len);  // served (two-process server)
 }
 
 bool corrupt_now(Lane& l) {
-  return l.cfg.corrupt_every && (++l.srv_count % l.cfg.corrupt_every) == 0;
+  return l.cfg.corrupt_every && (++l.rpc_server.count % l.cfg.corrupt_every) == 0;
 }
 
 // A call that breaks peer_checks.hpp's rules: counted and the lane serves its client no more
@@ -284,7 +298,7 @@ void server_error_reply(Lane& l, uint32_t k, std::span<const uint8_t> msg, rr::E
     release_extra(l, k);
     return;
   }
-  ++l.rpc_errors_sent;
+  ++l.rpc_server.errors_sent;
   send_extra(l, k, r.length);
 }
 
@@ -328,6 +342,14 @@ void server_bye_reply(Lane& l, uint32_t k, uint32_t xid) {
     release_extra(l, k);
 }
 
+// A call accepted that cannot be served (its window or its RDMA WRITE / READ refused): it gets
+// no reply, so it is no longer outstanding, and the lane fails (the runner recovers it).
+void call_failed(Lane& l, Errc e) {
+  note_reject(l, e);
+  --l.rpc_server.outstanding;
+  io_failed(l);
+}
+
 // With metadata, the local side: the slot's data and metadata behind one window of this core.
 bool server_map_md(Lane& l, uint32_t s, bool rd, uint32_t xid, uint32_t blocks) {
   win::PollCore& p = *l.p;
@@ -340,8 +362,7 @@ bool server_map_md(Lane& l, uint32_t s, bool rd, uint32_t xid, uint32_t blocks) 
       map_with_md(p, (rd ? l.p_src : l.p_dst).slot(s)[0], (rd ? l.p_md_src : l.p_md_dst).slot(s)[0],
                   l.page_size, md, blocks, mlx5::kAccessLocalWrite);
   if (!m.ok()) {
-    note_reject(l, m.errc);
-    io_failed(l);
+    call_failed(l, m.errc);
     return false;
   }
   l.srv[s].w = m.window;
@@ -368,8 +389,7 @@ void server_read(Lane& l, uint32_t s, const rr::Segment& seg, uint32_t xid, uint
   }
   const Errc e = p.post_write({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvWrite, s));
   if (e != Errc::kOk) {
-    note_reject(l, e);
-    io_failed(l);
+    call_failed(l, e);
     return;
   }
   const uint8_t op = v.op;
@@ -390,8 +410,7 @@ void server_write(Lane& l, uint32_t s, const rr::Segment& seg, const mlx5::prm::
   Lane::Slot& v = l.srv[s];
   const Errc e = p.post_read({&sg, 1}, seg.offset, seg.handle, cookie(kCkSrvRead, s), true);
   if (e != Errc::kOk) {
-    note_reject(l, e);
-    io_failed(l);
+    call_failed(l, e);
     return;
   }
   v.busy = true;  // until its READ completed (server_read_done): the slot is in use
@@ -404,13 +423,13 @@ bool slot_free(const Lane& l, uint32_t s) {
 
 // Queues a call for a slot in service. The FIFO holds io-depth: calls received and not answered
 // are fewer than the credits granted (check_rpc_call), so it is never full.
-void wait_call(Lane& l, const Lane::WaitingCall& w) {
-  if (l.n_waiting == l.depth) {  // never
+void wait_call(Lane& l, const RpcServerState::WaitingCall& w) {
+  if (l.rpc_server.n_waiting == l.depth) {  // never
     refuse_request(l, RpcVerdict::kCredits);
     return;
   }
-  l.waiting[(l.waiting_head + l.n_waiting++) % l.depth] = w;
-  ++l.waiting_for[w.slot];
+  l.rpc_server.waiting[(l.rpc_server.waiting_head + l.rpc_server.n_waiting++) % l.depth] = w;
+  ++l.rpc_server.waiting_for[w.slot];
   l.st.calls_waited.add(1);
 }
 
@@ -456,13 +475,15 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
     server_error_reply(l, k, msg, r.error);
     return;
   }
+  const uint32_t credits = l.rpc_server.granted;  // what the client goes by (grant)
   const RpcLimits lim{l.depth,        io_len(l), l.page_size,
-                      l.cfg.metadata, grant(l),  {l.rpc.fh.data(), l.rpc.fh_len}};
+                      l.cfg.metadata, credits,   {l.rpc.fh.data(), l.rpc.fh_len}};
   nfs::Call call;
   uint32_t s = 0;
   // A call for a slot still in service waits for it (slot_free): nothing is refused as busy.
   const RpcVerdict verdict = check_rpc_call(
-      h, msg.subspan(r.length), lim, l.srv_outstanding, [](uint32_t) { return false; }, call, s);
+      h, msg.subspan(r.length), lim, l.rpc_server.outstanding, [](uint32_t) { return false; }, call,
+      s);
   if (verdict == RpcVerdict::kHandle) {
     server_bad_handle(l, k, call);
     return;
@@ -478,7 +499,7 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   // The receive slot is free again: the call is decoded (what it asks is copied out).
   if (Errc e = post_slot_recv(p, l.p_recv, k, l.page_size, l.lkey_b, kCkReqRecv); e != Errc::kOk)
     note_reject(l, e);
-  ++l.srv_outstanding;  // until its reply: counted against the credits while it waits too
+  ++l.rpc_server.outstanding;  // until its reply: counted against the credits while it waits too
   const rr::Segment seg = call.proc == nfs::kProcRead ? h.writes[0].segments[0] : h.reads[0].target;
   // The slot is still in service: its WRITE's RDMA READ runs, or its reply buffer (and a READ's
   // source header) is still being sent, or an earlier call waits for it. A client may send a
@@ -487,7 +508,7 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
   // change what the device sends. The call waits (counted) and the others are served. Linux's
   // server: svc_rdma_send_ctxt_get (net/sunrpc/xprtrdma/svc_rdma_sendto.c) only hands out a send
   // buffer that svc_rdma_wc_send returned, once its SEND completed.
-  if (!slot_free(l, s) || l.waiting_for[s] != 0) {
+  if (!slot_free(l, s) || l.rpc_server.waiting_for[s] != 0) {
     wait_call(l, {seg, now, s, call.xid, call.count, call.proc});
     return;
   }
@@ -497,11 +518,12 @@ void server_request(Lane& l, uint32_t k, uint32_t byte_len, uint64_t now) {
 // The calls that waited for their slot, in arrival order, while the first one's slot is free.
 bool serve_waiting(Lane& l) {
   bool any = false;
-  while (l.n_waiting && slot_free(l, l.waiting[l.waiting_head].slot)) {
-    const Lane::WaitingCall w = l.waiting[l.waiting_head];
-    l.waiting_head = (l.waiting_head + 1) % l.depth;
-    --l.n_waiting;
-    --l.waiting_for[w.slot];
+  while (l.rpc_server.n_waiting &&
+         slot_free(l, l.rpc_server.waiting[l.rpc_server.waiting_head].slot)) {
+    const RpcServerState::WaitingCall w = l.rpc_server.waiting[l.rpc_server.waiting_head];
+    l.rpc_server.waiting_head = (l.rpc_server.waiting_head + 1) % l.depth;
+    --l.rpc_server.n_waiting;
+    --l.rpc_server.waiting_for[w.slot];
     serve_call(l, w.slot, w.seg, w.xid, w.count, w.proc, w.tsc);
     any = true;
   }
@@ -554,7 +576,7 @@ bool server_poll(Lane& l, uint64_t now) {
   });
   if (p.qp().in_error() && !l.failed && endpoint::qp_error_is_failure(l.st.peer_bye.get() != 0))
     io_failed(l);
-  const bool served = l.n_waiting && serve_waiting(l);
+  const bool served = l.rpc_server.n_waiting && serve_waiting(l);
   if (n || served) p.flush();
   return n > 0 || served;
 }
@@ -580,9 +602,10 @@ int find_call(const Lane& l, uint32_t xid, bool& twin) {
 void note_retired(Lane& l, uint32_t s) {
   Lane::Slot& sl = l.slots[s];
   if (sl.inv_posted) return;
-  const rr::CallChunks& ch = l.calls[s];
+  const rr::CallChunks& ch = l.rpc_client.calls[s];
   sl.inv_posted = true;
-  sl.inv_fence = l.chunk_stats.local_invalidations != sl.inv_base ? l.c->qp().sq().pi() : 0;
+  sl.inv_fence =
+      l.rpc_client.chunk_stats.local_invalidations != sl.inv_base ? l.c->qp().sq().pi() : 0;
   sl.left_mapped = false;
   for (uint32_t i = 0; i < ch.n_windows(); ++i) {
     const win::Window* w = ch.window(i);
@@ -598,16 +621,16 @@ void retire_call(Lane& l, uint32_t s, const mlx5::Completion* reply) {
   Lane::Slot& sl = l.slots[s];
   sl.done_seq = sl.seq;
   sl.inv_posted = false;
-  sl.inv_base = l.chunk_stats.local_invalidations;
+  sl.inv_base = l.rpc_client.chunk_stats.local_invalidations;
   // The window the reply's SEND_WITH_INV freed on receipt (frwr_reminv looks at the same).
   sl.inv_rkey =
       reply && reply->ok() && reply->cqe_opcode == MLX5_CQE_RESP_SEND_INV ? reply->imm : 0;
-  const Errc e = l.calls[s].retire(*l.c, reply, l.rpc.client.peer_may_invalidate,
-                                   l.chunk_stats);  // kNoRoom: later
+  const Errc e = l.rpc_client.calls[s].retire(*l.c, reply, l.rpc.client.peer_may_invalidate,
+                                              l.rpc_client.chunk_stats);  // kNoRoom: later
   if (e == Errc::kOk) note_retired(l, s);
   if (e != Errc::kOk && e != Errc::kNoRoom) note_reject(l, e);
-  l.st.local_invalidations.set(l.chunk_stats.local_invalidations);
-  l.retiring[(l.retiring_head + l.retiring_n++) % l.depth] = s;
+  l.st.local_invalidations.set(l.rpc_client.chunk_stats.local_invalidations);
+  l.rpc_client.retiring[(l.rpc_client.retiring_head + l.rpc_client.retiring_n++) % l.depth] = s;
 }
 
 // What the reply to slot s's call says (kReply*); `written`: a READ's bytes in the Write chunk.
@@ -623,7 +646,7 @@ uint8_t check_reply(const Lane& l, uint32_t s, const rr::Header& h, std::span<co
   if (sl.op == nfs::kProcRead) {
     // The Write chunk echoed (RFC 8166 3.6): our window, with every byte written.
     if (h.n_writes != 1 || h.writes[0].n_segments != 1 ||
-        h.writes[0].segments[0].handle != l.calls[s].rkey(0) ||
+        h.writes[0].segments[0].handle != l.rpc_client.calls[s].rkey(0) ||
         h.writes[0].segments[0].length != wire || rep.count != sl.len || rep.data_len != sl.len)
       return kReplyBad;
   } else if (h.n_writes != 0 || rep.count != sl.len) {
@@ -652,8 +675,9 @@ void client_reply(Lane& l, const mlx5::Completion& x) {
     return;
   }
   const uint32_t s = static_cast<uint32_t>(found);
-  --l.outstanding;
-  l.granted = std::clamp(h.credits, 1u, l.depth);  // a grant of 0 would stall: at least one
+  --l.rpc_client.outstanding;
+  l.rpc_client.granted =
+      std::clamp(h.credits, 1u, l.depth);  // a grant of 0 would stall: at least one
   Lane::Slot& sl = l.slots[s];
   if (twin) {
     sl.twin_due = false;
@@ -677,7 +701,7 @@ void finish_call(Lane& l, uint32_t s, uint64_t now) {
   Lane::Slot& sl = l.slots[s];
   if (!sl.inv_posted || sl.left_mapped || l.c->qp().sq().ci() < sl.inv_fence)
     l.st.early_replies.add(1);
-  (void)l.calls[s].reset(*l.c);
+  (void)l.rpc_client.calls[s].reset(*l.c);
   if (sl.expect_a == kCallAbandoned) {
     push_slot(l, s);
     return;
@@ -709,17 +733,18 @@ void finish_call(Lane& l, uint32_t s, uint64_t now) {
 // whose windows are invalid.
 bool pump_retiring(Lane& l, uint64_t now) {
   bool any = false;
-  while (l.retiring_n) {
-    const uint32_t s = l.retiring[l.retiring_head];
-    rr::CallChunks& ch = l.calls[s];
-    if (ch.retire(*l.c, nullptr, l.rpc.client.peer_may_invalidate, l.chunk_stats) != Errc::kOk)
+  while (l.rpc_client.retiring_n) {
+    const uint32_t s = l.rpc_client.retiring[l.rpc_client.retiring_head];
+    rr::CallChunks& ch = l.rpc_client.calls[s];
+    if (ch.retire(*l.c, nullptr, l.rpc.client.peer_may_invalidate, l.rpc_client.chunk_stats) !=
+        Errc::kOk)
       break;
     note_retired(l, s);
-    l.st.local_invalidations.set(l.chunk_stats.local_invalidations);
+    l.st.local_invalidations.set(l.rpc_client.chunk_stats.local_invalidations);
     if (!ch.done(*l.c)) break;
     finish_call(l, s, now);
-    l.retiring_head = (l.retiring_head + 1) % l.depth;
-    --l.retiring_n;
+    l.rpc_client.retiring_head = (l.rpc_client.retiring_head + 1) % l.depth;
+    --l.rpc_client.retiring_n;
     any = true;
   }
   return any;
@@ -784,86 +809,109 @@ uint32_t encode_call(Lane& l, uint32_t s, uint32_t proc, uint64_t seq, const rr:
 // call for the slot before the first reply's SEND completed. Both replies are awaited.
 void send_twin(Lane& l, uint32_t s, const rr::Segment& seg) {
   Lane::Slot& sl = l.slots[s];
-  if (l.outstanding >= l.granted) return;
+  if (l.rpc_client.outstanding >= l.rpc_client.granted) return;
   const uint32_t xid = ~static_cast<uint32_t>(sl.seq);
   const uint32_t bytes = encode_call(l, s, nfs::kProcRead, sl.seq, seg, twin_req_buf(l, s), xid);
   const mlx5::prm::Sge sg = sge(twin_req_buf(l, s), bytes, l.lkey_a);
   if (bytes == 0 || l.c->post_send({&sg, 1}, cookie(kCkReq, s)) != Errc::kOk) return;
   sl.twin_xid = xid;
   sl.twin_due = true;
-  ++l.outstanding;
+  ++l.rpc_client.outstanding;
 }
 
-uint32_t client_issue(Lane& l, uint64_t now) {
-  win::PollCore& c = *l.c;
-  const uint32_t len = io_len(l);
-  uint32_t n = 0, slot = 0;
-  while (n < l.cfg.burst && may_issue(l) && l.outstanding < l.granted && pop_slot(l, slot)) {
-    Lane::Slot& sl = l.slots[slot];
-    const uint64_t seq = l.seq + 1;
-    const uint32_t proc = (seq & 1) ? nfs::kProcRead : nfs::kProcWrite;
-    const bool rd = proc == nfs::kProcRead;
-    const SlotBufs& b = rd ? l.c_dst : l.c_src;
-    const uint32_t md = l.cfg.metadata;
-    if (md) {  // write: the metadata the server must find; read: cleared, so stale tags fail
-      if (!rd)
-        md_fill(l.c_md_src.slot(slot)[0], md, l.cfg.pages, seq);
-      else
-        std::memset(reinterpret_cast<void*>(l.c_md_dst.slot(slot)[0]), 0, size_t{l.cfg.pages} * md);
-    }
-    rr::CallChunks& ch = l.calls[slot];
-    rr::Segment seg;
-    Errc e;
-    if (md) {
-      const win::InterleavedPart parts[2] = {{b.slot(slot)[0], l.page_size, 0},
-                                             {(rd ? l.c_md_dst : l.c_md_src).slot(slot)[0], md, 0}};
-      e = ch.map_interleaved(c, parts, l.cfg.pages, kRpcAccess, &seg, l.chunk_stats);
-    } else {
-      e = ch.map(c, std::span<const uint64_t>(b.slot(slot), l.cfg.pages), kRpcAccess, 0, len, &seg,
-                 l.chunk_stats);
-    }
-    if (e != Errc::kOk) {
-      note_reject(l, e);
-      push_slot(l, slot);
-      break;
-    }
-    auto* h = reinterpret_cast<PayloadHdr*>(b.slot(slot)[0]);
-    if (!rd) {
-      h->magic = kPayloadMagic;
-      h->seq = static_cast<uint32_t>(seq);
-      h->slot = slot;
-      h->len = len;
-      h->csum_a = l.csums[slot].a;
-      h->csum_b = l.csums[slot].b;
-    } else {
-      h->seq = 0;  // a reply whose payload never landed cannot pass
-    }
-    sl.seq = seq;
-    sl.done_seq = 0;
-    sl.op = static_cast<uint8_t>(proc);
-    sl.len = len;
-    sl.tsc = now;
-    sl.busy = true;
-    sl.first_due = true;
-    sl.twin_due = sl.twin_bad = false;
-    sl.twin_xid = 0;
-    const uint32_t bytes =
-        encode_call(l, slot, proc, seq, seg, req_buf(l, slot), static_cast<uint32_t>(seq));
-    const mlx5::prm::Sge sg = sge(req_buf(l, slot), bytes, l.lkey_a);
-    e = bytes ? c.post_send({&sg, 1}, cookie(kCkReq, slot)) : Errc::kOutOfRange;
-    if (e != Errc::kOk) {  // not sent: its window is retired, the slot freed after
-      note_reject(l, e);
-      sl.expect_a = kCallAbandoned;
-      retire_call(l, slot, nullptr);
-      break;
-    }
-    l.seq = seq;
-    ++l.outstanding;
-    ++l.issued;
-    ++n;
-    if (rd && l.cfg.forge_twin_every && seq % l.cfg.forge_twin_every == 0) send_twin(l, slot, seg);
+// The calls the client may have without a reply: the server's last grant. --forge-credits
+// (tests): io-depth, and the first call a WRITE (its reply waits for the server's RDMA READ, so
+// the calls behind it reach the server before any grant).
+uint32_t credit_limit(const Lane& l) {
+  return l.cfg.forge_credits ? l.depth : l.rpc_client.granted;
+}
+uint32_t next_proc(const Lane& l, uint64_t seq) {
+  return ((seq + l.cfg.forge_credits) & 1) ? nfs::kProcRead : nfs::kProcWrite;
+}
+
+// Maps slot s's chunk (its pages, with --metadata interleaved with their metadata) into a
+// window: the call's segment `seg`. A WRITE's metadata is what the server must find, a READ's
+// is cleared so that stale tags fail.
+Errc map_call(Lane& l, uint32_t s, bool rd, uint64_t seq, rr::Segment& seg) {
+  RpcClientState& cs = l.rpc_client;
+  const SlotBufs& b = rd ? l.c_dst : l.c_src;
+  const uint32_t md = l.cfg.metadata;
+  if (!md)
+    return cs.calls[s].map(*l.c, std::span<const uint64_t>(b.slot(s), l.cfg.pages), kRpcAccess, 0,
+                           io_len(l), &seg, cs.chunk_stats);
+  const uint64_t meta = (rd ? l.c_md_dst : l.c_md_src).slot(s)[0];
+  if (!rd)
+    md_fill(meta, md, l.cfg.pages, seq);
+  else
+    std::memset(reinterpret_cast<void*>(meta), 0, size_t{l.cfg.pages} * md);
+  const win::InterleavedPart parts[2] = {{b.slot(s)[0], l.page_size, 0}, {meta, md, 0}};
+  return cs.calls[s].map_interleaved(*l.c, parts, l.cfg.pages, kRpcAccess, &seg, cs.chunk_stats);
+}
+
+// Slot s's payload header: a WRITE's names the call and the checksum of the rest; a READ's is
+// cleared, so a reply whose payload never landed cannot pass.
+void head_payload(Lane& l, uint32_t s, bool rd, uint64_t seq) {
+  auto* h = reinterpret_cast<PayloadHdr*>((rd ? l.c_dst : l.c_src).slot(s)[0]);
+  if (rd) {
+    h->seq = 0;
+    return;
   }
-  c.flush();
+  h->magic = kPayloadMagic;
+  h->seq = static_cast<uint32_t>(seq);
+  h->slot = s;
+  h->len = io_len(l);
+  h->csum_a = l.csums[s].a;
+  h->csum_b = l.csums[s].b;
+}
+
+// One call `seq` for slot s: its chunk mapped, its payload headed, the call SENT (ordered after
+// the map's UMR on the same SQ). False when it could not go: the slot freed (map refused) or
+// the call abandoned (its window retired, the slot freed after).
+bool issue_call(Lane& l, uint32_t s, uint64_t seq, uint64_t now) {
+  Lane::Slot& sl = l.slots[s];
+  const uint32_t proc = next_proc(l, seq);
+  const bool rd = proc == nfs::kProcRead;
+  rr::Segment seg;
+  Errc e = map_call(l, s, rd, seq, seg);
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    push_slot(l, s);
+    return false;
+  }
+  head_payload(l, s, rd, seq);
+  sl.seq = seq;
+  sl.done_seq = 0;
+  sl.op = static_cast<uint8_t>(proc);
+  sl.len = io_len(l);
+  sl.tsc = now;
+  sl.busy = true;
+  sl.first_due = true;
+  sl.twin_due = sl.twin_bad = false;
+  sl.twin_xid = 0;
+  const uint32_t bytes =
+      encode_call(l, s, proc, seq, seg, req_buf(l, s), static_cast<uint32_t>(seq));
+  const mlx5::prm::Sge sg = sge(req_buf(l, s), bytes, l.lkey_a);
+  e = bytes ? l.c->post_send({&sg, 1}, cookie(kCkReq, s)) : Errc::kOutOfRange;
+  if (e != Errc::kOk) {
+    note_reject(l, e);
+    sl.expect_a = kCallAbandoned;
+    retire_call(l, s, nullptr);
+    return false;
+  }
+  l.seq = seq;
+  ++l.rpc_client.outstanding;
+  ++l.issued;
+  if (rd && l.cfg.forge_twin_every && seq % l.cfg.forge_twin_every == 0) send_twin(l, s, seg);
+  return true;
+}
+
+// Calls while the burst, the credits and a free slot allow.
+uint32_t client_issue(Lane& l, uint64_t now) {
+  uint32_t n = 0, slot = 0;
+  while (n < l.cfg.burst && may_issue(l) && l.rpc_client.outstanding < credit_limit(l) &&
+         pop_slot(l, slot) && issue_call(l, slot, l.seq + 1, now))
+    ++n;
+  l.c->flush();
   return n;
 }
 
@@ -876,35 +924,25 @@ bool fwd(Lane& l) {
   return busy;
 }
 
-bool idle(Lane& l) {
-  if (l.failed) return true;
-  if (l.c && (!all_slots_free(l) || l.retiring_n != 0)) return false;
-  if (l.p) {
-    // Undo a corruption still in place (the buffer's checksum was computed at start).
-    for (uint32_t s = 0; s < l.depth; ++s) {
-      if (l.srv[s].op == 0xff) {
-        flip(l, s, false);
-        l.srv[s].op = 0;
-      }
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-// After a recovery: undoes a corruption still in place (the engine's start checksums the source).
-bool rpc_undo_corruption(Lane& l) {
-  bool any = false;
+// Undoes a corruption still in place (--corrupt-every): start() checksums the source buffers.
+void undo_corruption(Lane& l) {
+  if (!l.p) return;
   for (uint32_t s = 0; s < l.depth; ++s) {
     if (l.srv[s].op == 0xff) {
       flip(l, s, false);
       l.srv[s].op = 0;
-      any = true;
     }
   }
-  return any;
 }
+
+bool idle(Lane& l) {
+  if (l.failed) return true;
+  if (l.c && (!all_slots_free(l) || l.rpc_client.retiring_n != 0)) return false;
+  undo_corruption(l);
+  return true;
+}
+
+}  // namespace
 
 // Two-process client: tells the server it is done, with an NFSv3 NULL call (no chunks, no
 // window); any engine's server lane takes it as the goodbye (peer_checks.hpp, rpc_goodbye).
@@ -924,9 +962,10 @@ bool rpc_send_bye(Lane& l) {
 }
 
 extern const Engine kRpcEngine = {
-    "rpc", "NFSv3 READ/WRITE over RPC-over-RDMA v1: chunks in windows, replies SEND_WITH_INV",
-    true,  true,
-    start, fwd,
-    idle};
+    "rpc",  "NFSv3 READ/WRITE over RPC-over-RDMA v1: chunks in windows, replies SEND_WITH_INV",
+    true,   true,
+    start,  fwd,
+    idle,   undo_corruption,
+    nullptr};
 
 }  // namespace rdmafwd

@@ -2,7 +2,7 @@
 // One I/O = one map UMR + one invalidate UMR on the client core's SQ; it is complete when its
 // invalidate UMR completed. UMRs complete in SQ order, so the I/O count follows from the core's
 // UMR completion counter (two per I/O) and the issue TSCs live in a ring indexed by I/O number
-// (Lane::UmrState).
+// (UmrState, engines/state.hpp).
 #include "common.hpp"
 
 namespace rdmafwd {
@@ -47,8 +47,8 @@ uint32_t issue_maps(Lane& l, win::PollCore& c, uint64_t now) {
     l.umr.issue_tsc[slot] = now;
     ++l.issued;
     ++n;
-    unmap_or_queue(c, l, m.window);
-    if (l.unmap_n) break;
+    unmap_or_queue(c, l.unmaps, m.window);
+    if (l.unmaps.n) break;
   }
   return n;
 }
@@ -58,20 +58,27 @@ bool fwd(Lane& l) {
   bool busy = poll_umrs(l, c);
   const uint64_t now = rte_rdtsc();
   complete_ios(l, c, now);
-  retry_unmaps(c, l);
-  if (l.unmap_n == 0 && may_issue(l)) busy |= issue_maps(l, c, now) > 0;
+  retry_unmaps(c, l.unmaps);
+  if (l.unmaps.n == 0 && may_issue(l)) busy |= issue_maps(l, c, now) > 0;
   c.flush();
   return busy;
 }
 
 bool idle(Lane& l) {
   if (l.failed) return true;  // the runner counts what never completed
-  return l.completed == l.issued && l.unmap_n == 0;
+  return l.completed == l.issued && l.unmaps.n == 0;
+}
+
+// After a recovery the I/O count carries on: completions count from the core's UMR counter (two
+// per I/O) as if I/O number 0 had been issued at its present value less the I/Os so far.
+void recovered(Lane& l) {
+  l.umr.umr_base = l.c->stats().umr_completions - 2 * l.issued;
 }
 
 }  // namespace
 
 extern const Engine kUmrEngine = {
-    "umr", "map + unmap only (registration rate)", false, false, start, fwd, idle};
+    "umr",    "map + unmap only (registration rate)", false, false, start, fwd, idle, nullptr,
+    recovered};
 
 }  // namespace rdmafwd

@@ -157,6 +157,19 @@ def case_twin_calls(binary):
     print(f"twin calls: {t['ios']} calls, {t['calls_waited']} waited for their slot, no error")
 
 
+def case_credits(binary):
+    # RFC 8166 3.3.1: a client has the credits granted in the last reply, one before the first.
+    # A client ignoring them (hidden --forge-credits: io-depth calls at once, the first a WRITE,
+    # whose reply waits for the server's RDMA READ) sends calls the server never granted: it
+    # refuses the second (refused_requests) and serves that client no more. A server checking
+    # against what it could grant now (io-depth) would serve them all.
+    p = run(binary, ["--fwd", "rpc", "--duration", "0.3", "--json", "--forge-credits"])
+    t = summary(p)["total"]
+    check(t["errors"]["refused_requests"] == 1 and t["ios"] <= 1,
+          f"credits ignored: {t['ios']} calls served, {t['errors']}", p)
+    print(f"credits: the call past the first grant refused ({t['errors']['refused_requests']})")
+
+
 def case_no_verify_corrupt(binary):
     # --no-verify: nothing is checked, so the corruption goes unnoticed (exit 0).
     p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--json", "--corrupt-every", "200", "--no-verify"])
@@ -167,8 +180,9 @@ def case_faults(binary):
     # --fault-every: emu faults (error CQE mid-burst, QP to error, peer unreachable for a while,
     # delayed completions) injected while forwarding; every one is recovered (both ends of the
     # connection back to RTS), every I/O is completed or counted as failed once, verification
-    # finds nothing, and the run exits 0.
-    for fwd in ("rpc", "relay", "write"):
+    # finds nothing, and the run exits 0. umr counts its I/Os from the core's UMR completions:
+    # after a recovery its `recovered` hook rebases that count (without it the lane stalls).
+    for fwd in ("rpc", "relay", "write", "umr"):
         p = run(binary, ["--fwd", fwd, "--duration", "1.5", "--json", "--fault-every", "300",
                          "--fault-seed", "7"])
         check(p.returncode == 0, f"fwd {fwd} with faults: exit {p.returncode}", p)
@@ -768,6 +782,7 @@ CASES = {
     "rpc-local-inv": case_rpc_local_inv,
     "bad-handle": case_bad_handle,
     "twin-calls": case_twin_calls,
+    "credits": case_credits,
     "faults": case_faults,
     "prompt-stdin": case_prompt_stdin,
     "prompt-file": case_prompt_file,
