@@ -1101,6 +1101,8 @@ int send_infos(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeo
                const char* what) {
   if (c->s.info_sent()) return 0;
   c->s.set_step_timeout(step_budget(timeout_ms));
+  // The session states (client) or checks first (server) the link of the cores' device.
+  c->s.set_link(endpoint::device_link(cores[0]->port->ep.backend()));  // fixed at the port's open
   if (auto st = c->s.send_info(local_infos(cores, n), n); !st) return fail(st.error(), what);
   return 0;
 }
@@ -1255,7 +1257,7 @@ int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volatile int* c
     auto ch = endpoint::Channel::connect(
         to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_connect_to");
-    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value()), peer};
+    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value(), {}, true), peer};
     return 0;
   });
 }
@@ -1272,7 +1274,7 @@ int rdmx_conn_reconnect(rdmx_conn* c, uint32_t timeout_ms, const volatile int* c
     auto ch = endpoint::Channel::connect(
         to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_conn_reconnect");
-    c->s = endpoint::Session::after_hello(std::move(ch).value());
+    c->s = endpoint::Session::after_hello(std::move(ch).value(), {}, true);
     return 0;
   });
 }
