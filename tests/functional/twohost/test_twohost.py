@@ -1320,8 +1320,8 @@ def case_blockd_refusals(binary, blockd):
 def case_blockd_link_mismatch(binary, blockd):
     # The session's link rule through the C API: a blockd server on emu@roce and a client on emu
     # (shared memory), then the other way round. The client is refused at its exchange in one line
-    # naming both links (exit 2, well under a second of work: not a wait for a wire that never
-    # comes), the server says so in one line and serves the next client, on its own link.
+    # naming both links (exit 2, at once: not a wait for a wire that never comes), the server
+    # says so in one line and serves the next client, on its own link.
     for srv_dev, cli_dev, ok_dev in (("emu@roce:127.0.0.1", "emu", "emu@roce:127.0.0.2"),
                                      ("emu", "emu@roce:127.0.0.2", "emu")):
         port = free_port()
@@ -1342,7 +1342,9 @@ def case_blockd_link_mismatch(binary, blockd):
                   f"{mine}: start both on one link" in lines[0],
                   f"client on {cli_dev} against a server on {srv_dev}: exit {cli.returncode}",
                   ("client", cli.stdout, cli.stderr))
-            check(took < 5, f"refusal took {took:.1f} s", ("client", cli.stdout, cli.stderr))
+            # 0.2-0.8 s on a quiet machine; the bound leaves room for two busy CPUs (before the
+            # rule: 5 s of waiting for a shared wire, then an unrelated message, or a QP error).
+            check(took < 10, f"refusal took {took:.1f} s", ("client", cli.stdout, cli.stderr))
             good = subprocess.run([blockd, "--role", "client", "--peer", f"127.0.0.1:{port}",
                                    "--device", ok_dev, "--requests", "200"],
                                   capture_output=True, text=True, timeout=BUDGET)
