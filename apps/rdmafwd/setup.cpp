@@ -456,15 +456,9 @@ const endpoint::Wait kStep = {endpoint::kDefaultExchangeTimeout, &g_signal};
 
 // What both sides must run with, negotiated once at the welcome (--metadata before the window
 // sizes it changes: its message is the one that explains). The engine is the client's choice.
-// The link first: the two ends must share one. emu's shared-memory wire joins two processes of
-// one host; emu@roce and mlx5 speak RoCE v2 on a network. Without this field, a server on
-// emu@roce and a client on emu met only when the client found no shared wire, 30 s later.
-const char* link_of(const Params& p) {
-  return endpoint::device_on_network(p.device) ? "network" : "shm";
-}
+// The link (shared memory or a network) is the session's own first field: session_config().
 endpoint::Fields sizes_fields(const Params& p, unsigned lanes) {
-  return {{"link", link_of(p)},
-          {"lanes", std::to_string(lanes)},
+  return {{"lanes", std::to_string(lanes)},
           {"io-depth", std::to_string(p.io_depth)},
           {"metadata", std::to_string(p.metadata)},
           {"max-pages", std::to_string(p.max_pages)},
@@ -473,11 +467,14 @@ endpoint::Fields sizes_fields(const Params& p, unsigned lanes) {
           {"cm", p.cm ? "on" : "off"}};
 }
 std::string same_option(const endpoint::Field& f) {
-  if (f.key == "link")
-    return "start both on one link: --device emu on both (shared memory, one host), or "
-           "emu@roce:ADDR or mlx5 on both (RoCE v2)";
   return "start both with the same " +
          (f.key == "lanes" ? std::string("--nb-cores") : "--" + f.key);
+}
+// Either side's session: its hello states, and its server checks first, the device's link.
+endpoint::SessionConfig session_config(const Params& p) {
+  endpoint::SessionConfig c;
+  c.link = endpoint::device_link(p.device);
+  return c;
 }
 
 // ---- rpc: what the session carries for RPC-over-RDMA ------------------------------------------
@@ -911,7 +908,7 @@ Status tcp_server(const Params& p, Testbed& tb, endpoint::Listener& lis, const S
     const Say& warn;
   } ctx{tb, warn};
   endpoint::SessionServer srv(
-      &lis, {endpoint::kDefaultExchangeTimeout, 64}, {endpoint::kDefaultExchangeTimeout},
+      &lis, {endpoint::kDefaultExchangeTimeout, 64}, session_config(ad.p),
       [](void* a, const std::string& peer, const std::string& line) {
         auto& c = *static_cast<LogCtx*>(a);
         c.tb.refused_clients.push_back({peer, line});
@@ -948,7 +945,8 @@ Result<endpoint::Session> tcp_client_hello(Params& p, unsigned lanes, const Say&
   endpoint::Fields hello = sizes_fields(p, lanes);
   hello.insert(hello.begin(), {"fwd", p.fwd});
   hello.push_back(private_field(rpc_private(p, true)));
-  RDMX_TRY_ASSIGN(endpoint::Session s, endpoint::Session::client(std::move(ch), hello));
+  RDMX_TRY_ASSIGN(endpoint::Session s,
+                  endpoint::Session::client(std::move(ch), hello, session_config(p)));
   RDMX_TRY(s.await(endpoint::SessionEvent::kWelcome, kStep));
   if (const std::string* wire = endpoint::field(s.welcome_fields(), "wire")) p.wire = *wire;
   if (endpoint::device_kind(p.device) != endpoint::DeviceKind::kMlx5 && p.wire.empty())

@@ -35,11 +35,12 @@
  * client's rkey, a client that goes away before its STOP, or more than --max-refusals refusals
  * drop that client alone, with one line; the TCP server then waits for the next client in that
  * slot and ends once --clients clients were served to their STOP. A client refused during its
- * rendezvous (other sizes, a hello that is not exactly the server's, silence, bad connect info)
- * takes no slot.
+ * rendezvous (other sizes, a hello that is not exactly the server's, another link: a device on
+ * shared memory against one on a network, silence, bad connect info) takes no slot.
  * Exit: 0 ok, 1 data or protocol error (also: no peer in time, the peer went away, a server
  * without TCP whose one client was dropped), 2 usage (also: the client's --qd/--max-io/
- * --metadata/--blocks differ from the server's), 3 no device, 130 Ctrl-C. */
+ * --metadata/--blocks or its link, emu or emu@roce/mlx5, differ from the server's), 3 no device,
+ * 130 Ctrl-C. */
 #define _POSIX_C_SOURCE 200809L
 #include <rdmx/rdmx.h>
 
@@ -665,7 +666,9 @@ int main(int argc, char** argv) {
     rdmx_conn_opts_init(&lo);
     lo.cm = g_cm; /* also listens in rdma_cm's port space on the same port */
     TRY_RDV(rdmx_listen_opts(listen_at, &lo, &g_lis));
-    if (!wire && !strncmp(device, "emu", 3)) { /* the server names the wire */
+    /* The server names the shm wire (emu@roce has none: a client on emu finds no wire to wait
+     * for, and the session's link rule refuses it at the exchange). */
+    if (!wire && !strncmp(device, "emu", 3) && !*on_wire(device)) {
       snprintf(g_wire, sizeof g_wire, "shm:blockd-%ld", (long)getpid());
       wire = g_wire;
     }
@@ -684,9 +687,9 @@ int main(int argc, char** argv) {
   os.max_cores = g_clients;
   os.wire = oc.wire = wire; /* emu; NULL: one process, the pair's own wire */
   oc.side = 1;
-  if (!wire && !strncmp(device, "emu", 3))
+  if (!wire && !tcp && !strncmp(device, "emu", 3))
     TRY(rdmx_port_open_pair(device, &os, &oc, &g_sport, &C.port));
-  if (wire || strncmp(device, "emu", 3)) { /* one side here; or a NIC: two ports on it */
+  if (wire || tcp || strncmp(device, "emu", 3)) { /* one side here; or a NIC: two ports on it */
     if (srv) TRY(rdmx_port_open(device, &os, &g_sport));
     if (cli) TRY(rdmx_port_open(device, &oc, &C.port));
   }
@@ -698,7 +701,8 @@ int main(int argc, char** argv) {
   }
   if (cli) setup(&C, C.port, (uint64_t)g_qd * g_max_io * (BLK + g_md), 0, 0);
   if (!wire && !tcp) TRY(rdmx_core_connect_pair(g_peer[0].s.core, C.core));
-  if (peer) TRY(rdmx_conn_exchange(g_conn, &C.core, 1, 0, &g_stop));
+  /* A refusal (-RDMX_EINVAL: another link) is one line, exit 2, as the hello's. */
+  if (peer) TRY_RDV(rdmx_conn_exchange(g_conn, &C.core, 1, 0, &g_stop));
   if (wire && !tcp) {
     rdmx_connect_info mine, theirs;
     rdmx_core* me = srv ? g_peer[0].s.core : C.core;

@@ -1029,6 +1029,21 @@ struct rdmx_conn {
   bool cm = false;           // rdmx_conn_opts.cm: the exchange connects through rdma_cm
   // The server: its listener's rdma_cm listener; the client: its own, made by each exchange.
   std::shared_ptr<endpoint::CmPeer> cm_peer;
+  std::vector<uint64_t> cm_ids;  // this connection's rdma_cm connections in cm_peer
+
+  rdmx_conn(endpoint::Session s_, std::string peer = {}, bool cm_ = false,
+            std::shared_ptr<endpoint::CmPeer> p = {})
+      : s(std::move(s_)), peer_address(std::move(peer)), cm(cm_), cm_peer(std::move(p)) {}
+  rdmx_conn(const rdmx_conn&) = delete;
+  rdmx_conn& operator=(const rdmx_conn&) = delete;
+  // The session is over: its rdma_cm connections go with it (a shared listener's CmPeer would
+  // otherwise keep them, and their cm_ids, until the listener closes).
+  ~rdmx_conn() { release_cm(); }
+  void release_cm() {
+    if (cm_peer)
+      for (uint64_t id : cm_ids) cm_peer->release(id);
+    cm_ids.clear();
+  }
 };
 
 namespace {
@@ -1101,6 +1116,8 @@ int send_infos(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeo
                const char* what) {
   if (c->s.info_sent()) return 0;
   c->s.set_step_timeout(step_budget(timeout_ms));
+  // The session states (client) or checks first (server) the link of the cores' device.
+  c->s.set_link(endpoint::device_link(cores[0]->port->ep.backend()));  // fixed at the port's open
   if (auto st = c->s.send_info(local_infos(cores, n), n); !st) return fail(st.error(), what);
   return 0;
 }
@@ -1112,6 +1129,7 @@ int send_infos(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeo
 int cm_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t timeout_ms,
                 const char* what) {
   if (c->s.have_peer_infos()) return 0;
+  c->release_cm();  // this connection's earlier ones (a reconnect): their QPs connect again
   const bool server = c->peer_address.empty();
   endpoint::HostPort to;
   if (server) {
@@ -1125,18 +1143,31 @@ int cm_exchange(rdmx_conn* c, rdmx_core* const* cores, uint32_t n, uint32_t time
   const int step_ms = static_cast<int>(step_budget(timeout_ms).count());
   for (uint32_t i = 0; i < n; ++i) {
     rdmx_core* k = cores[i];
-    std::unique_lock lk(k->port->mu);
     rdmx::mlx5::Device& dev = k->port->ep.device();
     const rdmx::mlx5::QpHandle qp = k->pc->qp_handle();
     rdmx::Status s = endpoint::CmPeer::check_device(dev);
-    if (s && k->used) s = endpoint::drain_core(*k->pc);
-    if (s) s = server ? c->cm_peer->accept(dev, qp, step_ms) : c->cm_peer->connect(dev, qp, to);
-    if (s && k->used) s = k->pc->recover();
-    if (s) k->used = false;
-    if (!s) {
-      lk.unlock();
-      return refuse_core(cores, i, s.error(), what);
+    {
+      std::lock_guard lk(k->port->mu);
+      if (s && k->used) s = endpoint::drain_core(*k->pc);
     }
+    // The handshake waits on the peer (up to step_ms) without the port's lock, so that a slow or
+    // silent peer holds up no other connection of this port: its cm_ids are this exchange's own,
+    // and the QP's transitions take the device's own lock (DvDevice, whose calls all lock; the
+    // core is not running while it is exchanged). Accepts on one listener still go one at a time
+    // (CmPeer: one event channel).
+    if (s) {
+      auto id = server ? c->cm_peer->accept(dev, qp, step_ms) : c->cm_peer->connect(dev, qp, to);
+      if (id)
+        c->cm_ids.push_back(id.value());
+      else
+        s = id.error();
+    }
+    {
+      std::lock_guard lk(k->port->mu);
+      if (s && k->used) s = k->pc->recover();
+      if (s) k->used = false;
+    }
+    if (!s) return refuse_core(cores, i, s.error(), what);
   }
   if (auto st = c->s.connected_elsewhere(); !st) return fail(st.error(), what);
   return 0;
@@ -1255,7 +1286,7 @@ int rdmx_connect_to(const char* peer, uint32_t timeout_ms, const volatile int* c
     auto ch = endpoint::Channel::connect(
         to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_connect_to");
-    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value()), peer};
+    *out = new rdmx_conn{endpoint::Session::after_hello(std::move(ch).value(), {}, true), peer};
     return 0;
   });
 }
@@ -1272,7 +1303,7 @@ int rdmx_conn_reconnect(rdmx_conn* c, uint32_t timeout_ms, const volatile int* c
     auto ch = endpoint::Channel::connect(
         to.value(), c_wait(timeout_ms, endpoint::kDefaultConnectTimeout, cancel));
     if (!ch) return fail(ch.error(), "rdmx_conn_reconnect");
-    c->s = endpoint::Session::after_hello(std::move(ch).value());
+    c->s = endpoint::Session::after_hello(std::move(ch).value(), {}, true);
     return 0;
   });
 }

@@ -295,6 +295,11 @@ bool device_on_network(std::string_view spec) noexcept {
   return s && (s.value().backend == Backend::kMlx5 || is_roce(s.value().wire));
 }
 
+const char* device_link(std::string_view spec) noexcept {
+  if (!parse_device_spec(spec, nullptr)) return "";
+  return device_on_network(spec) ? "network" : "shm";
+}
+
 bool device_is_sink(std::string_view spec) noexcept {
   return device_kind(spec) == DeviceKind::kEmuSink;
 }

@@ -57,6 +57,16 @@ std::string disagreement(const Fields& theirs, const Fields& mine, std::string_v
   return "";
 }
 
+std::string link_refusal(const Fields& theirs, std::string_view mine) {
+  const Fields want{{std::string(kLinkField), std::string(mine)}};
+  std::string why = disagreement(theirs, want, "the client runs", "this server");
+  if (!why.empty())
+    why +=
+        ": start both on one link: --device emu on both (shared memory, one host), or "
+        "emu@roce:ADDR or mlx5 on both (RoCE v2)";
+  return why;
+}
+
 const char* session_state_name(SessionState s) noexcept {
   switch (s) {
     case SessionState::kHello:
@@ -104,7 +114,10 @@ Result<Session> Session::client(Channel ch, const Fields& hello, Config c) {
   s.ch_ = std::move(ch);
   s.cfg_ = c;
   s.client_ = true;
-  RDMX_TRY(s.ch_.send_text(FrameType::kHello, fields_text(hello), {kSendBudget}));
+  Fields all;
+  if (!c.link.empty()) all.push_back({std::string(kLinkField), c.link});  // first: see The link
+  all.insert(all.end(), hello.begin(), hello.end());
+  RDMX_TRY(s.ch_.send_text(FrameType::kHello, fields_text(all), {kSendBudget}));
   s.state_ = SessionState::kHello;
   s.arm();
   return s;
@@ -119,10 +132,12 @@ Session Session::server(Door::Arrival a, Config c) {
   return s;
 }
 
-Session Session::after_hello(Channel ch, Config c) {
+Session Session::after_hello(Channel ch, Config c, bool client) {
   Session s;
   s.ch_ = std::move(ch);
   s.cfg_ = c;
+  s.client_ = client;
+  s.after_hello_ = true;
   s.state_ = SessionState::kInfo;
   return s;
 }
@@ -158,6 +173,10 @@ SessionEvent Session::step(Clock::time_point now) {
     }
     case SessionState::kInfo: {
       if (!info_sent_ || have_infos_) return SessionEvent::kNone;  // this side's move
+      if (link_pending_) {
+        const SessionEvent e = step_link(now);
+        if (e != SessionEvent::kNone || link_pending_) return e;
+      }
       // One info per QP, no QPN twice, every field in the codec's rules, before any is used.
       auto got = ch_.try_recv_info(expected_);
       if (!got) {
@@ -189,6 +208,26 @@ SessionEvent Session::step(Clock::time_point now) {
     case SessionState::kDropped:
       return SessionEvent::kNone;
   }
+  return SessionEvent::kNone;
+}
+
+// Server after after_hello(): the client's link comes first, in a HELLO frame of its own (see The
+// link); this side's infos go once it agrees. Any other first frame states no link.
+SessionEvent Session::step_link(Clock::time_point now) {
+  auto f = ch_.try_recv();
+  if (!f) return fail(std::move(f).error());
+  if (!f.value()) return now < deadline_ ? SessionEvent::kNone : timed_out("link");
+  const Fields theirs =
+      f.value()->type == FrameType::kHello ? parse_fields(f.value()->text()) : Fields{};
+  if (std::string why = link_refusal(theirs, cfg_.link); !why.empty()) {
+    refuse(Errc::kInvalidArgument, why);
+    return SessionEvent::kDropped;
+  }
+  link_pending_ = false;
+  const std::vector<mlx5::ConnectInfo> mine = std::move(pending_infos_);
+  pending_infos_.clear();
+  if (auto s = ch_.send_info(mine, {kSendBudget}); !s) return fail(s.error());
+  arm();
   return SessionEvent::kNone;
 }
 
@@ -238,9 +277,22 @@ SessionEvent Session::step_closing(Clock::time_point now) {
   return SessionEvent::kClosed;
 }
 
+Status Session::check_link() {
+  if (state_ != SessionState::kHello || client_)
+    return make_error(Errc::kState,
+                      "check_link: the session is not a server's awaiting its answer");
+  if (cfg_.link.empty()) return {};
+  if (std::string why = link_refusal(hello_, cfg_.link); !why.empty()) {
+    refuse(Errc::kInvalidArgument, why);
+    return error_;
+  }
+  return {};
+}
+
 Status Session::welcome(const Fields& must_agree, const Fields& offer, Explain explain) {
   if (state_ != SessionState::kHello || client_)
     return make_error(Errc::kState, "welcome: the session is not a server's awaiting its answer");
+  RDMX_TRY(check_link());
   if (std::string why = disagreement(hello_, must_agree, "the client runs", "this server");
       !why.empty()) {
     if (explain)
@@ -270,13 +322,23 @@ Status Session::send_info(std::span<const mlx5::ConnectInfo> mine, size_t expect
     return make_error(Errc::kState, std::string("send_info: the session is in state ") +
                                         session_state_name(state_) +
                                         (info_sent_ ? ", its infos sent already" : ""));
-  if (auto s = ch_.send_info(mine, {kSendBudget}); !s) {
-    fail(s.error());
-    return error_;
-  }
   info_sent_ = true;
   expected_ = expected;
   arm();
+  if (after_hello_ && !cfg_.link.empty() && !client_) {  // after the client's link (step_link)
+    pending_infos_.assign(mine.begin(), mine.end());
+    link_pending_ = true;
+    return {};
+  }
+  Status s;
+  if (after_hello_ && !cfg_.link.empty())  // the client states its link first
+    s = ch_.send_text(FrameType::kHello, fields_text({{std::string(kLinkField), cfg_.link}}),
+                      {kSendBudget});
+  if (s) s = ch_.send_info(mine, {kSendBudget});
+  if (!s) {
+    fail(s.error());
+    return error_;
+  }
   return {};
 }
 
@@ -392,7 +454,13 @@ Result<std::optional<Session>> SessionServer::try_admit() {
       continue;
     }
     if (!a.value()) return std::optional<Session>();
-    return std::optional<Session>(Session::server(std::move(*a.value()), sc_));
+    Session s = Session::server(std::move(*a.value()), sc_);
+    if (auto l = s.check_link(); !l) {  // refused first, one line like the door's
+      ++refused_;
+      if (log_) log_(log_arg_, s.peer(), l.error().message);
+      continue;
+    }
+    return std::optional<Session>(std::move(s));
   }
 }
 

@@ -26,6 +26,7 @@ struct server {
   int mismatch; /* second round: exchange 2 cores where the client gives 1 */
   int door;     /* third round: rdmx_accept_hello, rdmx_conn_try_exchange/_try_ready, with an
                    idle connection in front of the client */
+  int link;     /* link round: the client's core is on a network (emu@roce), this one's not */
 };
 
 /* The non-blocking server side: the client's hello taken past an idle connection, the exchange
@@ -135,6 +136,16 @@ static void* server_main(void* arg) {
     CHECK_RC(rdmx_accept(s->l, 10000, NULL, &c), 0);
   }
   if (!c) return NULL;
+  if (s->link) { /* refused first, before any info of ours goes */
+    n = rdmx_conn_recv(c, msg, sizeof msg, 5000, NULL);
+    CHECK(n == 6 && memcmp(msg, "hello", 6) == 0);
+    CHECK_RC(rdmx_conn_exchange(c, &s->core, 1, 5000, NULL), -RDMX_EINVAL);
+    CHECK(strstr(rdmx_last_error(),
+                 "the client runs link network, this server shm: start both "
+                 "on one link") != NULL);
+    rdmx_conn_close(c);
+    return NULL;
+  }
   if (s->mismatch) {
     rdmx_core* two[2] = {s->core, s->core};
     CHECK_RC(rdmx_conn_exchange(c, two, 2, 5000, NULL), -RDMX_EPROTO);
@@ -224,6 +235,7 @@ int main(void) {
   srv.core = cb;
   srv.mismatch = 0;
   srv.door = 0;
+  srv.link = 0;
   for (round = 0; round < 2; ++round) {
     rdmx_conn* idle = NULL;
     srv.door = round;
@@ -298,6 +310,37 @@ int main(void) {
     rdmx_core_destroy(ca2);
     rdmx_core_destroy(cb2);
     srv.core = cb_before;
+  }
+
+  /* Links that differ: a client whose core is on emu@roce (RoCE v2 from 127.0.0.1: raw sockets,
+   * skipped without them) against this server's emu shared-memory core is refused at its
+   * exchange, in one line naming both links, within a second. */
+  {
+    rdmx_port* r = NULL;
+    rdmx_core* cr = NULL;
+    if (rdmx_port_open("emu@roce:127.0.0.1", NULL, &r) == 0 &&
+        rdmx_core_create(r, NULL, &cr) == 0) {
+      srv.door = 0;
+      srv.link = 1;
+      pthread_create(&t, NULL, server_main, &srv);
+      CHECK_RC(rdmx_connect_to(addr, 10000, NULL, &c), 0);
+      if (c) {
+        CHECK_RC(rdmx_conn_send(c, "hello", 6, 5000, NULL), 0);
+        t0 = now_s();
+        CHECK_RC(rdmx_conn_exchange(c, &cr, 1, 5000, NULL), -RDMX_EINVAL);
+        CHECK(now_s() - t0 < 1.0);
+        CHECK(strstr(rdmx_last_error(), "refused by ") != NULL &&
+              strstr(rdmx_last_error(), "the client runs link network, this server shm") != NULL);
+        rdmx_conn_close(c);
+        c = NULL;
+      }
+      pthread_join(t, NULL);
+      srv.link = 0;
+    } else {
+      printf("link round skipped: %s\n", rdmx_last_error());
+    }
+    rdmx_core_destroy(cr);
+    rdmx_port_close(r);
   }
 
   /* Core counts that differ: both sides refuse. */

@@ -266,3 +266,60 @@ TEST(EndpointCm, EmuDeviceIsRefused) {
   EXPECT_EQ(l.error().code, rdmx::Errc::kUnsupported);
 }
 }  // namespace
+
+// The connections a CmPeer holds (CmConnections): one per QP. A QP connected again gives its last
+// connection back at once, a session that ends gives back its own, and an id given back (or
+// replaced) is not given back twice: a long-running server holds only its current ones.
+namespace {
+struct FakeCmConn {
+  int* gone;
+  explicit FakeCmConn(int* g) : gone(g) {}
+  ~FakeCmConn() { ++*gone; }
+};
+
+TEST(EndpointCm, OneConnectionPerQpAndReleasedWithItsSession) {
+  int gone = 0;
+  rdmx::endpoint::CmConnections<FakeCmConn> held;
+  // A server whose clients reconnect 100 times over two QPs holds two connections, not 200.
+  uint64_t last[2] = {0, 0};
+  for (int round = 0; round < 100; ++round)
+    for (uint32_t qp : {0x10u, 0x11u}) {
+      const uint64_t id = held.add(qp, std::make_unique<FakeCmConn>(&gone));
+      EXPECT_NE(id, 0u);
+      EXPECT_NE(id, last[qp - 0x10]);
+      last[qp - 0x10] = id;
+    }
+  EXPECT_EQ(held.size(), 2u);
+  EXPECT_EQ(gone, 198);
+  // The session on QP 0x10 ends: its connection goes, the other stays.
+  EXPECT_TRUE(held.release(last[0]));
+  EXPECT_EQ(held.size(), 1u);
+  EXPECT_EQ(gone, 199);
+  EXPECT_FALSE(held.release(last[0]));  // once
+  // An id whose QP was connected again since is not the new connection's.
+  const uint64_t old = last[1];
+  last[1] = held.add(0x11, std::make_unique<FakeCmConn>(&gone));
+  EXPECT_EQ(gone, 200);
+  EXPECT_FALSE(held.release(old));
+  EXPECT_EQ(held.size(), 1u);
+  held.clear();
+  EXPECT_EQ(gone, 201);
+}
+
+// Without a device: a CmPeer holds nothing, gives back nothing, and a failed connect (emu has no
+// rdma_cm) adds nothing.
+TEST(EndpointCm, FailedConnectHoldsNothing) {
+  auto d = rdmx::endpoint::open_device("emu-inline");
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  auto peer = rdmx::endpoint::CmPeer::client_any();
+  EXPECT_EQ(peer->connections(), 0u);
+  EXPECT_FALSE(peer->release(1));
+  auto c = peer->connect(*d.value().dev, 0x10, {"127.0.0.1", 7471});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, rdmx::Errc::kUnsupported);
+  auto a = peer->accept(*d.value().dev, 0x10, 10);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.error().code, rdmx::Errc::kState);  // a client does not listen
+  EXPECT_EQ(peer->connections(), 0u);
+}
+}  // namespace

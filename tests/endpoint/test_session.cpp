@@ -372,3 +372,83 @@ TEST(SessionFields, TextRoundTrip) {
 }
 
 }  // namespace
+
+namespace {
+
+SessionConfig with_link(const char* link) {
+  SessionConfig c = kFast;
+  c.link = link;
+  return c;
+}
+
+// The link rule: a client on a network against a server on shared memory is refused at the door
+// (the application never sees its hello), in one line naming both links; a client on the same
+// link is admitted, its link the hello's first field.
+TEST_F(SessionTest, LinkMismatchRefusedFirst) {
+  SessionServer shm(
+      &l, {2s, 64}, with_link("shm"),
+      [](void* a, const std::string&, const std::string& line) {
+        static_cast<SessionTest*>(a)->log.push_back(line);
+      },
+      this);
+  Session c = take(Session::client(take(Channel::connect(to(), {2s})), {{"io-depth", "16"}},
+                                   with_link("network")));
+  const auto end = Clock::now() + 3s;
+  while (log.empty() && Clock::now() < end) {
+    auto s = take(shm.try_admit());
+    EXPECT_FALSE(s) << "a client on another link was admitted";
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(log.size(), 1u);
+  // The link comes before the other fields: io-depth differs too, the link is named.
+  EXPECT_EQ(log[0],
+            "the client runs link network, this server shm: start both on one link: --device emu "
+            "on both (shared memory, one host), or emu@roce:ADDR or mlx5 on both (RoCE v2)");
+  EXPECT_EQ(shm.refused(), 1u);
+  ASSERT_EQ(next(c), SessionEvent::kDropped);
+  EXPECT_EQ(c.error().code, Errc::kInvalidArgument);
+  EXPECT_NE(c.error().message.find("the client runs link network, this server shm"),
+            std::string::npos)
+      << c.error().message;
+
+  Session ok = take(
+      Session::client(take(Channel::connect(to(), {2s})), {{"io-depth", "8"}}, with_link("shm")));
+  std::optional<Session> s;
+  for (const auto e2 = Clock::now() + 3s; !s && Clock::now() < e2;) s = take(shm.try_admit());
+  ASSERT_TRUE(s);
+  ASSERT_FALSE(s->hello_fields().empty());
+  EXPECT_EQ(s->hello_fields()[0].key, "link");
+  EXPECT_EQ(s->hello_fields()[0].value, "shm");
+  EXPECT_TRUE(s->welcome({{"io-depth", "8"}}).ok());
+  EXPECT_EQ(next(ok), SessionEvent::kWelcome);
+}
+
+// after_hello() (the C API: the application's own hello): the client's link goes before its
+// infos; a server on another link refuses it before sending any info of its own.
+TEST_F(SessionTest, LinkAfterHello) {
+  for (const char* client_link : {"network", "shm"}) {
+    SCOPED_TRACE(client_link);
+    Channel cc = take(Channel::connect(to(), {2s}));
+    Channel sc = take(l.accept({2s}));
+    Session c = Session::after_hello(std::move(cc), with_link(client_link), true);
+    Session s = Session::after_hello(std::move(sc), with_link("shm"), false);
+    const mlx5::ConnectInfo ci = info(0x30), si = info(0x40);
+    ASSERT_TRUE(s.send_info({&si, 1}, 1).ok());  // waits for the client's link
+    ASSERT_TRUE(c.send_info({&ci, 1}, 1).ok());
+    if (std::string(client_link) == "network") {
+      ASSERT_EQ(next(s), SessionEvent::kDropped);
+      EXPECT_EQ(s.error().message.rfind("the client runs link network, this server shm", 0), 0u)
+          << s.error().message;
+      ASSERT_EQ(next(c), SessionEvent::kDropped);  // refused, no info of the server's first
+      EXPECT_EQ(c.error().code, Errc::kInvalidArgument);
+      EXPECT_NE(c.error().message.find("refused by"), std::string::npos) << c.error().message;
+    } else {
+      ASSERT_EQ(next(s), SessionEvent::kInfos);
+      EXPECT_EQ(s.peer_infos().at(0).qpn, 0x30u);
+      ASSERT_EQ(next(c), SessionEvent::kInfos);
+      EXPECT_EQ(c.peer_infos().at(0).qpn, 0x40u);
+    }
+  }
+}
+
+}  // namespace

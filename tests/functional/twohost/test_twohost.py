@@ -1317,6 +1317,48 @@ def case_blockd_refusals(binary, blockd):
     print(lines[0])
 
 
+def case_blockd_link_mismatch(binary, blockd):
+    # The session's link rule through the C API: a blockd server on emu@roce and a client on emu
+    # (shared memory), then the other way round. The client is refused at its exchange in one line
+    # naming both links (exit 2, at once: not a wait for a wire that never comes), the server
+    # says so in one line and serves the next client, on its own link.
+    for srv_dev, cli_dev, ok_dev in (("emu@roce:127.0.0.1", "emu", "emu@roce:127.0.0.2"),
+                                     ("emu", "emu@roce:127.0.0.2", "emu")):
+        port = free_port()
+        srv = subprocess.Popen([blockd, "--role", "server", "--listen", f"127.0.0.1:{port}",
+                                "--device", srv_dev, "--requests", "200"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_line(srv, srv.stdout, "waiting for a client")
+            theirs, mine = (("shm", "network") if srv_dev != "emu" else ("network", "shm"))
+            t0 = time.monotonic()
+            cli = subprocess.run([blockd, "--role", "client", "--peer", f"127.0.0.1:{port}",
+                                  "--device", cli_dev, "--requests", "200"],
+                                 capture_output=True, text=True, timeout=BUDGET)
+            took = time.monotonic() - t0
+            lines = cli.stderr.strip().splitlines()
+            check(cli.returncode == 2 and len(lines) == 1 and
+                  f"refused by 127.0.0.1:{port}: the client runs link {theirs}, this server "
+                  f"{mine}: start both on one link" in lines[0],
+                  f"client on {cli_dev} against a server on {srv_dev}: exit {cli.returncode}",
+                  ("client", cli.stdout, cli.stderr))
+            # 0.2-0.8 s on a quiet machine; the bound leaves room for two busy CPUs (before the
+            # rule: 5 s of waiting for a shared wire, then an unrelated message, or a QP error).
+            check(took < 10, f"refusal took {took:.1f} s", ("client", cli.stdout, cli.stderr))
+            good = subprocess.run([blockd, "--role", "client", "--peer", f"127.0.0.1:{port}",
+                                   "--device", ok_dev, "--requests", "200"],
+                                  capture_output=True, text=True, timeout=BUDGET)
+            check(good.returncode == 0, f"next client exit {good.returncode}",
+                  ("client", good.stdout, good.stderr))
+            sout, serr = finish(srv)
+        finally:
+            reap(srv)
+        check(srv.returncode == 0, f"server exit {srv.returncode}", ("server", sout, serr))
+        refused = [l for l in serr.splitlines() if "not served" in l]
+        check(len(refused) == 1 and f"the client runs link {theirs}, this server {mine}"
+              in refused[0], f"server lines {refused}", ("server", sout, serr))
+        print(f"{took:.2f} s: {lines[0]}")
+
 
 # ---- blockd against hostile clients (tests/capi/blockd_hostile.c) --------------------------------
 
@@ -1500,7 +1542,8 @@ def case_blockd_client_killed(binary, blockd):
 # ---- Hostile clients: a python client speaking the rendezvous (lib/endpoint/rendezvous.hpp) ----
 
 FRAME_HELLO, FRAME_WELCOME, FRAME_INFO, FRAME_READY, FRAME_REFUSE = 1, 2, 3, 4, 5
-# What a default rdmafwd server states in its hello check (setup.cpp sizes_fields).
+# What a default rdmafwd server states in its hello check (setup.cpp sizes_fields; the link is
+# the session's own first field, session.hpp).
 # "link shm": the server runs emu's shared-memory wire; a RoCE server wants "link network".
 DEFAULT_HELLO = (b"fwd rpc\nlink shm\nlanes 1\nio-depth 32\nmetadata 0\nmax-pages 16\n"
                  b"pages-per-io 16\npage-size 4096\ncm off\n")
@@ -1779,6 +1822,7 @@ BLOCKD_CASES = {
     "blockd-roce-clients": case_blockd_roce_clients,
     "blockd-roce-metadata": case_blockd_roce_metadata,
     "blockd-refusals": case_blockd_refusals,
+    "blockd-link-mismatch": case_blockd_link_mismatch,
     "blockd-idle-door": case_blockd_idle_door,
 }
 HOSTILE_CASES = {

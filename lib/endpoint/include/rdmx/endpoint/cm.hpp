@@ -11,13 +11,52 @@
 // Setup path; every wait is bounded by the driver's CM timeouts (5 s per step).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include <rdmx/core/result.hpp>
 #include <rdmx/endpoint/rendezvous.hpp>
 #include <rdmx/mlx5/device.hpp>
 
 namespace rdmx::endpoint {
+
+// The rdma_cm connections a CmPeer holds, one per QP, each under an id. A QP connected again (its
+// peer reconnected, or its core serves the next client) gives its previous connection back at
+// once; a session that ends gives back its own (release). Without this a long-running server
+// kept every connection it ever accepted (each a cm_id, an event channel and a DREQ still to
+// send) until the listener closed. Giving one back destroys its cm_id: rdma_disconnect(3) sends
+// the DREQ to that connection's peer; the cm_id carries no QP (drivers/mlx5/dv/cm.hpp), so the
+// QP, now someone else's or being drained, is not touched (librdmacm cma.c rdma_disconnect moves
+// only id->qp to the error state). Generic over the connection so that the rule is tested without
+// an RDMA device. Not thread-safe (CmPeer holds its lock around it).
+template <class Conn>
+class CmConnections {
+ public:
+  // Holds `c` for `qp`, giving back the connection `qp` had; returns c's id (never 0).
+  uint64_t add(uint32_t qp, std::unique_ptr<Conn> c) {
+    std::erase_if(v_, [qp](const Entry& e) { return e.qp == qp; });
+    v_.push_back({qp, ++last_, std::move(c)});
+    return last_;
+  }
+  // Gives back connection `id`; false when it is not held (its QP was connected again since, or
+  // it was given back already).
+  bool release(uint64_t id) {
+    return std::erase_if(v_, [id](const Entry& e) { return e.id == id; });
+  }
+  size_t size() const noexcept { return v_.size(); }
+  void clear() noexcept { v_.clear(); }
+
+ private:
+  struct Entry {
+    uint32_t qp;
+    uint64_t id;
+    std::unique_ptr<Conn> c;
+  };
+  std::vector<Entry> v_;
+  uint64_t last_ = 0;
+};
 
 class CmPeer {
  public:
@@ -39,14 +78,21 @@ class CmPeer {
   // it is not a real mlx5 device (emu has no rdma_cm).
   static Status check_device(mlx5::Device& dev);
 
-  // Server: the next connection request, onto `qp`.
+  // Server: the next connection request, onto `qp`. A connection `qp` had before is given back
+  // (CmConnections): one connection per QP.
   Status accept(mlx5::QpHandle qp);
-  // The same onto a QP of `dev`, waiting at most timeout_ms for the request (-1: for ever).
-  Status accept(mlx5::Device& dev, mlx5::QpHandle qp, int timeout_ms);
-  // Client: `qp` to the server at `to`.
+  // The same onto a QP of `dev`, waiting at most timeout_ms for the request (-1: for ever);
+  // returns the connection's id (release()).
+  Result<uint64_t> accept(mlx5::Device& dev, mlx5::QpHandle qp, int timeout_ms);
+  // Client: `qp` to the server at `to` (the same rule).
   Status connect(mlx5::QpHandle qp, const HostPort& to);
-  Status connect(mlx5::Device& dev, mlx5::QpHandle qp, const HostPort& to);
-  size_t connections() const noexcept;
+  Result<uint64_t> connect(mlx5::Device& dev, mlx5::QpHandle qp, const HostPort& to);
+  // The session that owned connection `id` ended: its cm_id goes (see CmConnections). false when
+  // it was given back already.
+  bool release(uint64_t id);
+  // Connections held now. Any thread: a CmPeer may be shared by sessions on several threads (the
+  // C API's listener); the waits of accept() and connect() hold no lock of the CmPeer.
+  size_t connections() const;
 
  private:
   struct Impl;

@@ -122,6 +122,10 @@ const char* device_kind_name(DeviceKind k) noexcept;
 // the peer may be another host, restart, or be one of several clients; emu's in-process and
 // shared-memory wires join two fixed sides on this host. false for a malformed spec.
 bool device_on_network(std::string_view spec) noexcept;
+// The link a session states for the device (session.hpp, SessionConfig::link): "network" when
+// device_on_network(), else "shm" (emu's shared-memory and in-process wires); "" for a malformed
+// spec. An OpenedDevice's backend ("emu-threaded@roce:10.0.0.1", "mlx5") is a spec too.
+const char* device_link(std::string_view spec) noexcept;
 // Whether the device is a sink: every work request completes and no data moves (emu-sink), so
 // there is no payload to verify. false for a malformed spec.
 bool device_is_sink(std::string_view spec) noexcept;

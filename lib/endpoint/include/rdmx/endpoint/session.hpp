@@ -36,6 +36,22 @@
 // checks the fields both must agree on, once, and refuses the peer otherwise) or refuse().
 // Session::after_hello() starts in INFO for a caller that exchanged its own hello (the C API).
 //
+// The link (Config::link: "shm" or "network", device_link()): the two ends must share one. emu's
+// shared-memory wire joins two processes of one host; emu@roce and mlx5 speak RoCE v2 on a
+// network; a client on one and a server on the other would meet only when one of them found no
+// peer on its wire (a shared wire that never appears, a QP that never answers), seconds later
+// and in words that do not say why. So every hello states the link and the server refuses a
+// mismatch first, before any other field, in one line naming both links and what to run
+// (link_refusal()):
+//   - client(): the hello's first field is "link L" (when Config::link is set);
+//   - a server's session refuses a client whose link differs (or is not stated) in
+//     SessionServer::try_admit(), before the application sees the hello, and in welcome();
+//   - after_hello() (the caller's own hello, which knows no device: the C API), the link goes
+//     at the start of the exchange, when the QPs' device is known (set_link()): the client's
+//     send_info() sends a HELLO frame "link L" before its INFO; the server reads it before
+//     anything else and sends its own INFO only once the links agree (else it refuses).
+// A side whose Config::link is empty states and checks none.
+//
 // After the peer's goodbye, a QP error ends the session; it is not a failure. The peer may leave
 // as soon as it has this side's last reply, before that reply's ACK reaches this side (as a TCP
 // FIN's last ACK may never come): this side's retransmission then ends in
@@ -107,7 +123,16 @@ const char* session_event_name(SessionEvent e) noexcept;
 struct SessionConfig {
   // How long the peer has for each of its frames, from this side's own (see Time above).
   std::chrono::milliseconds step_timeout{kDefaultExchangeTimeout};
+  // This side's link, device_link() of its device ("shm" or "network"); "" states none and
+  // checks none (see The link above).
+  std::string link;
 };
+
+// The hello field that states the link.
+inline constexpr std::string_view kLinkField = "link";
+// Empty when `theirs` states `mine` as its link; else the server's refusal, one line: "the client
+// runs link THEIRS, this server MINE: start both on one link: ..." ("(not stated)" when absent).
+std::string link_refusal(const Fields& theirs, std::string_view mine);
 
 class Session {
  public:
@@ -122,8 +147,9 @@ class Session {
   static Result<Session> client(Channel ch, const Fields& hello, Config c = {});
   // Server: the channel and hello a Door admitted (state HELLO; answer welcome() or refuse()).
   static Session server(Door::Arrival a, Config c = {});
-  // Either side, the hello exchanged by the caller: starts in INFO.
-  static Session after_hello(Channel ch, Config c = {});
+  // Either side, the hello exchanged by the caller: starts in INFO. `client` is the side that
+  // connected (it states the link at send_info(); the server checks it).
+  static Session after_hello(Channel ch, Config c = {}, bool client = false);
 
   // Without waiting: reads what the peer sent, moves the state, returns what happened. A
   // session past its step deadline (measured against `now`) is dropped (kTimeout).
@@ -141,12 +167,18 @@ class Session {
   // options both sides run with, negotiated here once); refuses the client on a mismatch
   // (kInvalidArgument: "the client runs KEY V, this server W", then ": " and what `explain`
   // says of that field when given) or welcomes it with `offer` (state INFO).
+  // The link is checked first (check_link()).
   using Explain = std::string (*)(const Field& mine);
   Status welcome(const Fields& must_agree, const Fields& offer = {}, Explain explain = nullptr);
+  // Server, HELLO: refuses the client (link_refusal(), kInvalidArgument) when its hello states
+  // another link than Config::link, or none; nothing when the links agree or Config::link is "".
+  Status check_link();
   // Refuses the peer (it reads `why` as its error) and drops the session: error() is `why`
   // with `code` (the caller names the peer in its own line).
   void refuse(Errc code, std::string_view why);
   // INFO: sends this side's QPs' infos; the peer's must be exactly `expected` (check_peer_infos).
+  // After after_hello() with a link: a client sends its link first; a server sends its infos
+  // once the client's link has come and agrees (step(); a mismatch drops the session, refused).
   Status send_info(std::span<const mlx5::ConnectInfo> mine, size_t expected);
   // INFO: the QPs are connected another way (rdma_cm carries the infos in its REQ/REP private
   // data): no INFO frame either way; ready() next. Both sides must agree to it (a hello field).
@@ -188,6 +220,8 @@ class Session {
   // DROPPED: why (names the peer); meaningless in any other state.
   const Error& error() const noexcept { return error_; }
   void set_step_timeout(std::chrono::milliseconds t) noexcept { cfg_.step_timeout = t; }
+  // This side's link (Config::link), for an after_hello() session before send_info().
+  void set_link(std::string_view link) { cfg_.link = std::string(link); }
   const Config& config() const noexcept { return cfg_; }
 
  private:
@@ -196,6 +230,7 @@ class Session {
   void arm() { deadline_ = Clock::now() + cfg_.step_timeout; }
   SessionEvent step_running();
   SessionEvent step_closing(Clock::time_point now);
+  SessionEvent step_link(Clock::time_point now);
 
   Channel ch_;
   Config cfg_;
@@ -203,6 +238,9 @@ class Session {
   bool client_ = false;
   bool info_sent_ = false, have_infos_ = false;
   bool bye_sent_ = false, peer_bye_ = false, gone_ = false;
+  bool after_hello_ = false;   // the link goes at send_info() (after_hello())
+  bool link_pending_ = false;  // server: its infos wait for the client's link (pending_infos_)
+  std::vector<mlx5::ConnectInfo> pending_infos_;
   size_t expected_ = 0;
   Clock::time_point deadline_{Clock::time_point::max()};
   Fields hello_, welcome_;
@@ -213,8 +251,10 @@ class Session {
 
 // Server: admits the next peer whose hello is complete, without waiting on any (the Door), as a
 // Session in HELLO; nothing when none is. Each peer the door refuses (silent past its deadline,
-// foreign bytes, too many at once, closed) is one call of `log` (its address, the line saying
-// why) and not returned; only a failed listening socket is an error (kDeviceError).
+// foreign bytes, too many at once, closed) or whose link differs from Session::Config::link
+// (check_link(): refused first, before the application sees its hello) is one call of `log` (its
+// address, the line saying why) and not returned; only a failed listening socket is an error
+// (kDeviceError).
 class SessionServer {
  public:
   using Log = void (*)(void* arg, const std::string& peer, const std::string& line);
