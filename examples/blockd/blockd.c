@@ -713,8 +713,14 @@ int main(int argc, char** argv) {
   if (cli) post_recvs(&C);
   if (peer) { /* both sides' receives are posted: the server serves this client from now on */
     TRY(rdmx_conn_ready(g_conn, 0, &g_stop));
-    printf("blockd: client: running %llu requests at qd %u on %s\n", (unsigned long long)g_requests,
-           g_qd, rdmx_conn_peer(g_conn));
+    /* What issue() will run: each slot fills its part, does --requests/qd random requests,
+     * reads its part back. */
+    const uint64_t part = g_blocks / g_qd, fill = (part + g_max_io - 1) / g_max_io;
+    printf(
+        "blockd: client: running %llu requests at qd %u on %s (%llu random, the rest fill "
+        "the volume and read it back)\n",
+        (unsigned long long)(g_qd * (2 * fill + g_requests / g_qd)), g_qd, rdmx_conn_peer(g_conn),
+        (unsigned long long)(g_requests / g_qd * g_qd));
     fflush(stdout);
   }
   /* TCP server: each client in turn gets its core (isolated: its own PD and windows), is
