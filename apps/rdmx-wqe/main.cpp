@@ -125,14 +125,17 @@ int run_lines(std::istream& in, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage_error("missing subcommand: encode, decode or exec (rdmx-wqe --help)");
+  if (argc < 2) return usage_error("missing subcommand: encode, decode or exec");
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(std::string(rdmx::wqetool::usage_text()).c_str(), stdout);
     return 0;
   }
   if (cmd != "encode" && cmd != "decode" && cmd != "exec")
-    return usage_error("unknown subcommand '" + cmd + "' (encode, decode or exec)");
+    return usage_error(cmd.rfind('-', 0) == 0
+                           ? "unknown option '" + cmd + "': options follow a subcommand " +
+                                 "(encode, decode or exec)"
+                           : "unknown subcommand '" + cmd + "' (encode, decode or exec)");
   Args a;
   a.decode = cmd == "decode";
   a.exec = cmd == "exec";

@@ -89,6 +89,19 @@ static void check(int rc, const char* what, const char* why) {
     fprintf(stderr, "blockd: %s: %s\n", what, why ? why : rdmx_strerror(rc));
   exit(rc == -RDMX_ENODEV ? 3 : 1);
 }
+/* A device that does not open: the user's --device and rdmx's reason, without the C API call
+ * (exit 3 when the name names no device). */
+static void check_open(int rc, const char* device) {
+  if (rc >= 0 || g_stop) {
+    check(rc, "opening the device", NULL);
+    return;
+  }
+  const char* why = *rdmx_last_error() ? rdmx_last_error() : rdmx_strerror(rc);
+  if (!strncmp(why, "rdmx_", 5) && strstr(why, ": ")) why = strstr(why, ": ") + 2;
+  fprintf(stderr, "blockd: --device %s: %s\n", device, why);
+  close_all();
+  exit(rc == -RDMX_ENODEV ? 3 : 1);
+}
 /* The rendezvous: an address that does not parse or resolve is a usage error (exit 2). */
 static void check_rdv(int rc, const char* what) {
   if (rc == -RDMX_EINVAL && !g_stop) {
@@ -688,10 +701,10 @@ int main(int argc, char** argv) {
   os.wire = oc.wire = wire; /* emu; NULL: one process, the pair's own wire */
   oc.side = 1;
   if (!wire && !tcp && !strncmp(device, "emu", 3))
-    TRY(rdmx_port_open_pair(device, &os, &oc, &g_sport, &C.port));
+    check_open(rdmx_port_open_pair(device, &os, &oc, &g_sport, &C.port), device);
   if (wire || tcp || strncmp(device, "emu", 3)) { /* one side here; or a NIC: two ports on it */
-    if (srv) TRY(rdmx_port_open(device, &os, &g_sport));
-    if (cli) TRY(rdmx_port_open(device, &oc, &C.port));
+    if (srv) check_open(rdmx_port_open(device, &os, &g_sport), device);
+    if (cli) check_open(rdmx_port_open(device, &oc, &C.port), device);
   }
   g_cfg.blocks = g_blocks, g_cfg.qd = g_qd, g_cfg.max_io = (uint32_t)g_max_io, g_cfg.md = g_md;
   g_cfg.max_refusals = (uint32_t)g_max_refusals;
@@ -717,8 +730,14 @@ int main(int argc, char** argv) {
   if (cli) post_recvs(&C);
   if (peer) { /* both sides' receives are posted: the server serves this client from now on */
     TRY(rdmx_conn_ready(g_conn, 0, &g_stop));
-    printf("blockd: client: running %llu requests at qd %u on %s\n", (unsigned long long)g_requests,
-           g_qd, rdmx_conn_peer(g_conn));
+    /* What issue() will run: each slot fills its part, does --requests/qd random requests,
+     * reads its part back. */
+    const uint64_t part = g_blocks / g_qd, fill = (part + g_max_io - 1) / g_max_io;
+    printf(
+        "blockd: client: running %llu requests at qd %u on %s (%llu random, the rest fill "
+        "the volume and read it back)\n",
+        (unsigned long long)(g_qd * (2 * fill + g_requests / g_qd)), g_qd, rdmx_conn_peer(g_conn),
+        (unsigned long long)(g_requests / g_qd * g_qd));
     fflush(stdout);
   }
   /* TCP server: each client in turn gets its core (isolated: its own PD and windows), is

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include <rdmx/core/log.hpp>
 #include <rdmx/rt/dpdk.hpp>
@@ -393,17 +394,22 @@ class HeldConsole {
 // DPDK's reason for refusing the arguments, from what it printed on stderr: its lines without
 // the "EAL: " prefix, less those that say nothing about the arguments (rte_eal_cpu_init's
 // "Detected ..." lines come before the parse; the "Invalid 'command line' arguments." alert
-// follows every refusal) and with getopt's "PROG: " prefix removed.
+// follows every refusal) and with getopt's "PROG: " prefix removed. A line said twice is kept
+// once: DPDK 22.11 runs getopt_long over the arguments twice (eal_log_level_parse, then
+// eal_parse_args, both in lib/eal/linux/eal.c), so getopt reports an unknown option twice.
 std::string eal_reason(const std::string& err, const std::string& prog) {
   std::string out;
+  std::vector<std::string> kept;
   std::istringstream in(err);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("EAL: ", 0) == 0) line.erase(0, 5);
     if (line.rfind(prog + ": ", 0) == 0) line.erase(0, prog.size() + 2);
     if (line.empty() || line.rfind("Detected ", 0) == 0 ||
-        line.find("Invalid 'command line' arguments.") != std::string::npos)
+        line.find("Invalid 'command line' arguments.") != std::string::npos ||
+        std::find(kept.begin(), kept.end(), line) != kept.end())
       continue;
     out += (out.empty() ? "" : "; ") + line;
+    kept.push_back(line);
   }
   return out.empty() ? "DPDK gave no reason" : out;
 }

@@ -4,9 +4,10 @@
 Usage: device_names.py TOOL PATH
 TOOL is rdmafwd, rdmx-perf or blockd (the C API is covered by tests/capi/test_capi.c). Each
 accepts emu-threaded (the meaning of plain "emu") and refuses a name that names no device, an
-unknown emu mode and a verbs name alike: exit 3 and one error line naming the device; the
-unknown emu mode's line lists the names, the RoCE v2 wire's spelling (NAME@roce:ADDR) among
-them, and --help names emu@roce:ADDR (rdmafwd, blockd: the tools that take a wire)."""
+unknown emu mode and a verbs name alike: exit 3 and one error line naming the device, in the
+tool's words (no C API call in it); the unknown emu mode's line lists the names, the RoCE v2
+wire's spelling (NAME@roce:ADDR) among them, and --help names emu@roce:ADDR (rdmafwd, blockd:
+the tools that take a wire)."""
 import subprocess
 import sys
 
@@ -36,6 +37,9 @@ def main(tool, path):
         if p.returncode != 3 or len(lines) != 1 or device not in lines[0]:
             raise SystemExit(f"{tool} --device {device}: exit {p.returncode} (want 3) and "
                              f"{len(lines)} error lines (want 1 naming it):\n{p.stderr}")
+        if not lines[0].startswith(f"{tool}: ") or any(c in lines[0] for c in ("&", "rdmx_")):
+            raise SystemExit(f"{tool} --device {device}: the line should be the tool's words, "
+                             f"not a C API call: {lines[0]}")
         if device == "emu-frob" and "@roce:ADDR" not in lines[0]:
             raise SystemExit(f"{tool} --device {device}: the list of names lacks the RoCE v2 "
                              f"wire's spelling (NAME@roce:ADDR): {lines[0]}")

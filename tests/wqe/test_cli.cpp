@@ -209,4 +209,10 @@ TEST_F(WqeCli, OneArgumentConvention) {
     EXPECT_NE(p.out.find("\ntry 'rdmx-wqe --help' for the options\n"), std::string::npos)
         << bad << ": " << p.out;
   }
+  // What went wrong, said once: an option before the subcommand is an option, not a subcommand;
+  // no subcommand points to --help only in the pointer line.
+  const Proc opt = run(bin() + " --frob 2>&1 >/dev/null");
+  EXPECT_EQ(opt.out.rfind("rdmx-wqe: error: unknown option '--frob'", 0), 0u) << opt.out;
+  const Proc none = run(bin() + " 2>&1 >/dev/null");
+  EXPECT_EQ(none.out.find("--help"), none.out.rfind("--help")) << none.out;
 }

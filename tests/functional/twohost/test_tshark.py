@@ -409,6 +409,21 @@ def case_rpc(binary):
                  f"({done}), none used after its reply")
 
 
+def case_every_engine(binary, cases):
+    """Every engine `rdmafwd --help` lists has its capture case here and registered in meson.build
+    beside this file, so an engine added later cannot go uncaptured."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30).stdout
+    found = re.search(r"--fwd MODE\s+forwarding engine: ([a-z|]+)", out)
+    check(found, f"no engine list in rdmafwd --help:\n{out}")
+    engines = found.group(1).split("|")
+    with open(os.path.join(HERE, "meson.build")) as f:
+        registered = f.read()
+    missing = [e for e in engines
+               if f"roce-{e}-tshark" not in cases or f"'roce-{e}-tshark'" not in registered]
+    check(not missing, f"rdmafwd engines without a tshark capture case: {missing}")
+    print(f"tshark-every-engine: {len(engines)} engines ({', '.join(engines)}), each captured")
+
+
 if __name__ == "__main__":
     binary, case = sys.argv[1], sys.argv[2]
     blockd = sys.argv[3] if len(sys.argv) > 3 else None
@@ -420,5 +435,6 @@ if __name__ == "__main__":
         "roce-umr-tshark": lambda: case_sends_only(binary, "umr"),
         "blockd-roce-tshark": lambda: case_blockd(blockd),
         "tshark-faults": lambda: case_faults(blockd),
+        "tshark-every-engine": lambda: case_every_engine(binary, CASES),
     }
     CASES[case]()
