@@ -639,11 +639,14 @@ def case_serve_next_client(binary):
             wait_line(victim, victim.stdout, '"type":"periodic"')
             victim.kill()
             victim.communicate()
-            at = tail.wait("err", "waiting for the next client", 0, 20)
+            # The drop line ends "; waiting for the next client" and the wait's own line follows
+            # ("waiting for the next client on ADDR"): wait for the latter, both times, or the
+            # second wait can match the first drop's second line and stop the server mid-run.
+            at = tail.wait("err", "waiting for the next client on", 0, 20)
             cli = client(["--duration", "1.5"])
             cout, cerr = finish(cli)
             # Served, and still up: it waits for a third.
-            tail.wait("err", "waiting for the next client", at + 1, 20)
+            tail.wait("err", "waiting for the next client on", at + 1, 20)
             up = srv.poll() is None
             srv.send_signal(signal.SIGINT)
             sout, serr = tail.finish(20)
