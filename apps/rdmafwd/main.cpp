@@ -705,8 +705,8 @@ void print_banner(const App& a, const Run& r) {
   FILE* out = r.out;
   std::fprintf(
       out, "rdmafwd: fwd %s on %s: %zu lane(s), %u pages x %u B per I/O, io-depth %u, burst %u\n",
-      a.prm.fwd.c_str(), a.prm.device.c_str(), a.lcores.size(), a.prm.pages_per_io, a.prm.page_size,
-      a.prm.io_depth, a.prm.burst);
+      a.labels().fwd.c_str(), a.prm.device.c_str(), a.lcores.size(), a.prm.pages_per_io,
+      a.prm.page_size, a.prm.io_depth, a.prm.burst);
   for (const std::string& n : a.tb->notes) std::fprintf(out, "rdmafwd: %s\n", n.c_str());
   std::string polls;
   for (size_t i = 0; i < a.lcores.size(); ++i) {

@@ -698,7 +698,8 @@ Result<std::string> map_targets(const Params& p, Testbed& tb, bool write, LaneRa
   }
   tb.notes.push_back(std::string("server: ") + std::to_string(r.n * p.io_depth) +
                      " windows over its " + (write ? "destination" : "source") +
-                     " slots mapped for the client's RDMA " + (write ? "WRITEs" : "READs"));
+                     " slots mapped for the client's RDMA " + (write ? "WRITEs" : "READs") +
+                     " (at setup: the statistics count the run's maps)");
   return o.str();
 }
 
@@ -1305,7 +1306,8 @@ Result<std::unique_ptr<Testbed>> make_testbed(Params& p, const std::vector<unsig
         " windows in a protection domain of its own (the arena registered once more per lane)");
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "windows: %u per pool (%u per core x %u cores), %u translation entries each; "
+                "windows: %u per pool (%u per core x %u cores, 2 per lane), %u translation entries "
+                "each; "
                 "chunk pages of %u bytes",
                 windows, p.windows_per_core, cores_per_side, p.max_pages, p.page_size);
   tb->notes.push_back(buf);

@@ -363,6 +363,10 @@ def onesided(binary, fwd, corrupt):
         check(cli.returncode == 0 and srv.returncode == 0 and c["errors"]["total"] == 0 and
               s["errors"]["total"] == 0, f"exit client {cli.returncode}, server {srv.returncode}",
               *procs)
+    # The server's banner names what its client runs, as its summary does (not its own --fwd).
+    banner = [l for l in (sout + serr).splitlines() if l.startswith("rdmafwd: fwd ")]
+    check(banner and banner[0].startswith(f"rdmafwd: fwd {fwd} on "), f"server banner {banner}",
+          *procs)
     if fwd == "write":
         line = [l for l in serr.splitlines() if "checked the last write" in l]
         check(line and ("differ" in line[0]) == corrupt, f"server check: {line}", *procs)
