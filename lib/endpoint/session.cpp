@@ -219,6 +219,14 @@ SessionEvent Session::step_link(Clock::time_point now) {
   if (!f.value()) return now < deadline_ ? SessionEvent::kNone : timed_out("link");
   const Fields theirs =
       f.value()->type == FrameType::kHello ? parse_fields(f.value()->text()) : Fields{};
+  // Anything but a link statement here is the application's own message (rdmx_conn_send) that
+  // this side did not read before its exchange, or a client that states no link: say which.
+  if (!field(theirs, kLinkField)) {
+    refuse(Errc::kInvalidArgument,
+           "the client's first frame at the exchange states no link (an application message "
+           "not read before the exchange, or a client that states none)");
+    return SessionEvent::kDropped;
+  }
   if (std::string why = link_refusal(theirs, cfg_.link); !why.empty()) {
     refuse(Errc::kInvalidArgument, why);
     return SessionEvent::kDropped;

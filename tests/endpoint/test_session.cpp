@@ -451,4 +451,24 @@ TEST_F(SessionTest, LinkAfterHello) {
   }
 }
 
+// An application message the server did not read before its exchange is not the client's link
+// statement: the refusal says so instead of "link (not stated)".
+TEST_F(SessionTest, LinkAfterHelloUnreadMessage) {
+  Channel cc = take(Channel::connect(to(), {2s}));
+  Channel sc = take(l.accept({2s}));
+  const std::string app = "application bytes";
+  ASSERT_TRUE(
+      cc.send(FrameType::kHello, {reinterpret_cast<const uint8_t*>(app.data()), app.size()}, {2s})
+          .ok());
+  Session c = Session::after_hello(std::move(cc), with_link("shm"), true);
+  Session s = Session::after_hello(std::move(sc), with_link("shm"), false);
+  const mlx5::ConnectInfo ci = info(0x30), si = info(0x40);
+  ASSERT_TRUE(s.send_info({&si, 1}, 1).ok());
+  ASSERT_TRUE(c.send_info({&ci, 1}, 1).ok());
+  ASSERT_EQ(next(s), SessionEvent::kDropped);
+  EXPECT_NE(s.error().message.find("states no link (an application message not read"),
+            std::string::npos)
+      << s.error().message;
+}
+
 }  // namespace
