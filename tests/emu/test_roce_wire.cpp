@@ -131,6 +131,17 @@ class RoceWire : public EmuTest {
 
   uint8_t write_across_stall(const Options& o, uint8_t net);
 
+  // Two devices whose links meet on a pair of packet rings (10.0.0.1 and 10.0.0.2, the default
+  // window and MTU), QPs connected, with `o`'s timers.
+  void open_ring_pair(Options o = {}) {
+    RoceOptions ra, rb;
+    ra.local_ipv4 = ip4(10, 0, 0, 1);
+    rb.local_ipv4 = ip4(10, 0, 0, 2);
+    auto w = Wire::make_roce_ring_pair(ra, rb);
+    ASSERT_TRUE(w.ok()) << w.error().message;
+    open_on(w.value().first, w.value().second, true, o);
+  }
+
   bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true,
                  Options o = {}) {
     ra.local_ipv4 = ip4(127, 0, net, 1);
@@ -355,12 +366,7 @@ TEST_F(RoceWire, PeerGoneIsRetryExceeded) {
 // The same RC links over lossless packet rings (RingCarrier) instead of sockets: every operation
 // with its bytes checked, nothing dropped, resent or timed out; needs no CAP_NET_RAW.
 TEST_F(RoceWire, OverPacketRingsEveryOperation) {
-  RoceOptions ra, rb;
-  ra.local_ipv4 = ip4(10, 0, 0, 1);
-  rb.local_ipv4 = ip4(10, 0, 0, 2);
-  auto w = Wire::make_roce_ring_pair(ra, rb);
-  ASSERT_TRUE(w.ok()) << w.error().message;
-  open_on(w.value().first, w.value().second);
+  open_ring_pair();
   ASSERT_FALSE(HasFatalFailure());
   all_ops(3);
   const EmuStats sa = a_.dev->stats(), sb = b_.dev->stats();
@@ -383,13 +389,10 @@ TEST_F(RoceWire, OverPacketRingsPeerGoneIsRetryExceeded) {
   rb.local_ipv4 = ip4(10, 0, 0, 2);
   rb.loss = 0.01;
   EXPECT_FALSE(Wire::make_roce_ring_pair(ra, rb).ok());
-  rb.loss = 0;
-  auto w = Wire::make_roce_ring_pair(ra, rb);
-  ASSERT_TRUE(w.ok()) << w.error().message;
   Options o;
   o.timers.timeout = 9;  // 2.1 ms
   o.timers.retry_cnt = 3;
-  open_on(w.value().first, w.value().second, true, o);
+  open_ring_pair(o);
   ASSERT_FALSE(HasFatalFailure());
   Buf src;
   src.alloc(*a_.dev, 4096, 1);
@@ -401,6 +404,30 @@ TEST_F(RoceWire, OverPacketRingsPeerGoneIsRetryExceeded) {
   EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and retry_cnt retries
   pair_.a.reset();
   a_.dev = nullptr;
+}
+
+// A packet ring whose receiver does not run fills up: the requester link's retransmissions find
+// no slot and are refused, counted ring_full in the device's stats. b's thread is stopped, so the
+// 128 slots hold the 64-packet window sent once and resent once; the next two go-backs (retry_cnt
+// 3: four timeouts, three resends) are refused whole.
+TEST_F(RoceWire, OverPacketRingsFullRingIsCounted) {
+  Options o;
+  o.timers.timeout = 9;  // 2.1 ms
+  o.timers.retry_cnt = 3;
+  open_ring_pair(o);
+  ASSERT_FALSE(HasFatalFailure());
+  const RoceOptions ra;
+  const uint32_t len = ra.window * ra.mtu;  // one full window of packets
+  Buf src, dst;
+  src.alloc(*a_.dev, len, 1);
+  dst.alloc(*b_.dev, len, 2);
+  pair_.b->stop();
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), len, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  const EmuStats sa = a_.dev->stats();
+  EXPECT_EQ(sa.roce.ring_full, 2u * ra.window);
+  EXPECT_EQ(sa.roce.tx_packets, 2u * ra.window);
+  pair_.a->stop();
 }
 
 // The QP's RC timers drive the link's retransmission: a responder whose device does not run for

@@ -120,6 +120,7 @@ EmuStats::Roce RoceLink::stats() const noexcept {
   s.injected_loss = c.injected_loss;
   s.injected_reorder = c.injected_reorder;
   s.injected_dup = c.injected_dup;
+  s.ring_full = c.ring_full;
   return s;
 }
 

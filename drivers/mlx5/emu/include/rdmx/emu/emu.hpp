@@ -295,6 +295,7 @@ struct EmuStats {
     uint64_t over_window =
         0;  // WRITE/SEND messages of more packets than the window (acked in parts)
     uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
+    uint64_t ring_full = 0;  // packet-ring carrier: packets refused, no free slot (resent later)
   } roce;
 };
 
