@@ -341,9 +341,9 @@ RDMX_API int rdmx_core_connect_pair(rdmx_core* a, rdmx_core* b);
  * "network": emu@roce, mlx5) and a server on the other link refuses the client before any
  * connect info goes: both exchanges return -RDMX_EINVAL ("the client runs link shm, this server
  * network: start both on one link: ..."). Bad connect info is answered with a refusal naming the
- * fault (the peer's exchange returns -RDMX_EPROTO, "refused by ADDR: ..."); after an error of the exchange or ready steps
- * the connection is over (its socket closed): close it. Handles are closed by
- * rdmx_listener_close/rdmx_conn_close (NULL is a no-op). */
+ * fault (the peer's exchange returns -RDMX_EPROTO, "refused by ADDR: ..."); after an error of the
+ * exchange or ready steps the connection is over (its socket closed): close it. Handles are closed
+ * by rdmx_listener_close/rdmx_conn_close (NULL is a no-op). */
 typedef struct rdmx_listener rdmx_listener;
 typedef struct rdmx_conn rdmx_conn;
 
