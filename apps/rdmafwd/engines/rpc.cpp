@@ -298,7 +298,6 @@ void server_error_reply(Lane& l, uint32_t k, std::span<const uint8_t> msg, rr::E
     release_extra(l, k);
     return;
   }
-  ++l.rpc_server.errors_sent;
   send_extra(l, k, r.length);
 }
 

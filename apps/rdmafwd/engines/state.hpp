@@ -83,8 +83,7 @@ struct RpcServerState {
   std::vector<WaitingCall> waiting;
   std::vector<uint32_t> waiting_for;
   uint32_t waiting_head = 0, n_waiting = 0;
-  uint64_t errors_sent = 0;  // calls answered with RDMA_ERROR (header refused)
-  uint64_t count = 0;        // calls served (--corrupt-every counts them)
+  uint64_t count = 0;  // calls served (--corrupt-every counts them)
 };
 
 }  // namespace rdmafwd
