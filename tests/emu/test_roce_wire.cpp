@@ -406,6 +406,28 @@ TEST_F(RoceWire, OverPacketRingsPeerGoneIsRetryExceeded) {
   a_.dev = nullptr;
 }
 
+// After a connection carried requests, the PSN a QP states for a reconnect without RESET is the
+// one after the last it sent: 3000 bytes at a 1024-byte MTU take 3 PSNs.
+TEST_F(RoceWire, OverPacketRingsReconnectStatesTheNextPsn) {
+  RoceOptions ra, rb;
+  ra.local_ipv4 = ip4(10, 0, 0, 1);
+  rb.local_ipv4 = ip4(10, 0, 0, 2);
+  auto w = Wire::make_roce_ring_pair(ra, rb);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  open_on(w.value().first, w.value().second);
+  ASSERT_FALSE(HasFatalFailure());
+  const uint32_t psn0 = a_.dev->local_info(a_.desc.qpn).psn;
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 1);
+  dst.alloc(*b_.dev, 4096, 2);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), 3000, src.mr.lkey}});
+  ASSERT_TRUE(wait(a_, 1)[0].ok());
+  EXPECT_EQ(a_.dev->local_info(a_.desc.qpn).psn, (psn0 + 3) & roce::kPsnMask);
+  ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kReset).ok());
+  const uint32_t drawn = a_.dev->local_info(a_.desc.qpn).psn;
+  EXPECT_NE(drawn, (psn0 + 3) & roce::kPsnMask) << "a RESET draws anew (2^-24 to collide)";
+}
+
 // A packet ring whose receiver does not run fills up: the requester link's retransmissions find
 // no slot and are refused, counted ring_full in the device's stats. b's thread is stopped, so the
 // 128 slots hold the 64-packet window sent once and resent once; the next two go-backs (retry_cnt
@@ -482,9 +504,11 @@ TEST_F(RoceWire, RnrNakRetriesThenFails) {
   auto c = wait(a_, 1);
   EXPECT_EQ(c[0].status, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
   EXPECT_EQ(b_.dev->stats().rnr_naks, 4u);  // the first try and 3 retries
-  // The link waited out and resent them; the engine sent the message once.
+  // The link waited out and resent them; the engine handed the message over once (3000 bytes:
+  // 3 packets of 1024), and the device's retries are the link's retransmission rounds.
   EXPECT_EQ(a_.dev->stats().roce.rnr_retries, 3u);
-  EXPECT_EQ(a_.dev->stats().retries, 0u);
+  EXPECT_EQ(a_.dev->stats().retries, 3u);
+  EXPECT_EQ(a_.dev->stats().tx_packets, 3u);
   EXPECT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
 }
 
@@ -517,7 +541,7 @@ TEST_F(RoceWire, RnrNakHoldsLaterMessagesAndTheLinkResends) {
   EXPECT_EQ(0, std::memcmp(rbuf.p, src.p, 3000));
   EXPECT_EQ(0, std::memcmp(dst.p, src.p + 4096, 4000));
   EXPECT_GE(a_.dev->stats().roce.rnr_retries, 1u);
-  EXPECT_EQ(a_.dev->stats().retries, 0u);
+  EXPECT_EQ(a_.dev->stats().retries, a_.dev->stats().roce.rnr_retries);  // no timeout
 }
 
 // An RNR NAK, then a receive is posted: the SEND is sent again with the same PSNs and lands.
@@ -846,10 +870,11 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   EXPECT_EQ(sb.roce.duplicates, 5u);     // the WRITE and four READs behind ePSN
   EXPECT_EQ(sb.remote_access_naks, 1u);  // the refused READ once
   EXPECT_EQ(sb.responder_errors, 1u);
-  // A connection that carried requests states a new initial PSN for the next connect (a
-  // reconnect without RESET, as endpoint::recover_core does), stable until then; so does a RESET.
+  // A connection that carried requests states, for the next connect without RESET (as
+  // endpoint::recover_core does), the PSN after the last request it sent, stable until then: B
+  // sent none, so its initial one. A RESET draws a new one.
   const uint32_t next_psn = b_.dev->local_info(b_.desc.qpn).psn;
-  EXPECT_NE(next_psn, b_psn);
+  EXPECT_EQ(next_psn, b_psn);
   EXPECT_EQ(b_.dev->local_info(b_.desc.qpn).psn, next_psn);
   ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kReset).ok());
   EXPECT_NE(b_.dev->local_info(b_.desc.qpn).psn, next_psn);

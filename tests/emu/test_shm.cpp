@@ -1,5 +1,7 @@
 // Two processes joined by a shared-memory wire (fork): WRITE, SEND/RECV and READ between them.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -178,6 +180,53 @@ TEST(EmuShm, AKilledProcessWireIsRemovedByTheNextOne) {
   EXPECT_NE(::access(left.c_str(), F_OK), 0) << left << " is still there";
   EXPECT_EQ(::access(("/dev/shm/rdmx-emu-" + live).c_str(), F_OK), 0)
       << "a live process's wire was removed";
+}
+
+// A mapping of layout 2 (an older build's: the engines' rings in the mapping), its header
+// written by hand (magic "rdmx-wir" at 0, version at 8, slots at 12, creator pid at 16). While
+// its creator lives it is refused with both layouts named; once its creator is gone the next
+// wire created on the host removes it.
+void write_layout2(const std::string& name, pid_t creator) {
+  const int fd = shm_open(("/rdmx-emu-" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* b = static_cast<uint8_t*>(p);
+  const uint64_t magic = 0x726d64782d776972ull;
+  const uint32_t version = 2, slots = 64;
+  const int32_t pid = creator;
+  std::memcpy(b, &magic, 8);
+  std::memcpy(b + 8, &version, 4);
+  std::memcpy(b + 12, &slots, 4);
+  std::memcpy(b + 16, &pid, 4);
+  munmap(p, 4096);
+}
+
+TEST(EmuShm, ALayout2WireIsRefusedThenRemovedOnceItsCreatorIsGone) {
+  const std::string old = "layout2-" + std::to_string(getpid());
+  write_layout2(old, getpid());
+  ASSERT_FALSE(HasFatalFailure());
+  auto a = attach_shm_wire(old);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.error().message.find("layout 2, this build speaks layout 3"), std::string::npos)
+      << a.error().message;
+  auto n1 = create_shm_wire("layout2-next1-" + std::to_string(getpid()));
+  ASSERT_TRUE(n1.ok()) << n1.error().message;
+  const std::string path = "/dev/shm/rdmx-emu-" + old;
+  ASSERT_EQ(::access(path.c_str(), F_OK), 0) << "a live creator's wire was removed";
+  // The same mapping, its creator a process that has exited.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  shm_unlink(("/rdmx-emu-" + old).c_str());
+  write_layout2(old, child);
+  ASSERT_FALSE(HasFatalFailure());
+  auto n2 = create_shm_wire("layout2-next2-" + std::to_string(getpid()));
+  ASSERT_TRUE(n2.ok()) << n2.error().message;
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << path << " is still there";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "datapath.hpp"
+#include "roce_link.hpp"
 
 namespace rdmx::emu::detail {
 
@@ -21,18 +22,16 @@ bool Engine::rx_responses() noexcept {
   return work;
 }
 
-// One response packet at the requester: the message it answers (by sequence), then by opcode.
-// A response for no waiting message is a late duplicate; one of an earlier generation (before a
-// go-back) is stale.
+// One response at the requester, from its link: the message it answers (by sequence), then by
+// opcode. The link hands over each message's final verdict once (it waits out RNR NAKs and
+// timeouts, and drops duplicates); READ data comes in order.
 void Engine::handle_response(const WireSlot& s) noexcept {
   const PktHdr& h = s.h;
   ++st_.rx_packets;
   QpCtx* q = find_qp(h.dst_qpn);
   if (!q || q->state != QpState::kRts) return;
-  size_t at = 0;
   SendEntry* e = nullptr;
-  for (; at < q->inflight.size(); ++at) {
-    SendEntry& o = q->inflight[at];
+  for (SendEntry& o : q->inflight) {
     if (o.remote && o.msn == h.msn) {
       e = &o;
       break;
@@ -54,47 +53,13 @@ void Engine::handle_response(const WireSlot& s) noexcept {
         finish_entry(*q, *e, kSynBadResp);
         return;
       }
-      if (h.gen != q->gen || h.offset != e->rx_bytes) return;  // stale generation
+      if (h.offset != e->rx_bytes) return;
       return read_response(*q, *e, s);
     case PktOp::kNak:
-      if (h.gen != q->gen) return;
       finish_entry(*q, *e, h.syndrome ? h.syndrome : kSynRemOp);
       return;
-    case PktOp::kRnrNak:
-    case PktOp::kDrop:
-      if (h.gen != q->gen) return;
-      // A link that owns loss waits out RNR NAKs and timeouts itself: these never come up.
-      if (wire_->link_owns_loss()) return finish_entry(*q, *e, kSynBadResp);
-      return resend_after(*q, *e, at, h.op);
     default:
       finish_entry(*q, *e, kSynBadResp);
-      return;
-  }
-}
-
-// Message-level recovery on the rings (link_owns_loss() false): an RNR NAK (the responder had
-// no receive) or a drop notice (the responder could not take the request; it stands in for the
-// ACK timer, see handle_request) sends this message and every later one again, a new
-// generation, while the WQE's rnr_retry / retry_cnt last.
-void Engine::resend_after(QpCtx& q, SendEntry& e, size_t at, PktOp why) noexcept {
-  switch (why) {
-    case PktOp::kRnrNak:
-      if (e.rnr_left == 0) {
-        finish_entry(q, e, kSynRnr);
-        return;
-      }
-      --e.rnr_left;
-      go_back(q, at);
-      if (opt_.mode == Mode::kThreaded)
-        q.resend_at_ns = now_ns() + uint64_t{opt_.rnr_timer_us} * 1000ull;
-      return;
-    default:
-      if (e.retry_left == 0) {
-        finish_entry(q, e, kSynRetry);
-        return;
-      }
-      --e.retry_left;
-      go_back(q, at);
       return;
   }
 }
@@ -163,6 +128,9 @@ bool Engine::emit_send(QpCtx& q) noexcept {
 
 void Engine::enter_error(QpCtx& q) noexcept {
   q.state = QpState::kError;
+  // A QP in error sends nothing more: its link neither retransmits nor times out (rxe_qp.c
+  // rxe_qp_error stops the requester and its retransmission timer).
+  wire_->link(side_)->stop(q.qpn);
   // Every outstanding WQE flushes, in order, one CQE each (signaled or not).
   for (const SendEntry& e : q.inflight) send_cqe(q, e, kSynFlush);
   q.inflight.clear();

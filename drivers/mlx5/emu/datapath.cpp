@@ -24,9 +24,10 @@ bool Engine::poll_locked(bool* pending) {
   ++st_.polls;
   bool work = false;
   bool wait = false;
-  RoceLink* link = wire_->roce();
-  // RoCE wire: network in before, engine packets out after this poll (device thread only).
-  if (link) work |= link->pump(*wire_, now_ns(), &wait);
+  RoceLink* link = opt_.mode == Mode::kSink ? nullptr : wire_->link(side_);
+  Rings& rings = wire_->rings(side_);
+  // The link: packets in before, the engine's messages out after this poll.
+  if (link) work |= link->pump(rings, now_ns(), &wait);
   if (opt_.mode != Mode::kSink) {
     work |= rx_responses();
     work |= stream_reads();
@@ -36,7 +37,7 @@ bool Engine::poll_locked(bool* pending) {
     work |= poll_sq(*q);
     wait |= !q->inflight.empty() || !q->reads.empty() || q->recv_active;
   }
-  if (link) work |= link->pump(*wire_, now_ns(), &wait);
+  if (link) work |= link->pump(rings, now_ns(), &wait);
   if (work) ++st_.busy_polls;
   *pending |= wait;
   return work;

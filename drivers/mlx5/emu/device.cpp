@@ -196,6 +196,7 @@ Status Engine::attach() {
   Status s = wire_->attach(side_, this, opt_.mode);
   if (!s.ok()) return s;
   attached_ = true;
+  if (RoceLink* l = wire_->link(side_)) l->set_stalled_only(opt_.mode != Mode::kThreaded);
   return Status{};
 }
 
@@ -460,7 +461,7 @@ Status Engine::destroy_qp(uint32_t qpn) {
   std::free(q.rq_buf);
   std::free(q.cq_buf);
   std::free(q.db_page);
-  if (RoceLink* l = wire_->roce()) l->forget(qpn);
+  wire_->link(side_)->forget(qpn);
   qps_.erase(it);
   return Status{};
 }
@@ -471,19 +472,17 @@ mlx5::ConnectInfo Engine::local_info(uint32_t qpn) {
   {
     std::lock_guard<std::mutex> g(mu_);
     QpCtx* q = find_qp(qpn);
-    ci.psn = q ? q->next_msn : 0;  // the first message sequence number this QP will send
-    // RoCE v2: the initial PSN of the QP's send queue, random for each incarnation (the peer's
-    // expected PSN; ibv_modify_qp sq_psn / rq_psn).
-    if (RoceLink* l = wire_->roce(); l && q) ci.psn = l->sq_psn(qpn);
+    // The initial PSN of the QP's send queue, drawn by its link at random for each incarnation
+    // (the peer's expected PSN; ibv_modify_qp sq_psn / rq_psn).
+    ci.psn = q ? wire_->link(side_)->sq_psn(qpn) : 0;
   }
   ci.lid = static_cast<uint16_t>(side_ + 1);
   ci.port_token = wire_->token() ^ static_cast<uint64_t>(side_);
-  if (RoceLink* l =
-          wire_->roce()) {  // RoCE v2: the GID is the IPv4-mapped address (::ffff:a.b.c.d)
+  if (wire_->roce()) {  // RoCE v2: the GID is the IPv4-mapped address (::ffff:a.b.c.d)
     ci.lid = 0;
     ci.port_token = 0;
     ci.gid[10] = ci.gid[11] = 0xFF;
-    const uint32_t ip = l->local_ip();
+    const uint32_t ip = wire_->link(side_)->local_ip();
     for (int i = 0; i < 4; ++i) ci.gid[12 + i] = static_cast<uint8_t>(ip >> (24 - 8 * i));
   }
   stated(ci);
@@ -499,64 +498,55 @@ void Engine::stated(mlx5::ConnectInfo& ci) const noexcept {
       static_cast<uint8_t>(std::min<uint32_t>(prof_->max_qp_rd_atom, 255));
 }
 
-Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    QpCtx* q = find_qp(qpn);
-    if (!q) return no_qp(qpn);
-    if (RoceLink* l = wire_->roce()) {
-      // The peer is named by its GID, which must be IPv4-mapped (RoCE v2 over IPv4).
-      static constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-      if (std::memcmp(remote.gid, kV4Mapped, 12) != 0)
-        return make_error(Errc::kInvalidArgument,
-                          "emu: connect: the remote GID is not an IPv4-mapped address (RoCE v2 "
-                          "over IPv4 needs ::ffff:A.B.C.D)");
-      if (remote.path_mtu && (128u << remote.path_mtu) != path_mtu())
-        return make_error(Errc::kInvalidArgument, "emu: connect: the peer's path MTU " +
-                                                      std::to_string(128u << remote.path_mtu) +
-                                                      " differs from ours (" +
-                                                      std::to_string(path_mtu()) + ")");
-      const uint32_t peer_ip = (uint32_t{remote.gid[12]} << 24) | (uint32_t{remote.gid[13]} << 16) |
-                               (uint32_t{remote.gid[14]} << 8) | remote.gid[15];
-      const uint32_t msn = q->next_msn;
-      reset_qp_locked(*q);
-      q->next_msn = msn;
-      // The engine numbers the messages it is handed from the peer's PSN on (any start does;
-      // the link translates PSNs and the wire's MSN).
-      q->epsn = q->epsn0 = remote.psn;
-      q->peer_qpn = remote.qpn;
-      // The READ depths as on any wire (the link remembers the READs a responder serves, for
-      // their responses and duplicates: at most what it states, the profile's max_qp_rd_atom).
-      mlx5::ConnectInfo mine;
-      stated(mine);
-      const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
-      q->max_rd_atomic = n.max_rd_atomic;
-      q->max_dest_rd_atomic = n.max_dest_rd_atomic;
-      apply_timers(*q);
-      q->connected = true;
-      q->state = QpState::kRts;
-      l->connect(qpn, remote.qpn, peer_ip, path_mtu(), remote.psn, q->epsn, q->tm,
-                 uint64_t{opt_.rnr_timer_us} * 1000);
-      return Status{};
-    }
+// The peer's link address: on a RoCE wire its GID (IPv4-mapped, and its port's MTU must be
+// ours), on the other wires the other side of this wire (by its port token; nominal address).
+Result<uint32_t> Engine::peer_address(const mlx5::ConnectInfo& remote) const {
+  if (!wire_->roce()) {
     if (remote.port_token != (wire_->token() ^ static_cast<uint64_t>(1 - side_)))
       return make_error(Errc::kInvalidArgument,
                         "emu: connect: the remote QP is not on the other side of this wire");
-    const uint32_t msn = q->next_msn;
-    reset_qp_locked(*q);
-    q->next_msn = msn;                // as advertised by local_info()
-    q->epsn = q->epsn0 = remote.psn;  // the peer's first message
-    q->peer_qpn = remote.qpn;
-    mlx5::ConnectInfo mine;
-    stated(mine);
-    const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
-    q->mtu = mlx5::mtu_bytes(n.path_mtu);
-    q->max_rd_atomic = n.max_rd_atomic;
-    q->max_dest_rd_atomic = n.max_dest_rd_atomic;
-    apply_timers(*q);
-    q->connected = true;
-    q->state = QpState::kRts;
+    return Wire::ring_ip(1 - side_);
   }
+  static constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (std::memcmp(remote.gid, kV4Mapped, 12) != 0)
+    return make_error(Errc::kInvalidArgument,
+                      "emu: connect: the remote GID is not an IPv4-mapped address (RoCE v2 "
+                      "over IPv4 needs ::ffff:A.B.C.D)");
+  if (remote.path_mtu && (128u << remote.path_mtu) != path_mtu())
+    return make_error(Errc::kInvalidArgument, "emu: connect: the peer's path MTU " +
+                                                  std::to_string(128u << remote.path_mtu) +
+                                                  " differs from ours (" +
+                                                  std::to_string(path_mtu()) + ")");
+  return (uint32_t{remote.gid[12]} << 24) | (uint32_t{remote.gid[13]} << 16) |
+         (uint32_t{remote.gid[14]} << 8) | remote.gid[15];
+}
+
+Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
+  std::lock_guard<std::mutex> g(mu_);
+  QpCtx* q = find_qp(qpn);
+  if (!q) return no_qp(qpn);
+  auto peer_ip = peer_address(remote);
+  if (!peer_ip) return std::move(peer_ip).error();
+  const uint32_t msn = q->next_msn;
+  reset_qp_locked(*q);
+  q->next_msn = msn;
+  // The engine numbers the messages it is handed from the peer's PSN on (any start does; the
+  // link translates PSNs and the wire's MSN).
+  q->epsn = q->epsn0 = remote.psn;
+  q->peer_qpn = remote.qpn;
+  mlx5::ConnectInfo mine;
+  stated(mine);
+  const mlx5::Negotiated n = mlx5::negotiate(mine, remote);
+  if (!wire_->roce()) q->mtu = mlx5::mtu_bytes(n.path_mtu);
+  // The READ depths (the link remembers the READs a responder serves, for their responses and
+  // duplicates: at most what it states, the profile's max_qp_rd_atom).
+  q->max_rd_atomic = n.max_rd_atomic;
+  q->max_dest_rd_atomic = n.max_dest_rd_atomic;
+  apply_timers(*q);
+  q->connected = true;
+  q->state = QpState::kRts;
+  wire_->link(side_)->connect(qpn, remote.qpn, peer_ip.value(), path_mtu(*q), remote.psn, q->epsn,
+                              q->tm, uint64_t{opt_.rnr_timer_us} * 1000);
   return Status{};
 }
 
@@ -578,8 +568,6 @@ void Engine::reset_qp_locked(QpCtx& q) {
   q.inflight.clear();
   q.tx_next = 0;
   q.next_msn = first_msn();
-  ++q.gen;
-  q.resend_at_ns = 0;
   q.hot.clear();
   q.rq_ci = q.rq_pi = 0;
   q.rq_db_seen = 0;
@@ -625,14 +613,14 @@ Status Engine::modify_qp(uint32_t qpn, QpState to) {
     // The old incarnation's transport goes with it (a QP in RESET sends nothing: no
     // retransmission of what the old one had in flight may reach a new peer at the same address
     // and QPN), and the next connect draws a new initial PSN.
-    if (RoceLink* l = wire_->roce()) l->forget(qpn);
+    wire_->link(side_)->forget(qpn);
     // The peer stays remembered so that reset -> init -> rtr -> rts reconnects to it.
     q->connected = keep_peer;
     q->peer_qpn = peer;
   } else if (to == QpState::kError) {
     if (from != QpState::kError) enter_error(*q);
     // A QP in error sends nothing more (its work requests flush): its transport stops too.
-    if (RoceLink* l = wire_->roce()) l->stop(qpn);
+    wire_->link(side_)->stop(qpn);
   } else {
     q->state = to;
   }
@@ -668,7 +656,12 @@ EmuDevice::MkeyView Engine::inspect_mkey(uint32_t key) {
 EmuStats Engine::stats() {
   std::lock_guard<std::mutex> g(mu_);
   EmuStats s = st_;
-  if (RoceLink* l = wire_->roce()) s.roce = l->stats();
+  const RoceLink* l = wire_->link(side_);
+  // The link's own counters are a RoCE wire's report (rdmafwd prints them for emu@roce); the
+  // in-process and shared-memory links count the same, unreported.
+  if (wire_->roce()) s.roce = l->stats();
+  s.retries += l->retries();
+  s.mtu_drops += l->mtu_drops();
   return s;
 }
 
@@ -756,14 +749,23 @@ void Engine::pump_inline() noexcept {
   }
   // Inline: run this device and an in-process inline peer until neither has work, so one
   // doorbell finishes the whole exchange. Lock order: wire registry, then one device at a time.
+  // When a round (both devices, each with its link) does no work, nothing more arrives: the
+  // timers of the requesters still waiting fire at once (RoceLink::fire_stalled), the
+  // deterministic stand-in for the wall-clock timers of threaded mode.
   std::lock_guard<std::mutex> g(wire_->reg_mu());
   Engine* peer = wire_->engine(1 - side_);
   if (peer && peer->opt_.mode != Mode::kInline) peer = nullptr;
   for (int rounds = 0; rounds < 1000000; ++rounds) {
     bool work = progress();
     if (peer) work |= peer->progress();
+    if (!work) work = fire_stalled() | (peer && peer->fire_stalled());
     if (!work) break;
   }
+}
+
+bool Engine::fire_stalled() noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  return wire_->link(side_)->fire_stalled(wire_->rings(side_), now_ns());
 }
 
 }  // namespace detail

@@ -83,12 +83,10 @@ struct SendEntry {
   // remote messages
   uint32_t msn = 0;
   uint64_t len = 0;     // message length
-  uint64_t tx_off = 0;  // bytes sent (requests) in the current generation
+  uint64_t tx_off = 0;  // bytes handed to the link
   bool tx_done = false;
   uint64_t rx_bytes = 0;  // read-response bytes received
-  uint32_t rnr_left = 0;
-  uint32_t retry_left = 0;
-  uint64_t sent_ns = 0;  // last (re)transmission time (threaded timeouts)
+  uint64_t sent_ns = 0;   // when it went to the link (threaded: retry_exceeded's starvation)
 };
 
 struct HotMkey {
@@ -101,7 +99,6 @@ struct HotMkey {
 
 struct PendingRead {
   uint32_t msn = 0;
-  uint32_t gen = 0;
   uint32_t src_qpn = 0;
   uint32_t rkey = 0;
   uint64_t raddr = 0;
@@ -137,8 +134,6 @@ struct QpCtx {
   std::deque<SendEntry> inflight;
   size_t tx_next = 0;  // first inflight entry with packets still to send
   uint32_t next_msn = 0;
-  uint32_t gen = 0;
-  uint64_t resend_at_ns = 0;  // RNR back-off (threaded)
   std::vector<HotMkey> hot;
   // device RQ
   uint32_t rq_ci = 0, rq_pi = 0;
@@ -230,6 +225,8 @@ class Engine {
   void reset_qp_locked(QpCtx& q);
   void apply_timers(QpCtx& q) noexcept;
   void pump_inline() noexcept;
+  bool fire_stalled() noexcept;  // inline: the link's timers of stalled requesters
+  Result<uint32_t> peer_address(const mlx5::ConnectInfo& remote) const;
 
   // --- mkeys (mkey.cpp; walk and xlat in datapath.hpp)
   Mkey* lookup(uint32_t key) noexcept;
@@ -284,7 +281,7 @@ class Engine {
   uint8_t umr_set_entries(QpCtx& q, const prm::DecodedWqe& w, Mkey& m, const Klm* src, uint32_t off,
                           uint32_t n_oct) noexcept;
 
-  // --- requester (requester.cpp): doorbells, transmit, message-level recovery
+  // --- requester (requester.cpp): doorbells, transmit
   bool poll_sq(QpCtx& q) noexcept;
   bool poll_rq_doorbell(QpCtx& q) noexcept;
   [[gnu::cold, gnu::noinline]] void bad_doorbell(QpCtx& q, const char* ring, uint16_t v,
@@ -295,10 +292,8 @@ class Engine {
   bool reads_at_limit(const QpCtx& q) const noexcept;
   uint8_t gather(QpCtx& q, const prm::DecodedWqe& w, uint64_t off, uint8_t* dst,
                  uint32_t n) noexcept;
-  void go_back(QpCtx& q, size_t from) noexcept;
-  bool timeouts(QpCtx& q) noexcept;
-  // A WQE that ran out of transport retries (either wire): counted, and when the device itself
-  // was not polled for longer than the QP's timeout while it waited, logged as such.
+  // A WQE whose link ran out of transport retries: counted, and when the device itself was not
+  // polled for longer than the QP's timeout while it waited, logged as such.
   [[gnu::cold]] void retry_exceeded(const QpCtx& q, const SendEntry& e) noexcept;
 
   // --- responder (responder.cpp): requests in, READ responses out, responder errors
@@ -326,8 +321,7 @@ class Engine {
     if (why == XlateErr::kPd) ++st_.pd_refusals;
     if (why == XlateErr::kQp) ++st_.qp_binding_refusals;
   }
-  bool respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,
-               uint8_t synd) noexcept;
+  bool respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint8_t synd) noexcept;
   bool rq_take(QpCtx& q, uint32_t* counter) noexcept;
   uint8_t scatter_recv(QpCtx& q, uint32_t counter, uint64_t off, const uint8_t* data, uint32_t len,
                        uint64_t msg_len) noexcept;
@@ -336,7 +330,6 @@ class Engine {
   bool rx_responses() noexcept;
   void handle_response(const WireSlot& s) noexcept;
   void read_response(QpCtx& q, SendEntry& e, const WireSlot& s) noexcept;
-  void resend_after(QpCtx& q, SendEntry& e, size_t at, PktOp why) noexcept;
   void finish_entry(QpCtx& q, SendEntry& e, uint8_t synd) noexcept;
   bool emit_send(QpCtx& q) noexcept;
   void enter_error(QpCtx& q) noexcept;
@@ -387,9 +380,8 @@ class Engine {
   std::map<uint32_t, std::unique_ptr<QpCtx>> qps_;
   uint32_t next_qpn_ = 0x100;
   // The first message number of each QP incarnation (create, and every RESET): random 24 bits,
-  // as applications choose their initial PSN (rdma-core's examples: lrand48() & 0xffffff), so
-  // that a late packet of an earlier incarnation does not fit the next one's sequence. Over
-  // RoCE the link derives the initial PSNs from it (RoceLink::connect).
+  // so that a late message of an earlier incarnation does not fit the next one's numbering.
+  // The link maps messages to PSNs it draws itself (RoceLink::sq_psn).
   std::mt19937 msn_rng_{std::random_device{}()};
   uint32_t first_msn() noexcept { return static_cast<uint32_t>(msn_rng_()) & 0xffffffu; }
 

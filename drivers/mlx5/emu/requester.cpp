@@ -1,6 +1,5 @@
-// The requester: doorbells, the send queue's poll, packets out (transmit), and the message-level
-// recovery on the shared-memory wire (go-back, ACK timeouts, retry exceeded). Runs under
-// Engine::mu_.
+// The requester: doorbells, the send queue's poll and messages out to the link (transmit); the
+// link sends each packet and owns its recovery (roce_link.hpp). Runs under Engine::mu_.
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -97,7 +96,6 @@ bool Engine::poll_sq(QpCtx& q) noexcept {
     work = true;
   }
   work |= transmit(q);
-  work |= timeouts(q);
   work |= emit_send(q);
   if (q.cq_overrun && q.state != QpState::kError) {
     enter_error(q);
@@ -129,10 +127,6 @@ void Engine::sink_sq(QpCtx& q) noexcept {
 // Sends the packets of every message from tx_next on that has not left yet, in order, as far as
 // the request ring has room, READs within max_rd_atomic.
 bool Engine::transmit(QpCtx& q) noexcept {
-  if (q.resend_at_ns) {
-    if (now_ns() < q.resend_at_ns) return false;
-    q.resend_at_ns = 0;
-  }
   bool work = false;
   while (q.tx_next < q.inflight.size()) {
     SendEntry& e = q.inflight[q.tx_next];
@@ -157,7 +151,6 @@ bool Engine::transmit(QpCtx& q) noexcept {
       h.dst_qpn = q.peer_qpn;
       h.src_qpn = q.qpn;
       h.msn = e.msn;
-      h.gen = q.gen;
       h.imm = w.ctrl.imm;
       h.rkey = w.rkey;
       h.msg_len = e.len;
@@ -229,40 +222,8 @@ uint8_t Engine::gather(QpCtx& q, const prm::DecodedWqe& w, uint64_t off, uint8_t
   return 0;
 }
 
-// ---- retransmission and timeouts ----------------------------------------------------------------
-void Engine::go_back(QpCtx& q, size_t from) noexcept {
-  for (size_t i = from; i < q.inflight.size(); ++i) {
-    SendEntry& e = q.inflight[i];
-    if (!e.remote || e.st != SendEntry::St::kWait) continue;
-    e.tx_done = false;
-    e.tx_off = 0;
-    e.rx_bytes = 0;
-  }
-  q.tx_next = std::min(q.tx_next, from);
-  ++q.gen;
-  ++st_.retries;
-}
-
-// The shared-memory wire loses nothing, so a request without a response means the peer does not
-// run: the requester's ACK timer would expire retry_cnt + 1 times in a row (each retry sent
-// again and unanswered), so the WQE fails after timeout x (retry_cnt + 1) of silence, with the
-// retries counted. The RoCE wire's link retransmits on each expiry itself (roce_link.cpp).
-bool Engine::timeouts(QpCtx& q) noexcept {
-  if (opt_.mode != Mode::kThreaded || q.inflight.empty() || !q.ack_ns || wire_->link_owns_loss())
-    return false;
-  for (SendEntry& e : q.inflight) {
-    if (e.st != SendEntry::St::kWait) continue;
-    if (!e.tx_done || !e.sent_ns) return false;
-    if (now_ns() - e.sent_ns > q.ack_ns * (uint64_t{q.tm.retry_cnt} + 1)) {
-      st_.retries += q.tm.retry_cnt;
-      finish_entry(q, e, kSynRetry);
-      return true;
-    }
-    return false;
-  }
-  return false;
-}
-
+// ---- retry exceeded
+// ------------------------------------------------------------------------------
 void Engine::retry_exceeded(const QpCtx& q, const SendEntry& e) noexcept {
   ++st_.retry_exceeded;
   if (opt_.mode != Mode::kThreaded || !e.sent_ns) return;

@@ -66,17 +66,10 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
   const bool first = (h.flags & kPktFirst) != 0;
   if (!q || (q->state != QpState::kRtr && q->state != QpState::kRts) || !q->connected ||
       q->peer_qpn != h.src_qpn) {
-    // A real responder drops the packet silently and the requester's retry timer fires; the
-    // drop notice stands in for that timer so the outcome does not depend on wall time.
-    if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
-    return true;
-  }
-  if (h.len > path_mtu(*q)) {
-    // A packet longer than this QP's path MTU is malformed for the responder: dropped silently,
-    // so the requester retries until retry_cnt runs out (TRANSPORT_RETRY_EXC_ERR, the symptom
-    // of a path MTU above what the peer's port takes). Drop notice as above.
-    ++st_.mtu_drops;
-    if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, h.gen, 0);
+    // A real responder drops the packet silently and the requester's retry timer runs out
+    // (rxe_recv.c check_type_state drops a packet for a QP outside RTR/RTS). The drop notice
+    // tells this side's link, which drops the message and expects it again (on_verdict).
+    if (last) return respond(h.src_qpn, h.dst_qpn, PktOp::kDrop, h.msn, 0);
     return true;
   }
   // Responses leave in PSN order: anything but a READ waits until the READ responses before it
@@ -101,12 +94,12 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
       const bool queued = std::any_of(q->reads.begin(), q->reads.end(),
                                       [&](const PendingRead& r) { return r.msn == h.msn; });
       if (!queued) {
-        PendingRead r{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0};
+        PendingRead r{h.msn, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0};
         r.replay = true;
         q->reads.push_back(r);
       }
     } else if (last) {
-      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, h.gen, 0);
+      respond(h.src_qpn, q->qpn, PktOp::kAck, h.msn, 0);
     }
     return true;
   }
@@ -135,13 +128,13 @@ bool Engine::handle_request(const WireSlot& s) noexcept {
 // A NAK (or RNR NAK) for `h`; the rest of its message is discarded, and `advance` moves the
 // expected sequence past it (an RNR NAK does not: the requester sends the message again).
 void Engine::req_nak(QpCtx& q, const PktHdr& h, PktOp op, uint8_t synd, bool advance) noexcept {
-  respond(h.src_qpn, q.qpn, op, h.msn, h.gen, synd);
+  respond(h.src_qpn, q.qpn, op, h.msn, synd);
   q.discard_msn_valid = true;
   q.discard_msn = h.msn;
   if (advance) ++q.epsn;
 }
 
-bool Engine::respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn, uint32_t gen,
+bool Engine::respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn,
                      uint8_t synd) noexcept {
   WireSlot* s = wire_->tx_slot(side_, WireClass::kResp);
   if (!s) return false;
@@ -150,7 +143,6 @@ bool Engine::respond(uint32_t dst_qpn, uint32_t src_qpn, PktOp op, uint32_t msn,
   s->h.dst_qpn = dst_qpn;
   s->h.src_qpn = src_qpn;
   s->h.msn = msn;
-  s->h.gen = gen;
   s->h.syndrome = synd;
   s->h.flags = kPktFirst | kPktLast;
   wire_->tx_commit(side_, WireClass::kResp);
@@ -215,7 +207,7 @@ void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
     recv_cqe(q, counter, MLX5_CQE_RESP_WR_IMM, static_cast<uint32_t>(h.msg_len), h.imm,
              h.flags & kPktSolicited, 0);
   }
-  respond(h.src_qpn, q.qpn, PktOp::kAck, h.msn, h.gen, 0);
+  respond(h.src_qpn, q.qpn, PktOp::kAck, h.msn, 0);
   ++q.epsn;
 }
 
@@ -310,7 +302,7 @@ void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
   recv_cqe(q, q.recv_counter, cqe_op, static_cast<uint32_t>(h.msg_len), imm,
            h.flags & kPktSolicited, 0);
   q.recv_active = false;
-  respond(h.src_qpn, q.qpn, PktOp::kAck, h.msn, h.gen, 0);
+  respond(h.src_qpn, q.qpn, PktOp::kAck, h.msn, 0);
   ++q.epsn;
 }
 
@@ -341,7 +333,7 @@ void Engine::req_read(QpCtx& q, const PktHdr& h) noexcept {
     return responder_error(q, nak);
   }
   // Behind earlier READs, its response (or NAK) leaves after theirs (stream_reads).
-  q.reads.push_back(PendingRead{h.msn, h.gen, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0, nak});
+  q.reads.push_back(PendingRead{h.msn, h.src_qpn, h.rkey, h.raddr, h.msg_len, 0, nak});
   ++q.epsn;
 }
 
@@ -359,7 +351,6 @@ bool Engine::stream_reads() noexcept {
       h.dst_qpn = r.src_qpn;
       h.src_qpn = q.qpn;
       h.msn = r.msn;
-      h.gen = r.gen;
       if (r.nak) {  // a READ refused when it arrived, answered in its turn
         h.op = PktOp::kNak;
         h.syndrome = r.nak;

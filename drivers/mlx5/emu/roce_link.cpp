@@ -132,11 +132,11 @@ RoceLink::Qp* RoceLink::find(uint32_t qpn) noexcept {
 uint32_t RoceLink::sq_psn(uint32_t qpn) {
   auto it = sq_psn_.find(qpn);
   // A connection that carried requests is not connected again with the same PSN (a reconnect
-  // without RESET: recover_core): a late packet of it would fall into the next one's sequence.
-  if (const Qp* q = find(qpn); it != sq_psn_.end() && q && q->carried && it->second == q->isn) {
-    sq_psn_.erase(it);
-    it = sq_psn_.end();
-  }
+  // without RESET: recover_core): the next one continues where it stopped, so that a late
+  // packet of it falls behind the next one's expected PSN (a duplicate, never executed), and a
+  // peer that kept its connection (Options::responder_keeps_rts) expects exactly that PSN.
+  if (const Qp* q = find(qpn); it != sq_psn_.end() && q && q->carried && it->second == q->isn)
+    it->second = q->next_psn;
   if (it == sq_psn_.end()) it = sq_psn_.emplace(qpn, psn_rng_() & roce::kPsnMask).first;
   return it->second;
 }
@@ -207,7 +207,7 @@ void RoceLink::send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcep
 }
 
 // Engine request packets -> RC request packets with PSNs (rxe_req.c init_req_packet).
-bool RoceLink::tx_from_engine(Wire& w) noexcept {
+bool RoceLink::tx_from_engine(Rings& w) noexcept {
   bool work = false;
   while (const WireSlot* s = w.rx_slot(1, WireClass::kReq)) {
     const PktHdr& h = s->h;
@@ -220,8 +220,8 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
     Qp& q = *qp;
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
-    if (q.rnr_until) break;               // waiting out an RNR NAK: nothing new goes (rxe_req.c)
-    if (carrier_->tx_room() == 0) break;  // a full packet ring: the next pump sends it
+    if (q.rnr_until) break;  // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (carrier_->tx_room() < kHeadroom) break;  // a full packet ring: the next pump sends it
     roce::Packet p;
     p.src_ip = opt_.local_ipv4;
     p.dst_ip = q.peer_ip;
@@ -265,7 +265,6 @@ bool RoceLink::tx_from_engine(Wire& w) noexcept {
       ++q.m_count;
       m = Msg{};
       m.msn = h.msn;
-      m.gen = h.gen;
       m.first_psn = p.psn;
       m.read = h.op == PktOp::kRead;
       m.read_len = static_cast<uint32_t>(h.msg_len);
@@ -296,7 +295,7 @@ void RoceLink::retransmit(Qp& q) noexcept {  // go-back-N from the oldest unackn
   q.timer_ns = q.tx_count ? now_ : 0;
 }
 
-bool RoceLink::to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept {
+bool RoceLink::to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept {
   WireSlot* s = w.tx_slot(1, WireClass::kResp);
   if (!s) return false;
   s->h = PktHdr{};
@@ -304,7 +303,6 @@ bool RoceLink::to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t sy
   s->h.dst_qpn = q.qpn;
   s->h.src_qpn = q.peer_qpn;
   s->h.msn = m.msn;
-  s->h.gen = m.gen;
   s->h.syndrome = synd;
   s->h.flags = kPktFirst | kPktLast;
   w.tx_commit(1, WireClass::kResp);
@@ -313,7 +311,7 @@ bool RoceLink::to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t sy
 
 // Completes the messages an ACK at `psn` covers (coalesced ACKs: one ACK completes every message
 // up to it; IBTA 9.7.5.1.2, rxe_comp.c). A READ is completed only by its responses.
-void RoceLink::ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept {
+void RoceLink::ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept {
   bool progress = false;
   while (q.m_count) {
     const Msg& m = q.msgs[q.m_head];
@@ -344,7 +342,7 @@ void RoceLink::ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept 
   }
 }
 
-void RoceLink::kill(Wire& w, Qp& q, uint8_t synd) noexcept {
+void RoceLink::kill(Rings& w, Qp& q, uint8_t synd) noexcept {
   if (q.m_count) to_engine_resp(w, q, q.msgs[q.m_head], PktOp::kNak, synd);
   q.dead = true;
   q.tx_count = q.m_count = 0;
@@ -359,7 +357,7 @@ void RoceLink::kill(Wire& w, Qp& q, uint8_t synd) noexcept {
 // WQE completes with RNR_RETRY_EXC_ERR and the QP goes to error. The responder expects the
 // message again from its first PSN (resp_from_engine), so the PSNs stay. The retries are the
 // QP's rnr_retry and come back with progress, as the transport retries do; 7 is not infinite.
-void RoceLink::on_rnr_nak(Wire& w, Qp& q, uint32_t psn) noexcept {
+void RoceLink::on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept {
   if (!q.m_count) return;
   const Msg& m = q.msgs[q.m_head];
   if (roce::psn_diff(psn, m.first_psn) < 0 || roce::psn_diff(psn, m.last_psn) > 0) return;
@@ -374,7 +372,7 @@ void RoceLink::on_rnr_nak(Wire& w, Qp& q, uint32_t psn) noexcept {
   q.timer_ns = 0;  // no ACK timeout while the requester waits
 }
 
-void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+void RoceLink::on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   if (q.dead) return;
   // Only a response to a PSN this requester sent and still awaits is acted on: one at or past
   // the next PSN to send answers nothing that was sent (dropped, counted psn_window), one before
@@ -400,7 +398,7 @@ void RoceLink::on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
 
 // An ACK completes what it covers; a NAK first completes what precedes its PSN (rxe_comp.c
 // check_ack), then: RNR waits and resends, a PSN sequence error goes back, the rest fail the QP.
-void RoceLink::on_acknowledge(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+void RoceLink::on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   const uint8_t type = roce::aeth_type(p.aeth_syndrome);
   if (type == 0) {
     ack_up_to(w, q, p.psn, true);
@@ -427,7 +425,7 @@ void RoceLink::on_acknowledge(Wire& w, Qp& q, const roce::Packet& p) noexcept {
 
 // A READ response packet: handed to the engine when it is the next one of the oldest message, a
 // READ; the last one completes it.
-void RoceLink::on_read_response(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+void RoceLink::on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   // READ response: implicitly acknowledges every earlier message (rxe_comp.c).
   while (q.m_count && !q.msgs[q.m_head].read &&
          roce::psn_diff(q.msgs[q.m_head].last_psn, p.psn) < 0) {
@@ -447,7 +445,6 @@ void RoceLink::on_read_response(Wire& w, Qp& q, const roce::Packet& p) noexcept 
   h.dst_qpn = q.qpn;
   h.src_qpn = q.peer_qpn;
   h.msn = m.msn;
-  h.gen = m.gen;
   h.offset = uint64_t{m.rd_pkts} * q.mtu;
   h.msg_len = m.read_len;
   h.len = p.payload_len;
@@ -476,7 +473,7 @@ void RoceLink::on_read_response(Wire& w, Qp& q, const roce::Packet& p) noexcept 
 // acknowledged (IBTA C9-105 as rxe cites it; rxe sends ack_psn - 1). A READ is answered again
 // only when it falls in a READ this responder served (find_resource) and asks for the same R_Key
 // and a part of the same range; its responses start at its PSN. Anything else is dropped.
-void RoceLink::on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+void RoceLink::on_duplicate(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   ++st_.duplicates;
   if (p.opcode != roce::kReadRequest) {
     send_ack(q, roce::kAethAck, q.acked_psn, q.acked_msn);
@@ -513,7 +510,7 @@ void RoceLink::on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept {
 }
 
 // The PSN check of a request (rxe_resp.c check_psn): true when it is the expected one.
-bool RoceLink::check_psn(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+bool RoceLink::check_psn(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   switch (roce::classify_psn(p.psn, q.epsn)) {
     case roce::PsnClass::kAhead:
       // A packet was lost (or the PSN is forged): one NAK PSN sequence error carrying ePSN,
@@ -535,7 +532,7 @@ bool RoceLink::check_psn(Wire& w, Qp& q, const roce::Packet& p) noexcept {
   return true;
 }
 
-void RoceLink::on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept {
+void RoceLink::on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   if (!check_psn(w, q, p)) return;
   ReqShape sh;
   if (!req_shape(p.opcode, &sh)) return;
@@ -629,10 +626,12 @@ void RoceLink::advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) no
 // ---- engine verdicts ---------------------------------------------------------------------------
 // Engine responses -> ACK / NAK / READ responses. Consecutive ACKs of one QP in a batch are
 // coalesced into the last one (IBTA 9.7.5.1.2): `held` is the QP whose ACK waits.
-bool RoceLink::resp_from_engine(Wire& w) noexcept {
+bool RoceLink::resp_from_engine(Rings& w) noexcept {
   bool work = false;
   Qp* held = nullptr;
-  while (const WireSlot* s = w.rx_slot(1, WireClass::kResp)) {
+  while (carrier_->tx_room() >= kHeadroom) {
+    const WireSlot* s = w.rx_slot(1, WireClass::kResp);
+    if (!s) break;
     work = true;
     if (Qp* q = find(s->h.src_qpn)) {
       if (held != q) flush_ack(held);
@@ -691,7 +690,8 @@ void RoceLink::on_verdict(Qp& q, const WireSlot& s, Qp*& held) noexcept {
     case PktOp::kDrop:
       flush_ack(held);
       if (!r) return;
-      // The message is not executed: expect it again from its first PSN.
+      // The message is not executed: expect it again from its first PSN. A drop (the engine's
+      // QP gone or not in RTR/RTS) answers nothing: the requester's timer runs out.
       if (h.op == PktOp::kRnrNak)
         send_ack(q, static_cast<uint8_t>(roce::kAethRnr | rnr_code()), r->first_psn,
                  wire_msn(q, h.msn));
@@ -754,11 +754,11 @@ void RoceLink::send_nak(Qp& q, const PktHdr& h, RMsg* r, uint32_t at) noexcept {
 }
 
 uint8_t RoceLink::rnr_code() const noexcept {
-  return 1;  // 0.01 ms (IBTA Table 45): the engine's own RNR timer paces the retry
+  return 1;  // 0.01 ms (IBTA Table 45): the requester link's RNR timer (rnr_timer_us) paces it
 }
 
 // ---- receive -----------------------------------------------------------------------------------
-bool RoceLink::rx_network(Wire& w) noexcept {
+bool RoceLink::rx_network(Rings& w) noexcept {
   // Only take packets the engine's rings can hold; the rest waits in the socket buffer.
   if (w.tx_free(1, WireClass::kReq) < Carrier::kRxBatch ||
       w.tx_free(1, WireClass::kResp) < Carrier::kRxBatch)
@@ -784,6 +784,13 @@ bool RoceLink::rx_network(Wire& w) noexcept {
       ++st_.rx_dropped[int(d)];
       continue;
     }
+    // A frame longer than the receiving port's MTU never reaches its transport: the port drops
+    // it (Linux net/core/dev.c is_skb_forwardable: len > dev->mtu + hard_header_len), and the
+    // requester's retry timer runs out. The QP's path MTU stands for the port's here.
+    if (p.payload_len > q->mtu) {
+      ++mtu_drops_;
+      continue;
+    }
     ++st_.rx_packets;
     if (roce::opcode_flags(p.opcode) & roce::kIsRequest)
       on_request(w, *q, p);
@@ -793,25 +800,54 @@ bool RoceLink::rx_network(Wire& w) noexcept {
   return true;
 }
 
-void RoceLink::timers(Wire& w, Qp& q) noexcept {
+void RoceLink::timers(Rings& w, Qp& q) noexcept {
+  if (stalled_only_) return;  // inline: fire_stalled() is the clock
   if (q.rnr_until) {  // the RNR timer: when it ran out, everything unacknowledged goes again
     if (now_ < q.rnr_until) return;
-    q.rnr_until = 0;
-    retransmit(q);
+    rnr_expired(q);
     return;
   }
   // The QP's local ACK timeout (4.096 us x 2^timeout, IBTA 9.7.6.1.3); 0 never expires.
   if (!q.tx_count || !q.timer_ns || !q.ack_ns || now_ - q.timer_ns < q.ack_ns) return;
+  ack_expired(w, q);
+}
+
+void RoceLink::rnr_expired(Qp& q) noexcept {
+  q.rnr_until = 0;
+  ++retries_;
+  retransmit(q);
+}
+
+void RoceLink::ack_expired(Rings& w, Qp& q) noexcept {
   ++st_.timeouts;
   if (q.retry_left == 0) {  // the peer is gone: TRANSPORT_RETRY_EXC_ERR (rxe_comp.c)
     kill(w, q, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
     return;
   }
   --q.retry_left;
+  ++retries_;
   retransmit(q);
 }
 
-bool RoceLink::pump(Wire& w, uint64_t now_ns, bool* pending) noexcept {
+bool RoceLink::fire_stalled(Rings& w, uint64_t now_ns) noexcept {
+  now_ = now_ns;
+  bool fired = false;
+  for (auto& [qpn, qp] : qps_) {
+    Qp& q = *qp;
+    if (q.dead) continue;
+    if (q.rnr_until) {
+      rnr_expired(q);
+      fired = true;
+    } else if (q.tx_count && q.ack_ns) {
+      ack_expired(w, q);
+      fired = true;
+    }
+  }
+  carrier_->flush(now_);
+  return fired;
+}
+
+bool RoceLink::pump(Rings& w, uint64_t now_ns, bool* pending) noexcept {
   now_ = now_ns;
   bool work = false;
   work |= rx_network(w);

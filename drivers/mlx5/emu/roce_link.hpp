@@ -1,19 +1,19 @@
-// The RoCE v2 link under an emu device: it turns the engine's message-level packets (PktHdr, the
-// same ones the shm wire carries) into RC packets with per-packet PSNs, and back; a Carrier
-// (carrier.hpp) moves the encoded packets (UdpCarrier: raw IPv4 sockets, impairments, pcap). The
-// engine speaks its own protocol (messages numbered by MSN, NAK/ACK per message); this layer adds
-// what a network needs and shared memory did not: PSN sequencing from random initial PSNs, ACK
-// coalescing, NAK PSN sequence error, duplicate detection, go-back-N retransmission on a timer with
-// the QP's retry count, RNR retries with the QP's rnr_retry, "retry exceeded" when the peer is
-// gone, and the checks that make a blind forged packet harmless (source address, PSN against what
-// is outstanding; doc/guides/security.md). The link owns every resend on this wire: the engine
-// sends each message once (Wire::link_owns_loss) and hears only its final verdict. RC rules
-// modelled after IBTA vol. 1 9.7 (as implemented by Linux rxe: rxe_req.c, rxe_resp.c, rxe_comp.c);
-// see doc/guides/emu.md "RoCEv2 wire".
+// The RC link under an emu device, on every wire: it turns the engine's message-level packets
+// (PktHdr) into RoCE v2 packets with per-packet PSNs, and back; a Carrier (carrier.hpp) moves
+// the encoded packets (RingCarrier: a lossless packet ring per direction, in-process or in a
+// /dev/shm mapping; UdpCarrier: raw IPv4 sockets, impairments, pcap). The engine speaks its own
+// protocol (messages numbered by MSN, one verdict per message); this layer owns every RC rule:
+// PSN sequencing from random initial PSNs, ACK coalescing, NAK PSN sequence error, duplicate
+// detection, go-back-N retransmission on a timer with the QP's retry count, RNR retries with
+// the QP's rnr_retry, "retry exceeded" when the peer is gone, READ responses and their
+// duplicates, and the checks that make a blind forged packet harmless (source address, PSN
+// against what is outstanding; doc/guides/security.md). The engine sends each message once and
+// hears only its final verdict. RC rules modelled after IBTA vol. 1 9.7 (as implemented by Linux
+// rxe: rxe_req.c, rxe_resp.c, rxe_comp.c); see doc/guides/emu.md "RoCEv2 wire".
 //
-// Everything runs in the device thread under the engine's mutex: pump() drives the carrier (its
-// system calls: recvmmsg, sendto); poll cores never call into it. Buffers are sized when a QP is
-// connected.
+// Everything runs in the device thread (inline mode: the posting thread's pump) under the
+// engine's mutex: pump() drives the carrier (UDP: recvmmsg, sendto); poll cores never call it.
+// Buffers are sized when a QP is connected.
 #pragma once
 
 #include <cstdint>
@@ -55,13 +55,13 @@ class RoceLink {
   uint32_t mtu() const noexcept { return opt_.mtu; }
   // Control path (under the engine mutex).
   // The initial send PSN of QP `qpn`'s incarnation: drawn at random (24 bits) on the first call
-  // and stated until forget() (a RESET, which also ends the old incarnation's transport) or until
-  // the connection made with it carried a request (then the next connect, a reconnect, gets a new
-  // one), as Linux rdma_cm (core/cma.c
-  // __rdma_create_id: a random 24-bit seq_num) and rdma-core's libibverbs/examples/rc_pingpong.c
-  // (lrand48() & 0xffffff) choose the PSN a QP states (ibv_modify_qp RTS sq_psn; the peer's RTR
-  // rq_psn), and as the dv backend does. A late packet of an earlier incarnation thus falls, but
-  // for a 2^-24 chance, outside the next one's expected PSN.
+  // and stated until forget() (a RESET, which also ends the old incarnation's transport), as
+  // Linux rdma_cm (core/cma.c __rdma_create_id: a random 24-bit seq_num) and rdma-core's
+  // libibverbs/examples/rc_pingpong.c (lrand48() & 0xffffff) choose the PSN a QP states
+  // (ibv_modify_qp RTS sq_psn; the peer's RTR rq_psn), and as the dv backend does. A late packet
+  // of an earlier incarnation thus falls, but for a 2^-24 chance, outside the next one's
+  // expected PSN. Once the connection made with it carried a request, a reconnect without RESET
+  // states the PSN after the last one sent: the old connection's packets are behind it.
   uint32_t sq_psn(uint32_t qpn);
   // rq_psn: the peer's initial send PSN (its ConnectInfo psn), the first PSN this QP expects;
   // first_msn: the engine's number for the first request message it will be handed (responder
@@ -73,9 +73,22 @@ class RoceLink {
   void forget(uint32_t qpn);
   // A QP moved to error: it sends nothing more (no retransmission, no timer), in place.
   void stop(uint32_t qpn) noexcept;
-  // Device thread: moves packets between the engine's rings on `w` (side 0) and the network.
-  // Returns true when it did work; *pending |= something awaits an answer.
-  bool pump(Wire& w, uint64_t now_ns, bool* pending) noexcept;
+  // Device thread (or the inline pump): moves messages between the engine's rings `w` (the
+  // link is end 1) and the carrier. Returns true when it did work; *pending |= something
+  // awaits an answer.
+  bool pump(Rings& w, uint64_t now_ns, bool* pending) noexcept;
+  // Inline mode: no wall-clock timers. The inline pump runs both devices and both links until a
+  // round does no work; then nothing more can arrive, so each requester QP with packets
+  // outstanding has its timer fire at once (fire_stalled: the RNR timer if it waits out an RNR
+  // NAK, else the retransmission timer, counting its retries as a timeout would). The outcome
+  // is the threaded one, independent of wall time.
+  void set_stalled_only(bool on) noexcept { stalled_only_ = on; }
+  // Returns true when a timer fired.
+  bool fire_stalled(Rings& w, uint64_t now_ns) noexcept;
+  // Retransmission rounds (after a timeout or an RNR wait): EmuStats::retries.
+  uint64_t retries() const noexcept { return retries_; }
+  // Packets longer than their QP's path MTU, dropped: EmuStats::mtu_drops.
+  uint64_t mtu_drops() const noexcept { return mtu_drops_; }
   // The link's counters with the carrier's (tx_packets, injected_*).
   EmuStats::Roce stats() const noexcept;
 
@@ -86,7 +99,7 @@ class RoceLink {
     std::vector<uint8_t> buf;
   };
   struct Msg {  // a message of the requester awaiting its response
-    uint32_t msn = 0, gen = 0;
+    uint32_t msn = 0;
     uint32_t first_psn = 0, last_psn = 0;  // READ: first .. first + N - 1
     bool read = false;
     uint32_t read_len = 0;
@@ -147,30 +160,32 @@ class RoceLink {
   uint32_t wire_msn(const Qp& q, uint32_t engine_msn) const noexcept {
     return (engine_msn - q.rmsn0) & roce::kPsnMask;
   }
-  void on_duplicate(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_duplicate(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   Qp* find(uint32_t qpn) noexcept;
-  bool tx_from_engine(Wire& w) noexcept;
-  bool resp_from_engine(Wire& w) noexcept;
-  bool rx_network(Wire& w) noexcept;
-  bool check_psn(Wire& w, Qp& q, const roce::Packet& p) noexcept;
-  void on_request(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  bool tx_from_engine(Rings& w) noexcept;
+  bool resp_from_engine(Rings& w) noexcept;
+  bool rx_network(Rings& w) noexcept;
+  bool check_psn(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   void to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh, WireSlot* s) noexcept;
   void advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) noexcept;
-  void on_response(Wire& w, Qp& q, const roce::Packet& p) noexcept;
-  void on_acknowledge(Wire& w, Qp& q, const roce::Packet& p) noexcept;
-  void on_read_response(Wire& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   void flush_ack(Qp*& held) noexcept;
   RMsg* pending(Qp& q, uint32_t msn, uint32_t* at) noexcept;
   void pop_through(Qp& q, uint32_t at) noexcept;
   void on_verdict(Qp& q, const WireSlot& s, Qp*& held) noexcept;
   void send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp*& held) noexcept;
   void send_nak(Qp& q, const PktHdr& h, RMsg* r, uint32_t at) noexcept;
-  void ack_up_to(Wire& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
-  bool to_engine_resp(Wire& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
-  void kill(Wire& w, Qp& q, uint8_t synd) noexcept;
-  void on_rnr_nak(Wire& w, Qp& q, uint32_t psn) noexcept;
+  void ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
+  bool to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
+  void kill(Rings& w, Qp& q, uint8_t synd) noexcept;
+  void on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept;
   void retransmit(Qp& q) noexcept;
-  void timers(Wire& w, Qp& q) noexcept;
+  void timers(Rings& w, Qp& q) noexcept;
+  void ack_expired(Rings& w, Qp& q) noexcept;
+  void rnr_expired(Qp& q) noexcept;
   uint8_t rnr_code() const noexcept;
   uint16_t next_ip_id() noexcept {  // never 0: the kernel would write its own (raw(7))
     if (++ip_id_ == 0) ip_id_ = 1;
@@ -179,8 +194,14 @@ class RoceLink {
   void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
   void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // to the carrier
 
+  // Carrier slots new requests and the engine's responses leave free, for the ACKs and NAKs
+  // the packets of one receive burst may cause.
+  static constexpr uint32_t kHeadroom = Carrier::kRxBatch;
+
   RoceOptions opt_;
   std::unique_ptr<Carrier> carrier_;
+  bool stalled_only_ = false;
+  uint64_t retries_ = 0, mtu_drops_ = 0;
   uint16_t ip_id_ = 0;
   uint64_t now_ = 0;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;

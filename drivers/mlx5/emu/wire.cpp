@@ -13,11 +13,25 @@
 #include <cstring>
 #include <new>
 
+#include <rdmx/core/assert.hpp>
 #include <rdmx/core/log.hpp>
 
+#include "carrier.hpp"
 #include "roce_link.hpp"
 
 namespace rdmx::emu {
+
+// The mapping (the heap for an in-process wire, /dev/shm for two processes): a header and the
+// two links' packet rings. The header's first fields keep their place in every version, so that
+// a mapping of another version is recognised (and, its creator gone, removed).
+struct WireShared {
+  std::atomic<uint64_t> magic;
+  uint32_t version;
+  uint32_t n_slots;
+  int32_t creator_pid;  // the process that created the wire: a later one removes it once it died
+  std::atomic<uint32_t> side_open[2];
+  detail::PktRing pkt[2];  // pkt[d]: packets of side d's link to side 1 - d's
+};
 
 namespace {
 
@@ -29,24 +43,38 @@ std::string shm_path(const std::string& name) {
 
 void init_shared(WireShared* sh) {
   sh->version = kWireVersion;
-  sh->n_slots = kWireSlots;
+  sh->n_slots = detail::kPktSlots;
   sh->creator_pid = static_cast<int32_t>(getpid());
   for (auto& s : sh->side_open) s.store(0, std::memory_order_relaxed);
-  for (auto& c : sh->ctl) {
-    c.head.store(0, std::memory_order_relaxed);
-    c.tail.store(0, std::memory_order_relaxed);
-  }
+  for (detail::PktRing& r : sh->pkt) detail::init_pkt_ring(&r);
   sh->magic.store(kWireMagic, std::memory_order_release);
 }
 
-inline int ring_of(int side, WireClass c, bool tx) noexcept {
-  const int dir = tx ? side : 1 - side;
+inline int ring_of(int end, WireClass c, bool tx) noexcept {
+  const int dir = tx ? end : 1 - end;
   return dir * 2 + static_cast<int>(c);
 }
 
+// The header fields every version shares (magic, version, creator_pid), from a mapping of any
+// size; false when it is not a wire.
+struct Header {
+  uint32_t version = 0;
+  int32_t creator_pid = 0;
+};
+bool read_header(int fd, size_t size, Header* h) {
+  if (size < sizeof(uint64_t) * 3) return false;
+  void* p = mmap(nullptr, sizeof(uint64_t) * 3, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return false;
+  const auto* sh = static_cast<const WireShared*>(p);
+  const bool ok = sh->magic.load(std::memory_order_acquire) == kWireMagic;
+  if (ok) *h = Header{sh->version, sh->creator_pid};
+  munmap(p, sizeof(uint64_t) * 3);
+  return ok;
+}
+
 // Removes the shared wires whose creating process is gone (killed: it could not unlink its
-// wire). Only wires of this layout, whose creator no longer exists (kill(pid, 0): ESRCH), are
-// touched; each is one line.
+// wire), of this layout or an earlier one. Only wires whose creator no longer exists
+// (kill(pid, 0): ESRCH) are touched; each is one line.
 void sweep_dead_wires() {
   DIR* d = ::opendir("/dev/shm");
   if (!d) return;
@@ -56,27 +84,81 @@ void sweep_dead_wires() {
     const int fd = shm_open(path.c_str(), O_RDONLY, 0);
     if (fd < 0) continue;
     struct stat st {};
-    void* p = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == sizeof(WireShared))
-      p = mmap(nullptr, sizeof(WireShared), PROT_READ, MAP_SHARED, fd, 0);
+    Header h;
+    const bool wire = fstat(fd, &st) == 0 && read_header(fd, static_cast<size_t>(st.st_size), &h);
     close(fd);
-    if (p == MAP_FAILED) continue;
-    const auto* sh = static_cast<const WireShared*>(p);
-    const int32_t pid =
-        sh->magic.load(std::memory_order_acquire) == kWireMagic && sh->version == kWireVersion
-            ? sh->creator_pid
-            : 0;
-    munmap(p, sizeof(WireShared));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH && shm_unlink(path.c_str()) == 0)
-      RDMX_LOG_INFO("emu: removed /dev/shm%s, left by process %d, which is gone", path.c_str(),
-                    static_cast<int>(pid));
+    if (wire && h.version >= 2 && h.creator_pid > 0 && ::kill(h.creator_pid, 0) != 0 &&
+        errno == ESRCH && shm_unlink(path.c_str()) == 0)
+      RDMX_LOG_INFO("emu: removed /dev/shm%s (layout %u), left by process %d, which is gone",
+                    path.c_str(), h.version, static_cast<int>(h.creator_pid));
   }
   ::closedir(d);
 }
 
+// A ring carrier's link for `side` of an in-process or shared-memory wire: the nominal
+// addresses, the largest MTU (the QP's path MTU is set at connect), the default window.
+Result<std::unique_ptr<detail::RoceLink>> ring_link(WireShared* sh, int side) {
+  RoceOptions o;
+  o.local_ipv4 = Wire::ring_ip(side);
+  o.mtu = kWireMtu;
+  return detail::RoceLink::open(
+      o, std::make_unique<detail::RingCarrier>(&sh->pkt[side], &sh->pkt[1 - side]));
+}
+
 }  // namespace
 
+// ---- the engine<->link rings
+// ---------------------------------------------------------------------
+Rings::Rings() noexcept {
+  for (RingCtl& c : ctl_) {
+    c.head.store(0, std::memory_order_relaxed);
+    c.tail.store(0, std::memory_order_relaxed);
+  }
+}
+
+WireSlot* Rings::tx_slot(int end, WireClass c) noexcept {
+  const int r = ring_of(end, c, true);
+  RingCtl& k = ctl_[r];
+  const uint64_t h = k.head.load(std::memory_order_relaxed);
+  const uint64_t t = k.tail.load(std::memory_order_acquire);
+  if (h - t >= kWireSlots) return nullptr;
+  return &slots_[r][h & (kWireSlots - 1)];
+}
+
+uint32_t Rings::tx_free(int end, WireClass c) const noexcept {
+  const RingCtl& k = ctl_[ring_of(end, c, true)];
+  const uint64_t h = k.head.load(std::memory_order_relaxed);
+  const uint64_t t = k.tail.load(std::memory_order_acquire);
+  return static_cast<uint32_t>(kWireSlots - (h - t));
+}
+
+void Rings::tx_commit(int end, WireClass c) noexcept {
+  RingCtl& k = ctl_[ring_of(end, c, true)];
+  k.head.store(k.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+const WireSlot* Rings::rx_slot(int end, WireClass c) noexcept {
+  const int r = ring_of(end, c, false);
+  RingCtl& k = ctl_[r];
+  const uint64_t t = k.tail.load(std::memory_order_relaxed);
+  const uint64_t h = k.head.load(std::memory_order_acquire);
+  if (h == t) return nullptr;
+  return &slots_[r][t & (kWireSlots - 1)];
+}
+
+void Rings::rx_pop(int end, WireClass c) noexcept {
+  RingCtl& k = ctl_[ring_of(end, c, false)];
+  k.tail.store(k.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+// ---- the wire
+// -------------------------------------------------------------------------------------
+Wire::Wire() {
+  for (auto& r : rings_) r = std::make_unique<Rings>();
+}
+
 Wire::~Wire() {
+  for (auto& l : link_) l.reset();  // the links' carriers use the mapping
   if (!sh_) return;
   if (shm_) {
     munmap(sh_, map_len_);
@@ -87,6 +169,15 @@ Wire::~Wire() {
   }
 }
 
+Result<std::shared_ptr<Wire>> Wire::over_rings(std::shared_ptr<Wire> w) {
+  for (int side = 0; side < 2; ++side) {
+    auto l = ring_link(w->sh_, side);
+    if (!l) return std::move(l).error();
+    w->link_[side] = std::move(l.value());
+  }
+  return w;
+}
+
 std::shared_ptr<Wire> Wire::make_local() {
   std::shared_ptr<Wire> w(new Wire());
   void* mem = ::operator new (sizeof(WireShared), std::align_val_t{alignof(WireShared)});
@@ -94,7 +185,9 @@ std::shared_ptr<Wire> Wire::make_local() {
   w->map_len_ = sizeof(WireShared);
   init_shared(w->sh_);
   w->token_ = (uint64_t{static_cast<uint32_t>(getpid())} << 32) | g_next_token.fetch_add(1);
-  return w;
+  auto r = over_rings(std::move(w));
+  RDMX_ASSERT(r.ok());  // a ring carrier's link with the default options always opens
+  return std::move(r.value());
 }
 
 Result<std::shared_ptr<Wire>> Wire::create_shm(const std::string& name) {
@@ -125,7 +218,7 @@ Result<std::shared_ptr<Wire>> Wire::create_shm(const std::string& name) {
   w->shm_name_ = path;
   init_shared(w->sh_);
   w->token_ = std::hash<std::string>{}(path);
-  return w;
+  return over_rings(std::move(w));
 }
 
 Result<std::shared_ptr<Wire>> Wire::attach_shm(const std::string& name) {
@@ -134,7 +227,17 @@ Result<std::shared_ptr<Wire>> Wire::attach_shm(const std::string& name) {
   if (fd < 0)
     return make_error(Errc::kNoDevice, "emu: no shared wire " + path + ": " + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(WireShared)) {
+  Header h;
+  if (fstat(fd, &st) == 0 && read_header(fd, static_cast<size_t>(st.st_size), &h) &&
+      h.version != kWireVersion) {
+    close(fd);
+    return make_error(Errc::kDeviceError,
+                      "emu: shared wire " + path + " has layout " + std::to_string(h.version) +
+                          ", this build speaks layout " + std::to_string(kWireVersion) +
+                          " (made by another rdmx build: remove /dev/shm" + path +
+                          " once its processes are gone)");
+  }
+  if (static_cast<size_t>(st.st_size) != sizeof(WireShared)) {
     close(fd);
     return make_error(Errc::kDeviceError, "emu: shared wire " + path + " has the wrong size");
   }
@@ -143,7 +246,7 @@ Result<std::shared_ptr<Wire>> Wire::attach_shm(const std::string& name) {
   if (p == MAP_FAILED) return make_error(Errc::kNoMemory, "emu: mmap(" + path + ") failed");
   auto* sh = static_cast<WireShared*>(p);
   if (sh->magic.load(std::memory_order_acquire) != kWireMagic || sh->version != kWireVersion ||
-      sh->n_slots != kWireSlots) {
+      sh->n_slots != detail::kPktSlots) {
     munmap(p, sizeof(WireShared));
     return make_error(Errc::kDeviceError, "emu: shared wire " + path + " is not initialised");
   }
@@ -153,43 +256,7 @@ Result<std::shared_ptr<Wire>> Wire::attach_shm(const std::string& name) {
   w->shm_ = true;
   w->shm_name_ = path;
   w->token_ = std::hash<std::string>{}(path);
-  return w;
-}
-
-WireSlot* Wire::tx_slot(int side, WireClass c) noexcept {
-  const int r = ring_of(side, c, true);
-  RingCtl& k = ctl(r);
-  const uint64_t h = k.head.load(std::memory_order_relaxed);
-  const uint64_t t = k.tail.load(std::memory_order_acquire);
-  if (h - t >= kWireSlots) return nullptr;
-  return &sh_->slots[r][h & (kWireSlots - 1)];
-}
-
-uint32_t Wire::tx_free(int side, WireClass c) const noexcept {
-  const int r = ring_of(side, c, true);
-  const RingCtl& k = sh_->ctl[r];
-  const uint64_t h = k.head.load(std::memory_order_relaxed);
-  const uint64_t t = k.tail.load(std::memory_order_acquire);
-  return static_cast<uint32_t>(kWireSlots - (h - t));
-}
-
-void Wire::tx_commit(int side, WireClass c) noexcept {
-  RingCtl& k = ctl(ring_of(side, c, true));
-  k.head.store(k.head.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-}
-
-const WireSlot* Wire::rx_slot(int side, WireClass c) noexcept {
-  const int r = ring_of(side, c, false);
-  RingCtl& k = ctl(r);
-  const uint64_t t = k.tail.load(std::memory_order_relaxed);
-  const uint64_t h = k.head.load(std::memory_order_acquire);
-  if (h == t) return nullptr;
-  return &sh_->slots[r][t & (kWireSlots - 1)];
-}
-
-void Wire::rx_pop(int side, WireClass c) noexcept {
-  RingCtl& k = ctl(ring_of(side, c, false));
-  k.tail.store(k.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  return over_rings(std::move(w));
 }
 
 bool Wire::peer_open(int side) const noexcept {
@@ -198,7 +265,7 @@ bool Wire::peer_open(int side) const noexcept {
 
 Status Wire::attach(int side, detail::Engine* eng, Mode mode) {
   if (side != 0 && side != 1) return make_error(Errc::kInvalidArgument, "emu: side must be 0 or 1");
-  if (link_ && (side != 0 || mode != Mode::kThreaded))
+  if (roce_ && (side != 0 || mode != Mode::kThreaded))
     return make_error(Errc::kInvalidArgument,
                       "emu: a RoCE wire takes one device, on side 0, in threaded mode (the device "
                       "thread does the network I/O)");
@@ -234,8 +301,13 @@ detail::Engine* Wire::engine(int side) noexcept {
 
 std::shared_ptr<Wire> Wire::over_link(std::unique_ptr<detail::RoceLink> link,
                                       const RoceOptions& opt) {
-  std::shared_ptr<Wire> w = make_local();
-  w->link_ = std::move(link);
+  std::shared_ptr<Wire> w(new Wire());
+  void* mem = ::operator new (sizeof(WireShared), std::align_val_t{alignof(WireShared)});
+  w->sh_ = new (mem) WireShared();
+  w->map_len_ = sizeof(WireShared);
+  init_shared(w->sh_);
+  w->roce_ = true;
+  w->link_[0] = std::move(link);
   w->mtu_cap_ = opt.mtu;
   w->sh_->side_open[1].store(1, std::memory_order_release);  // the network is the peer
   w->token_ = 0x526f434500000000ull | opt.local_ipv4;        // "RoCE" + address
@@ -250,10 +322,10 @@ Result<std::shared_ptr<Wire>> Wire::make_roce(const RoceOptions& opt) {
 
 Result<std::pair<std::shared_ptr<Wire>, std::shared_ptr<Wire>>> Wire::make_roce_ring_pair(
     const RoceOptions& a, const RoceOptions& b) {
-  struct Rings {
+  struct PairRings {
     detail::PktRing r[2];
   };
-  auto rings = std::make_shared<Rings>();
+  auto rings = std::make_shared<PairRings>();
   for (detail::PktRing& r : rings->r) detail::init_pkt_ring(&r);
   auto la =
       detail::RoceLink::open(a, std::make_unique<detail::RingCarrier>(&rings->r[0], &rings->r[1]));

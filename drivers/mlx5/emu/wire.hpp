@@ -1,8 +1,11 @@
-// The wire between two emulated ports: four single-producer/single-consumer rings of fixed-size
-// slots (per direction: requests and responses, so draining responses never needs ring space and
-// two devices cannot deadlock each other). The same layout serves one process (heap) and two
-// processes (a shared mapping under /dev/shm). Slots hold RC-shaped packets with their payload
-// copied in; no pointer ever crosses the wire.
+// The wire between two emulated ports. Each side has an engine, a set of four private
+// single-producer/single-consumer rings of fixed-size slots between that engine and its RC link
+// (per direction: requests and responses, so draining responses never needs ring space), and the
+// link (roce_link.hpp), which owns every RC rule: PSNs, ACK/NAK and coalescing, retransmission,
+// RNR, READ responses. The links speak RoCE v2 packets over a carrier: on an in-process or
+// shared-memory wire a lossless packet ring per direction (RingCarrier) in the heap or in a
+// /dev/shm mapping two processes share; on a RoCE wire the network (UdpCarrier). Slots hold
+// RC-shaped messages with their payload copied in; no pointer ever crosses a process.
 #pragma once
 
 #include <atomic>
@@ -36,7 +39,8 @@ enum class PktOp : uint8_t {
   kNak,       // syndrome = the requester's CQE syndrome (remote access, invalid request, ...)
   kRnrNak,    // receiver not ready: retry later
   kReadResp,  // read-response data
-  kDrop,      // no response will come (no such QP / wrong state): models the retry timer firing
+  kDrop,      // engine -> its link: the request is not taken (no such QP, wrong state); the link
+              // drops it and expects it again, so the requester's retry timer runs out
 };
 inline constexpr uint8_t kPktFirst = 1;
 inline constexpr uint8_t kPktLast = 2;
@@ -49,8 +53,7 @@ struct PktHdr {
   uint8_t pad0;
   uint32_t dst_qpn;
   uint32_t src_qpn;
-  uint32_t msn;  // message sequence number of the requester's SQ (PSN of the message)
-  uint32_t gen;  // requester retransmission generation (echoed in responses)
+  uint32_t msn;  // message sequence number of the requester's SQ (the link maps it to PSNs)
   uint32_t imm;  // immediate data or the key to invalidate
   uint32_t rkey;
   uint32_t len;      // payload bytes in this packet
@@ -77,20 +80,29 @@ struct alignas(64) RingCtl {
 };
 
 inline constexpr uint64_t kWireMagic = 0x726d64782d776972ull;  // "rdmx-wir"
-inline constexpr uint32_t kWireVersion = 2;                    // 2: creator_pid
+// 2: creator_pid; 3: the mapping holds only the two links' packet rings (a RingCarrier each way).
+inline constexpr uint32_t kWireVersion = 3;
 
-// Lives at the start of the (possibly shared) mapping.
-struct WireShared {
-  std::atomic<uint64_t> magic;
-  uint32_t version;
-  uint32_t n_slots;
-  int32_t creator_pid;  // the process that created the wire: a later one removes it once it died
-  std::atomic<uint32_t> side_open[2];
-  RingCtl ctl[4];  // ring r = dir * 2 + cls; dir 0 = side 0 -> side 1
-  WireSlot slots[4][kWireSlots];
-};
+struct WireShared;  // the (possibly shared) mapping: wire.cpp
 
 enum class WireClass : int { kReq = 0, kResp = 1 };
+
+// The four rings between one side's engine (end 0) and its link (end 1), in process memory.
+class Rings {
+ public:
+  Rings() noexcept;
+  // Producer at `end`: a slot to fill, or nullptr when the ring is full.
+  WireSlot* tx_slot(int end, WireClass c) noexcept;
+  uint32_t tx_free(int end, WireClass c) const noexcept;
+  void tx_commit(int end, WireClass c) noexcept;
+  // Consumer at `end`: the next message for it, or nullptr.
+  const WireSlot* rx_slot(int end, WireClass c) noexcept;
+  void rx_pop(int end, WireClass c) noexcept;
+
+ private:
+  RingCtl ctl_[4];  // ring r = dir * 2 + cls; dir 0 = end 0 -> end 1
+  WireSlot slots_[4][kWireSlots];
+};
 
 class Wire {
  public:
@@ -101,33 +113,39 @@ class Wire {
   static std::shared_ptr<Wire> make_local();
   static Result<std::shared_ptr<Wire>> create_shm(const std::string& name);
   static Result<std::shared_ptr<Wire>> attach_shm(const std::string& name);
-  // RoCE v2 over the network (roce_link.hpp): the rings of an in-process wire whose side 1 is
-  // played by the link, which the device thread pumps.
+  // RoCE v2 over the network: one device, on side 0, whose link's carrier is the UdpCarrier;
+  // the device thread pumps it.
   static Result<std::shared_ptr<Wire>> make_roce(const RoceOptions& opt);
   // Two RoCE wires in one process whose links meet on a lossless packet ring per direction
   // (RingCarrier) instead of the network: RoCE v2 packets, the link's RC rules, no sockets.
   // `a` and `b` give each side's address (any; nothing is routed) and window and MTU.
   static Result<std::pair<std::shared_ptr<Wire>, std::shared_ptr<Wire>>> make_roce_ring_pair(
       const RoceOptions& a, const RoceOptions& b);
-  detail::RoceLink* roce() noexcept { return link_.get(); }
-  // A link below the rings owns loss: it resends (timeouts, sequence and RNR NAKs) and hands
-  // the engine only each message's final verdict, so the engine sends every message once. The
-  // in-process and shared-memory rings lose nothing and resend nothing: there the engine's
-  // requester keeps its message-level recovery (Engine::go_back, Engine::timeouts).
-  bool link_owns_loss() const noexcept { return link_ != nullptr; }
+  // The RC link of `side` (every wire has one per side it serves).
+  detail::RoceLink* link(int side) noexcept { return link_[side].get(); }
+  // The engine<->link rings of `side`.
+  Rings& rings(int side) noexcept { return *rings_[side]; }
+  // A RoCE wire: peers are named by IPv4-mapped GIDs. Otherwise the two sides of this wire
+  // name each other by its port token and their links' addresses are nominal (ring_ip).
+  bool roce() const noexcept { return roce_; }
+  // The nominal address of `side`'s link on an in-process or shared-memory wire: 192.0.2.1
+  // and .2 (RFC 5737 documentation addresses); the packet rings route nothing.
+  static constexpr uint32_t ring_ip(int side) noexcept {
+    return 0xC0000201u + static_cast<uint32_t>(side);
+  }
   // Largest payload per packet this wire carries (the RoCE wire's path MTU).
   uint32_t mtu_cap() const noexcept { return mtu_cap_; }
 
   bool shared_memory() const noexcept { return shm_; }
   uint64_t token() const noexcept { return token_; }
 
-  // Producer side (device on `side`): a slot to fill, or nullptr when the ring is full.
-  WireSlot* tx_slot(int side, WireClass c) noexcept;
-  uint32_t tx_free(int side, WireClass c) const noexcept;
-  void tx_commit(int side, WireClass c) noexcept;
-  // Consumer side: the next packet for `side`, or nullptr.
-  const WireSlot* rx_slot(int side, WireClass c) noexcept;
-  void rx_pop(int side, WireClass c) noexcept;
+  // Engine side (device on `side`, end 0 of its rings): a slot to fill, or nullptr when full.
+  WireSlot* tx_slot(int side, WireClass c) noexcept { return rings_[side]->tx_slot(0, c); }
+  uint32_t tx_free(int side, WireClass c) const noexcept { return rings_[side]->tx_free(0, c); }
+  void tx_commit(int side, WireClass c) noexcept { rings_[side]->tx_commit(0, c); }
+  // The next message from the link for the engine on `side`, or nullptr.
+  const WireSlot* rx_slot(int side, WireClass c) noexcept { return rings_[side]->rx_slot(0, c); }
+  void rx_pop(int side, WireClass c) noexcept { rings_[side]->rx_pop(0, c); }
 
   bool peer_open(int side) const noexcept;
 
@@ -139,21 +157,23 @@ class Wire {
   std::mutex& reg_mu() noexcept { return mu_; }
 
  private:
-  Wire() = default;
+  Wire();
+  static Result<std::shared_ptr<Wire>> over_rings(std::shared_ptr<Wire> w);
   static std::shared_ptr<Wire> over_link(std::unique_ptr<detail::RoceLink> link,
                                          const RoceOptions& opt);
-  RingCtl& ctl(int r) noexcept { return sh_->ctl[r]; }
 
   WireShared* sh_ = nullptr;
   size_t map_len_ = 0;
   bool shm_ = false;
   bool creator_ = false;
+  bool roce_ = false;
   std::string shm_name_;
   uint64_t token_ = 0;
   std::mutex mu_;
   detail::Engine* eng_[2] = {nullptr, nullptr};
+  std::unique_ptr<Rings> rings_[2];
   std::shared_ptr<void> carrier_mem_;  // a ring pair's packet rings (outlive link_)
-  std::unique_ptr<detail::RoceLink> link_;
+  std::unique_ptr<detail::RoceLink> link_[2];
   uint32_t mtu_cap_ = kWireMtu;
   Mode mode_[2] = {Mode::kInline, Mode::kInline};
 };

@@ -266,8 +266,6 @@ uint8_t Engine::run_wqe(QpCtx& q, const prm::DecodedWqe& w, SendEntry& e) noexce
   e.msn = q.next_msn++;
   e.len = total;
   e.byte_cnt = static_cast<uint32_t>(total);
-  e.rnr_left = q.tm.rnr_retry;
-  e.retry_left = q.tm.retry_cnt;
   e.st = SendEntry::St::kWait;
   if (unreachable_.load(std::memory_order_relaxed) || !q.connected || !wire_->peer_open(side_)) {
     st_.retries += q.tm.retry_cnt;

@@ -49,9 +49,10 @@ struct Options {
   uint32_t max_inline_klm = 52;  // most KLMs an inline UMR may carry (at most the profile's)
   int numa_node = 0;
   // Transport (RC) model. The RC timers of every QP whose QpConfig::timers is unset (rdma_cm's
-  // RoCE defaults: 1.07 s ACK timeout, 7 retries). Threaded mode (either wire): a request with
-  // no response for timeout x (retry_cnt + 1) completes with TRANSPORT_RETRY_EXC_ERR; the RoCE
-  // wire retransmits on every timeout. rnr_retry counts RNR retries (7 is NOT infinite here).
+  // RoCE defaults: 1.07 s ACK timeout, 7 retries). On every wire the link retransmits on each
+  // timeout and completes a request with TRANSPORT_RETRY_EXC_ERR after retry_cnt + 1 of them;
+  // inline mode fires a stalled exchange's timers at once. rnr_retry counts RNR retries (7 is
+  // NOT infinite here).
   mlx5::RcTimers timers;
   uint32_t rnr_timer_us = 50;  // threaded mode: wait before an RNR retry (inline: none)
   // NOT hardware behaviour, for key-guessing statistics only: a responder that refuses a remote
@@ -262,9 +263,9 @@ struct EmuStats {
   uint64_t rx_packets = 0;
   uint64_t tx_bytes = 0;            // payload bytes sent
   uint64_t rnr_naks = 0;            // RNR NAKs sent (responder)
-  uint64_t retries = 0;             // requester retransmissions (RNR + transport)
+  uint64_t retries = 0;             // the link's resends (after an RNR wait or a timeout)
   uint64_t cqes_dropped = 0;        // CQEs lost to a CQ overrun
-  uint64_t mtu_drops = 0;           // request packets longer than the path MTU, dropped (responder)
+  uint64_t mtu_drops = 0;           // packets longer than the QP's path MTU, dropped (link)
   uint64_t stale_requests = 0;      // requests before this incarnation's first, dropped (responder)
   uint64_t remote_access_naks = 0;  // remote accesses refused (responder: bad key, state,
                                     // rights, bounds or another PD's mkey)
