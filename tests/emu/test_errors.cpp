@@ -373,5 +373,46 @@ TEST_F(EmuTest, RnrRetrySucceedsWhenReceiveArrivesInTime) {
   EXPECT_EQ(0, std::memcmp(dst.p, src.p, 100));
 }
 
+// A QP moved to error and connected again without RESET (endpoint::recover_cores: drained,
+// then connected) before its device ran again: the messages its engine had queued for the link
+// when the old connection's window was full belong to that connection. Its WQEs were flushed,
+// so none of them may execute on the peer under the new connection; a WRITE posted after the
+// reconnect lands, and only it. The devices run only when the test calls progress().
+TEST_F(EmuTest, AReconnectDiscardsWhatTheOldConnectionQueued) {
+  Options o;
+  o.start_thread = false;
+  open(Mode::kThreaded, small_cfg(), 1, o);
+  constexpr size_t kMsg = 64 * 1024, kStale = 8;  // 8 x 16 packets: twice the link's window
+  Buf src, dst;
+  src.alloc(*a_.dev, (kStale + 1) * kMsg, 31);
+  dst.alloc(*b_.dev, (kStale + 1) * kMsg, 32);
+  const std::vector<uint8_t> before(dst.p, dst.p + dst.len);
+  for (size_t i = 0; i < kStale; ++i)
+    rdma(a_, MLX5_OPCODE_RDMA_WRITE, i, dst.addr(i * kMsg), dst.mr.rkey,
+         {{src.addr(i * kMsg), static_cast<uint32_t>(kMsg), src.mr.lkey}});
+  // A sends what its window takes and queues the rest for its link; B does not run.
+  for (int i = 0; i < 4; ++i) a_.dev->progress();
+  ASSERT_TRUE(a_.dev->modify_qp(a_.desc.qpn, mlx5::QpState::kError).ok());
+  for (const Completion& c : wait(a_, kStale)) EXPECT_EQ(c.status, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+  ASSERT_TRUE(mlx5::connect_qps(*a_.dev, a_.desc.qpn, *b_.dev, b_.desc.qpn).ok());
+  a_.qp.reset();
+  b_.qp.reset();
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 99, dst.addr(kStale * kMsg), dst.mr.rkey,
+       {{src.addr(kStale * kMsg), static_cast<uint32_t>(kMsg), src.mr.lkey}});
+  std::vector<Completion> done;
+  for (int i = 0; i < 10000 && done.empty(); ++i) {
+    a_.dev->progress();
+    b_.dev->progress();
+    a_.qp.poll(16, [&](const Completion& c) { done.push_back(c); });
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].cookie, 99u);
+  EXPECT_TRUE(done[0].ok()) << int(done[0].status);
+  EXPECT_EQ(0, std::memcmp(dst.p + kStale * kMsg, src.p + kStale * kMsg, kMsg));
+  for (size_t i = 0; i < kStale; ++i)
+    EXPECT_EQ(0, std::memcmp(dst.p + i * kMsg, before.data() + i * kMsg, kMsg))
+        << "flushed WRITE " << i << " executed on the new connection";
+}
+
 }  // namespace
 }  // namespace rdmx::emu::test

@@ -529,6 +529,9 @@ Status Engine::connect(uint32_t qpn, const mlx5::ConnectInfo& remote) {
   if (!peer_ip) return std::move(peer_ip).error();
   const uint32_t msn = q->next_msn;
   reset_qp_locked(*q);
+  // A reconnect without RESET (endpoint::recover_cores) starts clean as one through RESET:
+  // what the old connection queued between engine and link is not carried by the new one.
+  wire_->rings(side_).cancel(qpn);
   q->next_msn = msn;
   // The engine numbers the messages it is handed from the peer's PSN on (any start does; the
   // link translates PSNs and the wire's MSN).
@@ -614,6 +617,7 @@ Status Engine::modify_qp(uint32_t qpn, QpState to) {
     // retransmission of what the old one had in flight may reach a new peer at the same address
     // and QPN), and the next connect draws a new initial PSN.
     wire_->link(side_)->forget(qpn);
+    wire_->rings(side_).cancel(qpn);
     // The peer stays remembered so that reset -> init -> rtr -> rts reconnects to it.
     q->connected = keep_peer;
     q->peer_qpn = peer;

@@ -151,6 +151,19 @@ void Rings::rx_pop(int end, WireClass c) noexcept {
   k.tail.store(k.tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
+void Rings::cancel(uint32_t qpn) noexcept {
+  for (int r = 0; r < 4; ++r) {
+    RingCtl& k = ctl_[r];
+    const bool to_link = r < 2;  // dir 0: end 0 (engine) -> end 1 (link)
+    const uint64_t h = k.head.load(std::memory_order_acquire);
+    for (uint64_t t = k.tail.load(std::memory_order_relaxed); t != h; ++t) {
+      PktHdr& m = slots_[r][t & (kWireSlots - 1)].h;
+      uint32_t& q = to_link ? m.src_qpn : m.dst_qpn;
+      if (q == qpn) q = 0;
+    }
+  }
+}
+
 // ---- the wire
 // -------------------------------------------------------------------------------------
 Wire::Wire() {

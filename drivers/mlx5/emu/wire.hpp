@@ -98,6 +98,13 @@ class Rings {
   // Consumer at `end`: the next message for it, or nullptr.
   const WireSlot* rx_slot(int end, WireClass c) noexcept;
   void rx_pop(int end, WireClass c) noexcept;
+  // Control path, with neither end running (the engine's mutex): every message still queued
+  // for or from QP `qpn` (its source on the way to the link, its destination on the way to the
+  // engine) is voided (QPN 0, which no QP has), so that its consumer drops it. A QP that is
+  // connected again has nothing of its earlier connection left between engine and link, as
+  // rxe drains a QP's work and packet queues when it resets it (Linux
+  // drivers/infiniband/sw/rxe/rxe_qp.c rxe_qp_reset).
+  void cancel(uint32_t qpn) noexcept;
 
  private:
   RingCtl ctl_[4];  // ring r = dir * 2 + cls; dir 0 = end 0 -> end 1
