@@ -3,6 +3,7 @@
 // rules, and every drop reason of the parser.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -221,6 +222,22 @@ TEST(RoceCodec, IcrcCoversAllButTheMaskedFields) {
     w[i] ^= 0x01;
     EXPECT_EQ(roce::decode(w.data(), w.size(), &q), roce::Drop::kBadIcrc) << i;
   }
+}
+
+// A carrier with no medium (the packet ring: Carrier::icrc false) neither writes nor checks
+// the ICRC: the field stays 0, the packet parses the same, and only a check would refuse it.
+TEST(RoceCodec, WithoutIcrcTheFieldIsZeroAndNotChecked) {
+  const roce::Packet p = example();
+  std::vector<uint8_t> v(roce::wire_len(p));
+  ASSERT_EQ(roce::encode(p, v.data(), v.size(), false), v.size());
+  EXPECT_EQ(std::vector<uint8_t>(v.end() - 4, v.end()), std::vector<uint8_t>(4, 0));
+  const std::vector<uint8_t> with = enc(p);
+  EXPECT_TRUE(std::equal(v.begin(), v.end() - 4, with.begin()));  // the rest is the same
+  roce::Packet q;
+  ASSERT_EQ(roce::decode(v.data(), v.size(), &q, false), roce::Drop::kNone);
+  EXPECT_EQ(q.psn, p.psn);
+  EXPECT_EQ(q.payload_len, p.payload_len);
+  EXPECT_EQ(roce::decode(v.data(), v.size(), &q), roce::Drop::kBadIcrc);
 }
 
 // Re-seals a modified packet with a valid ICRC so the check after it is reached.

@@ -52,6 +52,11 @@ class Carrier {
   // Device thread. How many packets send() takes now without refusing one (UINT32_MAX: no
   // limit the caller can see, as a socket's).
   virtual uint32_t tx_room() const noexcept = 0;
+  // Whether packets cross a medium that can corrupt them, so that the ICRC is generated and
+  // checked (IBTA vol. 1 Annex A17.4.1; a NIC does both in hardware, rxe_icrc.c in software).
+  // A packet ring in memory has none: its packets are the encoder's own bytes, and computing a
+  // CRC-32 over each byte twice in software would be the ring's largest cost.
+  virtual bool icrc() const noexcept = 0;
   const CarrierStats& stats() const noexcept { return st_; }
 
  protected:
@@ -71,6 +76,7 @@ class UdpCarrier final : public Carrier {
   void flush(uint64_t now_ns) noexcept override;
   unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
   uint32_t tx_room() const noexcept override { return UINT32_MAX; }
+  bool icrc() const noexcept override { return true; }
 
  private:
   explicit UdpCarrier(const RoceOptions& opt) : opt_(opt), rng_(opt.seed) {}
@@ -116,6 +122,7 @@ class RingCarrier final : public Carrier {
   // The packets stay in their slots (no copy) until the next recv_burst hands them back.
   unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
   uint32_t tx_room() const noexcept override;
+  bool icrc() const noexcept override { return false; }
 
  private:
   PktRing* tx_;

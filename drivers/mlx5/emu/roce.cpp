@@ -117,7 +117,7 @@ uint32_t icrc(const uint8_t* ip, size_t udp_end) noexcept {
   return static_cast<uint32_t>(c);
 }
 
-size_t encode(const Packet& p, uint8_t* out, size_t cap) noexcept {
+size_t encode(const Packet& p, uint8_t* out, size_t cap, bool with_icrc) noexcept {
   const uint8_t flags = opcode_flags(p.opcode);
   if (!(flags & kOpKnown)) return 0;
   if (!(flags & kHasPayload) && p.payload_len != 0) return 0;
@@ -177,7 +177,7 @@ size_t encode(const Packet& p, uint8_t* out, size_t cap) noexcept {
   if (p.payload_len) std::memcpy(h, p.payload, p.payload_len);
   h += p.payload_len;
   for (uint32_t i = 0; i < pad; ++i) *h++ = 0;
-  const uint32_t crc = icrc(out, total);
+  const uint32_t crc = with_icrc ? icrc(out, total) : 0;
   // Least-significant byte first (rxe_icrc.c rxe_icrc_generate stores a __le32).
   h[0] = static_cast<uint8_t>(crc);
   h[1] = static_cast<uint8_t>(crc >> 8);
@@ -186,7 +186,7 @@ size_t encode(const Packet& p, uint8_t* out, size_t cap) noexcept {
   return total;
 }
 
-Drop decode(const uint8_t* ip, size_t len, Packet* out) noexcept {
+Drop decode(const uint8_t* ip, size_t len, Packet* out, bool check_icrc) noexcept {
   if (len < kIpv4Len) return Drop::kNotRoce;
   if (ip[0] != RTE_IPV4_VHL_DEF) return Drop::kNotRoce;  // IPv4, no options
   const size_t total = get16(ip + 2);
@@ -201,11 +201,13 @@ Drop decode(const uint8_t* ip, size_t len, Packet* out) noexcept {
   // Measure from the BTH with the UDP length (rxe "Fix packet length checks").
   if (udp_len < kUdpLen + kBthLen + kIcrcLen) return Drop::kTruncated;
   const size_t end = kIpv4Len + udp_len;
-  const uint32_t want = icrc(ip, end);
-  const uint8_t* c = ip + end - kIcrcLen;
-  const uint32_t got =
-      uint32_t{c[0]} | (uint32_t{c[1]} << 8) | (uint32_t{c[2]} << 16) | (uint32_t{c[3]} << 24);
-  if (want != got) return Drop::kBadIcrc;
+  if (check_icrc) {
+    const uint32_t want = icrc(ip, end);
+    const uint8_t* c = ip + end - kIcrcLen;
+    const uint32_t got =
+        uint32_t{c[0]} | (uint32_t{c[1]} << 8) | (uint32_t{c[2]} << 16) | (uint32_t{c[3]} << 24);
+    if (want != got) return Drop::kBadIcrc;
+  }
 
   const uint8_t* b = u + kUdpLen;
   Packet& p = *out;

@@ -118,8 +118,9 @@ struct Packet {
 size_t wire_len(const Packet& p) noexcept;
 // Writes the IPv4 packet (IP + UDP + BTH + headers + payload + zero pad + ICRC) into out and
 // returns its length, or 0 when cap is too small or the opcode is unknown. The IP header
-// checksum is filled (rte_ipv4_cksum), the UDP checksum is 0 as rxe sends over IPv4.
-size_t encode(const Packet& p, uint8_t* out, size_t cap) noexcept;
+// checksum is filled (rte_ipv4_cksum), the UDP checksum is 0 as rxe sends over IPv4. Without
+// `with_icrc` the ICRC field is left 0 (a carrier with no medium to corrupt: Carrier::icrc).
+size_t encode(const Packet& p, uint8_t* out, size_t cap, bool with_icrc = true) noexcept;
 
 // ICRC of the IPv4 packet `ip` whose UDP datagram ends at `udp_end` bytes from its start (the
 // last 4 bytes of the datagram are the ICRC itself and are not covered). IBTA Annex A17
@@ -145,8 +146,9 @@ enum class Drop : uint8_t {
 const char* drop_name(Drop d) noexcept;
 
 // Parses the IPv4 packet [ip, ip+len) (trailing bytes beyond the IP total length, such as
-// Ethernet padding, are ignored). kNone: *out holds the packet.
-Drop decode(const uint8_t* ip, size_t len, Packet* out) noexcept;
+// Ethernet padding, are ignored). kNone: *out holds the packet. Without `check_icrc` the ICRC
+// field is not read (a carrier with no medium to corrupt: Carrier::icrc).
+Drop decode(const uint8_t* ip, size_t len, Packet* out, bool check_icrc = true) noexcept;
 
 // 24-bit PSN arithmetic (IBTA vol. 1 9.7.1; rxe_verbs.h psn_compare): a - b as a signed value in
 // [-2^23, 2^23).

@@ -201,7 +201,7 @@ void RoceLink::send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcep
   p.psn = psn;
   p.aeth_syndrome = synd;
   p.aeth_msn = msn;
-  const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
+  const size_t n = roce::encode(p, scratch_.data(), scratch_.size(), icrc_);
   if (roce::aeth_type(synd) == 0) ++st_.acks_sent;
   put(scratch_.data(), n, q.peer_ip);
 }
@@ -248,7 +248,7 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
     p.payload = s->payload;
     p.payload_len = h.len;
     TxPkt& t = q.tx[(q.tx_head + q.tx_count) % q.tx.size()];
-    t.len = static_cast<uint32_t>(roce::encode(p, t.buf.data(), t.buf.size()));
+    t.len = static_cast<uint32_t>(roce::encode(p, t.buf.data(), t.buf.size(), icrc_));
     if (t.len == 0) {  // not encodable (cannot happen for engine packets): drop it
       w.rx_pop(1, WireClass::kReq);
       continue;
@@ -731,7 +731,7 @@ void RoceLink::send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp
   p.aeth_msn = wire_msn(q, h.msn + 1);
   p.payload = s.payload;
   p.payload_len = h.len;
-  const size_t n = roce::encode(p, scratch_.data(), scratch_.size());
+  const size_t n = roce::encode(p, scratch_.data(), scratch_.size(), icrc_);
   if (n) put(scratch_.data(), n, q.peer_ip);
   if (last && r) {
     q.acked_psn = r->last_psn;
@@ -768,8 +768,8 @@ bool RoceLink::rx_network(Rings& w) noexcept {
   if (got == 0) return false;
   for (unsigned i = 0; i < got; ++i) {
     roce::Packet p;
-    roce::Drop d =
-        pkts[i].truncated ? roce::Drop::kNotRoce : roce::decode(pkts[i].data, pkts[i].len, &p);
+    roce::Drop d = pkts[i].truncated ? roce::Drop::kNotRoce
+                                     : roce::decode(pkts[i].data, pkts[i].len, &p, icrc_);
     Qp* q = nullptr;
     if (d == roce::Drop::kNone) {
       q = find(p.dqpn);

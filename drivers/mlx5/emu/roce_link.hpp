@@ -156,7 +156,7 @@ class RoceLink {
   };
 
   RoceLink(const RoceOptions& opt, std::unique_ptr<Carrier> c)
-      : opt_(opt), carrier_(std::move(c)) {}
+      : opt_(opt), carrier_(std::move(c)), icrc_(carrier_->icrc()) {}
   uint32_t wire_msn(const Qp& q, uint32_t engine_msn) const noexcept {
     return (engine_msn - q.rmsn0) & roce::kPsnMask;
   }
@@ -200,6 +200,7 @@ class RoceLink {
 
   RoceOptions opt_;
   std::unique_ptr<Carrier> carrier_;
+  bool icrc_;  // the carrier's Carrier::icrc(): generate and check the ICRC
   bool stalled_only_ = false;
   uint64_t retries_ = 0, mtu_drops_ = 0;
   uint16_t ip_id_ = 0;
