@@ -320,8 +320,11 @@ void App::print_stats(const char* type, int exit_status) {
 }
 
 // The RoCE v2 link of an emu@roce device (this process's side): what the transport did to
-// deliver the run (retransmissions, NAKs, duplicates, injected faults). Nothing on other wires.
+// deliver the run (retransmissions, NAKs, duplicates, injected faults). The in-process and
+// shared-memory wires have the same link (EmuStats::roce counts for them too), but their
+// packet rings are no network: their output stays as it was, without this report.
 void App::print_roce_stats() {
+  if (!endpoint::device_on_network(prm.device)) return;
   for (const endpoint::EmuControl& d : {tb->emu_a, tb->emu_b}) {
     if (!d) continue;
     const endpoint::LinkStats r = d.link_stats();

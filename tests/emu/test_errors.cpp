@@ -329,6 +329,12 @@ TEST_P(Syndromes, TransportRetryExceededWhenPeerQpIsGone) {
   rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, 0x1000, 0x1234, {{src.addr(), 10, src.mr.lkey}});
   EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
   EXPECT_GE(a_.dev->stats().retries, 7u);
+  // The link's own account, reported on this wire as on RoCE: the first send and retry_cnt (7)
+  // resends of the one packet, each followed by a timeout.
+  const EmuStats::Roce r = a_.dev->stats().roce;
+  EXPECT_EQ(r.timeouts, 8u);
+  EXPECT_EQ(r.retransmits, 7u);
+  EXPECT_EQ(r.tx_packets, 8u);
 }
 
 TEST_P(Syndromes, RnrRetryExceededWithoutReceive) {

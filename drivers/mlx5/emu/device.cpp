@@ -661,9 +661,9 @@ EmuStats Engine::stats() {
   std::lock_guard<std::mutex> g(mu_);
   EmuStats s = st_;
   const RoceLink* l = wire_->link(side_);
-  // The link's own counters are a RoCE wire's report (rdmafwd prints them for emu@roce); the
-  // in-process and shared-memory links count the same, unreported.
-  if (wire_->roce()) s.roce = l->stats();
+  // Every wire's RC transport is its link, so its counters (retransmissions, timeouts, NAKs,
+  // duplicates, a packet ring's ring_full) are reported on every wire, not only on RoCE.
+  s.roce = l->stats();
   s.retries += l->retries();
   s.mtu_drops += l->mtu_drops();
   return s;

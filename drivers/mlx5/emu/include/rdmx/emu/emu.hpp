@@ -280,7 +280,8 @@ struct EmuStats {
   uint64_t starved_retry_exc = 0;  // ... of them while the emu thread itself had not run for
                                    // longer than the QP's timeout (the log says so)
   uint64_t max_poll_gap_us = 0;    // the longest time the device was not polled (threaded)
-  // RoCE v2 wire only (zero on the other wires).
+  // The RC link's counters, on every wire (each side's link speaks RoCE v2 packets, over UDP
+  // or over the in-process and shared-memory wires' packet rings).
   struct Roce {
     uint64_t tx_packets = 0, rx_packets = 0;
     uint64_t retransmits = 0;  // packets sent again (go-back-N after a timeout or a PSN NAK)
