@@ -190,6 +190,35 @@ TEST_P(ResponderErrors, KeepsRtsOptionIsTheOldBehaviour) {
   EXPECT_EQ(b_.dev->poll_async_events(ev), 0u);
 }
 
+// A one-sided reconnect (endpoint::recover_core; the attack bed's): the requester's QP went to
+// error and is connected again without RESET to the responder, which kept its connection. Its
+// link states the PSN after the last one it sent, which is the responder's expected PSN, so the
+// next WRITE executes. A fresh random PSN would fall behind it (a duplicate: re-ACKed, the WRITE
+// completed but never executed) or ahead (NAKed, then retried until TRANSPORT_RETRY_EXC).
+TEST_P(ResponderErrors, AOneSidedReconnectContinuesAtTheExpectedPsn) {
+  Options o;
+  o.responder_keeps_rts = true;
+  o.timers.timeout = 10;  // 4.2 ms: a PSN the responder does not expect fails in 34 ms
+  open(GetParam(), small_cfg(), 1, o);
+  Buf src, rb;
+  src.alloc(*a_.dev, 4096, 1);
+  rb.alloc(*b_.dev, 4096, 2);
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, rb.addr(), rb.mr.rkey, {{src.addr(), 64, src.mr.lkey}});
+  ASSERT_TRUE(wait(a_, 1)[0].ok());
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 2, rb.addr(), rb.mr.rkey ^ 0x100,
+       {{src.addr(), 64, src.mr.lkey}});
+  ASSERT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
+  ASSERT_EQ(a_.dev->query_qp(a_.desc.qpn).value(), mlx5::QpState::kError);
+  ASSERT_TRUE(a_.dev->connect(a_.desc.qpn, b_.dev->local_info(b_.desc.qpn)).ok());
+  a_.qp.reset();
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 3, rb.addr(1024), rb.mr.rkey,
+       {{src.addr(1024), 64, src.mr.lkey}});
+  const Completion c = wait(a_, 1)[0];
+  EXPECT_TRUE(c.ok()) << int(c.status);
+  EXPECT_EQ(0, std::memcmp(rb.p + 1024, src.p + 1024, 64)) << "completed, not executed";
+  EXPECT_EQ(b_.dev->query_qp(b_.desc.qpn).value(), mlx5::QpState::kRts);
+}
+
 INSTANTIATE_TEST_SUITE_P(Emu, ResponderErrors, ::testing::Values(Mode::kInline, Mode::kThreaded),
                          mode_param_name);
 

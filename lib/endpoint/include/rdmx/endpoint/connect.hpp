@@ -51,7 +51,10 @@ Status drain_core(win::PollCore& c, std::chrono::nanoseconds budget = kDefaultDr
 Status disconnect_core(win::PollCore& c, std::chrono::nanoseconds budget = kDefaultDrainBudget,
                        const std::function<void(const mlx5::Completion&)>& on = {});
 
-// Steps 1-3 for one core towards `remote` (the peer recovers on its side).
+// Steps 1-3 for one core towards `remote` (the peer recovers on its side). When the peer keeps
+// its connection instead (stays in RTS), it must have no request outstanding towards this core:
+// its connect info states the next PSN it will send, so this core answers its retransmissions
+// of earlier PSNs as duplicates, with an ACK that completes them unexecuted (IBTA C9-105).
 Status recover_core(win::PollCore& c, const mlx5::ConnectInfo& remote);
 // Steps 1-3 for two connected cores of this process: both drained before either is reset.
 Status recover_cores(win::PollCore& a, win::PollCore& b);
