@@ -1,19 +1,23 @@
 // The emulated device executes a UMR without allocating: inline or pointer-mode translation
 // entries land in room taken when the device and the window were made (drivers/mlx5/emu/umr.cpp).
+// A reconnect takes the RC link's buffers of the previous connection (roce_link.cpp take_qp).
 // Counted with a replaced global operator new, on this thread only (inline mode: the doorbell
 // runs the device in the caller's thread).
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "emu_util.hpp"
 
 namespace {
 thread_local uint64_t t_allocs = 0;
+thread_local uint64_t t_bytes = 0;
 }  // namespace
 
 void* operator new(size_t n) {
   ++t_allocs;
+  t_bytes += n;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
@@ -66,6 +70,36 @@ TEST_F(UmrAlloc, PointerModeMapsAllocateNothing) {
   EXPECT_EQ(map_pointer(w.value(), arena, klm, 64), 0u);
   EXPECT_EQ(map_pointer(w.value(), arena, klm, 17), 0u);
   EXPECT_EQ(map_pointer(w.value(), arena, klm, 64), 0u);
+}
+
+// Both QPs through RESET and connected again, as recovery does (and as a server does for a peer
+// whose every refused request costs it its connection): each side's link keeps the previous
+// connection's rings and packet buffers (64 packets of the path MTU and headers, 266 KiB) for
+// the next one instead of allocating and zeroing them at each connect.
+TEST_F(UmrAlloc, AReconnectTakesTheLinksBuffersOfThePreviousConnection) {
+  open(Mode::kInline);
+  Buf src, dst;
+  src.alloc(*a_.dev, 8192, 11);
+  dst.alloc(*b_.dev, 8192, 12);
+  reconnect();  // the first connection's buffers become the spare ones
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t before = t_bytes;
+    reconnect();
+    const uint64_t bytes = t_bytes - before;
+    EXPECT_LT(bytes, 16u * 1024) << "round " << round << ": a reconnect allocated " << bytes
+                                 << " bytes";
+    // The connection works on the buffers it took: an 8 KiB WRITE (two packets) lands.
+    std::memset(src.p, 0x40 + round, 8192);
+    rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(0), dst.mr.rkey,
+         {{src.addr(), 8192, src.mr.lkey}});
+    uint8_t status = 0xff;
+    uint32_t got = 0;
+    for (int i = 0; i < 1000 && !got; ++i)
+      got = a_.qp.poll(1, [&](const Completion& c) { status = c.status; });
+    ASSERT_EQ(got, 1u);
+    EXPECT_EQ(status, 0);
+    EXPECT_EQ(std::memcmp(src.p, dst.p, 8192), 0) << "round " << round;
+  }
 }
 
 }  // namespace

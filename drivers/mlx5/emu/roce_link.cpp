@@ -144,7 +144,7 @@ uint32_t RoceLink::sq_psn(uint32_t qpn) {
 void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32_t mtu,
                        uint32_t rq_psn, uint32_t first_msn, const mlx5::RcTimers& tm,
                        uint64_t rnr_wait_ns) {
-  auto q = std::make_unique<Qp>();
+  std::unique_ptr<Qp> q = take_qp();
   q->qpn = qpn;
   q->peer_qpn = peer_qpn;
   q->peer_ip = peer_ip;
@@ -168,7 +168,35 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   q->retry_left = q->retry_cnt;
   q->rnr_retry = q->rnr_left = tm.rnr_retry;
   q->rnr_wait_ns = rnr_wait_ns;
-  qps_[qpn] = std::move(q);
+  std::unique_ptr<Qp>& slot = qps_[qpn];
+  keep(std::move(slot));  // a reconnect without RESET: the old connection's state
+  slot = std::move(q);
+}
+
+// A connection's rings and packet buffers (window x (path MTU + headers): 266 KiB with the
+// defaults) are kept for the link's next connection, so that a reconnect (recovery; a peer
+// whose every refused request costs it its connection) or a QP made and destroyed per
+// operation allocates and zeroes nothing: doing so at each connect made emu_fuzz_replay
+// (a QP pair per input) 0.05 s -> 7 s and every reconnect cost page faults.
+std::unique_ptr<RoceLink::Qp> RoceLink::take_qp() {
+  if (spare_.empty()) return std::make_unique<Qp>();
+  std::unique_ptr<Qp> q = std::move(spare_.back());
+  spare_.pop_back();
+  std::vector<TxPkt> tx = std::move(q->tx);
+  std::vector<Msg> msgs = std::move(q->msgs);
+  std::vector<RMsg> rmsgs = std::move(q->rmsgs);
+  *q = Qp{};  // every field as a new connection's; the buffers' bytes are written before use
+  for (TxPkt& t : tx) t.psn = t.len = 0;
+  std::fill(msgs.begin(), msgs.end(), Msg{});
+  std::fill(rmsgs.begin(), rmsgs.end(), RMsg{});
+  q->tx = std::move(tx);
+  q->msgs = std::move(msgs);
+  q->rmsgs = std::move(rmsgs);
+  return q;
+}
+
+void RoceLink::keep(std::unique_ptr<Qp> q) {
+  if (q && spare_.size() < kSpareQps) spare_.push_back(std::move(q));
 }
 
 void RoceLink::stop(uint32_t qpn) noexcept {
@@ -181,7 +209,10 @@ void RoceLink::stop(uint32_t qpn) noexcept {
 }
 
 void RoceLink::forget(uint32_t qpn) {
-  qps_.erase(qpn);
+  if (auto it = qps_.find(qpn); it != qps_.end()) {
+    keep(std::move(it->second));
+    qps_.erase(it);
+  }
   sq_psn_.erase(qpn);
 }
 

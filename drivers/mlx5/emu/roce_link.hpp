@@ -192,6 +192,10 @@ class RoceLink {
     return ip_id_;
   }
   void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
+  // A new connection's state, on the buffers of a spare one when there is one (connect).
+  std::unique_ptr<Qp> take_qp();
+  // Keeps a connection's buffers for the next (forget, a reconnect), up to kSpareQps.
+  void keep(std::unique_ptr<Qp> q);
   void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // to the carrier
 
   // Carrier slots new requests and the engine's responses leave free, for the ACKs and NAKs
@@ -206,6 +210,8 @@ class RoceLink {
   uint16_t ip_id_ = 0;
   uint64_t now_ = 0;
   std::unordered_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  static constexpr size_t kSpareQps = 8;
+  std::vector<std::unique_ptr<Qp>> spare_;  // forgotten connections' buffers (take_qp)
   EmuStats::Roce st_;
   std::mt19937 psn_rng_{std::random_device{}()};   // initial PSNs (never reproducible)
   std::unordered_map<uint32_t, uint32_t> sq_psn_;  // per QP, stated but not yet connected
