@@ -219,6 +219,35 @@ TEST_P(ResponderErrors, AOneSidedReconnectContinuesAtTheExpectedPsn) {
   EXPECT_EQ(b_.dev->query_qp(b_.desc.qpn).value(), mlx5::QpState::kRts);
 }
 
+// A responder QP in error answers nothing (IBTA vol. 1 10.3.1; rxe_resp.c get_req frees every
+// request packet of a responder in error): its peer's WRITE is sent retry_cnt + 1 times, then
+// completes with TRANSPORT_RETRY_EXC_ERR, and nothing lands. With rdma_cm's timers that is
+// 1.07 s x 8; this QP's 4.2 ms x 4 is what a test that wants it noticed fast asks for.
+TEST_P(ResponderErrors, APeerInErrorAnswersNothingAndTheRetriesRunOut) {
+  mlx5::QpConfig cfg = small_cfg();
+  cfg.timers = mlx5::RcTimers{};
+  cfg.timers->timeout = kShort;
+  cfg.timers->retry_cnt = 3;
+  open(GetParam(), cfg);
+  Buf src, rb;
+  src.alloc(*a_.dev, 4096, 1);
+  rb.alloc(*b_.dev, 4096, 2);
+  const std::vector<uint8_t> before(rb.p, rb.p + 4096);
+  ASSERT_TRUE(b_.dev->modify_qp(b_.desc.qpn, mlx5::QpState::kError).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, rb.addr(), rb.mr.rkey, {{src.addr(), 64, src.mr.lkey}});
+  EXPECT_EQ(wait(a_, 1, 5000)[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  const EmuStats st = a_.dev->stats();
+  EXPECT_EQ(st.roce.timeouts, 4u);     // retry_cnt + 1 expiries of the timer
+  EXPECT_EQ(st.roce.retransmits, 3u);  // the request sent again on all but the last
+  EXPECT_EQ(b_.dev->stats().roce.acks_sent, 0u) << "a responder in error answered";
+  if (GetParam() == Mode::kThreaded) {
+    EXPECT_GE(took, milliseconds(16));  // 4 x 4.2 ms
+  }
+  EXPECT_EQ(0, std::memcmp(rb.p, before.data(), 4096)) << "a QP in error executed a WRITE";
+}
+
 INSTANTIATE_TEST_SUITE_P(Emu, ResponderErrors, ::testing::Values(Mode::kInline, Mode::kThreaded),
                          mode_param_name);
 
