@@ -747,6 +747,54 @@ def case_roce_server_restart(binary, extra=()):
               "abandoned and counted, verified")
 
 
+def case_server_stops_answering(binary):
+    """The server stops answering in the middle of a write run (SIGSTOP: alive, its QP never
+    answers again) and the transport's retry timer is longer than the test (ack_timeout=20:
+    4.3 s x 8): the client must end by its own bounds all the same, --duration 1 plus the 5 s
+    drain bound (doc/guides/rdmafwd.md, "How long a stop takes"), the I/Os in flight abandoned and counted,
+    exit 1 and nothing left behind; the teardown must not wait for the transport either."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30"])
+    cli = None
+    sout = serr = cout = cerr = ""
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--fwd", "write", "--duration", "1", "--json",
+                                         "--stats-period", "0.2", "--device",
+                                         "emu,ack_timeout=20"])
+        wait_line(cli, cli.stdout, '"type":"periodic"')
+        srv.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            cli.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - t0
+        srv.send_signal(signal.SIGCONT)
+        cout, cerr = finish(cli, 30)
+        sout, serr = finish(srv, 30)
+    finally:
+        for p in (srv, cli):
+            if p:
+                p.send_signal(signal.SIGCONT)
+                reap(p)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    # The stop came less than 1 s into the run: 1 s, the 5 s drain bound, 2 s for the rest.
+    check(took < 8, f"the client ended {took:.1f} s after its server stopped answering "
+          "(bound: --duration 1 + the 5 s drain + 2 s)", *procs)
+    check(cli.returncode == 1, f"client exit {cli.returncode} (1: I/Os abandoned)", *procs)
+    c = summary(cout)
+    check(c["seconds"] < 1 + 5 + 1, f"the client's run lasted {c['seconds']:.1f} s", *procs)
+    f = c["total"]["faults"]
+    check(f["abandoned_ios"] > 0 and f["unrecovered_lanes"] == 1,
+          f"abandoned {f['abandoned_ios']}, lanes not recovered {f['unrecovered_lanes']}", *procs)
+    check(not leftovers(cli.pid), f"left behind: {leftovers(cli.pid)}", *procs)
+    print(f"server stopped answering: the client ended {took:.1f} s later (run "
+          f"{c['seconds']:.1f} s, {f['abandoned_ios']} I/Os abandoned, exit 1)")
+
+
 def sigint_mid_run(binary, who):
     """Ctrl-C (SIGINT) to the server or the client in the middle of a run: that side says
     goodbye; the other finishes its I/Os in flight (the server serves them) and ends too, both
@@ -1902,6 +1950,7 @@ CASES = {
     "server-dies-mid-run": case_server_dies_mid_run,
     "relay": case_relay,
     "server-stats": case_server_stats,
+    "server-stops-answering": case_server_stops_answering,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
