@@ -55,6 +55,7 @@ struct App {
   // The JSON summary's errors.excused (doc/guides/rdmafwd.md, "Statistics").
   uint64_t excused_errors = 0;
   Status stop();
+  void flush_dead_lanes();  // main lcore, after the lanes ended (App::stop)
   void refresh_census();
   void reset_stats(const char* why);  // `start`, `clear stats`
   // Any thread.

@@ -205,8 +205,25 @@ Status App::stop() {
   (void)rc;
   run_cycles += rte_rdtsc() - run_start_tsc.load();
   running = false;
+  flush_dead_lanes();
   refresh_census();
   return {};
+}
+
+// A lane that stopped dead (its drain deadline passed with I/O unanswered, or a QP error it
+// could not recover from) can never run again (App::start refuses it): its QPs go to the error
+// state now, so that every WQE still in flight (the data WQEs the peer never answered, the
+// unmaps posted behind them) completes as flushed at once (ibv_modify_qp(3) IBV_QPS_ERR), instead
+// of keeping the teardown waiting for the transport's retry timer or the quiesce budget.
+void App::flush_dead_lanes() {
+  for (auto& lp : tb->lanes) {
+    const Lane& l = *lp;
+    if (!l.dead) continue;
+    for (win::PollCore* k : {l.c, l.p, l.r, l.s}) {
+      mlx5::Device* d = (k == l.c || k == l.s) ? l.dev_a : l.dev_b;
+      if (k && d && !k->qp().in_error()) (void)d->modify_qp(k->qp_handle(), mlx5::QpState::kError);
+    }
+  }
 }
 
 void App::reset_stats(const char* why) {

@@ -133,12 +133,28 @@ Status Launcher::start(std::function<int(CoreContext&)> fn) {
 
 std::vector<int> Launcher::wait() {
   if (!running_) return rets_;
+  // The cores bound their own drain (the function given to start()); a core that overruns it
+  // is named every kWaitReport, with its phase, rather than waited for in silence.
+  constexpr std::chrono::seconds kWaitReport{10};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto next_report = t0 + kWaitReport;
   for (;;) {
     bool any = false;
     for (const auto& c : ctx_) {
       if (rte_eal_get_lcore_state(c->lcore_id()) != WAIT) any = true;
     }
     if (!any) break;
+    if (std::chrono::steady_clock::now() >= next_report) {
+      next_report += kWaitReport;
+      for (const auto& c : ctx_)
+        if (rte_eal_get_lcore_state(c->lcore_id()) != WAIT)
+          RDMX_LOG_WARN("launcher: lcore %u has not returned after %lld s (phase %s)",
+                        c->lcore_id(),
+                        static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(
+                                                   std::chrono::steady_clock::now() - t0)
+                                                   .count()),
+                        phase_name(c->stats_->phase.load(std::memory_order_acquire)));
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   rte_eal_mp_wait_lcore();

@@ -309,12 +309,14 @@ Status PollCore::recover(std::chrono::nanoseconds budget) {
 
 PollCore::~PollCore() {
   if (qp_created_ && attached_) {
-    // Unmap what the application left mapped, then wait for every UMR of this core.
+    // Unmap what the application left mapped, then wait for every UMR of this core: the whole
+    // wait bounded by one budget (a peer that stopped answering holds the UMRs queued behind its
+    // data WQEs until the transport gives up; the application moves such a QP to error first).
     if (!qp_.in_error()) {
+      const Clock::time_point deadline = Clock::now() + kDefaultQuiesceBudget;
       for (uint32_t i = 0; i < pool_.n_windows(); ++i) {
         Window* w = &pool_.window(i);
         if (w->owner_ == id_ && w->state_ == WindowState::kMapped) {
-          const Clock::time_point deadline = Clock::now() + kDefaultQuiesceBudget;
           while (unmap(w) == Errc::kNoRoom && Clock::now() < deadline) {
             flush();
             if (poll(64, [](const mlx5::Completion&) {}) == 0) cpu_relax();
@@ -323,13 +325,16 @@ PollCore::~PollCore() {
       }
       for (uint32_t i = 0; i < n_mws_; ++i) {
         if (mws_[i].state_ != MwState::kBound) continue;
-        const Clock::time_point deadline = Clock::now() + kDefaultQuiesceBudget;
         while (invalidate_mw(&mws_[i]) == Errc::kNoRoom && Clock::now() < deadline) {
           flush();
           if (poll(64, [](const mlx5::Completion&) {}) == 0) cpu_relax();
         }
       }
-      if (!quiesce()) RDMX_LOG_WARN("poll core %u: UMRs still in flight at shutdown", id_);
+      if (!quiesce_until(deadline))
+        RDMX_LOG_WARN(
+            "poll core %u: %u UMRs still in flight at shutdown after %lld ms (the "
+            "device did not complete them: a peer that does not answer?)",
+            id_, umrs_in_flight(), static_cast<long long>(kDefaultQuiesceBudget.count()));
     }
     destroy_memory_windows();
     // Everything of this core goes to the depot (one line for the windows whose last UMR did

@@ -1,5 +1,6 @@
 // Two emulated devices in one process speaking RoCE v2 to each other over the loopback
-// interface (127.0.x.y addresses; raw IPv4 sockets, so the test skips without CAP_NET_RAW):
+// interface (127.N.x.y addresses, N this process's alone: tests/loopback_net.hpp; raw IPv4
+// sockets, so the test skips without CAP_NET_RAW):
 // every operation with its data verified, the same under injected loss, reordering and
 // duplication (nothing lost or duplicated, retransmission counters nonzero), "retry exceeded"
 // when the peer is gone, and a capture of what each device sent for tshark/Scapy
@@ -19,6 +20,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "../loopback_net.hpp"
 #include "emu_util.hpp"
 #include "roce.hpp"
 #include "wire.hpp"
@@ -27,6 +29,8 @@ namespace rdmx::emu::test {
 namespace {
 
 namespace roce = ::rdmx::emu::roce;
+using ::rdmx::test::loopback_ip;
+using ::rdmx::test::loopback_net;
 
 constexpr uint32_t ip4(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
   return (uint32_t{a} << 24) | (uint32_t{b} << 16) | (uint32_t{c} << 8) | d;
@@ -118,7 +122,8 @@ class RoceWire : public EmuTest {
     ASSERT_TRUE(st.ok()) << st.error().message;
   }
 
-  // Opens devices on 127.0.<net>.1 and 127.0.<net>.2; false (test skipped) without raw sockets.
+  // Opens devices on 127.N.<net>.1 and 127.N.<net>.2 (N: loopback_net()); false (test skipped)
+  // without raw sockets. Each test its own <net>.
   // Injected loss: a lost tail packet waits one ACK timeout, so lossy tests ask for 33.5 ms
   // (exponent 13) instead of rdma_cm's 1.07 s; a slow (sanitized, loaded) peer then only
   // causes retransmissions, 7 in a row before the connection would fail.
@@ -144,8 +149,8 @@ class RoceWire : public EmuTest {
 
   bool open_roce(uint8_t net, RoceOptions ra = {}, RoceOptions rb = {}, bool connect = true,
                  Options o = {}) {
-    ra.local_ipv4 = ip4(127, 0, net, 1);
-    rb.local_ipv4 = ip4(127, 0, net, 2);
+    ra.local_ipv4 = loopback_ip(net, 1);
+    rb.local_ipv4 = loopback_ip(net, 2);
     auto wa = make_roce_wire(ra);
     if (!wa.ok() && wa.error().message.find("CAP_NET_RAW") != std::string::npos) return false;
     EXPECT_TRUE(wa.ok()) << wa.error().message;
@@ -476,7 +481,7 @@ uint8_t RoceWire::write_across_stall(const Options& o, uint8_t net) {
 }
 
 TEST_F(RoceWire, DefaultTimersSurviveAStalledResponder) {
-  const uint8_t st = write_across_stall(Options{}, 12);
+  const uint8_t st = write_across_stall(Options{}, 15);
   if (st == 0xff) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   EXPECT_EQ(st, 0);
   EXPECT_EQ(a_.dev->stats().roce.timeouts, 0u);
@@ -486,7 +491,7 @@ TEST_F(RoceWire, ShortTimeoutFailsAcrossTheSameStall) {
   Options o;
   o.timers.timeout = 10;
   o.timers.retry_cnt = 3;
-  const uint8_t st = write_across_stall(o, 13);
+  const uint8_t st = write_across_stall(o, 16);
   if (st == 0xff) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   EXPECT_EQ(st, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
   EXPECT_EQ(a_.dev->stats().roce.timeouts, 4u);  // the first send and 3 retries
@@ -590,11 +595,11 @@ TEST_F(RoceWire, BadPacketsAreDroppedAndCounted) {
   ASSERT_GE(fd, 0);
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(ip4(127, 0, 7, 2));
+  to.sin_addr.s_addr = htonl(loopback_ip(7, 2));
   static const uint8_t data[64] = {0xEE};
   roce::Packet p;  // a WRITE_ONLY from A's address and QP that would land in dst
-  p.src_ip = ip4(127, 0, 7, 1);
-  p.dst_ip = ip4(127, 0, 7, 2);
+  p.src_ip = loopback_ip(7, 1);
+  p.dst_ip = loopback_ip(7, 2);
   p.ip_id = 0x4242;
   p.opcode = roce::kWriteOnly;
   p.ack_req = true;
@@ -622,7 +627,7 @@ TEST_F(RoceWire, BadPacketsAreDroppedAndCounted) {
   q.dqpn = 0xABCDE;  // no such QP
   send_pkt(q, none);
   q = p;
-  q.src_ip = ip4(127, 0, 7, 9);  // not the QP's peer
+  q.src_ip = loopback_ip(7, 9);  // not the QP's peer
   send_pkt(q, none);
   q = p;
   q.opcode = roce::kWriteOnly;
@@ -656,8 +661,8 @@ TEST_F(RoceWire, BadPacketsAreDroppedAndCounted) {
   EXPECT_EQ(0, std::memcmp(dst.p, src.p, 4096));
 }
 
-// The test itself is the requester: one device B on 127.0.13.2, and raw sockets of the test on
-// 127.0.13.1 that send hand-made request packets and read B's answers, to check the responder
+// The test itself is the requester: one device B on 127.N.13.2, and raw sockets of the test on
+// 127.N.13.1 that send hand-made request packets and read B's answers, to check the responder
 // rules as Linux rxe has them (rxe_resp.c), PSN by PSN, across the 24-bit wrap.
 class Peer {
  public:
@@ -712,7 +717,7 @@ class Peer {
 
 TEST_F(RoceWire, ResponderRulesAsRxe) {
   RoceOptions rb;
-  rb.local_ipv4 = ip4(127, 0, 13, 2);
+  rb.local_ipv4 = loopback_ip(13, 2);
   auto wb = make_roce_wire(rb);
   if (!wb.ok() && wb.error().message.find("CAP_NET_RAW") != std::string::npos)
     GTEST_SKIP() << wb.error().message;
@@ -724,7 +729,7 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   ASSERT_TRUE(b.ok());
   pair_.b = std::move(b.value());
   b_.dev = pair_.b.get();
-  Peer t(ip4(127, 0, 13, 1));
+  Peer t(loopback_ip(13, 1));
   ASSERT_TRUE(t.ok());
   // Initial PSNs: random per QP, stated in the connect info, new for each incarnation.
   auto d = b_.dev->create_qp(small_cfg());
@@ -742,6 +747,7 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   ci.psn = kP0;
   ci.gid[10] = ci.gid[11] = 0xFF;
   ci.gid[12] = 127;
+  ci.gid[13] = loopback_net();
   ci.gid[14] = 13;
   ci.gid[15] = 1;
   ASSERT_TRUE(b_.dev->connect(b_.desc.qpn, ci).ok());
@@ -749,7 +755,7 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
 
   Buf mem;
   mem.alloc(*b_.dev, 8192, 7);
-  const uint32_t to = ip4(127, 0, 13, 2);
+  const uint32_t to = loopback_ip(13, 2);
   auto P = [](int k) { return roce::psn_add(kP0, k); };
   std::vector<uint8_t> w1(512, 0x11), w2(512, 0x22), got;
   roce::Packet r, q;
@@ -907,7 +913,7 @@ TEST_F(RoceWire, BlindForgeriesDoNotDisturbTheConnection) {
   ASSERT_GE(fd, 0);
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(ip4(127, 0, 12, 2));
+  to.sin_addr.s_addr = htonl(loopback_ip(12, 2));
   std::mt19937 rng(20261205);
   static const uint8_t junk[64] = {0xEE, 0xEE, 0xEE, 0xEE};
   const uint32_t bad_rkey = dst_b.mr.rkey ^ 0x00ABCD00;
@@ -917,8 +923,8 @@ TEST_F(RoceWire, BlindForgeriesDoNotDisturbTheConnection) {
   uint64_t n_wrong_src = 0, n_requests = 0, n_responses = 0;
   auto forge = [&](int i) {
     roce::Packet p;
-    p.src_ip = (i & 1) ? ip4(127, 0, 12, 9) : ip4(127, 0, 12, 1);
-    p.dst_ip = ip4(127, 0, 12, 2);
+    p.src_ip = (i & 1) ? loopback_ip(12, 9) : loopback_ip(12, 1);
+    p.dst_ip = loopback_ip(12, 2);
     p.ip_id = static_cast<uint16_t>(i + 1);
     p.dqpn = b_.desc.qpn;
     do p.psn = rng() & roce::kPsnMask;
@@ -1031,7 +1037,7 @@ TEST_F(RoceWire, BlindForgeriesDoNotDisturbTheConnection) {
 TEST_F(RoceWire, DeviceGidIsIpv4Mapped) {
   if (!open_roce(5, {}, {}, false)) GTEST_SKIP() << "no raw IPv4 sockets (CAP_NET_RAW) here";
   const mlx5::ConnectInfo ci = a_.dev->local_info(a_.desc.qpn);
-  const uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 127, 0, 5, 1};
+  const uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 127, loopback_net(), 5, 1};
   EXPECT_EQ(0, std::memcmp(ci.gid, want, 16));
   EXPECT_EQ(ci.path_mtu, 3);  // IBV_MTU_1024
   mlx5::ConnectInfo bad = b_.dev->local_info(b_.desc.qpn);
@@ -1039,7 +1045,7 @@ TEST_F(RoceWire, DeviceGidIsIpv4Mapped) {
   EXPECT_FALSE(a_.dev->connect(a_.desc.qpn, bad).ok());
   // A second device on the same address is refused in one line.
   RoceOptions r;
-  r.local_ipv4 = ip4(127, 0, 5, 1);
+  r.local_ipv4 = loopback_ip(5, 1);
   auto w = make_roce_wire(r);
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.error().message.find("in use"), std::string::npos) << w.error().message;

@@ -30,6 +30,40 @@ CLIENT_EAL = ["-l", "0-1"] + MEM
 BUDGET = 60  # seconds any process of a case may live
 
 
+def loopback_net():
+    """The second octet N of this process's loopback addresses 127.N.x.y (1..254: never
+    127.0.0.x), this process's alone on the host: claimed as tests/loopback_net.hpp claims it (an
+    exclusive flock on /tmp/rdmx-loopback-127.N.lock, held until exit, from the pid's octet on),
+    so that two test runs at once never put emu RoCE devices (UDP 4791) on one address."""
+    global _LOOPBACK_NET
+    if _LOOPBACK_NET is None:
+        import fcntl
+        first = os.getpid() % 254
+        for i in range(254):
+            k = 1 + (first + i) % 254
+            f = open(f"/tmp/rdmx-loopback-127.{k}.lock", "a")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            _LOOPBACK_HOLD.append(f)  # open until exit: the lock with it
+            _LOOPBACK_NET = k
+            break
+        else:
+            _LOOPBACK_NET = 1 + first
+    return _LOOPBACK_NET
+
+
+_LOOPBACK_NET = None
+_LOOPBACK_HOLD = []
+
+
+def roce_dev(host):
+    """An emu RoCE device on this process's loopback address 127.N.0.host."""
+    return f"emu@roce:127.{loopback_net()}.0.{host}"
+
+
 def fail(msg, *procs):
     for name, out, err in procs:
         msg += f"\n--- {name} stdout ---\n{out}\n--- {name} stderr ---\n{err}"
@@ -747,6 +781,54 @@ def case_roce_server_restart(binary, extra=()):
               "abandoned and counted, verified")
 
 
+def case_server_stops_answering(binary):
+    """The server stops answering in the middle of a write run (SIGSTOP: alive, its QP never
+    answers again) and the transport's retry timer is longer than the test (ack_timeout=20:
+    4.3 s x 8): the client must end by its own bounds all the same, --duration 1 plus the 5 s
+    drain bound (doc/guides/rdmafwd.md, "How long a stop takes"), the I/Os in flight abandoned and counted,
+    exit 1 and nothing left behind; the teardown must not wait for the transport either."""
+    port = free_port()
+    srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
+                                     "--rendezvous-timeout", "30"])
+    cli = None
+    sout = serr = cout = cerr = ""
+    try:
+        wait_line(srv, srv.stdout, "waiting for a client")
+        cli = start(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
+                                         "--fwd", "write", "--duration", "1", "--json",
+                                         "--stats-period", "0.2", "--device",
+                                         "emu,ack_timeout=20"])
+        wait_line(cli, cli.stdout, '"type":"periodic"')
+        srv.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            cli.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        took = time.monotonic() - t0
+        srv.send_signal(signal.SIGCONT)
+        cout, cerr = finish(cli, 30)
+        sout, serr = finish(srv, 30)
+    finally:
+        for p in (srv, cli):
+            if p:
+                p.send_signal(signal.SIGCONT)
+                reap(p)
+    procs = [("server", sout, serr), ("client", cout, cerr)]
+    # The stop came less than 1 s into the run: 1 s, the 5 s drain bound, 2 s for the rest.
+    check(took < 8, f"the client ended {took:.1f} s after its server stopped answering "
+          "(bound: --duration 1 + the 5 s drain + 2 s)", *procs)
+    check(cli.returncode == 1, f"client exit {cli.returncode} (1: I/Os abandoned)", *procs)
+    c = summary(cout)
+    check(c["seconds"] < 1 + 5 + 1, f"the client's run lasted {c['seconds']:.1f} s", *procs)
+    f = c["total"]["faults"]
+    check(f["abandoned_ios"] > 0 and f["unrecovered_lanes"] == 1,
+          f"abandoned {f['abandoned_ios']}, lanes not recovered {f['unrecovered_lanes']}", *procs)
+    check(not leftovers(cli.pid), f"left behind: {leftovers(cli.pid)}", *procs)
+    print(f"server stopped answering: the client ended {took:.1f} s later (run "
+          f"{c['seconds']:.1f} s, {f['abandoned_ios']} I/Os abandoned, exit 1)")
+
+
 def sigint_mid_run(binary, who):
     """Ctrl-C (SIGINT) to the server or the client in the middle of a run: that side says
     goodbye; the other finishes its I/Os in flight (the server serves them) and ends too, both
@@ -1037,7 +1119,7 @@ def case_size_mismatch(binary):
         one_line(cli, out, err, 2, "the client runs metadata 8, this server 0: start both with "
                                    "the same --metadata")
         cli, out, err = run(binary, CLIENT_EAL, ["--role", "client", "--peer", f"127.0.0.1:{port}",
-                                                 "--device", "emu@roce:127.0.0.2"])
+                                                 "--device", roce_dev(2)])
         one_line(cli, out, err, 2, "the client runs link network, this server shm: start both on "
                                    "one link")
         srv.send_signal(signal.SIGINT)
@@ -1052,7 +1134,7 @@ def case_size_mismatch(binary):
     # client waited 30 s for a shared wire the server never made.
     port = free_port()
     srv = start(binary, SERVER_EAL, ["--role", "server", "--listen", f"127.0.0.1:{port}",
-                                     "--device", "emu@roce:127.0.0.1", "--rendezvous-timeout",
+                                     "--device", roce_dev(1), "--rendezvous-timeout",
                                      "30"])
     try:
         wait_line(srv, srv.stdout, "waiting for a client")
@@ -1329,8 +1411,8 @@ def case_blockd_link_mismatch(binary, blockd):
     # (shared memory), then the other way round. The client is refused at its exchange in one line
     # naming both links (exit 2, at once: not a wait for a wire that never comes), the server
     # says so in one line and serves the next client, on its own link.
-    for srv_dev, cli_dev, ok_dev in (("emu@roce:127.0.0.1", "emu", "emu@roce:127.0.0.2"),
-                                     ("emu", "emu@roce:127.0.0.2", "emu")):
+    for srv_dev, cli_dev, ok_dev in ((roce_dev(1), "emu", roce_dev(2)),
+                                     ("emu", roce_dev(2), "emu")):
         port = free_port()
         srv = subprocess.Popen([blockd, "--role", "server", "--listen", f"127.0.0.1:{port}",
                                 "--device", srv_dev, "--requests", "200"],
@@ -1390,7 +1472,7 @@ def case_blockd_hostile(binary, blockd, hostile_bin):
     naming the QP's client). A real client then runs verified and the server ends 0."""
     port = free_port()
     server = f"127.0.0.1:{port}"
-    dev_s, dev_c = "emu@roce:127.0.0.1", "emu@roce:127.0.0.2"
+    dev_s, dev_c = roce_dev(1), roce_dev(2)
     srv = subprocess.Popen([blockd, "--role", "server", "--listen", server, "--blocks", "256",
                             "--device", dev_s], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
@@ -1446,11 +1528,11 @@ def case_blockd_bye_leave(binary, blockd, hostile_bin):
     port = free_port()
     server = f"127.0.0.1:{port}"
     srv = subprocess.Popen([blockd, "--role", "server", "--listen", server, "--blocks", "256",
-                            "--device", "emu@roce:127.0.0.1"], stdout=subprocess.PIPE,
+                            "--device", roce_dev(1)], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:
         wait_line(srv, srv.stdout, "waiting for a client")
-        said = blockd_hostile_run(hostile_bin, "bye-leave", server, "emu@roce:127.0.0.2", 256)
+        said = blockd_hostile_run(hostile_bin, "bye-leave", server, roce_dev(2), 256)
         sout, serr = finish(srv, timeout=15)  # before: the client dropped, the server waits on
     finally:
         reap(srv)
@@ -1902,6 +1984,7 @@ CASES = {
     "server-dies-mid-run": case_server_dies_mid_run,
     "relay": case_relay,
     "server-stats": case_server_stats,
+    "server-stops-answering": case_server_stops_answering,
     "roce-relay-lossy": lambda b: case_roce(b, "relay", True),
     "netns-unreachable": case_netns_unreachable,
     "no-server": case_no_server,
