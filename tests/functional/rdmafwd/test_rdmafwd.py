@@ -95,9 +95,9 @@ def case_metadata(binary):
     check(t["corrupted"] > 0 and t["errors"]["verify"] > 0, f"not caught: {t}", p)
     # Two processes over the shared-memory wire, meeting on loopback: both run --metadata 16
     # (the session's hello checks they agree).
-    c, _, cli = two_process(binary, f"fwdmd{os.getpid()}", ["--io-count", "3000"],
+    c, _, cli = two_process(binary, f"fwdmd{os.getpid()}", ["--io-count", "1500"],
                             sizes=["--metadata", "16"])
-    check(c["ios"] == 3000 and c["errors"]["total"] == 0, f"client: {c}", cli)
+    check(c["ios"] == 1500 and c["errors"]["total"] == 0, f"client: {c}", cli)
     print(f"metadata: caught {t['errors']['verify']} of {t['corrupted']} corrupted metadata; "
           f"two processes {c['ios']} RPCs")
 
