@@ -762,7 +762,11 @@ void Engine::pump_inline() noexcept {
   for (int rounds = 0; rounds < 1000000; ++rounds) {
     bool work = progress();
     if (peer) work |= peer->progress();
-    if (!work) work = fire_stalled() | (peer && peer->fire_stalled());
+    if (!work) {  // both sides' timers, not only the first one's (no short circuit)
+      const bool mine = fire_stalled();
+      const bool theirs = peer && peer->fire_stalled();
+      work = mine || theirs;
+    }
     if (!work) break;
   }
 }
