@@ -433,11 +433,12 @@ TEST_F(RoceWire, OverPacketRingsReconnectStatesTheNextPsn) {
   EXPECT_NE(drawn, (psn0 + 3) & roce::kPsnMask) << "a RESET draws anew (2^-24 to collide)";
 }
 
-// A packet ring whose receiver does not run fills up: the requester link's retransmissions find
-// no slot and are refused, counted ring_full in the device's stats. b's thread is stopped, so the
-// 128 slots hold the 64-packet window sent once and resent once; the next two go-backs (retry_cnt
-// 3: four timeouts, three resends) are refused whole.
-TEST_F(RoceWire, OverPacketRingsFullRingIsCounted) {
+// A packet ring whose receiver does not run fills up, and the link puts nothing on it that it
+// would refuse: the retransmissions of the 64-packet window stop at the ring's headroom (16
+// slots kept for ACKs) and wait, so nothing is counted ring_full; the timeouts still end the
+// connection (retry_cnt 3: four timeouts, then TRANSPORT_RETRY_EXC). Before, the go-backs were
+// put on the full ring and refused whole (ring_full 128): on a lossless link, a loss.
+TEST_F(RoceWire, OverPacketRingsAFullRingRefusesNothing) {
   Options o;
   o.timers.timeout = 9;  // 2.1 ms
   o.timers.retry_cnt = 3;
@@ -452,8 +453,9 @@ TEST_F(RoceWire, OverPacketRingsFullRingIsCounted) {
   rdma(a_, MLX5_OPCODE_RDMA_WRITE, 1, dst.addr(), dst.mr.rkey, {{src.addr(), len, src.mr.lkey}});
   EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
   const EmuStats sa = a_.dev->stats();
-  EXPECT_EQ(sa.roce.ring_full, 2u * ra.window);
-  EXPECT_EQ(sa.roce.tx_packets, 2u * ra.window);
+  EXPECT_EQ(sa.roce.ring_full, 0u);
+  EXPECT_EQ(sa.roce.tx_packets, 128u - 16u + 1u);  // kPktSlots, less the headroom, plus one
+  EXPECT_EQ(sa.roce.timeouts, 4u);
   pair_.a->stop();
 }
 

@@ -49,6 +49,10 @@ class Carrier {
   virtual void flush(uint64_t now_ns) noexcept = 0;
   // Device thread. Receives up to `max` (<= kRxBatch) packets into `out`; returns how many.
   virtual unsigned recv_burst(RxPkt* out, unsigned max) noexcept = 0;
+  // Device thread. The last `n` packets of the last recv_burst were not taken: a packet ring
+  // keeps them for the next recv_burst; a socket cannot (they are dropped, as a NIC drops what
+  // it has no receive buffer for, and the peer's RC resends them).
+  virtual void unread(unsigned n) noexcept { (void)n; }
   // Device thread. How many packets send() takes now without refusing one (UINT32_MAX: no
   // limit the caller can see, as a socket's).
   virtual uint32_t tx_room() const noexcept = 0;
@@ -121,6 +125,7 @@ class RingCarrier final : public Carrier {
   void flush(uint64_t) noexcept override {}
   // The packets stay in their slots (no copy) until the next recv_burst hands them back.
   unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
+  void unread(unsigned n) noexcept override { held_ -= n < held_ ? n : held_; }
   uint32_t tx_room() const noexcept override;
   bool icrc() const noexcept override { return false; }
 

@@ -205,6 +205,8 @@ void RoceLink::stop(uint32_t qpn) noexcept {
     q->tx_count = q->m_count = 0;
     q->timer_ns = 0;
     q->rnr_until = 0;
+    q->resend = kNoResend;
+    q->owed = false;
   }
 }
 
@@ -252,6 +254,7 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
     if (q.rnr_until) break;  // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (q.resend != kNoResend) break;  // go-back-N still under way: new packets follow it
     if (carrier_->tx_room() < kHeadroom) break;  // a full packet ring: the next pump sends it
     roce::Packet p;
     p.src_ip = opt_.local_ipv4;
@@ -317,13 +320,27 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
   return work;
 }
 
-void RoceLink::retransmit(Qp& q) noexcept {  // go-back-N from the oldest unacknowledged packet
-  for (uint32_t i = 0; i < q.tx_count; ++i) {
-    TxPkt& t = q.tx[(q.tx_head + i) % q.tx.size()];
+// Go-back-N from the oldest unacknowledged packet (rxe_req.c req_retry). On a packet ring the
+// window may be larger than the room the ring has: what does not fit goes on the next pumps
+// (resend_some), before any new packet of the QP, so that a lossless link never refuses one.
+void RoceLink::retransmit(Qp& q) noexcept {
+  q.resend = 0;
+  resend_some(q);
+  q.timer_ns = q.tx_count ? now_ : 0;
+}
+
+bool RoceLink::resend_some(Qp& q) noexcept {
+  if (q.resend == kNoResend) return false;
+  bool work = false;
+  while (q.resend < q.tx_count && carrier_->tx_room() >= kHeadroom) {
+    TxPkt& t = q.tx[(q.tx_head + q.resend) % q.tx.size()];
     put(t.buf.data(), t.len, q.peer_ip);
     ++st_.retransmits;
+    ++q.resend;
+    work = true;
   }
-  q.timer_ns = q.tx_count ? now_ : 0;
+  if (q.resend >= q.tx_count) q.resend = kNoResend;
+  return work;
 }
 
 bool RoceLink::to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept {
@@ -341,14 +358,31 @@ bool RoceLink::to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t s
 }
 
 // Completes the messages an ACK at `psn` covers (coalesced ACKs: one ACK completes every message
-// up to it; IBTA 9.7.5.1.2, rxe_comp.c). A READ is completed only by its responses.
+// up to it; IBTA 9.7.5.1.2, rxe_comp.c). A READ is completed only by its responses. One ACK can
+// cover more messages than the engine's response ring has room for: what it could not hand on
+// stays owed (Qp::owed_*) and is handed on by the next pump before anything else of this QP is
+// received (rx_network), so that no completion is lost and none overtakes another. The peer's
+// packets it covers are acknowledged all the same: nothing of them is sent again.
 void RoceLink::ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept {
+  if (q.owed) {  // an earlier ACK still owes completions: this one covers at least as much
+    const int32_t d = roce::psn_diff(q.owed_psn, psn);
+    if (d > 0 || (d == 0 && q.owed_inclusive)) {
+      psn = q.owed_psn;
+      inclusive = q.owed_inclusive;
+    }
+    q.owed = false;
+  }
   bool progress = false;
   while (q.m_count) {
     const Msg& m = q.msgs[q.m_head];
     const int32_t d = roce::psn_diff(m.last_psn, psn);
     if (m.read || d > 0 || (d == 0 && !inclusive)) break;
-    if (!to_engine_resp(w, q, m, PktOp::kAck, 0)) break;
+    if (!to_engine_resp(w, q, m, PktOp::kAck, 0)) {
+      q.owed = true;
+      q.owed_psn = psn;
+      q.owed_inclusive = inclusive;
+      break;
+    }
     q.m_head = (q.m_head + 1) % q.msgs.size();
     --q.m_count;
     progress = true;
@@ -363,6 +397,7 @@ void RoceLink::ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept
     if (!before_oldest && !covered) break;
     q.tx_head = (q.tx_head + 1) % q.tx.size();
     --q.tx_count;
+    if (q.resend != kNoResend) q.resend = q.resend ? q.resend - 1 : 0;
     progress = true;
   }
   if (progress) {
@@ -379,6 +414,8 @@ void RoceLink::kill(Rings& w, Qp& q, uint8_t synd) noexcept {
   q.tx_count = q.m_count = 0;
   q.timer_ns = 0;
   q.rnr_until = 0;
+  q.resend = kNoResend;
+  q.owed = false;
 }
 
 // An RNR NAK for the oldest outstanding message (Linux drivers/infiniband/sw/rxe/rxe_comp.c, the
@@ -403,8 +440,8 @@ void RoceLink::on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept {
   q.timer_ns = 0;  // no ACK timeout while the requester waits
 }
 
-void RoceLink::on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
-  if (q.dead) return;
+bool RoceLink::on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
+  if (q.dead) return true;
   // Only a response to a PSN this requester sent and still awaits is acted on: one at or past
   // the next PSN to send answers nothing that was sent (dropped, counted psn_window), one before
   // the oldest outstanding PSN answers what is already answered (ignored, counted stale). Linux
@@ -413,62 +450,62 @@ void RoceLink::on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   // complete messages the responder never saw, a forged NAK would fail the QP.
   if (roce::psn_diff(p.psn, q.next_psn) >= 0) {
     ++st_.rx_dropped[static_cast<int>(roce::Drop::kPsnWindow)];
-    return;
+    return true;
   }
   uint32_t oldest = q.m_count ? q.msgs[q.m_head].first_psn : q.next_psn;
   if (q.tx_count && roce::psn_diff(q.tx[q.tx_head].psn, oldest) < 0) oldest = q.tx[q.tx_head].psn;
   if (roce::psn_diff(p.psn, oldest) < 0) {
     ++st_.stale_resps;
-    return;
+    return true;
   }
-  if (p.opcode == roce::kAcknowledge)
-    on_acknowledge(w, q, p);
-  else
-    on_read_response(w, q, p);
+  return p.opcode == roce::kAcknowledge ? on_acknowledge(w, q, p) : on_read_response(w, q, p);
 }
 
 // An ACK completes what it covers; a NAK first completes what precedes its PSN (rxe_comp.c
 // check_ack), then: RNR waits and resends, a PSN sequence error goes back, the rest fail the QP.
-void RoceLink::on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept {
+bool RoceLink::on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   const uint8_t type = roce::aeth_type(p.aeth_syndrome);
   if (type == 0) {
     ack_up_to(w, q, p.psn, true);
-    return;
+    return true;
   }
+  // A NAK acts once every message before it is completed (its RNR wait, go-back or error
+  // belongs to the message it names, not to one the engine has not heard of yet).
   ack_up_to(w, q, p.psn, false);
+  if (q.owed) return false;
   if (type == 1) {  // RNR NAK: wait the RNR timer, then send it again (on_rnr_nak)
     on_rnr_nak(w, q, p.psn);
-    return;
+    return true;
   }
   const uint8_t code = p.aeth_syndrome & 0x1F;
   if (code == 0) {  // PSN sequence error: go back to the oldest unacknowledged packet
     ++st_.seq_naks_rcvd;
     if (p.psn != q.last_seq_nak) retransmit(q);
     q.last_seq_nak = p.psn;
-    return;
+    return true;
   }
   // Invalid request, remote access, remote operational: the WQE fails, the QP errors.
   const uint8_t synd = code == 1   ? MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR
                        : code == 2 ? MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
                                    : MLX5_CQE_SYNDROME_REMOTE_OP_ERR;
   kill(w, q, synd);
+  return true;
 }
 
 // A READ response packet: handed to the engine when it is the next one of the oldest message, a
 // READ; the last one completes it.
-void RoceLink::on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
+bool RoceLink::on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept {
   // READ response: implicitly acknowledges every earlier message (rxe_comp.c).
   while (q.m_count && !q.msgs[q.m_head].read &&
          roce::psn_diff(q.msgs[q.m_head].last_psn, p.psn) < 0) {
     ack_up_to(w, q, q.msgs[q.m_head].last_psn, true);
-    if (q.m_count && !q.msgs[q.m_head].read && roce::psn_diff(q.msgs[q.m_head].last_psn, p.psn) < 0)
-      return;  // no room in the engine's ring: the peer's data comes again after a timeout
+    if (q.owed) return false;  // the engine's ring is full: this packet waits for the next pump
   }
-  if (!q.m_count) return;
+  if (!q.m_count) return true;
   Msg& m = q.msgs[q.m_head];
-  if (!m.read || p.psn != roce::psn_add(m.first_psn, static_cast<int32_t>(m.rd_pkts))) return;
+  if (!m.read || p.psn != roce::psn_add(m.first_psn, static_cast<int32_t>(m.rd_pkts))) return true;
   WireSlot* s = w.tx_slot(1, WireClass::kResp);
-  if (!s) return;
+  if (!s) return false;
   const uint32_t npk = ((m.last_psn - m.first_psn) & roce::kPsnMask) + 1;
   PktHdr& h = s->h;
   h = PktHdr{};
@@ -493,9 +530,11 @@ void RoceLink::on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept
     while (q.tx_count && roce::psn_diff(q.tx[q.tx_head].psn, first) <= 0) {
       q.tx_head = (q.tx_head + 1) % q.tx.size();
       --q.tx_count;
+      if (q.resend != kNoResend) q.resend = q.resend ? q.resend - 1 : 0;
     }
     q.timer_ns = q.tx_count ? now_ : 0;
   }
+  return true;
 }
 
 // ---- responder ---------------------------------------------------------------------------------
@@ -815,6 +854,17 @@ bool RoceLink::rx_network(Rings& w) noexcept {
       ++st_.rx_dropped[int(d)];
       continue;
     }
+    // A response behind completions this QP still owes the engine waits for them, and a
+    // packet the engine's rings have no room for waits too: on a packet ring it stays in its
+    // slot for the next pump (Carrier::unread; a socket's packet is dropped and sent again by
+    // the peer, as a NIC drops what it has no buffer for). A lossless link loses nothing here.
+    const bool is_req = roce::opcode_flags(p.opcode) & roce::kIsRequest;
+    if ((!is_req && q->owed) || w.tx_free(1, WireClass::kReq) == 0 ||
+        w.tx_free(1, WireClass::kResp) == 0) {
+      ++st_.rx_waits;
+      carrier_->unread(got - i);
+      return true;
+    }
     // A frame longer than the receiving port's MTU never reaches its transport: the port drops
     // it (Linux net/core/dev.c is_skb_forwardable: len > dev->mtu + hard_header_len), and the
     // requester's retry timer runs out. The QP's path MTU stands for the port's here.
@@ -822,11 +872,14 @@ bool RoceLink::rx_network(Rings& w) noexcept {
       ++mtu_drops_;
       continue;
     }
-    ++st_.rx_packets;
-    if (roce::opcode_flags(p.opcode) & roce::kIsRequest)
+    if (is_req) {
       on_request(w, *q, p);
-    else
-      on_response(w, *q, p);
+    } else if (!on_response(w, *q, p)) {
+      ++st_.rx_waits;
+      carrier_->unread(got - i);
+      return true;
+    }
+    ++st_.rx_packets;
   }
   return true;
 }
@@ -881,12 +934,20 @@ bool RoceLink::fire_stalled(Rings& w, uint64_t now_ns) noexcept {
 bool RoceLink::pump(Rings& w, uint64_t now_ns, bool* pending) noexcept {
   now_ = now_ns;
   bool work = false;
+  for (auto& [qpn, q] : qps_) {
+    if (q->owed) {
+      const uint32_t before = q->m_count;
+      ack_up_to(w, *q, q->owed_psn, q->owed_inclusive);
+      work |= q->m_count != before;
+    }
+    work |= resend_some(*q);
+  }
   work |= rx_network(w);
   work |= resp_from_engine(w);
   work |= tx_from_engine(w);
   for (auto& [qpn, q] : qps_) {
     timers(w, *q);
-    *pending |= q->tx_count != 0 || q->r_count != 0;
+    *pending |= q->tx_count != 0 || q->r_count != 0 || q->owed;
   }
   carrier_->flush(now_);
   return work;

@@ -93,6 +93,7 @@ class RoceLink {
   EmuStats::Roce stats() const noexcept;
 
  private:
+  static constexpr uint32_t kNoResend = 0xFFFFFFFF;
   struct TxPkt {
     uint32_t psn = 0;
     uint32_t len = 0;
@@ -137,6 +138,10 @@ class RoceLink {
     uint64_t rnr_wait_ns = 0;
     uint64_t rnr_until = 0;  // after an RNR NAK: nothing is sent before this time; 0 = none
     bool dead = false;       // retry exceeded or a fatal NAK: nothing more is sent
+    uint32_t resend = kNoResend;  // go-back-N under way: the next unacknowledged packet to resend
+    bool owed = false;  // an ACK covered messages the engine's ring had no room to complete:
+    uint32_t owed_psn = 0;        // ... the ACK's PSN and whether it covers that PSN (ack_up_to)
+    bool owed_inclusive = false;
     uint32_t last_seq_nak = 0xFFFFFFFF;
     // responder
     uint32_t epsn = 0;
@@ -169,9 +174,11 @@ class RoceLink {
   void on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   void to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh, WireSlot* s) noexcept;
   void advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) noexcept;
-  void on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  void on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  void on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  // Responses: false when the packet was not taken (the engine owes completions before it;
+  // rx_network leaves it for the next pump).
+  bool on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  bool on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  bool on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   void flush_ack(Qp*& held) noexcept;
   RMsg* pending(Qp& q, uint32_t msn, uint32_t* at) noexcept;
   void pop_through(Qp& q, uint32_t at) noexcept;
@@ -183,6 +190,7 @@ class RoceLink {
   void kill(Rings& w, Qp& q, uint8_t synd) noexcept;
   void on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept;
   void retransmit(Qp& q) noexcept;
+  bool resend_some(Qp& q) noexcept;
   void timers(Rings& w, Qp& q) noexcept;
   void ack_expired(Rings& w, Qp& q) noexcept;
   void rnr_expired(Qp& q) noexcept;

@@ -71,7 +71,8 @@ def mode(binary, fwd, extra=()):
 
 
 def case_corrupt(binary):
-    p = run(binary, ["--fwd", "rpc", "--duration", "1", "--json", "--corrupt-every", "200"])
+    # A count, not a duration: the 200th RPC comes however slow the machine (or TSan) is.
+    p = run(binary, ["--fwd", "rpc", "--io-count", "450", "--json", "--corrupt-every", "200"])
     check(p.returncode == 1, f"corrupted payload: exit {p.returncode}, want 1", p)
     t = summary(p)["total"]
     check(t["corrupted"] > 0 and t["errors"]["verify"] > 0, f"not caught: {t}", p)
@@ -88,7 +89,7 @@ def case_metadata(binary):
     check(t["pages_mapped"] >= 16 * t["maps"], f"--metadata: maps {t['maps']}, pages mapped "
           f"{t['pages_mapped']}")
     # A flipped metadata byte (the data stays intact) is caught by the metadata check alone.
-    p = run(binary, ["--fwd", "rpc", "--metadata", "8", "--duration", "1", "--json",
+    p = run(binary, ["--fwd", "rpc", "--metadata", "8", "--io-count", "450", "--json",
                      "--corrupt-every", "200"])
     check(p.returncode == 1, f"corrupted metadata: exit {p.returncode}, want 1", p)
     t = summary(p)["total"]
@@ -172,8 +173,11 @@ def case_credits(binary):
 
 def case_no_verify_corrupt(binary):
     # --no-verify: nothing is checked, so the corruption goes unnoticed (exit 0).
-    p = run(binary, ["--fwd", "rpc", "--duration", "0.5", "--json", "--corrupt-every", "200", "--no-verify"])
+    p = run(binary, ["--fwd", "rpc", "--io-count", "450", "--json", "--corrupt-every", "200",
+                     "--no-verify"])
     check(p.returncode == 0, f"exit {p.returncode}", p)
+    t = summary(p)["total"]
+    check(t["corrupted"] > 0 and t["errors"]["verify"] == 0, f"corrupted unnoticed? {t}", p)
 
 
 def case_faults(binary):

@@ -294,6 +294,8 @@ struct EmuStats {
     uint64_t acks_sent = 0;
     uint64_t rx_dropped[10] = {};  // per roce::Drop reason (index = reason)
     uint64_t rx_full = 0;          // dropped because the device had no room (the peer retransmits)
+    uint64_t rx_waits = 0;  // receive bursts stopped at a packet the engine could not take yet
+                            // (a packet ring keeps it; a socket drops it)
     uint64_t over_window =
         0;  // WRITE/SEND messages of more packets than the window (acked in parts)
     uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
