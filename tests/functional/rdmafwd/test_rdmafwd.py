@@ -301,7 +301,9 @@ def case_prompt_latency_reset(binary):
     # A run's latency extremes do not survive `start`: a 16-page run (warm-up included), then a
     # 1-page run of 300 RPCs. With fewer than 1000 samples p99.9 is the top bucket's value, so
     # the second run's max must equal it (it read the first run's max, from a higher bucket).
-    script = "start\nsleep 1\nset pages 1\nstart\nsleep 1\nshow stats\nquit\n"
+    # The second run ends by itself at its 300th RPC; the sleep only has to outlast it (under
+    # TSan, with a retransmission stall of ~1.1 s, it took 2.3 s).
+    script = "start\nsleep 1\nset pages 1\nstart\nsleep 4\nshow stats\nquit\n"
     p = run(binary, ["--io-count", "300", "-i", "--json"], stdin=script)
     check(p.returncode == 0, f"exit {p.returncode}", p)
     docs = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
