@@ -253,7 +253,7 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
     Qp& q = *qp;
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
-    if (q.rnr_until) break;  // waiting out an RNR NAK: nothing new goes (rxe_req.c)
+    if (q.rnr_until) break;            // waiting out an RNR NAK: nothing new goes (rxe_req.c)
     if (q.resend != kNoResend) break;  // go-back-N still under way: new packets follow it
     if (carrier_->tx_room() < kHeadroom) break;  // a full packet ring: the next pump sends it
     roce::Packet p;

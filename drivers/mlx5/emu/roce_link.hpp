@@ -136,11 +136,13 @@ class RoceLink {
     uint32_t rnr_retry = 0;  // the QP's RcTimers::rnr_retry
     uint32_t rnr_left = 0;
     uint64_t rnr_wait_ns = 0;
-    uint64_t rnr_until = 0;  // after an RNR NAK: nothing is sent before this time; 0 = none
-    bool dead = false;       // retry exceeded or a fatal NAK: nothing more is sent
+    uint64_t rnr_until = 0;       // after an RNR NAK: nothing is sent before this time; 0 = none
+    bool dead = false;            // retry exceeded or a fatal NAK: nothing more is sent
     uint32_t resend = kNoResend;  // go-back-N under way: the next unacknowledged packet to resend
-    bool owed = false;  // an ACK covered messages the engine's ring had no room to complete:
-    uint32_t owed_psn = 0;        // ... the ACK's PSN and whether it covers that PSN (ack_up_to)
+    // An ACK covered messages the engine's ring had no room to complete: its PSN and whether
+    // it covers that PSN, handed on first by the next pump (ack_up_to).
+    bool owed = false;
+    uint32_t owed_psn = 0;
     bool owed_inclusive = false;
     uint32_t last_seq_nak = 0xFFFFFFFF;
     // responder
