@@ -459,6 +459,58 @@ TEST_F(RoceWire, OverPacketRingsAFullRingRefusesNothing) {
   pair_.a->stop();
 }
 
+// One receive burst of ACKs can complete more messages than the engine's response ring (64
+// slots) has room for: four QPs of 20 one-byte WRITEs each, the responder held until all 80
+// went out and the requester held until every ACK waits in its packet ring, so that one burst
+// brings them all. What did not fit is owed and handed on by the next pumps: every WRITE
+// completes. Before, the link dropped those completions and the ACKed packets with them; the
+// WRITEs never completed (no timer, nothing to resend).
+TEST_F(RoceWire, OverPacketRingsAckBurstBeyondTheEnginesRingCompletesAll) {
+  open_ring_pair();
+  ASSERT_FALSE(HasFatalFailure());
+  constexpr int kQps = 4, kWrites = 20;
+  std::vector<Side> as(kQps), bs(kQps);
+  as[0].dev = a_.dev;
+  as[0].desc = a_.desc;
+  as[0].qp.init(a_.desc, 1);
+  for (int i = 1; i < kQps; ++i) {
+    for (auto [s, dev] : {std::pair{&as[i], a_.dev}, std::pair{&bs[i], b_.dev}}) {
+      auto d = dev->create_qp(small_cfg());
+      ASSERT_TRUE(d.ok()) << d.error().message;
+      s->dev = dev;
+      s->desc = d.value();
+      s->qp.init(s->desc, 1);
+    }
+    ASSERT_TRUE(mlx5::connect_qps(*a_.dev, as[i].desc.qpn, *b_.dev, bs[i].desc.qpn).ok());
+  }
+  Buf src, dst;
+  src.alloc(*a_.dev, 4096, 1);
+  dst.alloc(*b_.dev, 4096, 2);
+  pair_.b->stop();
+  for (int i = 0; i < kQps; ++i)
+    for (int k = 0; k < kWrites; ++k)
+      rdma(as[i], MLX5_OPCODE_RDMA_WRITE, k, dst.addr(i * kWrites + k), dst.mr.rkey,
+           {{src.addr(i * kWrites + k), 1, src.mr.lkey}});
+  const auto until = [](auto done) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+  };
+  ASSERT_TRUE(until([&] { return a_.dev->stats().roce.tx_packets == kQps * kWrites; }));
+  pair_.a->stop();
+  ASSERT_TRUE(pair_.b->start().ok());
+  ASSERT_TRUE(until([&] { return b_.dev->stats().roce.rx_packets == kQps * kWrites; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // b's last ACKs leave
+  ASSERT_LE(b_.dev->stats().roce.acks_sent, 16u) << "the ACKs need more than one burst";
+  ASSERT_TRUE(pair_.a->start().ok());
+  for (int i = 0; i < kQps; ++i)
+    for (const Completion& c : wait(as[i], kWrites)) EXPECT_TRUE(c.ok());
+  EXPECT_EQ(std::memcmp(dst.p, src.p, kQps * kWrites), 0);
+  pair_.a->stop();
+  pair_.b->stop();
+}
+
 // The QP's RC timers drive the link's retransmission: a responder whose device does not run for
 // 300 ms (its thread stopped; the packets wait in its socket) is survived with rdma_cm's
 // defaults and kills the connection with a 4.2 ms timeout and 3 retries.
