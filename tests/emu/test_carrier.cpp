@@ -68,6 +68,7 @@ TEST(RingCarrier, InOrderBytesIntactBothWays) {
         }
         ++next;
       }
+      c->rx_release(n);
     }
   }
   EXPECT_EQ(got, 40u);
@@ -85,7 +86,34 @@ TEST(RingCarrier, FullRingRefusesAndCounts) {
   uint32_t got = 0;
   while (unsigned n = w.b.recv_burst(rx, Carrier::kRxBatch)) got += n;
   EXPECT_EQ(got, kPktSlots);
-  EXPECT_EQ(w.a.tx_room(), kPktSlots);  // the empty burst released the last slots
+  EXPECT_EQ(w.a.tx_room(), 0u);                          // received, still held in place
+  EXPECT_EQ(w.b.recv_burst(rx, Carrier::kRxBatch), 0u);  // and not received again
+  w.b.rx_release(kPktSlots - 3);
+  EXPECT_EQ(w.a.tx_room(), kPktSlots - 3);  // the oldest first
+  w.b.rx_release(kPktSlots);                // no more than were held
+  EXPECT_EQ(w.a.tx_room(), kPktSlots);
+}
+
+// A sender encodes straight into the ring's free slot (tx_buf, send_buf); a full ring gives
+// none and counts it.
+TEST(RingCarrier, ProducerSlotInPlace) {
+  Pair w;
+  const auto pk = packet(9, 100);
+  size_t cap = 0;
+  for (uint32_t i = 0; i < kPktSlots; ++i) {
+    uint8_t* b = w.a.tx_buf(&cap);
+    ASSERT_NE(b, nullptr);
+    ASSERT_GE(cap, kWireMtu + roce::kMaxOverhead);
+    std::memcpy(b, pk.data(), pk.size());
+    w.a.send_buf(pk.size(), 1, 0);
+  }
+  EXPECT_EQ(w.a.tx_buf(&cap), nullptr);
+  EXPECT_EQ(w.a.stats().ring_full, 1u);
+  EXPECT_EQ(w.a.stats().tx_packets, kPktSlots);
+  RxPkt rx[Carrier::kRxBatch];
+  ASSERT_EQ(w.b.recv_burst(rx, 1), 1u);
+  ASSERT_EQ(rx[0].len, pk.size());
+  EXPECT_EQ(0, std::memcmp(rx[0].data, pk.data(), pk.size()));
 }
 
 TEST(RingCarrier, TwoThreadsEveryPacketOnceInOrder) {
@@ -109,6 +137,7 @@ TEST(RingCarrier, TwoThreadsEveryPacketOnceInOrder) {
       ASSERT_EQ(p.psn, next);
       ASSERT_EQ(p.payload_len, 8 + next % 200);
     }
+    w.b.rx_release(n);
   }
   tx.join();
   EXPECT_EQ(w.a.stats().ring_full, 0u);

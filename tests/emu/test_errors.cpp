@@ -379,6 +379,45 @@ TEST_F(EmuTest, RnrRetrySucceedsWhenReceiveArrivesInTime) {
   EXPECT_EQ(0, std::memcmp(dst.p, src.p, 100));
 }
 
+// The link keeps no copy of what it sent: a retransmission gathers the payload from memory
+// again, as an mlx5 requester re-reads the WQE of the PSN it goes back to (IBTA vol. 1 9.7.5;
+// rxe_req.c req_retry). A two-packet SEND refused with an RNR NAK is sent again after its
+// source buffer changed: the receiver gets the new bytes. The devices run only when the test
+// calls progress().
+TEST_F(EmuTest, ARetransmissionGathersTheSourceAgain) {
+  Options o;
+  o.start_thread = false;
+  o.rnr_timer_us = 1000;
+  open(Mode::kThreaded, small_cfg(), 1, o);
+  constexpr uint32_t kLen = 6000;
+  Buf src, dst;
+  src.alloc(*a_.dev, 8192, 41);
+  dst.alloc(*b_.dev, 8192, 42);
+  send(a_, MLX5_OPCODE_SEND, 1, {{src.addr(), kLen, src.mr.lkey}});
+  for (int i = 0; i < 4; ++i) {
+    a_.dev->progress();
+    b_.dev->progress();
+  }
+  ASSERT_GE(b_.dev->stats().rnr_naks, 1u);  // sent once, refused: no receive posted
+  ASSERT_EQ(a_.dev->stats().roce.retransmits, 0u);
+  for (uint32_t i = 0; i < kLen; ++i) src.p[i] ^= 0x5A;
+  recv(b_, 2, {{dst.addr(), 8192, dst.mr.lkey}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the RNR timer
+  for (int i = 0; i < 8; ++i) {
+    a_.dev->progress();
+    b_.dev->progress();
+  }
+  auto ca = wait(a_, 1, 100);
+  ASSERT_EQ(ca.size(), 1u);
+  EXPECT_TRUE(ca[0].ok()) << int(ca[0].status);
+  auto cb = wait(b_, 1, 100);
+  ASSERT_EQ(cb.size(), 1u);
+  EXPECT_EQ(cb[0].byte_len, kLen);
+  EXPECT_EQ(a_.dev->stats().roce.retransmits, 2u);
+  EXPECT_EQ(a_.dev->stats().roce.regather_fails, 0u);
+  EXPECT_EQ(0, std::memcmp(dst.p, src.p, kLen)) << "the retransmission carried the old bytes";
+}
+
 // A QP moved to error and connected again without RESET (endpoint::recover_cores: drained,
 // then connected) before its device ran again: the messages its engine had queued for the link
 // when the old connection's window was full belong to that connection. Its WQEs were flushed,

@@ -23,6 +23,7 @@
 #include "../loopback_net.hpp"
 #include "emu_util.hpp"
 #include "roce.hpp"
+#include "roce_link.hpp"
 #include "wire.hpp"
 
 namespace rdmx::emu::test {
@@ -436,15 +437,16 @@ TEST_F(RoceWire, OverPacketRingsReconnectStatesTheNextPsn) {
 // A packet ring whose receiver does not run fills up, and the link puts nothing on it that it
 // would refuse: the retransmissions of the 64-packet window stop at the ring's headroom (16
 // slots kept for ACKs) and wait, so nothing is counted ring_full; the timeouts still end the
-// connection (retry_cnt 3: four timeouts, then TRANSPORT_RETRY_EXC). Before, the go-backs were
-// put on the full ring and refused whole (ring_full 128): on a lossless link, a loss.
+// connection (retry_cnt 7: eight timeouts, then TRANSPORT_RETRY_EXC). Before, the go-backs that
+// did not fit were put on the full ring and refused (ring_full): on a lossless link, a loss.
 TEST_F(RoceWire, OverPacketRingsAFullRingRefusesNothing) {
   Options o;
-  o.timers.timeout = 9;  // 2.1 ms
-  o.timers.retry_cnt = 3;
+  o.timers.timeout = 9;    // 2.1 ms
+  o.timers.retry_cnt = 7;  // 8 sends of the window: twice the ring
   open_ring_pair(o);
   ASSERT_FALSE(HasFatalFailure());
   const RoceOptions ra;
+  static_assert(8 * RoceOptions{}.window == 2 * detail::kPktSlots);
   const uint32_t len = ra.window * ra.mtu;  // one full window of packets
   Buf src, dst;
   src.alloc(*a_.dev, len, 1);
@@ -454,8 +456,8 @@ TEST_F(RoceWire, OverPacketRingsAFullRingRefusesNothing) {
   EXPECT_EQ(wait(a_, 1)[0].status, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
   const EmuStats sa = a_.dev->stats();
   EXPECT_EQ(sa.roce.ring_full, 0u);
-  EXPECT_EQ(sa.roce.tx_packets, 128u - 16u + 1u);  // kPktSlots, less the headroom, plus one
-  EXPECT_EQ(sa.roce.timeouts, 4u);
+  EXPECT_EQ(sa.roce.tx_packets, detail::kPktSlots - 16u + 1u);  // less the headroom, plus one
+  EXPECT_EQ(sa.roce.timeouts, 8u);  // the first send and retry_cnt retries
   pair_.a->stop();
 }
 
@@ -509,6 +511,42 @@ TEST_F(RoceWire, OverPacketRingsAckBurstBeyondTheEnginesRingCompletesAll) {
   EXPECT_EQ(std::memcmp(dst.p, src.p, kQps * kWrites), 0);
   pair_.a->stop();
   pair_.b->stop();
+}
+
+// The engine hands its link a message's packets in order, FIRST first: a MIDDLE or LAST with no
+// message open, or of another message than the open one, is an engine bug. The link counts it
+// (roce.orphan_pkts), never sends it, and goes on with the next one. The link runs by hand on an
+// in-process wire with no device.
+TEST(RoceLinkUnit, APacketOfNoOpenMessageIsCountedNotSent) {
+  auto w = Wire::make_local();
+  detail::RoceLink* l = w->link(0);
+  ASSERT_NE(l, nullptr);
+  l->connect(5, 6, Wire::ring_ip(1), kWireMtu, 0, 0, mlx5::RcTimers{}, 0);
+  Rings& r = w->rings(0);
+  auto push = [&](uint8_t flags, uint32_t msn, uint64_t off) {
+    WireSlot* s = r.tx_slot(0, WireClass::kReq);
+    ASSERT_NE(s, nullptr);
+    s->h = PktHdr{};
+    s->h.op = PktOp::kWrite;
+    s->h.flags = flags;
+    s->h.src_qpn = 5;
+    s->h.dst_qpn = 6;
+    s->h.msn = msn;
+    s->h.len = kWireMtu;
+    s->h.offset = off;
+    s->h.msg_len = 2 * kWireMtu;
+    r.tx_commit(0, WireClass::kReq);
+  };
+  push(kPktLast, 0, kWireMtu);  // a LAST with nothing open
+  push(kPktFirst, 1, 0);        // message 1 opens...
+  push(kPktLast, 2, kWireMtu);  // ...a LAST of message 2
+  push(kPktLast, 1, kWireMtu);  // message 1 ends
+  bool pending = false;
+  l->pump(r, 1, &pending);
+  EXPECT_EQ(r.rx_slot(1, WireClass::kReq), nullptr);  // every packet taken
+  const EmuStats::Roce st = l->stats();
+  EXPECT_EQ(st.orphan_pkts, 2u);
+  EXPECT_EQ(st.tx_packets, 2u);  // message 1's two packets only
 }
 
 // The QP's RC timers drive the link's retransmission: a responder whose device does not run for

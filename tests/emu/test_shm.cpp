@@ -210,7 +210,7 @@ TEST(EmuShm, ALayout2WireIsRefusedThenRemovedOnceItsCreatorIsGone) {
   ASSERT_FALSE(HasFatalFailure());
   auto a = attach_shm_wire(old);
   ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.error().message.find("layout 2, this build speaks layout 3"), std::string::npos)
+  EXPECT_NE(a.error().message.find("layout 2, this build speaks layout 4"), std::string::npos)
       << a.error().message;
   auto n1 = create_shm_wire("layout2-next1-" + std::to_string(getpid()));
   ASSERT_TRUE(n1.ok()) << n1.error().message;

@@ -67,6 +67,7 @@ Result<std::unique_ptr<UdpCarrier>> UdpCarrier::open(const RoceOptions& opt) {
   if (!opt.pcap.empty() && !c->pcap_.open(opt.pcap.c_str()))
     return sys_error("cannot write pcap " + opt.pcap).error();
   c->held_.resize(opt.mtu + roce::kMaxOverhead);
+  c->tx_buf_.resize(opt.mtu + roce::kMaxOverhead);
   c->rx_bufs_.resize(size_t{kRxBatch} * kRxBuf);
   return c;
 }
@@ -143,32 +144,52 @@ uint32_t RingCarrier::tx_room() const noexcept {
   return static_cast<uint32_t>(kPktSlots - (h - t));
 }
 
-void RingCarrier::send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t) noexcept {
-  if (len > sizeof(PktSlot::bytes) || tx_room() == 0) {
-    ++st_.ring_full;
+void RingCarrier::send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept {
+  size_t cap = 0;
+  uint8_t* b = len <= sizeof(PktSlot::bytes) ? tx_buf(&cap) : nullptr;
+  if (!b) {
+    if (len > sizeof(PktSlot::bytes)) ++st_.ring_full;
     return;
   }
+  std::memcpy(b, pkt, len);
+  send_buf(len, dst_ip, now_ns);
+}
+
+uint8_t* RingCarrier::tx_buf(size_t* cap) noexcept {
+  if (tx_room() == 0) {
+    ++st_.ring_full;
+    return nullptr;
+  }
+  *cap = sizeof(PktSlot::bytes);
+  return tx_->slots[tx_->ctl.head.load(std::memory_order_relaxed) & (kPktSlots - 1)].bytes;
+}
+
+void RingCarrier::send_buf(size_t len, uint32_t dst_ip, uint64_t) noexcept {
   const uint64_t h = tx_->ctl.head.load(std::memory_order_relaxed);
   PktSlot& s = tx_->slots[h & (kPktSlots - 1)];
   s.len = static_cast<uint32_t>(len);
   s.dst_ip = dst_ip;
-  std::memcpy(s.bytes, pkt, len);
   tx_->ctl.head.store(h + 1, std::memory_order_release);
   ++st_.tx_packets;
 }
 
 unsigned RingCarrier::recv_burst(RxPkt* out, unsigned max) noexcept {
   const uint64_t t = rx_->ctl.tail.load(std::memory_order_relaxed) + held_;
-  if (held_) rx_->ctl.tail.store(t, std::memory_order_release);  // the last burst is read
-  held_ = 0;
   const uint64_t h = rx_->ctl.head.load(std::memory_order_acquire);
   const unsigned n = static_cast<unsigned>(std::min<uint64_t>(h - t, std::min(max, kRxBatch)));
   for (unsigned i = 0; i < n; ++i) {
     const PktSlot& s = rx_->slots[(t + i) & (kPktSlots - 1)];
     out[i] = RxPkt{s.bytes, s.len, false};
   }
-  held_ = n;
+  held_ += n;
   return n;
+}
+
+void RingCarrier::rx_release(unsigned n) noexcept {
+  n = std::min(n, held_);
+  if (n == 0) return;
+  held_ -= n;
+  rx_->ctl.tail.store(rx_->ctl.tail.load(std::memory_order_relaxed) + n, std::memory_order_release);
 }
 
 }  // namespace rdmx::emu::detail

@@ -45,14 +45,27 @@ class Carrier {
   // Device thread. Puts one encoded packet on the wire toward `dst_ip` (host order); best
   // effort: a lossy carrier may drop, hold back or duplicate it. `now_ns` stamps the pcap.
   virtual void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept = 0;
+  // Device thread. The producer's buffer for the next packet, to encode into in place: its
+  // capacity in *cap; nullptr when the carrier takes no packet now (counted ring_full). A
+  // send_buf() commits it; nothing else may be sent in between.
+  virtual uint8_t* tx_buf(size_t* cap) noexcept = 0;
+  // Device thread. Sends the `len` bytes encoded into the last tx_buf(), as send() would.
+  virtual void send_buf(size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept = 0;
   // Device thread. Ends a round of sends: a packet held back for reordering goes now.
   virtual void flush(uint64_t now_ns) noexcept = 0;
   // Device thread. Receives up to `max` (<= kRxBatch) packets into `out`; returns how many.
+  // Unless rx_keeps(), a packet is valid until the next recv_burst. With rx_keeps(), received
+  // packets stay in place, and are not received again, until rx_release() frees them.
   virtual unsigned recv_burst(RxPkt* out, unsigned max) noexcept = 0;
   // Device thread. The last `n` packets of the last recv_burst were not taken: a packet ring
   // keeps them for the next recv_burst; a socket cannot (they are dropped, as a NIC drops what
   // it has no receive buffer for, and the peer's RC resends them).
   virtual void unread(unsigned n) noexcept { (void)n; }
+  // Whether received packets stay valid until rx_release() (then the receiver may hand a
+  // payload on in place instead of copying it out).
+  virtual bool rx_keeps() const noexcept { return false; }
+  // With rx_keeps(): the `n` oldest received packets not yet released are free again.
+  virtual void rx_release(unsigned n) noexcept { (void)n; }
   // Device thread. How many packets send() takes now without refusing one (UINT32_MAX: no
   // limit the caller can see, as a socket's).
   virtual uint32_t tx_room() const noexcept = 0;
@@ -77,6 +90,14 @@ class UdpCarrier final : public Carrier {
   UdpCarrier& operator=(const UdpCarrier&) = delete;
 
   void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override;
+  // A buffer of the carrier's own (a socket copies it anyway).
+  uint8_t* tx_buf(size_t* cap) noexcept override {
+    *cap = tx_buf_.size();
+    return tx_buf_.data();
+  }
+  void send_buf(size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override {
+    send(tx_buf_.data(), len, dst_ip, now_ns);
+  }
   void flush(uint64_t now_ns) noexcept override;
   unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
   uint32_t tx_room() const noexcept override { return UINT32_MAX; }
@@ -92,14 +113,16 @@ class UdpCarrier final : public Carrier {
   int tx_fd_ = -1, rx_fd_ = -1, port_fd_ = -1;
   std::mt19937_64 rng_;  // impairments (seeded: reproducible)
   roce::Pcap pcap_;
-  std::vector<uint8_t> held_;  // reordering: a packet held back behind the next one
+  std::vector<uint8_t> tx_buf_;  // tx_buf(): one packet of the path MTU
+  std::vector<uint8_t> held_;    // reordering: a packet held back behind the next one
   uint32_t held_len_ = 0, held_dst_ = 0;
   std::vector<uint8_t> rx_bufs_;
 };
 
 // One direction of a RingCarrier. No pointers and a fixed size, so that it can live in a mapping
 // two processes share; a slot holds one packet of the largest path MTU with every header.
-inline constexpr uint32_t kPktSlots = 128;  // per direction: two full QP windows (RoceOptions)
+// Per direction. The sender stops at a full ring (tx_room), so a QP's window may exceed it.
+inline constexpr uint32_t kPktSlots = 256;
 static_assert((kPktSlots & (kPktSlots - 1)) == 0, "a power of two");
 struct alignas(64) PktSlot {
   uint32_t len;
@@ -124,17 +147,22 @@ class RingCarrier final : public Carrier {
   // Ethernet port dropped. The link sends only while tx_room() keeps a headroom, so that this
   // stays 0 in practice (roce_link.cpp, kHeadroom).
   void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override;
+  // The next free slot itself: the link encodes into the ring, no copy.
+  uint8_t* tx_buf(size_t* cap) noexcept override;
+  void send_buf(size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override;
   void flush(uint64_t) noexcept override {}
-  // The packets stay in their slots (no copy) until the next recv_burst hands them back.
+  // The packets stay in their slots (no copy) until rx_release() gives the slots back.
   unsigned recv_burst(RxPkt* out, unsigned max) noexcept override;
   void unread(unsigned n) noexcept override { held_ -= n < held_ ? n : held_; }
+  bool rx_keeps() const noexcept override { return true; }
+  void rx_release(unsigned n) noexcept override;
   uint32_t tx_room() const noexcept override;
   bool icrc() const noexcept override { return false; }
 
  private:
   PktRing* tx_;
   PktRing* rx_;
-  uint32_t held_ = 0;  // slots of the last recv_burst, released by the next one
+  uint32_t held_ = 0;  // slots received and not yet released (from the ring's tail)
 };
 
 }  // namespace rdmx::emu::detail

@@ -83,7 +83,7 @@ void Engine::read_response(QpCtx& q, SendEntry& e, const WireSlot& s) noexcept {
     }
     const uint64_t take = std::min<uint64_t>(g.byte_count - skip, h.len - done);
     const XlateErr xe = walk(g.mkey, g.address + skip, take, kLW, [&](uint8_t* p, uint64_t k) {
-      std::memcpy(p, s.payload + done, k);
+      std::memcpy(p, s.data() + done, k);
       done += static_cast<uint32_t>(k);
     });
     if (xe != XlateErr::kOk) {
@@ -115,12 +115,14 @@ bool Engine::emit_send(QpCtx& q) noexcept {
     if (e.st == SendEntry::St::kError) {
       send_cqe(q, e, e.syndrome);
       q.inflight.pop_front();
+      ++inflight_gen_;
       if (q.tx_next) --q.tx_next;
       enter_error(q);
       return true;
     }
     if (e.signaled) send_cqe(q, e, 0);
     q.inflight.pop_front();
+    ++inflight_gen_;
     if (q.tx_next) --q.tx_next;
   }
   return work;
@@ -134,6 +136,7 @@ void Engine::enter_error(QpCtx& q) noexcept {
   // Every outstanding WQE flushes, in order, one CQE each (signaled or not).
   for (const SendEntry& e : q.inflight) send_cqe(q, e, kSynFlush);
   q.inflight.clear();
+  ++inflight_gen_;
   q.tx_next = 0;
   q.sq_halt = false;
   q.reads.clear();

@@ -183,7 +183,10 @@ Engine::Engine(std::shared_ptr<Wire> wire, int side, const Options& opt)
 
 Engine::~Engine() {
   stop();
-  if (attached_) wire_->detach(side_);
+  if (attached_) {
+    if (RoceLink* l = wire_->link(side_)) l->set_engine(nullptr);
+    wire_->detach(side_);
+  }
   for (auto& [qpn, q] : qps_) {
     std::free(q->sq_buf);
     std::free(q->rq_buf);
@@ -196,7 +199,10 @@ Status Engine::attach() {
   Status s = wire_->attach(side_, this, opt_.mode);
   if (!s.ok()) return s;
   attached_ = true;
-  if (RoceLink* l = wire_->link(side_)) l->set_stalled_only(opt_.mode != Mode::kThreaded);
+  if (RoceLink* l = wire_->link(side_)) {
+    l->set_stalled_only(opt_.mode != Mode::kThreaded);
+    l->set_engine(opt_.mode == Mode::kSink ? nullptr : this);
+  }
   return Status{};
 }
 
@@ -463,6 +469,7 @@ Status Engine::destroy_qp(uint32_t qpn) {
   std::free(q.db_page);
   wire_->link(side_)->forget(qpn);
   qps_.erase(it);
+  ++inflight_gen_;
   return Status{};
 }
 
@@ -569,6 +576,7 @@ void Engine::reset_qp_locked(QpCtx& q) {
   q.sq_db_seen = 0;
   q.sq_halt = false;
   q.inflight.clear();
+  ++inflight_gen_;
   q.tx_next = 0;
   q.next_msn = first_msn();
   q.hot.clear();

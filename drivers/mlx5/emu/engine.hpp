@@ -212,6 +212,11 @@ class Engine {
   // a read to stream, a multi-packet receive, a delayed completion, an RNR back-off).
   bool poll(bool* pending);
   static void doorbell_hook(void* ctx) noexcept;
+  // The link's retransmission (device thread, under mu_): bytes [off, off + n) of the message
+  // numbered `msn` of QP `qpn` gathered again from memory through its WQE, as the NIC's
+  // requester re-reads the WQE of the PSN it goes back to. False when that message is no longer
+  // outstanding or its gather fails now (nothing is sent; the retry timer runs on).
+  bool regather(uint32_t qpn, uint32_t msn, uint64_t off, uint8_t* dst, uint32_t n) noexcept;
 
   const Options& opt() const noexcept { return opt_; }
   const std::string& name() const noexcept { return opt_.name; }
@@ -400,6 +405,15 @@ class Engine {
   size_t poll_events(std::span<mlx5::AsyncEvent> out);
   prm::DecodedWqe dw_;   // scratch decode buffer (one per device)
   prm::DecodedWqe dw2_;  // second scratch (transmit / response paths)
+  // regather(): the last message's decoded WQE; inflight_gen_ counts entries leaving an SQ.
+  struct RegatherCache {
+    uint64_t gen = ~uint64_t{0};
+    uint32_t qpn = 0, msn = 0;
+    uint64_t len = 0;
+    QpCtx* q = nullptr;
+    prm::DecodedWqe w;
+  } rg_;
+  uint64_t inflight_gen_ = 0;
   // A UMR's new translation entries, read and checked before the commit (umr.cpp): room for
   // the largest any window takes (create_window_mkey: capacity <= align4(max_klm_list)), so
   // no UMR allocates.

@@ -159,15 +159,17 @@ bool Engine::transmit(QpCtx& q) noexcept {
       uint32_t n = 0;
       if (op != PktOp::kRead) {
         n = static_cast<uint32_t>(std::min<uint64_t>(path_mtu(q), e.len - e.tx_off));
-        if (const uint8_t synd = gather(q, w, e.tx_off, s->payload, n)) {
+        // Checked here, copied by the link into the packet it encodes (kPktInMemory).
+        if (const uint8_t synd = gather(q, w, e.tx_off, nullptr, n)) {
           finish_entry(q, e, synd);
           return true;
         }
       }
       h.len = n;
-      h.flags = static_cast<uint8_t>((e.tx_off == 0 ? kPktFirst : 0) |
-                                     (op == PktOp::kRead || e.tx_off + n == e.len ? kPktLast : 0) |
-                                     (w.ctrl.solicited() ? kPktSolicited : 0));
+      h.flags =
+          static_cast<uint8_t>((e.tx_off == 0 ? kPktFirst : 0) |
+                               (op == PktOp::kRead || e.tx_off + n == e.len ? kPktLast : 0) |
+                               (w.ctrl.solicited() ? kPktSolicited : 0) | (n ? kPktInMemory : 0));
       wire_->tx_commit(side_, WireClass::kReq);
       ++st_.tx_packets;
       st_.tx_bytes += n;
@@ -195,14 +197,15 @@ bool Engine::reads_at_limit(const QpCtx& q) const noexcept {
 }
 
 // Gathers bytes [off, off+n) of the message of `w` into dst (inline data from the ring, or
-// through the lkeys): 0 or LOCAL_PROT_ERR.
+// through the lkeys): 0 or LOCAL_PROT_ERR. A null dst only checks.
 uint8_t Engine::gather(QpCtx& q, const prm::DecodedWqe& w, uint64_t off, uint8_t* dst,
                        uint32_t n) noexcept {
   uint64_t skip = off;
   uint32_t got = 0;
   if (w.has_inline) {
-    prm::copy_from_ring(q.sq_buf, q.sq_n, w.inline_ring_offset + static_cast<uint32_t>(skip), dst,
-                        n);
+    if (dst)
+      prm::copy_from_ring(q.sq_buf, q.sq_n, w.inline_ring_offset + static_cast<uint32_t>(skip), dst,
+                          n);
     got = n;
   }
   for (uint32_t i = 0; i < w.n_sge && got < n; ++i) {
@@ -213,13 +216,39 @@ uint8_t Engine::gather(QpCtx& q, const prm::DecodedWqe& w, uint64_t off, uint8_t
     }
     const uint64_t take = std::min<uint64_t>(g.byte_count - skip, n - got);
     const XlateErr xe = walk(g.mkey, g.address + skip, take, kLR, [&](uint8_t* p, uint64_t k) {
-      std::memcpy(dst + got, p, k);
+      if (dst) std::memcpy(dst + got, p, k);
       got += static_cast<uint32_t>(k);
     });
     if (xe != XlateErr::kOk) return kSynLocProt;
     skip = 0;
   }
   return 0;
+}
+
+bool Engine::regather(uint32_t qpn, uint32_t msn, uint64_t off, uint8_t* dst, uint32_t n) noexcept {
+  // The message's decoded WQE is kept from one packet to the next (rg_): valid until an entry
+  // leaves the SQ (a completion, an error flush, a reset: inflight_gen_).
+  if (rg_.gen != inflight_gen_ || rg_.qpn != qpn || rg_.msn != msn) {
+    rg_.gen = ~uint64_t{0};
+    QpCtx* q = find_qp(qpn);
+    if (!q || q->state != QpState::kRts) return false;
+    const SendEntry* found = nullptr;
+    for (auto it = q->inflight.rbegin(); it != q->inflight.rend(); ++it)
+      if (it->remote && it->msn == msn && it->st == SendEntry::St::kWait) {
+        found = &*it;
+        break;
+      }
+    if (!found ||
+        prm::decode_wqe(q->sq_buf, q->sq_n, found->counter, rg_.w) != prm::DecodeError::kOk)
+      return false;
+    rg_.gen = inflight_gen_;
+    rg_.qpn = qpn;
+    rg_.msn = msn;
+    rg_.len = found->len;
+    rg_.q = q;
+  }
+  if (off + n > rg_.len || rg_.q->state != QpState::kRts) return false;
+  return gather(*rg_.q, rg_.w, off, dst, n) == 0;
 }
 
 // ---- retry exceeded

@@ -183,7 +183,7 @@ void Engine::req_write(QpCtx& q, const WireSlot& s) noexcept {
     xe = walk(
         h.rkey, h.raddr, h.len, kRW,
         [&, done = uint64_t{0}](uint8_t* p, uint64_t k) mutable {
-          std::memcpy(p, s.payload + done, k);
+          std::memcpy(p, s.data() + done, k);
           done += k;
         },
         q.pd, q.qpn);
@@ -281,7 +281,7 @@ void Engine::req_send(QpCtx& q, const WireSlot& s) noexcept {
     req_nak(q, h, PktOp::kNak, remote_synd, true);
     responder_error(q, remote_synd, true);
   };
-  if (const uint8_t synd = scatter_recv(q, q.recv_counter, h.offset, s.payload, h.len, h.msg_len))
+  if (const uint8_t synd = scatter_recv(q, q.recv_counter, h.offset, s.data(), h.len, h.msg_len))
     return fail(synd, synd == kSynLocLen ? kSynRemInval : kSynRemOp);
   if (!last) return;
   uint8_t cqe_op = MLX5_CQE_RESP_SEND;

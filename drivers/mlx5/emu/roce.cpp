@@ -174,7 +174,7 @@ size_t encode(const Packet& p, uint8_t* out, size_t cap, bool with_icrc) noexcep
     put32(h, p.ieth);
     h += kIethLen;
   }
-  if (p.payload_len) std::memcpy(h, p.payload, p.payload_len);
+  if (p.payload_len && p.payload) std::memcpy(h, p.payload, p.payload_len);
   h += p.payload_len;
   for (uint32_t i = 0; i < pad; ++i) *h++ = 0;
   const uint32_t crc = with_icrc ? icrc(out, total) : 0;

@@ -116,10 +116,16 @@ struct Packet {
 
 // Bytes of the IPv4 packet encode() writes for `p`.
 size_t wire_len(const Packet& p) noexcept;
+// Where encode() puts the payload of `p`.
+inline size_t payload_offset(const Packet& p) noexcept {
+  return wire_len(p) - kIcrcLen - ((4 - (p.payload_len & 3)) & 3) - p.payload_len;
+}
 // Writes the IPv4 packet (IP + UDP + BTH + headers + payload + zero pad + ICRC) into out and
 // returns its length, or 0 when cap is too small or the opcode is unknown. The IP header
 // checksum is filled (rte_ipv4_cksum), the UDP checksum is 0 as rxe sends over IPv4. Without
 // `with_icrc` the ICRC field is left 0 (a carrier with no medium to corrupt: Carrier::icrc).
+// A null `payload` leaves the payload bytes as they are in `out` (put there before, at
+// payload_offset()).
 size_t encode(const Packet& p, uint8_t* out, size_t cap, bool with_icrc = true) noexcept;
 
 // ICRC of the IPv4 packet `ip` whose UDP datagram ends at `udp_end` bytes from its start (the

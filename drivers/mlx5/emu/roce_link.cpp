@@ -6,6 +6,7 @@
 #include <rdmx/core/log.hpp>
 #include <rdmx/mlx5/prm/cqe.hpp>
 
+#include "engine.hpp"
 #include "wire.hpp"
 
 namespace rdmx::emu::detail {
@@ -109,7 +110,6 @@ Result<std::unique_ptr<RoceLink>> RoceLink::open(const RoceOptions& opt,
     carrier = std::move(c.value());
   }
   std::unique_ptr<RoceLink> l(new RoceLink(opt, std::move(carrier)));
-  l->scratch_.resize(opt.mtu + roce::kMaxOverhead);
   return l;
 }
 
@@ -159,7 +159,6 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   q->acked_psn = roce::psn_add(q->epsn, -1);
   q->acked_msn = 0;
   q->tx.resize(opt_.window);
-  for (TxPkt& t : q->tx) t.buf.resize(mtu + roce::kMaxOverhead);
   q->msgs.resize(opt_.window);
   q->rmsgs.resize(size_t{opt_.window} * 2);
   q->rmsn = q->rmsn0 = first_msn;
@@ -173,11 +172,11 @@ void RoceLink::connect(uint32_t qpn, uint32_t peer_qpn, uint32_t peer_ip, uint32
   slot = std::move(q);
 }
 
-// A connection's rings and packet buffers (window x (path MTU + headers): 266 KiB with the
-// defaults) are kept for the link's next connection, so that a reconnect (recovery; a peer
-// whose every refused request costs it its connection) or a QP made and destroyed per
-// operation allocates and zeroes nothing: doing so at each connect made emu_fuzz_replay
-// (a QP pair per input) 0.05 s -> 7 s and every reconnect cost page faults.
+// A connection's rings (the window's packet records, its messages) are kept for the link's next
+// connection, so that a reconnect (recovery; a peer whose every refused request costs it its
+// connection) or a QP made and destroyed per operation allocates and zeroes nothing: doing so at
+// each connect made emu_fuzz_replay (a QP pair per input) 0.05 s -> 7 s and every reconnect cost
+// page faults.
 std::unique_ptr<RoceLink::Qp> RoceLink::take_qp() {
   if (spare_.empty()) return std::make_unique<Qp>();
   std::unique_ptr<Qp> q = std::move(spare_.back());
@@ -186,7 +185,7 @@ std::unique_ptr<RoceLink::Qp> RoceLink::take_qp() {
   std::vector<Msg> msgs = std::move(q->msgs);
   std::vector<RMsg> rmsgs = std::move(q->rmsgs);
   *q = Qp{};  // every field as a new connection's; the buffers' bytes are written before use
-  for (TxPkt& t : tx) t.psn = t.len = 0;
+  std::fill(tx.begin(), tx.end(), TxPkt{});
   std::fill(msgs.begin(), msgs.end(), Msg{});
   std::fill(rmsgs.begin(), rmsgs.end(), RMsg{});
   q->tx = std::move(tx);
@@ -219,8 +218,11 @@ void RoceLink::forget(uint32_t qpn) {
 }
 
 // ---- transmit ----------------------------------------------------------------------------------
-void RoceLink::put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept {
-  carrier_->send(pkt, len, dst_ip, now_);
+void RoceLink::emit(const roce::Packet& p) noexcept {
+  size_t cap = 0;
+  uint8_t* b = carrier_->tx_buf(&cap);
+  if (!b) return;
+  if (const size_t n = roce::encode(p, b, cap, icrc_)) carrier_->send_buf(n, p.dst_ip, now_);
 }
 
 void RoceLink::send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept {
@@ -234,9 +236,51 @@ void RoceLink::send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcep
   p.psn = psn;
   p.aeth_syndrome = synd;
   p.aeth_msn = msn;
-  const size_t n = roce::encode(p, scratch_.data(), scratch_.size(), icrc_);
   if (roce::aeth_type(synd) == 0) ++st_.acks_sent;
-  put(scratch_.data(), n, q.peer_ip);
+  emit(p);
+}
+
+// Request packet `t` of `q` on the carrier, encoded in the carrier's buffer; its payload from
+// `payload`, or with kPktInMemory gathered by the engine from memory straight into the packet.
+void RoceLink::send_req(Qp& q, const TxPkt& t, const uint8_t* payload) noexcept {
+  roce::Packet p;
+  req_packet(q, t, payload, &p);
+  size_t cap = 0;
+  uint8_t* b = carrier_->tx_buf(&cap);
+  if (!b) return;
+  if (t.h.len && (t.h.flags & kPktInMemory)) {
+    const size_t at = roce::payload_offset(p);
+    p.payload = nullptr;  // encode leaves the gathered bytes
+    if (at + t.h.len > cap || !eng_ || !eng_->regather(q.qpn, t.h.msn, t.h.offset, b + at, t.h.len))
+        [[unlikely]] {
+      ++st_.regather_fails;
+      return;
+    }
+  }
+  if (const size_t n = roce::encode(p, b, cap, icrc_)) carrier_->send_buf(n, p.dst_ip, now_);
+}
+
+void RoceLink::req_packet(const Qp& q, const TxPkt& t, const uint8_t* payload,
+                          roce::Packet* out) noexcept {
+  const PktHdr& h = t.h;
+  const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
+  roce::Packet& p = *out;
+  p.src_ip = opt_.local_ipv4;
+  p.dst_ip = q.peer_ip;
+  p.ip_id = next_ip_id();
+  p.sport = q.sport;
+  p.opcode = req_opcode(h.op, first, last);
+  p.dqpn = q.peer_qpn;
+  p.psn = t.psn;
+  p.se = last && (h.flags & kPktSolicited);
+  p.ack_req = t.ack_req;
+  p.reth_va = h.raddr;
+  p.reth_rkey = h.rkey;
+  p.reth_len = static_cast<uint32_t>(h.msg_len);
+  p.imm = h.imm;
+  p.ieth = h.imm;
+  p.payload = payload;
+  p.payload_len = h.len;
 }
 
 // Engine request packets -> RC request packets with PSNs (rxe_req.c init_req_packet).
@@ -252,19 +296,23 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
     }
     Qp& q = *qp;
     const bool first = h.flags & kPktFirst, last = h.flags & kPktLast;
+    // A MIDDLE or LAST packet continues the newest open message, a WRITE or SEND of the same
+    // MSN; anything else is an engine bug: counted (EmuStats::roce.orphan_pkts), never sent.
+    if (!first &&
+        (q.m_count == 0 || q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()].msn != h.msn ||
+         q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()].read)) [[unlikely]] {
+      orphan(w);
+      work = true;
+      continue;
+    }
     if (q.tx_count == q.tx.size() || (first && q.m_count == q.msgs.size())) break;  // window
     if (q.rnr_until) break;            // waiting out an RNR NAK: nothing new goes (rxe_req.c)
     if (q.resend != kNoResend) break;  // go-back-N still under way: new packets follow it
-    if (carrier_->tx_room() < kHeadroom) break;  // a full packet ring: the next pump sends it
-    roce::Packet p;
-    p.src_ip = opt_.local_ipv4;
-    p.dst_ip = q.peer_ip;
-    p.ip_id = next_ip_id();
-    p.sport = q.sport;
-    p.opcode = req_opcode(h.op, first, last);
-    p.dqpn = q.peer_qpn;
-    p.psn = q.next_psn;
-    p.se = last && (h.flags & kPktSolicited);
+    if (carrier_->tx_room() < kHeadroom) break;   // a full packet ring: the next pump sends it
+    if (req_opcode(h.op, first, last) == 0xFF) {  // not a request (cannot happen): dropped
+      w.rx_pop(1, WireClass::kReq);
+      continue;
+    }
     // AckReq on the last packet of each message, and every half window inside a long one, so
     // that a message of more packets than the window is acknowledged as it goes (rxe_req.c asks
     // every RXE_MAX_UNACKED_PSNS packets).
@@ -273,21 +321,10 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
               : static_cast<uint32_t>(roce::psn_diff(
                     q.next_psn, q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()].first_psn));
     const uint32_t every = std::max<uint32_t>(1, static_cast<uint32_t>(q.tx.size() / 2));
-    p.ack_req = last || (in_msg + 1) % every == 0;
-    p.reth_va = h.raddr;
-    p.reth_rkey = h.rkey;
-    p.reth_len = static_cast<uint32_t>(h.msg_len);
-    p.imm = h.imm;
-    p.ieth = h.imm;
-    p.payload = s->payload;
-    p.payload_len = h.len;
     TxPkt& t = q.tx[(q.tx_head + q.tx_count) % q.tx.size()];
-    t.len = static_cast<uint32_t>(roce::encode(p, t.buf.data(), t.buf.size(), icrc_));
-    if (t.len == 0) {  // not encodable (cannot happen for engine packets): drop it
-      w.rx_pop(1, WireClass::kReq);
-      continue;
-    }
-    t.psn = p.psn;
+    t.h = h;
+    t.psn = q.next_psn;
+    t.ack_req = last || (in_msg + 1) % every == 0;
     ++q.tx_count;
     q.carried = true;
     const uint32_t n = h.op == PktOp::kRead ? read_psns(h.msg_len, q.mtu) : 1;
@@ -299,7 +336,7 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
       ++q.m_count;
       m = Msg{};
       m.msn = h.msn;
-      m.first_psn = p.psn;
+      m.first_psn = t.psn;
       m.read = h.op == PktOp::kRead;
       m.read_len = static_cast<uint32_t>(h.msg_len);
     }
@@ -309,20 +346,29 @@ bool RoceLink::tx_from_engine(Rings& w) noexcept {
       Msg& m = q.msgs[(q.m_head + q.m_count - 1) % q.msgs.size()];
       const uint64_t pkts =
           h.op == PktOp::kRead ? n : std::max<uint64_t>(1, (h.msg_len + q.mtu - 1) / q.mtu);
-      m.last_psn = roce::psn_add(p.psn, static_cast<int32_t>(pkts - 1));
+      m.last_psn = roce::psn_add(t.psn, static_cast<int32_t>(pkts - 1));
     }
     q.next_psn = roce::psn_add(q.next_psn, static_cast<int32_t>(n));
     if (!q.timer_ns) q.timer_ns = now_;
-    put(t.buf.data(), t.len, q.peer_ip);
+    send_req(q, t, s->data());  // straight into the carrier's slot: the link keeps no copy
     w.rx_pop(1, WireClass::kReq);
     work = true;
   }
   return work;
 }
 
-// Go-back-N from the oldest unacknowledged packet (rxe_req.c req_retry). On a packet ring the
-// window may be larger than the room the ring has: what does not fit goes on the next pumps
-// (resend_some), before any new packet of the QP, so that a lossless link never refuses one.
+void RoceLink::orphan(Rings& w) noexcept {
+  ++st_.orphan_pkts;
+  w.rx_pop(1, WireClass::kReq);
+}
+
+// Go-back-N from the oldest unacknowledged packet, each one rebuilt from its header and its
+// payload gathered again from memory by the engine (as an mlx5 requester re-reads the WQE and
+// its gather list: rxe_req.c req_retry rewinds the WQE; IBTA vol. 1 9.7.5). A message the engine
+// no longer has (its QP flushed or reset meanwhile) or whose memory is gone is not sent: its
+// timer runs on. On a packet ring the window may be larger than the room the ring has: what
+// does not fit goes on the next pumps (resend_some), before any new packet of the QP, so that a
+// lossless link never refuses one.
 void RoceLink::retransmit(Qp& q) noexcept {
   q.resend = 0;
   resend_some(q);
@@ -334,7 +380,8 @@ bool RoceLink::resend_some(Qp& q) noexcept {
   bool work = false;
   while (q.resend < q.tx_count && carrier_->tx_room() >= kHeadroom) {
     TxPkt& t = q.tx[(q.tx_head + q.resend) % q.tx.size()];
-    put(t.buf.data(), t.len, q.peer_ip);
+    t.h.flags |= kPktInMemory;
+    send_req(q, t, nullptr);
     ++st_.retransmits;
     ++q.resend;
     work = true;
@@ -518,7 +565,8 @@ bool RoceLink::on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept
   h.len = p.payload_len;
   h.flags = static_cast<uint8_t>((m.rd_pkts == 0 ? kPktFirst : 0) |
                                  (m.rd_pkts + 1 == npk ? kPktLast : 0));
-  if (p.payload_len) std::memcpy(s->payload, p.payload, p.payload_len);
+  payload_to(s, p);
+  if (s->ext) handed_ = Held{s, w.produced(1, WireClass::kResp), 0, WireClass::kResp};
   w.tx_commit(1, WireClass::kResp);
   ++m.rd_pkts;
   q.retry_left = q.retry_cnt;
@@ -637,6 +685,7 @@ void RoceLink::on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept {
     r = RMsg{q.rmsn, p.psn, p.psn, sh.kind == 2, false};
   }
   to_engine_req(q, p, sh, s);
+  if (s->ext) handed_ = Held{s, w.produced(1, WireClass::kReq), 0, WireClass::kReq};
   w.tx_commit(1, WireClass::kReq);
   advance_epsn(q, p, sh);
 }
@@ -660,7 +709,17 @@ void RoceLink::to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape&
   // A SEND's total length is known at its last packet; before, the bytes so far (the engine
   // checks the receive buffer against it on every packet).
   h.msg_len = sh.kind == 0 ? q.cur_off + p.payload_len : q.cur_len;
-  if (p.payload_len) std::memcpy(s->payload, p.payload, p.payload_len);
+  payload_to(s, p);
+}
+
+// The payload of received packet `p` for the engine's slot `s`: in place when the carrier keeps
+// its packets until released (the engine reads the packet ring), else copied.
+void RoceLink::payload_to(WireSlot* s, const roce::Packet& p) const noexcept {
+  if (!p.payload_len) return;
+  if (carrier_->rx_keeps())
+    s->ext = p.payload;
+  else
+    std::memcpy(s->payload, p.payload, p.payload_len);
 }
 
 // After an expected request packet went to the engine: the next expected PSN (a READ takes one
@@ -799,10 +858,9 @@ void RoceLink::send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp
                              : roce::kReadRespMiddle;
   p.aeth_syndrome = roce::kAethAck;
   p.aeth_msn = wire_msn(q, h.msn + 1);
-  p.payload = s.payload;
+  p.payload = s.data();
   p.payload_len = h.len;
-  const size_t n = roce::encode(p, scratch_.data(), scratch_.size(), icrc_);
-  if (n) put(scratch_.data(), n, q.peer_ip);
+  emit(p);
   if (last && r) {
     q.acked_psn = r->last_psn;
     q.acked_msn = wire_msn(q, h.msn + 1);
@@ -828,59 +886,109 @@ uint8_t RoceLink::rnr_code() const noexcept {
 }
 
 // ---- receive -----------------------------------------------------------------------------------
+// Drains the carrier, a burst at a time, up to kRxBudget packets per pump while the engine's
+// rings can hold a burst and the held packets (rx_keeps) leave room; the rest waits in the
+// packet ring or the socket buffer for the next pump.
 bool RoceLink::rx_network(Rings& w) noexcept {
-  // Only take packets the engine's rings can hold; the rest waits in the socket buffer.
-  if (w.tx_free(1, WireClass::kReq) < Carrier::kRxBatch ||
-      w.tx_free(1, WireClass::kResp) < Carrier::kRxBatch)
-    return false;
+  bool work = false;
+  const bool keeps = carrier_->rx_keeps();
+  // What the engine read goes back to the sender; when the engine left unread more than leaves
+  // room for a burst, what it had a turn to read (it waits) is copied out.
+  ++pumps_;
+  if (keeps) rx_release(w, held_n_ + Carrier::kRxBatch > kHoldMax);
+  for (uint32_t taken = 0; taken < kRxBudget;) {
+    if (keeps && held_n_ + Carrier::kRxBatch > kHoldMax) break;  // the engine reads these first
+    // Room for the ACKs and NAKs one burst may cause (a duplicate is answered each time): a
+    // refused ACK would have the requester time out and resend, and be answered again.
+    if (carrier_->tx_room() < kHeadroom) break;
+    if (w.tx_free(1, WireClass::kReq) < Carrier::kRxBatch ||
+        w.tx_free(1, WireClass::kResp) < Carrier::kRxBatch)
+      break;
+    const unsigned got = rx_burst(w);
+    if (got == 0) break;
+    work = true;
+    taken += got;
+    if (got < Carrier::kRxBatch) break;  // drained
+  }
+  return work;
+}
+
+unsigned RoceLink::rx_burst(Rings& w) noexcept {
   RxPkt pkts[Carrier::kRxBatch];
   const unsigned got = carrier_->recv_burst(pkts, Carrier::kRxBatch);
-  if (got == 0) return false;
+  const bool keeps = carrier_->rx_keeps();
   for (unsigned i = 0; i < got; ++i) {
-    roce::Packet p;
-    roce::Drop d = pkts[i].truncated ? roce::Drop::kNotRoce
-                                     : roce::decode(pkts[i].data, pkts[i].len, &p, icrc_);
-    Qp* q = nullptr;
-    if (d == roce::Drop::kNone) {
-      q = find(p.dqpn);
-      // rxe_recv.c check_addr: an RC packet must come from the QP's peer to its own address;
-      // anything else is dropped silently, before its PSN is looked at.
-      if (!q)
-        d = roce::Drop::kNoQp;
-      else if (p.src_ip != q->peer_ip || p.dst_ip != opt_.local_ipv4)
-        d = roce::Drop::kNotPeer;
-    }
-    if (d != roce::Drop::kNone) {  // dropped and counted (other UDP to this address included)
-      ++st_.rx_dropped[int(d)];
-      continue;
-    }
-    // A response behind completions this QP still owes the engine waits for them, and a
-    // packet the engine's rings have no room for waits too: on a packet ring it stays in its
-    // slot for the next pump (Carrier::unread; a socket's packet is dropped and sent again by
-    // the peer, as a NIC drops what it has no buffer for). A lossless link loses nothing here.
-    const bool is_req = roce::opcode_flags(p.opcode) & roce::kIsRequest;
-    if ((!is_req && q->owed) || w.tx_free(1, WireClass::kReq) == 0 ||
-        w.tx_free(1, WireClass::kResp) == 0) {
+    handed_.slot = nullptr;
+    if (!rx_one(w, pkts[i])) {  // not taken: it and the rest wait in the carrier
       ++st_.rx_waits;
       carrier_->unread(got - i);
-      return true;
+      return i;
     }
-    // A frame longer than the receiving port's MTU never reaches its transport: the port drops
-    // it (Linux net/core/dev.c is_skb_forwardable: len > dev->mtu + hard_header_len), and the
-    // requester's retry timer runs out. The QP's path MTU stands for the port's here.
-    if (p.payload_len > q->mtu) {
-      ++mtu_drops_;
-      continue;
-    }
-    if (is_req) {
-      on_request(w, *q, p);
-    } else if (!on_response(w, *q, p)) {
-      ++st_.rx_waits;
-      carrier_->unread(got - i);
-      return true;
-    }
-    ++st_.rx_packets;
+    if (keeps) hold(handed_.slot, handed_.cls, handed_.pos);
   }
+  return got;
+}
+
+void RoceLink::hold(WireSlot* s, WireClass c, uint64_t pos) noexcept {
+  held_[(held_head_ + held_n_) % kPktSlots] = Held{s, pos, pumps_, c};
+  ++held_n_;
+}
+
+void RoceLink::rx_release(Rings& w, bool unpin) noexcept {
+  unsigned n = 0;
+  for (; n < held_n_; ++n) {
+    Held& h = held_[(held_head_ + n) % kPktSlots];
+    if (h.slot && w.popped(1, h.cls) <= h.pos) {  // the engine has not read it yet
+      // The engine runs between the device's two pumps: a packet of the last pump it has
+      // not seen yet.
+      if (!unpin || pumps_ - h.pump < 2) break;
+      std::memcpy(h.slot->payload, h.slot->ext, h.slot->h.len);
+      h.slot->ext = nullptr;
+      ++st_.rx_unpinned;
+    }
+  }
+  held_head_ = (held_head_ + n) % kPktSlots;
+  held_n_ -= n;
+  carrier_->rx_release(n);
+}
+
+bool RoceLink::rx_one(Rings& w, const RxPkt& pkt) noexcept {
+  roce::Packet p;
+  roce::Drop d = pkt.truncated ? roce::Drop::kNotRoce : roce::decode(pkt.data, pkt.len, &p, icrc_);
+  Qp* q = nullptr;
+  if (d == roce::Drop::kNone) {
+    q = find(p.dqpn);
+    // rxe_recv.c check_addr: an RC packet must come from the QP's peer to its own address;
+    // anything else is dropped silently, before its PSN is looked at.
+    if (!q)
+      d = roce::Drop::kNoQp;
+    else if (p.src_ip != q->peer_ip || p.dst_ip != opt_.local_ipv4)
+      d = roce::Drop::kNotPeer;
+  }
+  if (d != roce::Drop::kNone) {  // dropped and counted (other UDP to this address included)
+    ++st_.rx_dropped[int(d)];
+    return true;
+  }
+  // A frame longer than the receiving port's MTU never reaches its transport: the port drops
+  // it (Linux net/core/dev.c is_skb_forwardable: len > dev->mtu + hard_header_len), and the
+  // requester's retry timer runs out. The QP's path MTU stands for the port's here.
+  if (p.payload_len > q->mtu) {
+    ++mtu_drops_;
+    return true;
+  }
+  // A response behind completions this QP still owes the engine waits for them, and a packet
+  // the engine's rings have no room for waits too: on a packet ring it stays in its slot for
+  // the next pump (Carrier::unread; a socket's packet is dropped and sent again by the peer, as
+  // a NIC drops what it has no buffer for). A lossless link loses nothing here.
+  const bool is_req = roce::opcode_flags(p.opcode) & roce::kIsRequest;
+  if ((!is_req && q->owed) || w.tx_free(1, WireClass::kReq) == 0 ||
+      w.tx_free(1, WireClass::kResp) == 0)
+    return false;
+  if (is_req)
+    on_request(w, *q, p);
+  else if (!on_response(w, *q, p))
+    return false;
+  ++st_.rx_packets;
   return true;
 }
 

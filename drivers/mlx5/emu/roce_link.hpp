@@ -41,6 +41,8 @@ struct ReqShape {
   PktOp op;
 };
 
+class Engine;
+
 class RoceLink {
  public:
   // Over raw sockets (UdpCarrier), or over `carrier` when given (then opt's impairments and
@@ -83,6 +85,9 @@ class RoceLink {
   // NAK, else the retransmission timer, counting its retries as a timeout would). The outcome
   // is the threaded one, independent of wall time.
   void set_stalled_only(bool on) noexcept { stalled_only_ = on; }
+  // The engine whose messages this link sends: a retransmission gathers the payload again from
+  // it (Engine::regather). nullptr while none is attached.
+  void set_engine(Engine* e) noexcept { eng_ = e; }
   // Returns true when a timer fired.
   bool fire_stalled(Rings& w, uint64_t now_ns) noexcept;
   // Retransmission rounds (after a timeout or an RNR wait): EmuStats::retries.
@@ -94,10 +99,13 @@ class RoceLink {
 
  private:
   static constexpr uint32_t kNoResend = 0xFFFFFFFF;
+  // A sent, unacknowledged request packet: what rebuilds it, not its bytes. A retransmission
+  // encodes it again and gathers its payload again from the engine (regather), as an mlx5
+  // requester goes back to the WQE of the PSN (IBTA vol. 1 9.7.5; rxe_req.c req_retry).
   struct TxPkt {
+    PktHdr h;  // the engine's message header of the packet (MSN, offset, length, keys)
     uint32_t psn = 0;
-    uint32_t len = 0;
-    std::vector<uint8_t> buf;
+    bool ack_req = false;
   };
   struct Msg {  // a message of the requester awaiting its response
     uint32_t msn = 0;
@@ -125,7 +133,7 @@ class RoceLink {
     uint16_t sport = 0;
     // requester
     uint32_t next_psn = 0;
-    std::vector<TxPkt> tx;  // ring of sent, unacknowledged request packets
+    std::vector<TxPkt> tx;  // ring of sent, unacknowledged request packets (no payload)
     uint32_t tx_head = 0, tx_count = 0;
     std::vector<Msg> msgs;  // ring
     uint32_t m_head = 0, m_count = 0;
@@ -170,8 +178,13 @@ class RoceLink {
   void on_duplicate(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   Qp* find(uint32_t qpn) noexcept;
   bool tx_from_engine(Rings& w) noexcept;
+  [[gnu::cold, gnu::noinline]] void orphan(Rings& w) noexcept;
   bool resp_from_engine(Rings& w) noexcept;
   bool rx_network(Rings& w) noexcept;
+  unsigned rx_burst(Rings& w) noexcept;
+  // One received packet; false when it was not taken (it waits in the carrier).
+  bool rx_one(Rings& w, const RxPkt& pkt) noexcept;
+  void payload_to(WireSlot* s, const roce::Packet& p) const noexcept;
   bool check_psn(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   void on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept;
   void to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh, WireSlot* s) noexcept;
@@ -202,15 +215,32 @@ class RoceLink {
     return ip_id_;
   }
   void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
+  // Encodes `p` into the carrier's next buffer (RingCarrier: the packet ring's free slot) and
+  // sends it; nothing when the carrier takes no packet now (counted ring_full).
+  void emit(const roce::Packet& p) noexcept;
+  // The request packet `t` of `q` as the wire carries it (its payload at `payload`).
+  void req_packet(const Qp& q, const TxPkt& t, const uint8_t* payload, roce::Packet* p) noexcept;
+  void send_req(Qp& q, const TxPkt& t, const uint8_t* payload) noexcept;
+  // A received packet whose payload went to the engine in place (WireSlot::ext) is released
+  // to the carrier once the engine popped its message; rx_release gives back every leading
+  // packet that is done. `unpin`: copy the payloads still unread into their slots first, so
+  // that every held packet goes (a receiver holds at most kHoldMax: the peer's sends need
+  // ring room while this engine waits).
+  void rx_release(Rings& w, bool unpin) noexcept;
+  void hold(WireSlot* s, WireClass c, uint64_t pos) noexcept;
   // A new connection's state, on the buffers of a spare one when there is one (connect).
   std::unique_ptr<Qp> take_qp();
   // Keeps a connection's buffers for the next (forget, a reconnect), up to kSpareQps.
   void keep(std::unique_ptr<Qp> q);
-  void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // to the carrier
 
   // Carrier slots new requests and the engine's responses leave free, for the ACKs and NAKs
   // the packets of one receive burst may cause.
   static constexpr uint32_t kHeadroom = Carrier::kRxBatch;
+  // Packets rx_network takes from the carrier per pump at most (whole bursts). One burst: with
+  // four, rdmafwd's two-process rpc run stalled on 1.07 s timeouts (cause not found yet).
+  static constexpr uint32_t kRxBudget = Carrier::kRxBatch;
+  static constexpr uint32_t kHoldMax = 2 * kRxBudget;
+  static_assert(kHoldMax + Carrier::kRxBatch + kHeadroom <= kPktSlots);
 
   RoceOptions opt_;
   std::unique_ptr<Carrier> carrier_;
@@ -225,7 +255,19 @@ class RoceLink {
   EmuStats::Roce st_;
   std::mt19937 psn_rng_{std::random_device{}()};   // initial PSNs (never reproducible)
   std::unordered_map<uint32_t, uint32_t> sq_psn_;  // per QP, stated but not yet connected
-  std::vector<uint8_t> scratch_;                   // one encoded packet
+  Engine* eng_ = nullptr;
+  // Received packets not yet released to the carrier (rx_keeps), oldest first: the engine
+  // message that reads its payload in place (slot, ring class, ring index) or slot nullptr.
+  struct Held {
+    WireSlot* slot;
+    uint64_t pos;
+    uint64_t pump;  // pumps_ when it was received
+    WireClass cls;
+  };
+  Held held_[kPktSlots];
+  uint32_t held_head_ = 0, held_n_ = 0;
+  uint64_t pumps_ = 0;  // rx_network calls
+  Held handed_{};       // set by the packet's handler when it handed the payload on in place
 };
 
 }  // namespace detail

@@ -101,6 +101,7 @@ Result<std::unique_ptr<detail::RoceLink>> ring_link(WireShared* sh, int side) {
   RoceOptions o;
   o.local_ipv4 = Wire::ring_ip(side);
   o.mtu = kWireMtu;
+  o.window = kRingWindow;
   return detail::RoceLink::open(
       o, std::make_unique<detail::RingCarrier>(&sh->pkt[side], &sh->pkt[1 - side]));
 }
@@ -122,7 +123,17 @@ WireSlot* Rings::tx_slot(int end, WireClass c) noexcept {
   const uint64_t h = k.head.load(std::memory_order_relaxed);
   const uint64_t t = k.tail.load(std::memory_order_acquire);
   if (h - t >= kWireSlots) return nullptr;
-  return &slots_[r][h & (kWireSlots - 1)];
+  WireSlot* s = &slots_[r][h & (kWireSlots - 1)];
+  s->ext = nullptr;
+  return s;
+}
+
+uint64_t Rings::produced(int end, WireClass c) const noexcept {
+  return ctl_[ring_of(end, c, true)].head.load(std::memory_order_relaxed);
+}
+
+uint64_t Rings::popped(int end, WireClass c) const noexcept {
+  return ctl_[ring_of(end, c, true)].tail.load(std::memory_order_acquire);
 }
 
 uint32_t Rings::tx_free(int end, WireClass c) const noexcept {

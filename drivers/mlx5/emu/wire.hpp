@@ -5,7 +5,9 @@
 // RNR, READ responses. The links speak RoCE v2 packets over a carrier: on an in-process or
 // shared-memory wire a lossless packet ring per direction (RingCarrier) in the heap or in a
 // /dev/shm mapping two processes share; on a RoCE wire the network (UdpCarrier). Slots hold
-// RC-shaped messages with their payload copied in; no pointer ever crosses a process.
+// RC-shaped messages with their payload copied in, or, from the link to the engine, pointing at
+// a received packet's payload in the carrier's packet ring (WireSlot::ext). The rings are the
+// process's own: no pointer ever crosses a process.
 #pragma once
 
 #include <atomic>
@@ -45,6 +47,10 @@ enum class PktOp : uint8_t {
 inline constexpr uint8_t kPktFirst = 1;
 inline constexpr uint8_t kPktLast = 2;
 inline constexpr uint8_t kPktSolicited = 4;
+// Engine -> link request: the payload is not in the slot; the link gathers it from memory
+// through the WQE (Engine::regather) straight into the packet it encodes, as a NIC's DMA reads
+// host memory when it builds the packet. The engine has checked that the gather succeeds.
+inline constexpr uint8_t kPktInMemory = 8;
 
 struct PktHdr {
   PktOp op;
@@ -68,9 +74,14 @@ inline constexpr uint32_t kWireSlots = 64;  // per ring, power of two
 
 struct alignas(64) WireSlot {
   PktHdr h;
-  uint8_t pad[64 - sizeof(PktHdr)];
-  uint8_t payload[kWireMtu];
+  // Link -> engine: when set, the payload is a received packet's own bytes in the carrier's
+  // packet ring (Carrier::rx_keeps), valid until the engine pops this slot; else `payload`.
+  // Rings::tx_slot clears it.
+  const uint8_t* ext;
+  alignas(64) uint8_t payload[kWireMtu];
+  const uint8_t* data() const noexcept { return ext ? ext : payload; }
 };
+static_assert(offsetof(WireSlot, payload) == 64);
 
 struct alignas(64) RingCtl {
   std::atomic<uint64_t> head;  // producer
@@ -81,7 +92,12 @@ struct alignas(64) RingCtl {
 
 inline constexpr uint64_t kWireMagic = 0x726d64782d776972ull;  // "rdmx-wir"
 // 2: creator_pid; 3: the mapping holds only the two links' packet rings (a RingCarrier each way).
-inline constexpr uint32_t kWireVersion = 3;
+// 4: 256 packet slots per direction.
+inline constexpr uint32_t kWireVersion = 4;
+// The link's window (unacknowledged request packets per QP) on an in-process or shared-memory
+// wire: 32 I/Os of 16 pages in flight, as many as the message-level wire had. The link keeps
+// only headers per packet, so a window costs 72 bytes a packet.
+inline constexpr uint32_t kRingWindow = 512;
 
 struct WireShared;  // the (possibly shared) mapping: wire.cpp
 
@@ -98,6 +114,11 @@ class Rings {
   // Consumer at `end`: the next message for it, or nullptr.
   const WireSlot* rx_slot(int end, WireClass c) noexcept;
   void rx_pop(int end, WireClass c) noexcept;
+  // Producer at `end`: the free-running index of the slot tx_slot() gives, and how many of
+  // the messages it produced the consumer has popped (a message at index i is popped when
+  // popped() > i).
+  uint64_t produced(int end, WireClass c) const noexcept;
+  uint64_t popped(int end, WireClass c) const noexcept;
   // Control path, with neither end running (the engine's mutex): every message still queued
   // for or from QP `qpn` (its source on the way to the link, its destination on the way to the
   // engine) is voided (QPN 0, which no QP has), so that its consumer drops it. A QP that is

@@ -300,6 +300,15 @@ struct EmuStats {
         0;  // WRITE/SEND messages of more packets than the window (acked in parts)
     uint64_t injected_loss = 0, injected_reorder = 0, injected_dup = 0;
     uint64_t ring_full = 0;  // packet-ring carrier: packets refused, no free slot (resent later)
+    // Engine request packets continuing no message the link has open (a MIDDLE or LAST with no
+    // FIRST, or of another message): an engine bug, never sent, the QP's message fails by timeout
+    uint64_t orphan_pkts = 0;
+    // Retransmissions not sent: the engine no longer had the message or could not gather its
+    // payload again (the QP flushed or reset, the memory gone); the retry timer runs on
+    uint64_t regather_fails = 0;
+    // Received payloads the engine had not read when the link needed their packet-ring slots
+    // back (it holds few): copied into the engine's ring instead of read in place
+    uint64_t rx_unpinned = 0;
   } roce;
 };
 
