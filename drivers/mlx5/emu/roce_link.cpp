@@ -898,9 +898,8 @@ bool RoceLink::rx_network(Rings& w) noexcept {
   if (keeps) rx_release(w, held_n_ + Carrier::kRxBatch > kHoldMax);
   for (uint32_t taken = 0; taken < kRxBudget;) {
     if (keeps && held_n_ + Carrier::kRxBatch > kHoldMax) break;  // the engine reads these first
-    // Room for the ACKs and NAKs one burst may cause (a duplicate is answered each time): a
-    // refused ACK would have the requester time out and resend, and be answered again.
-    if (carrier_->tx_room() < kHeadroom) break;
+    // No wait for room to answer: both links would wait on each other's ring for good (the
+    // senders keep kHeadroom free for the ACKs a burst causes; a refused one costs a timer).
     if (w.tx_free(1, WireClass::kReq) < Carrier::kRxBatch ||
         w.tx_free(1, WireClass::kResp) < Carrier::kRxBatch)
       break;
