@@ -1856,9 +1856,13 @@ def case_roce_clients_hostile(binary):
             dup = popen(hostile_cmd("dup"))
             dout, derr = finish(dup, 30)
             seen += wait_line(srv, srv.stderr, "not served")
+            # A count, not a duration: the server runs once the second client (the hostile
+            # one, a Python process that may take seconds to start on a loaded machine) came;
+            # a duration would run out, and the drain after it, while this client's first call
+            # waits for that.
             cli = popen(command(binary, CLIENT_EAL,
                                 ["--role", "client", "--peer", f"{n.addr_a}:7471", "--fwd",
-                                 "rpc", "--duration", "1.5", "--device",
+                                 "rpc", "--io-count", "500", "--device",
                                  f"emu@roce:{n.addr_b}"] + common, n.b))
             procs_run.append(cli)
             seen += wait_line(srv, srv.stderr, "client 1 of 2")
@@ -1888,7 +1892,7 @@ def case_roce_clients_hostile(binary):
         check(cli.returncode == 0 and srv.returncode == 1,
               f"exit: server {srv.returncode} (want 1), client {cli.returncode}", *procs)
         c, s = summary(cout)["total"], summary(sout)
-        check(c["ios"] > 0 and c["errors"]["total"] == 0, f"client: {c}", *procs)
+        check(c["ios"] == 500 and c["errors"]["total"] == 0, f"client: {c}", *procs)
         check(s["lanes"][0]["ios"] == c["ios"] and s["total"]["errors"]["total"] == 0,
               f"server lane 0 served {s['lanes'][0]['ios']} of {c['ios']}; "
               f"errors {s['total']['errors']}", *procs)
