@@ -859,6 +859,9 @@ bool RoceLink::rx_network(Rings& w) noexcept {
     // slot for the next pump (Carrier::unread; a socket's packet is dropped and sent again by
     // the peer, as a NIC drops what it has no buffer for). A lossless link loses nothing here.
     const bool is_req = roce::opcode_flags(p.opcode) & roce::kIsRequest;
+    // A QP in the error state takes no packet and answers none, a duplicate's re-ACK included
+    // (IBTA vol. 1 10.3.1; rxe_resp.c get_req frees what a responder in error receives).
+    if (q->dead) continue;
     if ((!is_req && q->owed) || w.tx_free(1, WireClass::kReq) == 0 ||
         w.tx_free(1, WireClass::kResp) == 0) {
       ++st_.rx_waits;
