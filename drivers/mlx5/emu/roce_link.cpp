@@ -343,6 +343,14 @@ bool RoceLink::resend_some(Qp& q) noexcept {
   return work;
 }
 
+// The oldest sent packet is acknowledged: it leaves the window (a go-back under way has one
+// packet less before its next one).
+void RoceLink::pop_tx(Qp& q) noexcept {
+  q.tx_head = (q.tx_head + 1) % q.tx.size();
+  --q.tx_count;
+  if (q.resend != kNoResend && q.resend) --q.resend;
+}
+
 bool RoceLink::to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept {
   WireSlot* s = w.tx_slot(1, WireClass::kResp);
   if (!s) return false;
@@ -395,9 +403,7 @@ void RoceLink::ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept
     const int32_t d = roce::psn_diff(t.psn, psn);
     const bool covered = q.m_count && !q.msgs[q.m_head].read && (d < 0 || (d == 0 && inclusive));
     if (!before_oldest && !covered) break;
-    q.tx_head = (q.tx_head + 1) % q.tx.size();
-    --q.tx_count;
-    if (q.resend != kNoResend) q.resend = q.resend ? q.resend - 1 : 0;
+    pop_tx(q);
     progress = true;
   }
   if (progress) {
@@ -528,9 +534,7 @@ bool RoceLink::on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept
     q.m_head = (q.m_head + 1) % q.msgs.size();
     --q.m_count;
     while (q.tx_count && roce::psn_diff(q.tx[q.tx_head].psn, first) <= 0) {
-      q.tx_head = (q.tx_head + 1) % q.tx.size();
-      --q.tx_count;
-      if (q.resend != kNoResend) q.resend = q.resend ? q.resend - 1 : 0;
+      pop_tx(q);
     }
     q.timer_ns = q.tx_count ? now_ : 0;
   }
@@ -862,22 +866,20 @@ bool RoceLink::rx_network(Rings& w) noexcept {
     // A QP in the error state takes no packet and answers none, a duplicate's re-ACK included
     // (IBTA vol. 1 10.3.1; rxe_resp.c get_req frees what a responder in error receives).
     if (q->dead) continue;
-    if ((!is_req && q->owed) || w.tx_free(1, WireClass::kReq) == 0 ||
-        w.tx_free(1, WireClass::kResp) == 0) {
-      ++st_.rx_waits;
-      carrier_->unread(got - i);
-      return true;
-    }
+    bool taken = !(!is_req && q->owed) && w.tx_free(1, WireClass::kReq) != 0 &&
+                 w.tx_free(1, WireClass::kResp) != 0;
     // A frame longer than the receiving port's MTU never reaches its transport: the port drops
     // it (Linux net/core/dev.c is_skb_forwardable: len > dev->mtu + hard_header_len), and the
     // requester's retry timer runs out. The QP's path MTU stands for the port's here.
-    if (p.payload_len > q->mtu) {
+    if (taken && p.payload_len > q->mtu) {
       ++mtu_drops_;
       continue;
     }
-    if (is_req) {
+    if (taken && is_req)
       on_request(w, *q, p);
-    } else if (!on_response(w, *q, p)) {
+    else if (taken)
+      taken = on_response(w, *q, p);
+    if (!taken) {
       ++st_.rx_waits;
       carrier_->unread(got - i);
       return true;
@@ -937,6 +939,11 @@ bool RoceLink::fire_stalled(Rings& w, uint64_t now_ns) noexcept {
 bool RoceLink::pump(Rings& w, uint64_t now_ns, bool* pending) noexcept {
   now_ = now_ns;
   bool work = false;
+  work |= rx_network(w);
+  work |= resp_from_engine(w);
+  work |= tx_from_engine(w);
+  // Per QP: what the last ACKs still owe the engine (before rx_network takes another response
+  // of the QP, next pump), the rest of a go-back, the timers.
   for (auto& [qpn, q] : qps_) {
     if (q->owed) {
       const uint32_t before = q->m_count;
@@ -944,11 +951,6 @@ bool RoceLink::pump(Rings& w, uint64_t now_ns, bool* pending) noexcept {
       work |= q->m_count != before;
     }
     work |= resend_some(*q);
-  }
-  work |= rx_network(w);
-  work |= resp_from_engine(w);
-  work |= tx_from_engine(w);
-  for (auto& [qpn, q] : qps_) {
     timers(w, *q);
     *pending |= q->tx_count != 0 || q->r_count != 0 || q->owed;
   }

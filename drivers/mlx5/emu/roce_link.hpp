@@ -193,6 +193,7 @@ class RoceLink {
   void on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept;
   void retransmit(Qp& q) noexcept;
   bool resend_some(Qp& q) noexcept;
+  void pop_tx(Qp& q) noexcept;
   void timers(Rings& w, Qp& q) noexcept;
   void ack_expired(Rings& w, Qp& q) noexcept;
   void rnr_expired(Qp& q) noexcept;
