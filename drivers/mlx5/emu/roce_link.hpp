@@ -41,6 +41,12 @@ struct ReqShape {
   PktOp op;
 };
 
+// The packets a message of `len` bytes takes, at least one; for a READ, its responses' PSNs
+// (rxe_req.c update_wqe_psn).
+inline uint32_t read_psns(uint64_t len, uint32_t mtu) noexcept {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
 class RoceLink {
  public:
   // Over raw sockets (UdpCarrier), or over `carrier` when given (then opt's impairments and
@@ -167,47 +173,57 @@ class RoceLink {
   uint32_t wire_msn(const Qp& q, uint32_t engine_msn) const noexcept {
     return (engine_msn - q.rmsn0) & roce::kPsnMask;
   }
-  void on_duplicate(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  // roce_link.cpp: connections and the receive dispatch.
   Qp* find(uint32_t qpn) noexcept;
-  bool tx_from_engine(Rings& w) noexcept;
-  bool resp_from_engine(Rings& w) noexcept;
-  bool rx_network(Rings& w) noexcept;
-  bool check_psn(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  void on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  void to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh, WireSlot* s) noexcept;
-  void advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) noexcept;
-  // Responses: false when the packet was not taken (the engine owes completions before it;
-  // rx_network leaves it for the next pump).
-  bool on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  bool on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  bool on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
-  void flush_ack(Qp*& held) noexcept;
-  RMsg* pending(Qp& q, uint32_t msn, uint32_t* at) noexcept;
-  void pop_through(Qp& q, uint32_t at) noexcept;
-  void on_verdict(Qp& q, const WireSlot& s, Qp*& held) noexcept;
-  void send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp*& held) noexcept;
-  void send_nak(Qp& q, const PktHdr& h, RMsg* r, uint32_t at) noexcept;
-  void ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
-  bool to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
-  void kill(Rings& w, Qp& q, uint8_t synd) noexcept;
-  void on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept;
-  void retransmit(Qp& q) noexcept;
-  bool resend_some(Qp& q) noexcept;
-  void pop_tx(Qp& q) noexcept;
-  void timers(Rings& w, Qp& q) noexcept;
-  void ack_expired(Rings& w, Qp& q) noexcept;
-  void rnr_expired(Qp& q) noexcept;
-  uint8_t rnr_code() const noexcept;
-  uint16_t next_ip_id() noexcept {  // never 0: the kernel would write its own (raw(7))
-    if (++ip_id_ == 0) ip_id_ = 1;
-    return ip_id_;
-  }
-  void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
   // A new connection's state, on the buffers of a spare one when there is one (connect).
   std::unique_ptr<Qp> take_qp();
   // Keeps a connection's buffers for the next (forget, a reconnect), up to kSpareQps.
   void keep(std::unique_ptr<Qp> q);
   void put(const uint8_t* pkt, size_t len, uint32_t dst_ip) noexcept;  // to the carrier
+  uint16_t next_ip_id() noexcept {  // never 0: the kernel would write its own (raw(7))
+    if (++ip_id_ == 0) ip_id_ = 1;
+    return ip_id_;
+  }
+  bool rx_network(Rings& w) noexcept;
+
+  // link_requester.cpp: requests out, responses in.
+  bool tx_from_engine(Rings& w) noexcept;
+  bool may_send(const Qp& q, bool first) const noexcept;
+  roce::Packet request_packet(const Qp& q, const WireSlot& s) noexcept;
+  void open_message(Qp& q, const PktHdr& h, uint32_t psn) noexcept;
+  void pop_tx(Qp& q) noexcept;
+  // Responses: false when the packet was not taken (the engine owes completions before it;
+  // rx_network leaves it for the next pump).
+  bool on_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  bool on_acknowledge(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  bool on_read_response(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept;
+  void ack_up_to(Rings& w, Qp& q, uint32_t psn, bool inclusive) noexcept;
+  bool to_engine_resp(Rings& w, Qp& q, const Msg& m, PktOp op, uint8_t synd) noexcept;
+  void kill(Rings& w, Qp& q, uint8_t synd) noexcept;
+
+  // link_loss.cpp: timers and go-back-N.
+  void timers(Rings& w, Qp& q) noexcept;
+  void ack_expired(Rings& w, Qp& q) noexcept;
+  void rnr_expired(Qp& q) noexcept;
+  void retransmit(Qp& q) noexcept;
+  bool resend_some(Qp& q) noexcept;
+
+  // link_responder.cpp: requests in, verdicts out.
+  void on_request(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  bool check_psn(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  void on_duplicate(Rings& w, Qp& q, const roce::Packet& p) noexcept;
+  void to_engine_req(const Qp& q, const roce::Packet& p, const ReqShape& sh, WireSlot* s) noexcept;
+  void advance_epsn(Qp& q, const roce::Packet& p, const ReqShape& sh) noexcept;
+  bool resp_from_engine(Rings& w) noexcept;
+  void on_verdict(Qp& q, const WireSlot& s, Qp*& held) noexcept;
+  void flush_ack(Qp*& held) noexcept;
+  RMsg* pending(Qp& q, uint32_t msn, uint32_t* at) noexcept;
+  void pop_through(Qp& q, uint32_t at) noexcept;
+  void send_read_resp(Qp& q, const WireSlot& s, RMsg* r, uint32_t at, Qp*& held) noexcept;
+  void send_nak(Qp& q, const PktHdr& h, RMsg* r, uint32_t at) noexcept;
+  void send_ack(Qp& q, uint8_t synd, uint32_t psn, uint32_t msn) noexcept;
+  uint8_t rnr_code() const noexcept;
 
   // Carrier slots new requests and the engine's responses leave free, for the ACKs and NAKs
   // the packets of one receive burst may cause.
