@@ -903,6 +903,14 @@ bool try_reconnect(App& a, Batch& b, const Segment& g) {
   bool lane_failed = false;
   for (const auto& l : a.tb->lanes) lane_failed = lane_failed || l->st.failed.get() != 0;
   if (b.reconnect_for <= 0 || g_signal.load() || !(g.peer_lost || lane_failed)) return false;
+  // Why, before the cut below puts every QP in error (the lanes have ended: their QPs are the
+  // main lcore's to read): a lane fails by a QP error, or by its I/O still unanswered when the
+  // drain after the stop ran out (the server never served it).
+  bool qp_error = false;
+  for (const auto& l : a.tb->lanes) qp_error = qp_error || lane_in_error(*l);
+  const char* why = g.peer_lost ? "connection closed without a goodbye"
+                    : qp_error  ? "a queue pair error"
+                                : "I/O unanswered past the drain after the stop";
   // What is in flight completes now, as flushed (failed): the QPs to the error state.
   cut_qps(a);
   if (a.running) (void)a.stop();
@@ -913,9 +921,7 @@ bool try_reconnect(App& a, Batch& b, const Segment& g) {
                " I/O(s); %" PRIu64
                " in flight abandoned (counted); reconnecting (up to "
                "%.0f s)\n",
-               was.c_str(),
-               g.peer_lost ? "connection closed without a goodbye" : "a queue pair error", end.ios,
-               end.abandoned - b.seg_abandoned, b.reconnect_for);
+               was.c_str(), why, end.ios, end.abandoned - b.seg_abandoned, b.reconnect_for);
   std::fflush(stderr);
   const auto t0 = std::chrono::steady_clock::now();
   Status rs = reconnect_client(

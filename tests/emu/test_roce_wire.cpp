@@ -942,7 +942,7 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   t.send(rd, to);
   EXPECT_FALSE(t.next(&r, nullptr, 100)) << "a READ that is not a part of the served one";
   // A READ refused (wrong R_Key) at ePSN = P(5): NAK remote access error with its PSN; its
-  // duplicate finds nothing to replay (it was never executed) and is dropped.
+  // repeat gets nothing (the refusal put the QP in error, which takes no packet at all).
   rd.psn = P(5);
   rd.reth_va = mem.addr(0);
   rd.reth_len = 1000;
@@ -965,7 +965,7 @@ TEST_F(RoceWire, ResponderRulesAsRxe) {
   const EmuStats sb = b_.dev->stats();
   EXPECT_EQ(sb.roce.out_of_seq, 3u);
   EXPECT_EQ(sb.roce.seq_naks_sent, 2u);
-  EXPECT_EQ(sb.roce.duplicates, 5u);     // the WRITE and four READs behind ePSN
+  EXPECT_EQ(sb.roce.duplicates, 4u);     // the WRITE and three READs behind ePSN
   EXPECT_EQ(sb.remote_access_naks, 1u);  // the refused READ once
   EXPECT_EQ(sb.responder_errors, 1u);
   // A connection that carried requests states, for the next connect without RESET (as

@@ -145,7 +145,7 @@ class RingCarrier final : public Carrier {
   // Copies the packet into the next free slot; with none free it is refused (counted
   // ring_full) and the RC link above resends it after its timer, as it would a packet an
   // Ethernet port dropped. The link sends only while tx_room() keeps a headroom, so that this
-  // stays 0 in practice (roce_link.cpp, kHeadroom).
+  // stays 0 in practice (roce_link.hpp, kHeadroom).
   void send(const uint8_t* pkt, size_t len, uint32_t dst_ip, uint64_t now_ns) noexcept override;
   // The next free slot itself: the link encodes into the ring, no copy.
   uint8_t* tx_buf(size_t* cap) noexcept override;

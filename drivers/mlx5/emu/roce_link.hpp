@@ -41,6 +41,12 @@ struct ReqShape {
   PktOp op;
 };
 
+// The packets a message of `len` bytes takes, at least one; for a READ, its responses' PSNs
+// (rxe_req.c update_wqe_psn).
+inline uint32_t read_psns(uint64_t len, uint32_t mtu) noexcept {
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
 class Engine;
 
 class RoceLink {
@@ -206,6 +212,7 @@ class RoceLink {
   void on_rnr_nak(Rings& w, Qp& q, uint32_t psn) noexcept;
   void retransmit(Qp& q) noexcept;
   bool resend_some(Qp& q) noexcept;
+  void pop_tx(Qp& q) noexcept;
   void timers(Rings& w, Qp& q) noexcept;
   void ack_expired(Rings& w, Qp& q) noexcept;
   void rnr_expired(Qp& q) noexcept;

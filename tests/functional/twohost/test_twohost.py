@@ -552,19 +552,23 @@ def case_roce_clients(binary):
     rpc, client 2 write (through windows the server mapped in its lane's own PD): the server
     serves client 1 lane for lane, checks client 2's last writes against its goodbye, and both
     clients end verified."""
+    RPCS = 500
     with Netns() as n:
         addr_c, common, popen, srv = roce_two_client_server(binary, n, ["--isolate", "peer"])
         clis, outs, seen = [], [], ""
         try:
             seen += wait_line(srv, srv.stderr, "waiting for 2 clients")
             # In this order (the server's lane 0 serves client 1): the second starts once the
-            # server has connected the first.
-            for fwd, a in (("rpc", n.addr_b), ("write", addr_c)):
+            # server has connected the first. The rpc client counts RPCs, not seconds: the
+            # server runs once the second client came, which may take seconds on a loaded
+            # machine, and a duration (and the drain after it) would run out meanwhile.
+            for fwd, a, until in (("rpc", n.addr_b, ["--io-count", str(RPCS)]),
+                                  ("write", addr_c, ["--duration", "1.5"])):
                 if clis:
                     seen += wait_line(srv, srv.stderr, "client 1 of 2")
                 clis.append(popen(command(binary, CLIENT_EAL,
                                           ["--role", "client", "--peer", f"{n.addr_a}:7471",
-                                           "--fwd", fwd, "--duration", "1.5", "--device",
+                                           "--fwd", fwd] + until + ["--device",
                                            f"emu@roce:{a}"] + common, n.b)))
             outs = [finish(c) for c in clis]
             sout, serr = finish(srv)
@@ -578,7 +582,7 @@ def case_roce_clients(binary):
               f"exit: server {srv.returncode}, clients {[c.returncode for c in clis]}", *procs)
         s = summary(sout)
         c1, c2 = (summary(o)["total"] for o, _ in outs)
-        check(c1["ios"] > 0 and c2["ios"] > 0 and c1["errors"]["total"] == 0 and
+        check(c1["ios"] == RPCS and c2["ios"] > 0 and c1["errors"]["total"] == 0 and
               c2["errors"]["total"] == 0, f"clients: {c1['ios']} / {c2['ios']} I/Os, errors "
               f"{c1['errors']} / {c2['errors']}", *procs)
         check(s["lanes"][0]["ios"] == c1["ios"],
@@ -1856,9 +1860,13 @@ def case_roce_clients_hostile(binary):
             dup = popen(hostile_cmd("dup"))
             dout, derr = finish(dup, 30)
             seen += wait_line(srv, srv.stderr, "not served")
+            # A count, not a duration: the server runs once the second client (the hostile
+            # one, a Python process that may take seconds to start on a loaded machine) came;
+            # a duration would run out, and the drain after it, while this client's first call
+            # waits for that.
             cli = popen(command(binary, CLIENT_EAL,
                                 ["--role", "client", "--peer", f"{n.addr_a}:7471", "--fwd",
-                                 "rpc", "--duration", "1.5", "--device",
+                                 "rpc", "--io-count", "500", "--device",
                                  f"emu@roce:{n.addr_b}"] + common, n.b))
             procs_run.append(cli)
             seen += wait_line(srv, srv.stderr, "client 1 of 2")
@@ -1888,7 +1896,7 @@ def case_roce_clients_hostile(binary):
         check(cli.returncode == 0 and srv.returncode == 1,
               f"exit: server {srv.returncode} (want 1), client {cli.returncode}", *procs)
         c, s = summary(cout)["total"], summary(sout)
-        check(c["ios"] > 0 and c["errors"]["total"] == 0, f"client: {c}", *procs)
+        check(c["ios"] == 500 and c["errors"]["total"] == 0, f"client: {c}", *procs)
         check(s["lanes"][0]["ios"] == c["ios"] and s["total"]["errors"]["total"] == 0,
               f"server lane 0 served {s['lanes'][0]['ios']} of {c['ios']}; "
               f"errors {s['total']['errors']}", *procs)
